@@ -1,0 +1,232 @@
+/*
+** xfer.h -- the C API of xferlua's core: runtimes, devices, tensors, transfers,
+** errors and fault injection. It uses no Lua; the Lua binding is built on it, and a
+** host application can embed the same calls (see xfer_lua.h for the Lua side).
+*/
+#ifndef XFER_H
+#define XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer_errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XFER_VERSION "0.1.0"
+#define XFER_MAX_DIMS 8
+
+/* -- Errors ------------------------------------------------------------------ */
+
+/* Every call that can fail returns an xfer_code (XFER_OK on success) and, when
+** `err` is not NULL, fills it. Nothing else is ever reported: no aborts, no prints. */
+typedef enum {
+#define XFER_ERRENUM(name, lua_name, what) XFER_E_##name,
+  XFER_ERRORS(XFER_ERRENUM)
+#undef XFER_ERRENUM
+  XFER_E__COUNT
+} xfer_code;
+
+typedef struct xfer_error {
+  xfer_code code;
+  char op[16];           /* phase that failed: alloc read write copy ... or the API call */
+  char from[32];         /* device the data came from ("" when none) */
+  char to[32];           /* device the data was going to ("" when none) */
+  long long native;      /* the driver's own code (errno for host, CUresult, VkResult...) */
+  char native_name[48];  /* its symbolic name: "ENOMEM", "CUDA_ERROR_ILLEGAL_ADDRESS" */
+  int retryable;         /* 1 when trying again may succeed */
+  int injected;          /* 1 when fault injection caused it */
+  char message[512];     /* the whole story, for people */
+} xfer_error;
+
+/* "read", "alloc", ... for a code; NULL when out of range. */
+const char *xfer_code_name(xfer_code code);
+
+/* -- Element types ------------------------------------------------------------ */
+
+typedef enum {
+  XFER_F16, XFER_BF16, XFER_F32, XFER_F64,
+  XFER_I8, XFER_I16, XFER_I32, XFER_I64,
+  XFER_U8, XFER_U16, XFER_U32, XFER_U64,
+  XFER_BOOL,
+  XFER_DTYPE__COUNT
+} xfer_dtype;
+
+const char *xfer_dtype_name(xfer_dtype dtype);
+/* Returns 0 and sets *out when `name` is a dtype name ("f32"), else -1. */
+int xfer_dtype_parse(const char *name, xfer_dtype *out);
+size_t xfer_dtype_size(xfer_dtype dtype);
+int xfer_dtype_is_float(xfer_dtype dtype);
+
+/* Stores `value` as one element of `dtype` at `dst`. Floats round to nearest even;
+** integers must be whole and in range; bool takes 0 or 1. XFER_E_INVALID otherwise. */
+xfer_code xfer_value_store(xfer_dtype dtype, double value, void *dst, xfer_error *err);
+/* The element at `src` as a double (exact except i64/u64 beyond 2^53). */
+double xfer_value_load(xfer_dtype dtype, const void *src);
+
+/* -- Context, runtimes, devices ---------------------------------------------- */
+
+typedef struct xfer_ctx xfer_ctx;
+typedef struct xfer_device xfer_device;
+typedef struct xfer_tensor xfer_tensor;
+
+/* Opens every runtime (a missing one is recorded as unavailable, never an error) and
+** reads XFER_FAULTS from the environment. The context is reference counted: tensors
+** hold a reference, so it lives until the last of them is released. */
+xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err);
+xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx);
+void xfer_ctx_release(xfer_ctx *ctx);
+
+typedef struct xfer_runtime_info {
+  const char *name;      /* "host", "cuda", "vulkan", "opencl" */
+  int available;
+  const char *reason;    /* why not available ("" when available) */
+  size_t device_count;
+} xfer_runtime_info;
+
+size_t xfer_runtime_count(const xfer_ctx *ctx);
+xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info *out,
+                           xfer_error *err);
+
+size_t xfer_device_count(const xfer_ctx *ctx);
+xfer_device *xfer_device_at(xfer_ctx *ctx, size_t index);
+/* "host", "cuda:0", ... An unknown name is XFER_E_INVALID naming the devices there are. */
+xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
+                           xfer_error *err);
+
+typedef struct xfer_device_info {
+  const char *name;      /* "host", "opencl:1" */
+  const char *runtime;   /* "host", "opencl" */
+  int index;             /* index within its runtime */
+  const char *label;     /* what the driver calls it */
+  uint64_t total_memory; /* bytes */
+  uint64_t free_memory;  /* bytes, as the driver reports it now */
+  int unified;           /* shares memory with the host */
+  int has_uuid;
+  uint8_t uuid[16];      /* physical device UUID: equal UUIDs are the same GPU */
+} xfer_device_info;
+
+xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);
+xfer_ctx *xfer_device_ctx(const xfer_device *dev);
+
+typedef struct xfer_memory_info {
+  uint64_t in_use;       /* bytes held by live tensors and transfers on the device */
+  uint64_t peak;         /* most in_use has been since the context opened */
+  uint64_t buffers;      /* live buffers: tensors and transfers' staging */
+} xfer_memory_info;
+
+void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out);
+
+/* -- Tensors ------------------------------------------------------------------ */
+
+typedef struct xfer_shape {
+  int ndim;                       /* 0 (a scalar) .. XFER_MAX_DIMS */
+  int64_t dims[XFER_MAX_DIMS];
+} xfer_shape;
+
+/* Allocates an uninitialised tensor. A new tensor holds one reference. */
+xfer_code xfer_tensor_empty(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                            xfer_tensor **out, xfer_error *err);
+/* Allocates a tensor and fills it from `nbytes` host bytes (must equal its size). */
+xfer_code xfer_tensor_from_bytes(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                                 const void *bytes, size_t nbytes, xfer_tensor **out,
+                                 xfer_error *err);
+
+xfer_tensor *xfer_tensor_retain(xfer_tensor *t);
+/* Drops a reference; the last one frees the buffer and the tensor. Never fails. */
+void xfer_tensor_release(xfer_tensor *t);
+/* Frees the device buffer now; idempotent. Every later use returns XFER_E_FREED. */
+void xfer_tensor_free(xfer_tensor *t);
+int xfer_tensor_is_freed(const xfer_tensor *t);
+/* XFER_E_OK for a usable tensor; XFER_E_FREED ("attempt to use a freed tensor") or
+** XFER_E_DEVICE_LOST otherwise, with `op` naming what was attempted. */
+xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err);
+
+xfer_dtype xfer_tensor_dtype(const xfer_tensor *t);
+const xfer_shape *xfer_tensor_shape(const xfer_tensor *t);
+size_t xfer_tensor_numel(const xfer_tensor *t);
+size_t xfer_tensor_nbytes(const xfer_tensor *t);
+xfer_device *xfer_tensor_device(const xfer_tensor *t);
+
+/* Writes "f32[2,3]" ("f32[]" for a scalar) into buf; returns the length it needed. */
+size_t xfer_shape_format(xfer_dtype dtype, const xfer_shape *shape, char *buf, size_t cap);
+
+/* The tensor's bytes where the CPU can use them in place (host tensors), else NULL. */
+void *xfer_tensor_host_data(xfer_tensor *t);
+
+/* Copies the tensor's bytes out to host memory `dst` (nbytes must equal its size). */
+xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error *err);
+/* Overwrites the tensor's bytes from host memory `src` (nbytes must equal its size). */
+xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err);
+/* Sets every element to the element at `elem` (xfer_dtype_size bytes). */
+xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err);
+/* *equal = 1 when a and b have one dtype, one shape and the same bytes. */
+xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_error *err);
+
+/* -- Transfers ---------------------------------------------------------------- */
+
+typedef enum {
+  XFER_PATH_AUTO = 0,     /* let the planner choose */
+  XFER_PATH_SAME_DEVICE,  /* device-local copy */
+  XFER_PATH_SAME_RUNTIME, /* the runtime's own copy between two of its devices */
+  XFER_PATH_INTEROP,      /* one physical GPU shared between runtimes */
+  XFER_PATH_STAGED,       /* pipelined through staging chunks */
+  XFER_PATH_HOST,         /* explicit host round-trip */
+  XFER_PATH__COUNT
+} xfer_path;
+
+const char *xfer_path_name(xfer_path path);
+/* Returns 0 and sets *out for "same_device", "host", ... (not "auto"), else -1. */
+int xfer_path_parse(const char *name, xfer_path *out);
+
+typedef struct xfer_transfer_opts {
+  xfer_path via;          /* XFER_PATH_AUTO, or a path to force */
+} xfer_transfer_opts;
+
+#define XFER_PLAN_MAX_STEPS 6
+typedef struct xfer_plan {
+  xfer_path path;
+  char reason[160];
+  int nsteps;
+  char steps[XFER_PLAN_MAX_STEPS][96];
+} xfer_plan;
+
+/* Which path moving `src` to `dst_dev` takes, and why. A forced path that does not
+** apply is XFER_E_UNSUPPORTED saying why. */
+xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst_dev,
+                             const xfer_transfer_opts *opts, xfer_plan *out, xfer_error *err);
+/* A new tensor on `dst_dev` holding src's bytes. On failure nothing stays allocated
+** and `src` is untouched. */
+xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev,
+                           const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err);
+/* Fills `dst` from `src` (same dtype and shape, any devices). On failure `src` is
+** untouched; `dst` may hold part of the data. */
+xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src,
+                             const xfer_transfer_opts *opts, xfer_error *err);
+
+/* -- Fault injection ---------------------------------------------------------- */
+
+/* The `nth` matching driver call from now on fails, and so do the `count - 1`
+** matching calls after it, through the same path a real failure takes. */
+typedef struct xfer_fault {
+  char runtime[16];      /* "host", "cuda", ... */
+  char op[16];           /* "alloc", "read", "write", "copy", ... */
+  int nth;               /* >= 1 */
+  int count;             /* >= 1 */
+} xfer_fault;
+
+xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *err);
+/* Adds the rules of a spec such as "host:read:1,cuda:alloc:2:3" (runtime:op[:nth[:count]]). */
+xfer_code xfer_fault_parse(xfer_ctx *ctx, const char *spec, xfer_error *err);
+void xfer_fault_clear(xfer_ctx *ctx);
+/* Rules not yet used up; copies at most `max` into `out` and returns how many there are. */
+size_t xfer_fault_list(const xfer_ctx *ctx, xfer_fault *out, size_t max);
+/* The ops a fault may name, NULL-terminated. */
+const char *const *xfer_fault_ops(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

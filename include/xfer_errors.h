@@ -1,0 +1,21 @@
+/*
+** xferlua error codes: one table, expanded wherever a code, its Lua name or
+** its default wording is needed, so the three can never disagree.
+*/
+#ifndef XFER_ERRORS_H
+#define XFER_ERRORS_H
+
+/* XFER_ERRDEF(NAME, lua_name, what) -- `what` completes "the operation failed: ..." */
+#define XFER_ERRORS(XFER_ERRDEF)                                              \
+  XFER_ERRDEF(OK, "ok", "no error")                                           \
+  XFER_ERRDEF(READ, "read", "reading a tensor off its device failed")        \
+  XFER_ERRDEF(WRITE, "write", "writing a tensor to its device failed")       \
+  XFER_ERRDEF(ALLOC, "alloc", "allocating device memory failed")             \
+  XFER_ERRDEF(FREED, "freed", "attempt to use a freed tensor")               \
+  XFER_ERRDEF(CLOSED, "closed", "attempt to use a closed context")           \
+  XFER_ERRDEF(INVALID, "invalid", "invalid argument")                        \
+  XFER_ERRDEF(UNSUPPORTED, "unsupported", "operation not supported")         \
+  XFER_ERRDEF(UNAVAILABLE, "unavailable", "runtime or device unavailable")   \
+  XFER_ERRDEF(DEVICE_LOST, "device_lost", "the device was lost")
+
+#endif

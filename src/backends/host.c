@@ -1,0 +1,133 @@
+/*
+** host.c -- the host runtime: tensors in page-aligned process memory, behind the same
+** vtable as every GPU runtime, so transfers and fault injection treat it alike.
+*/
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/internal.h"
+
+/* -- The checked wrapper ---------------------------------------------------------- */
+
+/* Every host "driver" call (allocation, memcpy) asks here first whether a fault is
+** injected, and reports a failure -- real (errno) or injected -- through host_fail. */
+static int host_injected(xfer_device *dev, const char *op)
+{
+  return xfer_fault_hit(dev->ctx, "host", op);
+}
+
+static xfer_code host_fail(const char *op, int errnum, int injected, xfer_error *err)
+{
+  xfer_code code = !strcmp(op, "alloc")  ? XFER_E_ALLOC
+                   : !strcmp(op, "read") ? XFER_E_READ
+                                         : XFER_E_WRITE; /* write, copy: the target failed */
+  const char *name = strerrorname_np(errnum);
+  int retryable = errnum == ENOMEM || errnum == EAGAIN || errnum == EINTR;
+  return xfer_err_native(err, code, op, errnum, name ? name : "errno", strerror(errnum),
+                         retryable, injected);
+}
+
+/* -- Vtable ----------------------------------------------------------------------- */
+
+static void read_cpu_label(char *label, size_t cap)
+{
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  char model[96] = "CPU";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      char *colon = strchr(line, ':');
+      if (strncmp(line, "model name", 10) || !colon) continue;
+      snprintf(model, sizeof model, "%s", colon + 2);
+      model[strcspn(model, "\n")] = '\0';
+      break;
+    }
+    fclose(f);
+  }
+  snprintf(label, cap, "%s (%ld cores)", model, cores);
+}
+
+static xfer_code host_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
+                             xfer_error *err)
+{
+  (void)dev;
+  long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES),
+       total = sysconf(_SC_PHYS_PAGES);
+  if (page < 0 || avail < 0 || total < 0)
+    return xfer_err_native(err, XFER_E_UNAVAILABLE, "memory", errno, "sysconf",
+                           strerror(errno), 0, 0);
+  *free_bytes = (uint64_t)avail * (uint64_t)page;
+  *total_bytes = (uint64_t)total * (uint64_t)page;
+  return XFER_E_OK;
+}
+
+static xfer_code host_open(xfer_runtime *rt, xfer_error *err)
+{
+  xfer_device *dev = xfer_runtime_add_device(rt, err);
+  if (!dev) return XFER_E_UNAVAILABLE;
+  read_cpu_label(dev->label, sizeof dev->label);
+  dev->unified = 1;
+  uint64_t free_bytes = 0;
+  if (host_memory(dev, &free_bytes, &dev->total_memory, err)) return XFER_E_UNAVAILABLE;
+  return XFER_E_OK;
+}
+
+static xfer_code host_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
+{
+  if (host_injected(dev, "alloc")) return host_fail("alloc", ENOMEM, 1, err);
+  *buf = xfer_host_pages_alloc(nbytes);
+  return *buf ? XFER_E_OK : host_fail("alloc", ENOMEM, 0, err);
+}
+
+static void host_free(xfer_device *dev, void *buf, size_t nbytes)
+{
+  (void)dev;
+  xfer_host_pages_free(buf, nbytes);
+}
+
+static xfer_code host_write(xfer_device *dev, void *buf, size_t offset, const void *src,
+                            size_t n, xfer_error *err)
+{
+  if (host_injected(dev, "write")) return host_fail("write", EIO, 1, err);
+  memcpy((char *)buf + offset, src, n);
+  return XFER_E_OK;
+}
+
+static xfer_code host_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                           xfer_error *err)
+{
+  if (host_injected(dev, "read")) return host_fail("read", EIO, 1, err);
+  memcpy(dst, (const char *)buf + offset, n);
+  return XFER_E_OK;
+}
+
+static xfer_code host_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
+                           size_t src_offset, size_t n, xfer_error *err)
+{
+  if (host_injected(dev, "copy")) return host_fail("copy", EIO, 1, err);
+  memmove((char *)dst + dst_offset, (const char *)src + src_offset, n);
+  return XFER_E_OK;
+}
+
+static void *host_address(xfer_device *dev, void *buf)
+{
+  (void)dev;
+  return buf;
+}
+
+const xfer_backend xfer_backend_host = {
+  .version = XFER_BACKEND_VERSION,
+  .name = "host",
+  .open = host_open,
+  .close = NULL, /* the host device is freed with the context */
+  .alloc = host_alloc,
+  .free = host_free,
+  .write = host_write,
+  .read = host_read,
+  .copy = host_copy,
+  .host_address = host_address,
+  .memory = host_memory,
+};

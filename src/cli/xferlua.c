@@ -1,0 +1,432 @@
+/*
+** xferlua.c -- the `xferlua` executable: LuaJIT's command line with `xfer` preloaded,
+** plus --devices. Options, `arg` and exit codes follow luajit/lua.c.
+*/
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+#include <lualib.h>
+
+#include "xfer.h"
+#include "xfer_lua.h"
+
+#define PROGNAME "xferlua"
+
+static const char *const progname = PROGNAME;
+static lua_State *global_L = NULL;
+
+static void print_usage(FILE *out)
+{
+  fprintf(out,
+          "usage: %s [options] [script [args]]\n"
+          "Run Lua scripts on LuaJIT with the `xfer` module preloaded: tensors that move\n"
+          "between host, CUDA, Vulkan and OpenCL devices.\n"
+          "\n"
+          "Options:\n"
+          "  -e chunk    Execute the string 'chunk'.\n"
+          "  -l name     Require library 'name' into the global 'name'.\n"
+          "  -j cmd      Perform a LuaJIT control command (on, off, flush, or a jit.* module\n"
+          "              such as -jv or -jdump).\n"
+          "  -O[opt]     Control LuaJIT optimizations (as luajit -O).\n"
+          "  -i          Enter interactive mode after running the script.\n"
+          "  -v          Show version information.\n"
+          "  -E          Ignore the environment variables LUA_INIT, LUA_PATH and LUA_CPATH.\n"
+          "  --devices   List every runtime (available, or why not) and every device.\n"
+          "  -h, --help  Show this help.\n"
+          "  --          Stop handling options.\n"
+          "  -           Execute stdin and stop handling options.\n"
+          "\n"
+          "With no script and no -e, reads a script from stdin, or starts the interactive\n"
+          "prompt when stdin is a terminal. Environment: XFER_FAULTS=runtime:op[:nth[:count]]\n"
+          "makes driver calls fail on purpose (fault injection).\n"
+          "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n",
+          progname, progname);
+}
+
+static void print_version(void)
+{
+  printf("xferlua %s (%s) -- tensors across host, CUDA, Vulkan and OpenCL\n", XFER_VERSION,
+         LUAJIT_VERSION);
+  fflush(stdout);
+}
+
+/* -- Errors ------------------------------------------------------------------------------ */
+
+static void report(lua_State *L, int status)
+{
+  if (status && !lua_isnil(L, -1)) {
+    const char *msg = lua_tostring(L, -1);
+    if (!msg) msg = "(error object is not a string)";
+    fprintf(stderr, "%s: %s\n", progname, msg);
+    fflush(stderr);
+    lua_pop(L, 1);
+  }
+}
+
+/* Message handler: the error as text (xfer.Error objects through __tostring), plus a
+** traceback. */
+static int traceback(lua_State *L)
+{
+  if (!lua_isstring(L, 1)) {
+    if (lua_isnoneornil(L, 1) || !luaL_callmeta(L, 1, "__tostring") || !lua_isstring(L, -1))
+      lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    lua_replace(L, 1);
+  }
+  lua_getfield(L, LUA_GLOBALSINDEX, "debug");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "traceback");
+    if (lua_isfunction(L, -1)) {
+      lua_pushvalue(L, 1);
+      lua_pushinteger(L, 2);
+      lua_call(L, 2, 1);
+      return 1;
+    }
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
+static void stop_hook(lua_State *L, lua_Debug *ar)
+{
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void on_sigint(int sig)
+{
+  signal(sig, SIG_DFL); /* a second Ctrl-C ends the process */
+  lua_sethook(global_L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+static int docall(lua_State *L, int narg, int nresults)
+{
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  signal(SIGINT, on_sigint);
+  int status = lua_pcall(L, narg, nresults, base);
+  signal(SIGINT, SIG_DFL);
+  lua_remove(L, base);
+  if (status) lua_gc(L, LUA_GCCOLLECT, 0); /* an error may have left tensors behind */
+  return status;
+}
+
+/* -- Running chunks -------------------------------------------------------------------------- */
+
+static int dostring(lua_State *L, const char *s, const char *name)
+{
+  int status = luaL_loadbuffer(L, s, strlen(s), name) || docall(L, 0, 0);
+  report(L, status);
+  return status;
+}
+
+static int dolibrary(lua_State *L, const char *name)
+{
+  lua_getglobal(L, "require");
+  lua_pushstring(L, name);
+  int status = docall(L, 1, 1);
+  if (status == 0) lua_setglobal(L, name);
+  report(L, status);
+  return status;
+}
+
+/* -jcmd[=arg,...]: jit.on/off/flush, or require("jit.<cmd>").start(args) */
+static int dojitcmd(lua_State *L, const char *cmd)
+{
+  const char *eq = strchr(cmd, '=');
+  size_t len = eq ? (size_t)(eq - cmd) : strlen(cmd);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "jit");
+  if (docall(L, 1, 1)) return report(L, 1), 1;
+  lua_pushlstring(L, cmd, len);
+  lua_gettable(L, -2);
+  if (lua_isfunction(L, -1)) { /* jit.on, jit.off, jit.flush */
+    lua_remove(L, -2);
+  } else {
+    lua_pop(L, 2);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "jit.");
+    lua_pushlstring(L, cmd, len);
+    lua_concat(L, 2);
+    if (docall(L, 1, 1)) return report(L, 1), 1;
+    lua_getfield(L, -1, "start");
+    if (!lua_isfunction(L, -1)) {
+      fprintf(stderr, "%s: unknown luaJIT command '%.*s'\n", progname, (int)len, cmd);
+      lua_pop(L, 2);
+      return 1;
+    }
+    lua_remove(L, -2);
+  }
+  int nargs = 0;
+  for (const char *a = eq ? eq + 1 : NULL; a; nargs++) {
+    const char *comma = strchr(a, ',');
+    lua_pushlstring(L, a, comma ? (size_t)(comma - a) : strlen(a));
+    a = comma ? comma + 1 : NULL;
+  }
+  int status = docall(L, nargs, 0);
+  report(L, status);
+  return status;
+}
+
+/* -O[opt,...]: require("jit.opt").start(opts) */
+static int dojitopt(lua_State *L, const char *opts)
+{
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "jit.opt");
+  if (docall(L, 1, 1)) return report(L, 1), 1;
+  lua_getfield(L, -1, "start");
+  lua_remove(L, -2);
+  int nargs = 0;
+  for (const char *a = *opts ? opts : NULL; a; nargs++) {
+    const char *comma = strchr(a, ',');
+    lua_pushlstring(L, a, comma ? (size_t)(comma - a) : strlen(a));
+    a = comma ? comma + 1 : NULL;
+  }
+  int status = docall(L, nargs, 0);
+  report(L, status);
+  return status;
+}
+
+static int print_devices(lua_State *L)
+{
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "xfer");
+  int status = docall(L, 1, 1);
+  if (status == 0) {
+    lua_getfield(L, -1, "describe");
+    lua_remove(L, -2);
+    status = docall(L, 0, 1);
+    if (status == 0) {
+      printf("xferlua %s\n%s\n", XFER_VERSION, lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  report(L, status);
+  return status;
+}
+
+/* -- The arg table and the script ------------------------------------------------------------ */
+
+/* arg[0] is the script, arg[1..] its arguments, arg[-1..] the interpreter and options. */
+static void create_arg_table(lua_State *L, char **argv, int argc, int script)
+{
+  lua_createtable(L, argc - script - 1, script + 1);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int handle_script(lua_State *L, char **argv, int argc, int script)
+{
+  const char *fname = argv[script];
+  if (!strcmp(fname, "-") && strcmp(argv[script - 1], "--")) fname = NULL; /* stdin */
+  int status = luaL_loadfile(L, fname);
+  if (status == 0) {
+    int nargs = argc - script - 1;
+    luaL_checkstack(L, nargs + 3, "too many arguments to script");
+    for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
+    status = docall(L, nargs, 0);
+  }
+  report(L, status);
+  return status;
+}
+
+/* -- Interactive mode ------------------------------------------------------------------------ */
+
+static int incomplete(lua_State *L, int status)
+{
+  if (status != LUA_ERRSYNTAX) return 0;
+  size_t len;
+  const char *msg = lua_tolstring(L, -1, &len);
+  if (len >= 7 && !strcmp(msg + len - 7, "'<eof>'")) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  return 0;
+}
+
+static int read_line(lua_State *L, int first)
+{
+  char buf[512];
+  fputs(first ? "> " : ">> ", stdout);
+  fflush(stdout);
+  if (!fgets(buf, sizeof buf, stdin)) return 0;
+  size_t len = strlen(buf);
+  if (len && buf[len - 1] == '\n') buf[--len] = '\0';
+  if (first && buf[0] == '=')
+    lua_pushfstring(L, "return %s", buf + 1);
+  else
+    lua_pushlstring(L, buf, len);
+  return 1;
+}
+
+/* One statement, possibly over several lines; tries "return <line>" first, so that
+** typing an expression prints it. */
+static int load_statement(lua_State *L)
+{
+  lua_settop(L, 0);
+  if (!read_line(L, 1)) return -1;
+  lua_pushfstring(L, "return %s", lua_tostring(L, 1));
+  if (luaL_loadbuffer(L, lua_tostring(L, -1), lua_strlen(L, -1), "=stdin") == 0) {
+    lua_remove(L, -2);
+    lua_remove(L, 1);
+    return 0;
+  }
+  lua_pop(L, 2);
+  for (;;) {
+    int status = luaL_loadbuffer(L, lua_tostring(L, 1), lua_strlen(L, 1), "=stdin");
+    if (!incomplete(L, status)) {
+      lua_remove(L, 1);
+      return status;
+    }
+    if (!read_line(L, 0)) return -1;
+    lua_pushliteral(L, "\n");
+    lua_insert(L, -2);
+    lua_concat(L, 3);
+  }
+}
+
+static void dotty(lua_State *L)
+{
+  int status;
+  while ((status = load_statement(L)) != -1) {
+    if (status == 0) status = docall(L, 0, LUA_MULTRET);
+    report(L, status);
+    if (status == 0 && lua_gettop(L) > 0) {
+      lua_getglobal(L, "print");
+      lua_insert(L, 1);
+      if (lua_pcall(L, lua_gettop(L) - 1, 0, 0))
+        fprintf(stderr, "%s: error calling print (%s)\n", progname, lua_tostring(L, -1));
+    }
+  }
+  lua_settop(L, 0);
+  fputs("\n", stdout);
+  fflush(stdout);
+}
+
+/* -- main -------------------------------------------------------------------------------- */
+
+typedef struct cli {
+  int script;          /* index of the script in argv, or 0 */
+  int interactive, version, no_env, devices, help, has_e;
+  int bad;             /* index of an option that is wrong, or 0 */
+} cli;
+
+static void scan_args(char **argv, int argc, cli *c)
+{
+  memset(c, 0, sizeof *c);
+  int i;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-') break;
+    if (!strcmp(a, "--")) { i++; break; }
+    if (!strcmp(a, "-")) break;
+    if (!strcmp(a, "--devices")) c->devices = 1;
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
+    else if (!strcmp(a, "-i")) c->interactive = c->version = 1;
+    else if (!strcmp(a, "-v")) c->version = 1;
+    else if (!strcmp(a, "-E")) c->no_env = 1;
+    else if (a[1] == 'O') continue;
+    else if (a[1] == 'e' || a[1] == 'l' || a[1] == 'j') {
+      if (a[1] == 'e') c->has_e = 1;
+      if (a[2] == '\0' && ++i >= argc) { c->bad = i - 1; return; }
+    } else {
+      c->bad = i;
+      return;
+    }
+  }
+  c->script = i < argc ? i : 0;
+}
+
+/* Runs -e, -l, -j and -O in command-line order. */
+static int run_options(lua_State *L, char **argv, int last)
+{
+  for (int i = 1; i < last; i++) {
+    const char *a = argv[i];
+    char opt = a[1];
+    if (a[0] != '-' || (opt != 'e' && opt != 'l' && opt != 'j' && opt != 'O')) continue;
+    const char *val = opt == 'O' || a[2] ? a + 2 : argv[++i];
+    int status = opt == 'e'   ? dostring(L, val, "=(command line)")
+                 : opt == 'l' ? dolibrary(L, val)
+                 : opt == 'j' ? dojitcmd(L, val)
+                              : dojitopt(L, val);
+    if (status) return status;
+  }
+  return 0;
+}
+
+static int handle_init(lua_State *L)
+{
+  const char *init = getenv("LUA_INIT");
+  if (!init) return 0;
+  if (init[0] == '@') {
+    int status = luaL_loadfile(L, init + 1) || docall(L, 0, 0);
+    report(L, status);
+    return status;
+  }
+  return dostring(L, init, "=LUA_INIT");
+}
+
+static int run(lua_State *L, const cli *cp, char **argv, int argc)
+{
+  cli c = *cp;
+  if (!c.no_env && handle_init(L)) return 1;
+  create_arg_table(L, argv, argc, c.script ? c.script : argc);
+  if (c.version) print_version();
+  if (c.devices && print_devices(L)) return 1;
+  if (run_options(L, argv, c.script ? c.script : argc)) return 1;
+  if (c.script && handle_script(L, argv, argc, c.script)) return 1;
+  if (c.interactive) {
+    dotty(L);
+  } else if (!c.script && !c.has_e && !c.version && !c.devices) {
+    if (isatty(0)) {
+      print_version();
+      dotty(L);
+    } else if (handle_script(L, (char *[]){argv[0], "-"}, 2, 1)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  cli c;
+  scan_args(argv, argc, &c);
+  if (c.bad) {
+    fprintf(stderr, "%s: unrecognized option or missing argument: '%s'\n", progname,
+            argv[c.bad]);
+    print_usage(stderr);
+    return 1;
+  }
+  if (c.help) {
+    print_usage(stdout);
+    return 0;
+  }
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "%s: cannot create a Lua state: not enough memory\n", progname);
+    return 1;
+  }
+  global_L = L;
+  if (c.no_env) { /* LuaJIT's package library then ignores LUA_PATH and LUA_CPATH */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+  }
+  lua_gc(L, LUA_GCSTOP, 0);
+  luaL_openlibs(L);
+  lua_gc(L, LUA_GCRESTART, 0);
+  xfer_lua_preload(L);
+  int status = run(L, &c, argv, argc);
+  lua_close(L);
+  return status;
+}

@@ -1,0 +1,224 @@
+/*
+** context.c -- the context: which runtimes opened, their devices, memory accounting,
+** and the context's lifetime (reference counted, so tensors outlive a closed binding).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The runtimes in the order xfer.runtimes() lists them. A NULL backend is a runtime
+** this build does not include yet; it is listed as unavailable with that reason. */
+static const struct {
+  const char *name;
+  const xfer_backend *backend;
+} runtime_table[XFER_RUNTIMES] = {
+  {"host", &xfer_backend_host},
+  {"cuda", NULL},
+  {"vulkan", NULL},
+  {"opencl", NULL},
+};
+
+static void open_runtime(xfer_ctx *ctx, size_t i)
+{
+  xfer_runtime *rt = &ctx->runtimes[i];
+  rt->name = runtime_table[i].name;
+  rt->backend = runtime_table[i].backend;
+  rt->ctx = ctx;
+  rt->first_device = ctx->ndevices;
+  if (!rt->backend) {
+    snprintf(rt->reason, sizeof rt->reason,
+             "this build of xferlua %s has no %s backend yet", XFER_VERSION, rt->name);
+    return;
+  }
+  xfer_error err;
+  if (rt->backend->open(rt, &err) != XFER_E_OK) {
+    snprintf(rt->reason, sizeof rt->reason, "%s", err.message);
+    /* a runtime that failed half way keeps no devices */
+    for (size_t d = rt->first_device; d < ctx->ndevices; d++) free(ctx->devices[d]);
+    ctx->ndevices = rt->first_device;
+    rt->ndevices = 0;
+    return;
+  }
+  rt->ndevices = ctx->ndevices - rt->first_device;
+  rt->available = rt->ndevices > 0;
+  if (!rt->available) snprintf(rt->reason, sizeof rt->reason, "no %s device found", rt->name);
+}
+
+xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory");
+  ctx->refs = 1;
+  for (size_t i = 0; i < XFER_RUNTIMES; i++) {
+    ctx->nruntimes++;
+    open_runtime(ctx, i);
+  }
+  const char *spec = getenv("XFER_FAULTS");
+  if (spec) {
+    xfer_code rc = xfer_fault_parse(ctx, spec, err);
+    if (rc) {
+      char why[sizeof err->message];
+      snprintf(why, sizeof why, "%s", err->message);
+      xfer_err_set(err, rc, "open", "XFER_FAULTS: %s", why);
+      xfer_ctx_release(ctx);
+      return rc;
+    }
+  }
+  *out = ctx;
+  return XFER_E_OK;
+}
+
+xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx)
+{
+  ctx->refs++;
+  return ctx;
+}
+
+void xfer_ctx_release(xfer_ctx *ctx)
+{
+  if (!ctx || --ctx->refs > 0) return;
+  for (size_t i = ctx->nruntimes; i-- > 0;) {
+    xfer_runtime *rt = &ctx->runtimes[i];
+    if (rt->backend && rt->available && rt->backend->close) rt->backend->close(rt);
+  }
+  for (size_t d = 0; d < ctx->ndevices; d++) free(ctx->devices[d]);
+  free(ctx->devices);
+  free(ctx);
+}
+
+/* -- Runtimes ------------------------------------------------------------------ */
+
+size_t xfer_runtime_count(const xfer_ctx *ctx) { return ctx->nruntimes; }
+
+xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info *out,
+                           xfer_error *err)
+{
+  if (index >= ctx->nruntimes)
+    return xfer_err_set(err, XFER_E_INVALID, "runtime", "no runtime #%zu (there are %zu)",
+                        index, ctx->nruntimes);
+  const xfer_runtime *rt = &ctx->runtimes[index];
+  out->name = rt->name;
+  out->available = rt->available;
+  out->reason = rt->reason;
+  out->device_count = rt->ndevices;
+  return XFER_E_OK;
+}
+
+xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
+{
+  xfer_ctx *ctx = rt->ctx;
+  if (ctx->ndevices == ctx->cap) {
+    size_t cap = ctx->cap ? ctx->cap * 2 : 8;
+    xfer_device **grown = realloc(ctx->devices, cap * sizeof *grown);
+    if (!grown) {
+      xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory listing devices");
+      return NULL;
+    }
+    ctx->devices = grown;
+    ctx->cap = cap;
+  }
+  xfer_device *dev = calloc(1, sizeof *dev);
+  if (!dev) {
+    xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory listing devices");
+    return NULL;
+  }
+  dev->ctx = ctx;
+  dev->rt = rt;
+  dev->index = (int)(ctx->ndevices - rt->first_device);
+  if (!strcmp(rt->name, "host"))
+    snprintf(dev->name, sizeof dev->name, "host");
+  else
+    snprintf(dev->name, sizeof dev->name, "%s:%d", rt->name, dev->index);
+  ctx->devices[ctx->ndevices++] = dev;
+  return dev;
+}
+
+/* -- Devices -------------------------------------------------------------------- */
+
+size_t xfer_device_count(const xfer_ctx *ctx) { return ctx->ndevices; }
+
+xfer_device *xfer_device_at(xfer_ctx *ctx, size_t index)
+{
+  return index < ctx->ndevices ? ctx->devices[index] : NULL;
+}
+
+xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
+                           xfer_error *err)
+{
+  *out = NULL;
+  for (size_t d = 0; d < ctx->ndevices; d++)
+    if (!strcmp(ctx->devices[d]->name, name)) {
+      *out = ctx->devices[d];
+      return XFER_E_OK;
+    }
+  /* "cuda" alone means its first device */
+  for (size_t r = 0; r < ctx->nruntimes; r++) {
+    const xfer_runtime *rt = &ctx->runtimes[r];
+    if (strcmp(rt->name, name)) continue;
+    if (rt->ndevices) {
+      *out = ctx->devices[rt->first_device];
+      return XFER_E_OK;
+    }
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "device", "no %s device: %s", name,
+                        rt->reason);
+  }
+  char known[256] = "";
+  size_t used = 0;
+  for (size_t d = 0; d < ctx->ndevices && used < sizeof known; d++)
+    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", d ? ", " : "",
+                             ctx->devices[d]->name);
+  return xfer_err_set(err, XFER_E_INVALID, "device", "unknown device '%s' (devices here: %s)",
+                      name, known);
+}
+
+xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err)
+{
+  memset(out, 0, sizeof *out);
+  out->name = dev->name;
+  out->runtime = dev->rt->name;
+  out->index = dev->index;
+  out->label = dev->label;
+  out->total_memory = dev->total_memory;
+  out->unified = dev->unified;
+  out->has_uuid = dev->has_uuid;
+  memcpy(out->uuid, dev->uuid, sizeof out->uuid);
+  if (dev->rt->backend->memory) {
+    uint64_t free_bytes = 0, total = 0;
+    xfer_code rc = dev->rt->backend->memory(dev, &free_bytes, &total, err);
+    if (rc) return rc;
+    out->free_memory = free_bytes;
+    if (total) out->total_memory = total;
+  }
+  return XFER_E_OK;
+}
+
+xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
+
+void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out) { *out = dev->mem; }
+
+/* -- Buffers ---------------------------------------------------------------------- */
+
+xfer_code xfer_buffer_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
+{
+  *buf = NULL;
+  if (dev->lost)
+    return xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost", dev->name);
+  if (nbytes == 0) return XFER_E_OK; /* nothing to hold: no driver call */
+  xfer_code rc = dev->rt->backend->alloc(dev, nbytes, buf, err);
+  if (rc) return rc;
+  dev->mem.in_use += nbytes;
+  dev->mem.buffers++;
+  if (dev->mem.in_use > dev->mem.peak) dev->mem.peak = dev->mem.in_use;
+  return XFER_E_OK;
+}
+
+void xfer_buffer_free(xfer_device *dev, void *buf, size_t nbytes)
+{
+  if (nbytes == 0) return;
+  dev->rt->backend->free(dev, buf, nbytes);
+  dev->mem.in_use -= nbytes;
+  dev->mem.buffers--;
+}

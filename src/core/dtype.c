@@ -1,0 +1,181 @@
+/*
+** dtype.c -- element types: names, sizes, and exact conversion between one element
+** and a double (f16/bf16 rounded to nearest even straight from the double).
+*/
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[XFER_DTYPE__COUNT] = {
+  [XFER_F16] = {"f16", 2},  [XFER_BF16] = {"bf16", 2}, [XFER_F32] = {"f32", 4},
+  [XFER_F64] = {"f64", 8},  [XFER_I8] = {"i8", 1},     [XFER_I16] = {"i16", 2},
+  [XFER_I32] = {"i32", 4},  [XFER_I64] = {"i64", 8},   [XFER_U8] = {"u8", 1},
+  [XFER_U16] = {"u16", 2},  [XFER_U32] = {"u32", 4},   [XFER_U64] = {"u64", 8},
+  [XFER_BOOL] = {"bool", 1},
+};
+
+const char *xfer_dtype_name(xfer_dtype dtype)
+{
+  return (unsigned)dtype < XFER_DTYPE__COUNT ? dtypes[dtype].name : "?";
+}
+
+int xfer_dtype_parse(const char *name, xfer_dtype *out)
+{
+  for (int i = 0; i < XFER_DTYPE__COUNT; i++)
+    if (!strcmp(name, dtypes[i].name)) {
+      *out = (xfer_dtype)i;
+      return 0;
+    }
+  return -1;
+}
+
+size_t xfer_dtype_size(xfer_dtype dtype)
+{
+  return (unsigned)dtype < XFER_DTYPE__COUNT ? dtypes[dtype].size : 0;
+}
+
+int xfer_dtype_is_float(xfer_dtype dtype)
+{
+  return dtype == XFER_F16 || dtype == XFER_BF16 || dtype == XFER_F32 || dtype == XFER_F64;
+}
+
+/* -- Small floats (f16: 5 exponent bits, 10 mantissa; bf16: 8 and 7) ----------- */
+
+/* Rounds |x| to a float of `ebits`/`mbits` with one rounding step (nearbyint is
+** round-half-even in the default mode), so no double rounding through f32. */
+static uint16_t small_float_encode(double x, int ebits, int mbits)
+{
+  const int bias = (1 << (ebits - 1)) - 1;
+  const uint16_t sign = signbit(x) ? (uint16_t)(1u << (ebits + mbits)) : 0;
+  const uint16_t inf = (uint16_t)(((1u << ebits) - 1) << mbits);
+  if (isnan(x)) return sign | inf | (uint16_t)(1u << (mbits - 1));
+  double a = fabs(x);
+  if (isinf(a)) return sign | inf;
+  if (a < ldexp(1.0, 1 - bias)) /* subnormal: a multiple of 2^(1-bias-mbits) */
+    return sign | (uint16_t)nearbyint(ldexp(a, mbits - (1 - bias)));
+  int e;
+  frexp(a, &e); /* a = f * 2^e, f in [0.5, 1): unbiased exponent e - 1 */
+  double m = nearbyint(ldexp(a, mbits - (e - 1)));
+  if (m == ldexp(1.0, mbits + 1)) {
+    m /= 2;
+    e++;
+  }
+  int biased = e - 1 + bias;
+  if (biased >= (1 << ebits) - 1) return sign | inf;
+  return sign | (uint16_t)((unsigned)biased << mbits) | (uint16_t)((unsigned)m - (1u << mbits));
+}
+
+static double small_float_decode(uint16_t bits, int ebits, int mbits)
+{
+  const int bias = (1 << (ebits - 1)) - 1;
+  int sign = (bits >> (ebits + mbits)) & 1;
+  int biased = (bits >> mbits) & ((1 << ebits) - 1);
+  unsigned mant = bits & ((1u << mbits) - 1);
+  double v;
+  if (biased == 0)
+    v = ldexp((double)mant, 1 - bias - mbits);
+  else if (biased == (1 << ebits) - 1)
+    v = mant ? NAN : INFINITY;
+  else
+    v = ldexp((double)(mant | (1u << mbits)), biased - bias - mbits);
+  return sign ? -v : v;
+}
+
+/* -- Store and load ------------------------------------------------------------ */
+
+static xfer_code out_of_range(xfer_error *err, xfer_dtype dtype, double value, const char *why)
+{
+  return xfer_err_set(err, XFER_E_INVALID, "convert", "value %.17g %s %s", value, why,
+                      xfer_dtype_name(dtype));
+}
+
+static xfer_code store_float(xfer_dtype dtype, double value, void *dst, xfer_error *err)
+{
+  uint16_t half;
+  float single;
+  switch (dtype) {
+  case XFER_F64:
+    memcpy(dst, &value, 8);
+    return XFER_E_OK;
+  case XFER_F32:
+    single = (float)value;
+    if (isinf(single) && isfinite(value)) return out_of_range(err, dtype, value, "is out of range for");
+    memcpy(dst, &single, 4);
+    return XFER_E_OK;
+  default:
+    half = dtype == XFER_F16 ? small_float_encode(value, 5, 10) : small_float_encode(value, 8, 7);
+    if (isfinite(value) && isinf(small_float_decode(half, dtype == XFER_F16 ? 5 : 8,
+                                                    dtype == XFER_F16 ? 10 : 7)))
+      return out_of_range(err, dtype, value, "is out of range for");
+    memcpy(dst, &half, 2);
+    return XFER_E_OK;
+  }
+}
+
+static xfer_code store_integer(xfer_dtype dtype, double value, void *dst, xfer_error *err)
+{
+  static const struct { double lo, hi_excl; } range[XFER_DTYPE__COUNT] = {
+    [XFER_I8] = {-128.0, 128.0},
+    [XFER_I16] = {-32768.0, 32768.0},
+    [XFER_I32] = {-2147483648.0, 2147483648.0},
+    [XFER_I64] = {-9223372036854775808.0, 9223372036854775808.0},
+    [XFER_U8] = {0.0, 256.0},
+    [XFER_U16] = {0.0, 65536.0},
+    [XFER_U32] = {0.0, 4294967296.0},
+    [XFER_U64] = {0.0, 18446744073709551616.0},
+    [XFER_BOOL] = {0.0, 2.0},
+  };
+  if (!isfinite(value) || value != floor(value))
+    return out_of_range(err, dtype, value, "is not a whole number, as");
+  if (value < range[dtype].lo || value >= range[dtype].hi_excl)
+    return out_of_range(err, dtype, value, "is out of range for");
+  switch (dtype) {
+  case XFER_I8: { int8_t v = (int8_t)value; memcpy(dst, &v, 1); break; }
+  case XFER_I16: { int16_t v = (int16_t)value; memcpy(dst, &v, 2); break; }
+  case XFER_I32: { int32_t v = (int32_t)value; memcpy(dst, &v, 4); break; }
+  case XFER_I64: { int64_t v = (int64_t)value; memcpy(dst, &v, 8); break; }
+  case XFER_U8:
+  case XFER_BOOL: { uint8_t v = (uint8_t)value; memcpy(dst, &v, 1); break; }
+  case XFER_U16: { uint16_t v = (uint16_t)value; memcpy(dst, &v, 2); break; }
+  case XFER_U32: { uint32_t v = (uint32_t)value; memcpy(dst, &v, 4); break; }
+  default: { uint64_t v = (uint64_t)value; memcpy(dst, &v, 8); break; }
+  }
+  return XFER_E_OK;
+}
+
+xfer_code xfer_value_store(xfer_dtype dtype, double value, void *dst, xfer_error *err)
+{
+  if ((unsigned)dtype >= XFER_DTYPE__COUNT)
+    return xfer_err_set(err, XFER_E_INVALID, "convert", "unknown dtype %d", (int)dtype);
+  return xfer_dtype_is_float(dtype) ? store_float(dtype, value, dst, err)
+                                    : store_integer(dtype, value, dst, err);
+}
+
+double xfer_value_load(xfer_dtype dtype, const void *src)
+{
+  union {
+    uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+    uint64_t u64; int64_t i64; float f32; double f64;
+  } v;
+  memcpy(&v, src, xfer_dtype_size(dtype));
+  switch (dtype) {
+  case XFER_F16: return small_float_decode(v.u16, 5, 10);
+  case XFER_BF16: return small_float_decode(v.u16, 8, 7);
+  case XFER_F32: return v.f32;
+  case XFER_F64: return v.f64;
+  case XFER_I8: return v.i8;
+  case XFER_I16: return v.i16;
+  case XFER_I32: return v.i32;
+  case XFER_I64: return (double)v.i64;
+  case XFER_U8: return v.u8;
+  case XFER_U16: return v.u16;
+  case XFER_U32: return v.u32;
+  case XFER_U64: return (double)v.u64;
+  case XFER_BOOL: return v.u8 != 0;
+  default: return NAN;
+  }
+}

@@ -1,0 +1,89 @@
+/*
+** error.c -- error records: codes, their names, and the sentences that name both
+** ends of a failed movement ("Failed to read a tensor off X on the way to Y: ...").
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const code_names[] = {
+#define XFER_ERRNAME(name, lua_name, what) lua_name,
+  XFER_ERRORS(XFER_ERRNAME)
+#undef XFER_ERRNAME
+};
+
+const char *xfer_code_name(xfer_code code)
+{
+  if ((int)code < 0 || code >= XFER_E__COUNT) return NULL;
+  return code_names[code];
+}
+
+static void copy_field(char *dst, size_t cap, const char *src)
+{
+  snprintf(dst, cap, "%s", src ? src : "");
+}
+
+xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
+{
+  if (!err) return code;
+  memset(err, 0, sizeof *err);
+  err->code = code;
+  copy_field(err->op, sizeof err->op, op);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err->message, sizeof err->message, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long long native,
+                          const char *native_name, const char *native_text, int retryable,
+                          int injected)
+{
+  if (!err) return code;
+  xfer_err_set(err, code, op, "%s (%lld): %s%s", native_name, native, native_text,
+               injected ? " [injected fault]" : "");
+  err->native = native;
+  copy_field(err->native_name, sizeof err->native_name, native_name);
+  err->retryable = retryable;
+  err->injected = injected;
+  return code;
+}
+
+/* vsnprintf, so that a long cause is cut short rather than warned about */
+static void put_message(xfer_error *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void put_message(xfer_error *err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err->message, sizeof err->message, fmt, ap);
+  va_end(ap);
+}
+
+void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device *to,
+                    size_t nbytes)
+{
+  if (!err) return;
+  const char *f = from ? from->name : "", *t = to ? to->name : "";
+  copy_field(err->from, sizeof err->from, f);
+  copy_field(err->to, sizeof err->to, t);
+  char cause[sizeof err->message];
+  memcpy(cause, err->message, sizeof cause);
+  const char *op = err->op;
+  if (!strcmp(op, "read"))
+    put_message(err, "Failed to read a tensor off %s on the way to %s: %s", f, t, cause);
+  else if (!strcmp(op, "write"))
+    put_message(err, "Failed to write a tensor to %s on the way from %s: %s", t, f, cause);
+  else if (!strcmp(op, "alloc") && !from)
+    put_message(err, "Failed to allocate %zu bytes on %s: %s", nbytes, t, cause);
+  else if (!strcmp(op, "alloc"))
+    put_message(err, "Failed to allocate %zu bytes on %s for a tensor from %s: %s", nbytes, t,
+                f, cause);
+  else
+    put_message(err, "Failed to %s a tensor from %s to %s: %s", op, f, t, cause);
+}

@@ -1,0 +1,134 @@
+/*
+** faults.c -- fault injection: rules that make the nth matching driver call fail.
+** Backends ask xfer_fault_hit() before each driver call and, on a hit, report the
+** failure through the same code a real failure takes.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const fault_ops[] = {
+  "alloc", "read", "write", "copy", "peer", "import", "export", "map", "sync", NULL,
+};
+
+const char *const *xfer_fault_ops(void) { return fault_ops; }
+
+static int known_op(const char *op)
+{
+  for (const char *const *o = fault_ops; *o; o++)
+    if (!strcmp(*o, op)) return 1;
+  return 0;
+}
+
+static int known_runtime(const xfer_ctx *ctx, const char *runtime)
+{
+  for (size_t i = 0; i < ctx->nruntimes; i++)
+    if (!strcmp(ctx->runtimes[i].name, runtime)) return 1;
+  return 0;
+}
+
+xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *err)
+{
+  if (!known_runtime(ctx, fault->runtime))
+    return xfer_err_set(err, XFER_E_INVALID, "inject",
+                        "unknown runtime '%s' (expected host, cuda, vulkan or opencl)",
+                        fault->runtime);
+  if (!known_op(fault->op))
+    return xfer_err_set(err, XFER_E_INVALID, "inject",
+                        "unknown op '%s' (expected alloc, read, write, copy, peer, import, "
+                        "export, map or sync)", fault->op);
+  if (fault->nth < 1 || fault->count < 1)
+    return xfer_err_set(err, XFER_E_INVALID, "inject",
+                        "nth and count must be at least 1 (got nth=%d, count=%d)", fault->nth,
+                        fault->count);
+  if (ctx->nfaults == XFER_MAX_FAULTS)
+    return xfer_err_set(err, XFER_E_INVALID, "inject", "too many fault rules (at most %d)",
+                        XFER_MAX_FAULTS);
+  xfer_fault_rule *rule = &ctx->faults[ctx->nfaults++];
+  rule->fault = *fault;
+  rule->skip = fault->nth - 1;
+  rule->left = fault->count;
+  return XFER_E_OK;
+}
+
+/* One rule "runtime:op[:nth[:count]]" of `len` characters. */
+static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_error *err)
+{
+  char text[64], *field[4] = {0};
+  int nfields = 0;
+  if (len >= sizeof text)
+    return xfer_err_set(err, XFER_E_INVALID, "inject", "fault rule too long: '%.*s'",
+                        (int)len, rule);
+  memcpy(text, rule, len);
+  text[len] = '\0';
+  char *rest = text;
+  while (rest && nfields < 4) field[nfields++] = strsep(&rest, ":");
+  xfer_fault fault = {.nth = 1, .count = 1};
+  char *end = NULL;
+  int bad = nfields < 2 || rest != NULL || strlen(field[0]) >= sizeof fault.runtime ||
+            strlen(field[1]) >= sizeof fault.op;
+  if (!bad && field[2]) {
+    fault.nth = (int)strtol(field[2], &end, 10);
+    bad = *field[2] == '\0' || *end != '\0';
+  }
+  if (!bad && field[3]) {
+    fault.count = (int)strtol(field[3], &end, 10);
+    bad = *field[3] == '\0' || *end != '\0';
+  }
+  if (bad)
+    return xfer_err_set(err, XFER_E_INVALID, "inject",
+                        "bad fault rule '%.*s' (expected runtime:op[:nth[:count]], "
+                        "such as host:read:1)", (int)len, rule);
+  strcpy(fault.runtime, field[0]);
+  strcpy(fault.op, field[1]);
+  return xfer_fault_inject(ctx, &fault, err);
+}
+
+xfer_code xfer_fault_parse(xfer_ctx *ctx, const char *spec, xfer_error *err)
+{
+  for (const char *p = spec; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len) {
+      xfer_code rc = parse_rule(ctx, p, len, err);
+      if (rc) return rc;
+    }
+    p += len;
+    if (*p == ',') p++;
+  }
+  return XFER_E_OK;
+}
+
+void xfer_fault_clear(xfer_ctx *ctx) { ctx->nfaults = 0; }
+
+size_t xfer_fault_list(const xfer_ctx *ctx, xfer_fault *out, size_t max)
+{
+  for (size_t i = 0; i < ctx->nfaults && i < max; i++) {
+    out[i] = ctx->faults[i].fault;
+    out[i].nth = ctx->faults[i].skip + 1;
+    out[i].count = ctx->faults[i].left;
+  }
+  return ctx->nfaults;
+}
+
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op)
+{
+  int hit = 0;
+  for (size_t i = 0; i < ctx->nfaults; i++) {
+    xfer_fault_rule *rule = &ctx->faults[i];
+    if (strcmp(rule->fault.runtime, runtime) || strcmp(rule->fault.op, op)) continue;
+    if (rule->skip > 0) {
+      rule->skip--;
+    } else {
+      rule->left--;
+      hit = 1;
+    }
+  }
+  /* drop used-up rules, keeping the order of the rest */
+  size_t kept = 0;
+  for (size_t i = 0; i < ctx->nfaults; i++)
+    if (ctx->faults[i].left > 0) ctx->faults[kept++] = ctx->faults[i];
+  ctx->nfaults = kept;
+  return hit;
+}

@@ -1,0 +1,139 @@
+/*
+** internal.h -- the core's own structures and the backend vtable.
+** Backends include this; nothing outside src/ does.
+*/
+#ifndef XFER_INTERNAL_H
+#define XFER_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "xfer.h"
+
+typedef struct xfer_runtime xfer_runtime;
+
+/* -- Backend vtable ------------------------------------------------------------ */
+
+/* One table per runtime. A buffer is whatever the backend says it is (a pointer, a
+** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
+** bytes. Optional members are NULL, and the core checks before calling. */
+#define XFER_BACKEND_VERSION 1
+typedef struct xfer_backend {
+  int version;
+  const char *name;
+  /* Loads the driver and adds devices with xfer_runtime_add_device. A runtime that
+  ** cannot work here returns XFER_E_UNAVAILABLE with the reason in err->message. */
+  xfer_code (*open)(xfer_runtime *rt, xfer_error *err);
+  void (*close)(xfer_runtime *rt);                         /* releases devices and driver */
+  xfer_code (*alloc)(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err);
+  void (*free)(xfer_device *dev, void *buf, size_t nbytes);  /* never fails */
+  /* host memory -> buffer */
+  xfer_code (*write)(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
+                     xfer_error *err);
+  /* buffer -> host memory */
+  xfer_code (*read)(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                    xfer_error *err);
+  /* buffer -> buffer on one device */
+  xfer_code (*copy)(xfer_device *dev, void *dst, size_t dst_offset, void *src,
+                    size_t src_offset, size_t n, xfer_error *err);
+  /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
+  xfer_code (*peer)(xfer_device *dst_dev, void *dst, xfer_device *src_dev, void *src,
+                    size_t n, xfer_error *err);
+  /* optional: the host address of a buffer the CPU can use in place, else NULL */
+  void *(*host_address)(xfer_device *dev, void *buf);
+  /* optional: free and total bytes as the driver reports them now */
+  xfer_code (*memory)(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
+                      xfer_error *err);
+} xfer_backend;
+
+/* -- Core structures ---------------------------------------------------------- */
+
+struct xfer_runtime {
+  const xfer_backend *backend;  /* NULL for a runtime this build does not include */
+  const char *name;
+  xfer_ctx *ctx;
+  int available;
+  char reason[512];
+  void *impl;                   /* the backend's own state */
+  size_t first_device, ndevices;
+};
+
+struct xfer_device {
+  xfer_ctx *ctx;
+  xfer_runtime *rt;
+  int index;                    /* within its runtime */
+  char name[32];                /* "opencl:1" */
+  char label[128];
+  uint64_t total_memory;
+  int unified, has_uuid;
+  uint8_t uuid[16];
+  void *impl;
+  xfer_memory_info mem;
+  int lost;                     /* set once the driver says the device is gone */
+};
+
+#define XFER_RUNTIMES 4
+#define XFER_MAX_FAULTS 32
+
+typedef struct xfer_fault_rule {
+  xfer_fault fault;
+  int skip;                     /* matching calls still to let through */
+  int left;                     /* matching calls still to fail */
+} xfer_fault_rule;
+
+struct xfer_ctx {
+  int refs;
+  xfer_runtime runtimes[XFER_RUNTIMES];
+  size_t nruntimes;
+  xfer_device **devices;
+  size_t ndevices, cap;
+  xfer_fault_rule faults[XFER_MAX_FAULTS];
+  size_t nfaults;
+};
+
+struct xfer_tensor {
+  int refs;
+  xfer_device *dev;
+  xfer_dtype dtype;
+  xfer_shape shape;
+  size_t numel, nbytes;
+  void *buf;
+  int freed;
+};
+
+/* -- Helpers shared by the core and the backends -------------------------------- */
+
+/* Sets code, op and a formatted message; clears the rest. Returns code. */
+xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* A driver call failed: records its native code, name and text as the cause. */
+xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long long native,
+                          const char *native_name, const char *native_text, int retryable,
+                          int injected);
+/* Puts a backend's cause into words naming both ends of the movement. */
+void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device *to,
+                    size_t nbytes);
+
+/* Called by a backend's checked wrapper before each driver call: 1 means fail it. */
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op);
+
+xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err);
+
+/* Allocate/free through the backend, keeping the device's memory accounting. */
+xfer_code xfer_buffer_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err);
+void xfer_buffer_free(xfer_device *dev, void *buf, size_t nbytes);
+
+/* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                            const xfer_device *from, xfer_tensor **out, xfer_error *err);
+
+
+/* Page-aligned host memory; large blocks come populated (no page-fault storm). */
+void *xfer_host_pages_alloc(size_t nbytes);
+void xfer_host_pages_free(void *p, size_t nbytes);
+
+extern const xfer_backend xfer_backend_host;
+
+#endif

@@ -1,0 +1,231 @@
+/*
+** tensor.c -- tensors: shape checks, lifetime (reference count plus explicit free),
+** and moving a tensor's bytes between it and host memory.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Fill and compare work in host chunks of this size, never a whole-tensor copy. */
+#define CHUNK_BYTES (1u << 20)
+
+static xfer_device *host_device(xfer_ctx *ctx) { return ctx->devices[0]; }
+
+xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
+{
+  if (!t || t->freed)
+    return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a freed tensor");
+  if (t->dev->lost)
+    return xfer_err_set(err, XFER_E_DEVICE_LOST, op, "device %s was lost", t->dev->name);
+  return XFER_E_OK;
+}
+
+static xfer_code check_shape(xfer_dtype dtype, const xfer_shape *shape, size_t *numel,
+                             xfer_error *err)
+{
+  if ((unsigned)dtype >= XFER_DTYPE__COUNT)
+    return xfer_err_set(err, XFER_E_INVALID, "tensor", "unknown dtype %d", (int)dtype);
+  if (shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
+    return xfer_err_set(err, XFER_E_INVALID, "tensor", "a tensor has 0 to %d dimensions, not %d",
+                        XFER_MAX_DIMS, shape->ndim);
+  size_t n = 1, limit = SIZE_MAX / 2 / xfer_dtype_size(dtype);
+  for (int i = 0; i < shape->ndim; i++) {
+    int64_t d = shape->dims[i];
+    if (d < 0)
+      return xfer_err_set(err, XFER_E_INVALID, "tensor", "dimension %d is negative (%lld)",
+                          i + 1, (long long)d);
+    if (d && n > limit / (uint64_t)d)
+      return xfer_err_set(err, XFER_E_INVALID, "tensor", "shape too large for memory");
+    n *= (size_t)d;
+  }
+  *numel = n;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                            const xfer_device *from, xfer_tensor **out, xfer_error *err)
+{
+  *out = NULL;
+  size_t numel;
+  xfer_code rc = check_shape(dtype, shape, &numel, err);
+  if (rc) return rc;
+  xfer_tensor *t = calloc(1, sizeof *t);
+  if (!t) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+  t->refs = 1;
+  t->dev = dev;
+  t->dtype = dtype;
+  t->shape = *shape;
+  t->numel = numel;
+  t->nbytes = numel * xfer_dtype_size(dtype);
+  rc = xfer_buffer_alloc(dev, t->nbytes, &t->buf, err);
+  if (rc) {
+    xfer_err_frame(err, from, dev, t->nbytes);
+    free(t);
+    return rc;
+  }
+  xfer_ctx_retain(dev->ctx);
+  *out = t;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_tensor_empty(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                            xfer_tensor **out, xfer_error *err)
+{
+  return xfer_tensor_alloc(dev, dtype, shape, NULL, out, err);
+}
+
+xfer_code xfer_tensor_from_bytes(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                                 const void *bytes, size_t nbytes, xfer_tensor **out,
+                                 xfer_error *err)
+{
+  xfer_tensor *t;
+  xfer_code rc = xfer_tensor_empty(dev, dtype, shape, &t, err);
+  if (rc) return rc;
+  rc = xfer_tensor_write(t, bytes, nbytes, err);
+  if (rc) {
+    xfer_tensor_release(t);
+    return rc;
+  }
+  *out = t;
+  return XFER_E_OK;
+}
+
+/* -- Lifetime ------------------------------------------------------------------------ */
+
+xfer_tensor *xfer_tensor_retain(xfer_tensor *t)
+{
+  t->refs++;
+  return t;
+}
+
+void xfer_tensor_free(xfer_tensor *t)
+{
+  if (!t || t->freed) return;
+  xfer_buffer_free(t->dev, t->buf, t->nbytes);
+  t->buf = NULL;
+  t->freed = 1;
+}
+
+void xfer_tensor_release(xfer_tensor *t)
+{
+  if (!t || --t->refs > 0) return;
+  xfer_ctx *ctx = t->dev->ctx;
+  xfer_tensor_free(t);
+  free(t);
+  xfer_ctx_release(ctx);
+}
+
+int xfer_tensor_is_freed(const xfer_tensor *t) { return t->freed; }
+xfer_dtype xfer_tensor_dtype(const xfer_tensor *t) { return t->dtype; }
+const xfer_shape *xfer_tensor_shape(const xfer_tensor *t) { return &t->shape; }
+size_t xfer_tensor_numel(const xfer_tensor *t) { return t->numel; }
+size_t xfer_tensor_nbytes(const xfer_tensor *t) { return t->nbytes; }
+xfer_device *xfer_tensor_device(const xfer_tensor *t) { return t->dev; }
+
+size_t xfer_shape_format(xfer_dtype dtype, const xfer_shape *shape, char *buf, size_t cap)
+{
+  size_t used = (size_t)snprintf(buf, cap, "%s[", xfer_dtype_name(dtype));
+  for (int i = 0; i < shape->ndim; i++)
+    used += (size_t)snprintf(buf + (used < cap ? used : cap), used < cap ? cap - used : 0,
+                             "%s%lld", i ? "," : "", (long long)shape->dims[i]);
+  used += (size_t)snprintf(buf + (used < cap ? used : cap), used < cap ? cap - used : 0, "]");
+  return used;
+}
+
+/* -- Bytes in and out ---------------------------------------------------------------- */
+
+void *xfer_tensor_host_data(xfer_tensor *t)
+{
+  const xfer_backend *be = t->dev->rt->backend;
+  if (t->freed || !be->host_address || t->nbytes == 0) return NULL;
+  return be->host_address(t->dev, t->buf);
+}
+
+static xfer_code check_size(const xfer_tensor *t, size_t nbytes, const char *op,
+                            xfer_error *err)
+{
+  if (nbytes == t->nbytes) return XFER_E_OK;
+  return xfer_err_set(err, XFER_E_INVALID, op, "%zu bytes given for a %s tensor of %zu bytes",
+                      nbytes, xfer_dtype_name(t->dtype), t->nbytes);
+}
+
+xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_check(t, "read", err);
+  if (!rc) rc = check_size(t, nbytes, "read", err);
+  if (rc || nbytes == 0) return rc;
+  rc = t->dev->rt->backend->read(t->dev, t->buf, 0, dst, nbytes, err);
+  if (rc) xfer_err_frame(err, t->dev, host_device(t->dev->ctx), nbytes);
+  return rc;
+}
+
+xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_check(t, "write", err);
+  if (!rc) rc = check_size(t, nbytes, "write", err);
+  if (rc || nbytes == 0) return rc;
+  rc = t->dev->rt->backend->write(t->dev, t->buf, 0, src, nbytes, err);
+  if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, nbytes);
+  return rc;
+}
+
+xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_check(t, "write", err);
+  if (rc || t->nbytes == 0) return rc;
+  size_t esize = xfer_dtype_size(t->dtype);
+  size_t chunk = t->nbytes < CHUNK_BYTES ? t->nbytes : CHUNK_BYTES / esize * esize;
+  char *pattern = malloc(chunk);
+  if (!pattern) return xfer_err_set(err, XFER_E_ALLOC, "write", "out of host memory");
+  for (size_t off = 0; off < chunk; off += esize) memcpy(pattern + off, elem, esize);
+  for (size_t off = 0; off < t->nbytes && !rc; off += chunk) {
+    size_t n = t->nbytes - off < chunk ? t->nbytes - off : chunk;
+    rc = t->dev->rt->backend->write(t->dev, t->buf, off, pattern, n, err);
+  }
+  free(pattern);
+  if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, t->nbytes);
+  return rc;
+}
+
+/* The bytes [off, off+n) of `t` as host memory: in place when the CPU can address the
+** buffer, else read into `scratch`. */
+static xfer_code host_view(xfer_tensor *t, size_t off, size_t n, char *scratch,
+                           const char **view, xfer_error *err)
+{
+  const xfer_backend *be = t->dev->rt->backend;
+  char *in_place = be->host_address ? be->host_address(t->dev, t->buf) : NULL;
+  if (in_place) {
+    *view = in_place + off;
+    return XFER_E_OK;
+  }
+  *view = scratch;
+  xfer_code rc = be->read(t->dev, t->buf, off, scratch, n, err);
+  if (rc) xfer_err_frame(err, t->dev, host_device(t->dev->ctx), n);
+  return rc;
+}
+
+xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_error *err)
+{
+  *equal = 0;
+  xfer_code rc = xfer_tensor_check(a, "equals", err);
+  if (!rc) rc = xfer_tensor_check(b, "equals", err);
+  if (rc) return rc;
+  if (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim ||
+      memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims[0] * (size_t)a->shape.ndim))
+    return XFER_E_OK;
+  char *scratch = malloc(2 * CHUNK_BYTES);
+  if (!scratch) return xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
+  int same = 1;
+  for (size_t off = 0; off < a->nbytes && same && !rc; off += CHUNK_BYTES) {
+    size_t n = a->nbytes - off < CHUNK_BYTES ? a->nbytes - off : CHUNK_BYTES;
+    const char *va, *vb;
+    rc = host_view(a, off, n, scratch, &va, err);
+    if (!rc) rc = host_view(b, off, n, scratch + CHUNK_BYTES, &vb, err);
+    if (!rc) same = memcmp(va, vb, n) == 0;
+  }
+  free(scratch);
+  *equal = !rc && same;
+  return rc;
+}

@@ -1,0 +1,234 @@
+/*
+** transfer.c -- moving a tensor to another device: the planner picks the first path
+** that applies (DESIGN.md, "Transfers"), the executor runs it, and a failure leaves the
+** source untouched and nothing allocated.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const path_names[XFER_PATH__COUNT] = {
+  "auto", "same_device", "same_runtime", "interop", "staged", "host",
+};
+
+const char *xfer_path_name(xfer_path path)
+{
+  return (unsigned)path < XFER_PATH__COUNT ? path_names[path] : "?";
+}
+
+int xfer_path_parse(const char *name, xfer_path *out)
+{
+  for (int i = XFER_PATH_SAME_DEVICE; i < XFER_PATH__COUNT; i++)
+    if (!strcmp(name, path_names[i])) {
+      *out = (xfer_path)i;
+      return 0;
+    }
+  return -1;
+}
+
+/* -- Planning ------------------------------------------------------------------------- */
+
+static void add_step(xfer_plan *plan, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void add_step(xfer_plan *plan, const char *fmt, ...)
+{
+  if (plan->nsteps == XFER_PLAN_MAX_STEPS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(plan->steps[plan->nsteps++], sizeof plan->steps[0], fmt, ap);
+  va_end(ap);
+}
+
+static int addressable(const xfer_device *dev)
+{
+  return dev->rt->backend->host_address != NULL;
+}
+
+/* Why `path` cannot move src to dst, or NULL when it can. */
+static const char *inapplicable(xfer_path path, const xfer_device *src, const xfer_device *dst,
+                                char *why, size_t cap)
+{
+  switch (path) {
+  case XFER_PATH_SAME_DEVICE:
+    if (src == dst) return NULL;
+    snprintf(why, cap, "same_device needs one device at both ends, not %s and %s", src->name,
+             dst->name);
+    return why;
+  case XFER_PATH_SAME_RUNTIME:
+    if (src->rt != dst->rt)
+      snprintf(why, cap, "same_runtime needs one runtime at both ends, not %s and %s",
+               src->rt->name, dst->rt->name);
+    else if (src == dst)
+      snprintf(why, cap, "same_runtime moves between two devices; %s is both ends", src->name);
+    else if (!src->rt->backend->peer)
+      snprintf(why, cap, "%s cannot copy between two of its devices directly", src->rt->name);
+    else
+      return NULL;
+    return why;
+  case XFER_PATH_INTEROP:
+    if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
+        src->rt == dst->rt)
+      snprintf(why, cap, "interop needs two runtimes on one physical GPU (equal device UUIDs); "
+               "%s and %s are not", src->name, dst->name);
+    else
+      snprintf(why, cap, "%s and %s share a GPU, but this build has no interop path yet",
+               src->name, dst->name);
+    return why;
+  case XFER_PATH_STAGED:
+    snprintf(why, cap, "this build has no staged pipeline yet; via=\"host\" moves %s to %s",
+             src->name, dst->name);
+    return why;
+  default:
+    return NULL; /* the host round-trip always applies */
+  }
+}
+
+static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device *dst)
+{
+  const char *from = src->dev->name, *to = dst->name;
+  size_t n = src->nbytes;
+  switch (plan->path) {
+  case XFER_PATH_SAME_DEVICE:
+    snprintf(plan->reason, sizeof plan->reason, "source and target are both %s", from);
+    add_step(plan, "copy %zu bytes within %s", n, from);
+    break;
+  case XFER_PATH_SAME_RUNTIME:
+    snprintf(plan->reason, sizeof plan->reason, "%s copies between its own devices",
+             src->dev->rt->name);
+    add_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
+    break;
+  default:
+    snprintf(plan->reason, sizeof plan->reason,
+             plan->path == XFER_PATH_HOST && src->dev->rt != dst->rt
+                 ? "no direct path between %s and %s: through host memory"
+                 : "through host memory between %s and %s",
+             from, to);
+    if (addressable(dst))
+      add_step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from,
+               to);
+    else if (addressable(src->dev))
+      add_step(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to,
+               from);
+    else {
+      add_step(plan, "read %zu bytes off %s into host staging", n, from);
+      add_step(plan, "write %zu bytes from host staging to %s", n, to);
+    }
+    break;
+  }
+}
+
+xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
+                             xfer_plan *plan, xfer_error *err)
+{
+  memset(plan, 0, sizeof *plan);
+  xfer_code rc = xfer_tensor_check(src, "plan", err);
+  if (rc) return rc;
+  if (dst->lost)
+    return xfer_err_set(err, XFER_E_DEVICE_LOST, "plan", "device %s was lost", dst->name);
+  xfer_path via = opts ? opts->via : XFER_PATH_AUTO;
+  char why[200];
+  if (via != XFER_PATH_AUTO) {
+    if ((unsigned)via >= XFER_PATH__COUNT)
+      return xfer_err_set(err, XFER_E_INVALID, "plan", "unknown path %d", (int)via);
+    if (inapplicable(via, src->dev, dst, why, sizeof why))
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "%s", why);
+    plan->path = via;
+  } else {
+    plan->path = XFER_PATH_HOST;
+    for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
+      if (!inapplicable((xfer_path)p, src->dev, dst, why, sizeof why)) {
+        plan->path = (xfer_path)p;
+        break;
+      }
+  }
+  describe(plan, src, dst);
+  return XFER_E_OK;
+}
+
+/* -- Executing ------------------------------------------------------------------------- */
+
+static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+{
+  const xfer_backend *sbe = src->dev->rt->backend, *dbe = dst->dev->rt->backend;
+  size_t n = src->nbytes;
+  xfer_code rc;
+  /* Where one end is host memory already, it is the staging buffer: one copy, not two. */
+  if (addressable(dst->dev)) {
+    rc = sbe->read(src->dev, src->buf, 0, dbe->host_address(dst->dev, dst->buf), n, err);
+  } else if (addressable(src->dev)) {
+    rc = dbe->write(dst->dev, dst->buf, 0, sbe->host_address(src->dev, src->buf), n, err);
+  } else {
+    xfer_device *host = src->dev->ctx->devices[0];
+    void *staging;
+    rc = xfer_buffer_alloc(host, n, &staging, err);
+    if (!rc) rc = sbe->read(src->dev, src->buf, 0, staging, n, err);
+    if (!rc) rc = dbe->write(dst->dev, dst->buf, 0, staging, n, err);
+    xfer_buffer_free(host, staging, n);
+  }
+  return rc;
+}
+
+static xfer_code run(const xfer_plan *plan, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+{
+  xfer_code rc = XFER_E_OK;
+  if (src->nbytes == 0) return rc;
+  switch (plan->path) {
+  case XFER_PATH_SAME_DEVICE:
+    rc = src->dev->rt->backend->copy(src->dev, dst->buf, 0, src->buf, 0, src->nbytes, err);
+    break;
+  case XFER_PATH_SAME_RUNTIME:
+    rc = src->dev->rt->backend->peer(dst->dev, dst->buf, src->dev, src->buf, src->nbytes, err);
+    break;
+  default:
+    rc = run_host_roundtrip(src, dst, err);
+    break;
+  }
+  if (rc) xfer_err_frame(err, src->dev, dst->dev, src->nbytes);
+  return rc;
+}
+
+xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
+                           xfer_tensor **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_plan plan;
+  xfer_code rc = xfer_transfer_plan(src, dst_dev, opts, &plan, err);
+  if (rc) return rc;
+  xfer_tensor *dst;
+  rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
+  if (rc) return rc;
+  rc = run(&plan, src, dst, err);
+  if (rc) {
+    xfer_tensor_release(dst);
+    return rc;
+  }
+  *out = dst;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
+                             xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_check(dst, "copy", err);
+  if (!rc) rc = xfer_tensor_check(src, "copy", err);
+  if (rc) return rc;
+  if (dst->dtype != src->dtype || dst->shape.ndim != src->shape.ndim ||
+      memcmp(dst->shape.dims, src->shape.dims, sizeof dst->shape.dims[0] * (size_t)dst->shape.ndim))
+  {
+    char want[96], got[96];
+    xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
+    xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
+    return xfer_err_set(err, XFER_E_INVALID, "copy",
+                        "copy_from needs one dtype and shape at both ends: target %s, source %s",
+                        want, got);
+  }
+  if (dst == src) return XFER_E_OK;
+  xfer_plan plan;
+  rc = xfer_transfer_plan(src, dst->dev, opts, &plan, err);
+  return rc ? rc : run(&plan, src, dst, err);
+}

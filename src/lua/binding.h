@@ -1,0 +1,67 @@
+/*
+** binding.h -- shared pieces of the Lua binding. The binding uses only Lua's official
+** API and xfer.h: no driver, no core internals.
+*/
+#ifndef XFER_BINDING_H
+#define XFER_BINDING_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "xfer.h"
+#include "xfer_lua.h"
+
+#define XL_TENSOR "xfer.Tensor"
+#define XL_DEVICE "xfer.Device"
+#define XL_ERROR "xfer.Error"
+
+#if defined(__GNUC__)
+#define XL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define XL_NORETURN __attribute__((noreturn))
+#else
+#define XL_PRINTF(f, a)
+#define XL_NORETURN
+#endif
+
+/* lua_error.c: errors are raised as xfer.Error tables, never as strings. */
+void xl_push_error(lua_State *L, const xfer_error *err);
+XL_NORETURN void xl_raise(lua_State *L, const xfer_error *err);
+XL_NORETURN void xl_raise_code(lua_State *L, xfer_code code, const char *op, const char *fmt, ...)
+    XL_PRINTF(4, 5);
+/* "bad argument #n to 'fname' (<what> expected, got <type>)", code invalid */
+XL_NORETURN void xl_arg_error(lua_State *L, int arg, const char *fname, const char *what);
+void xl_open_error(lua_State *L, int module);
+
+/* Option tables: NULL-terminated list of the keys `fname` understands. */
+void xl_check_options(lua_State *L, int idx, const char *fname, const char *const *keys);
+/* Field `key` of the options at `idx` as a string, or `def` when absent. */
+const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *key,
+                          const char *def);
+
+/* xfer_lua.c */
+xfer_ctx *xl_ctx(lua_State *L);
+
+/* lua_device.c */
+void xl_push_device(lua_State *L, xfer_device *dev);
+/* An xfer.Device or a device name at `idx`. */
+xfer_device *xl_check_device(lua_State *L, int idx, const char *fname);
+void xl_open_device(lua_State *L, int module);
+
+/* lua_tensor.c */
+xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname);
+void xl_open_tensor(lua_State *L, int module);
+
+/* lua_convert.c: Lua values <-> tensor elements */
+/* Shape of the nested table at `idx` (numbers and booleans at the leaves). */
+void xl_table_shape(lua_State *L, int idx, xfer_shape *shape);
+/* Writes the elements of the nested table at `idx`, of shape `shape`, into `dst`. */
+void xl_table_store(lua_State *L, int idx, const xfer_shape *shape, xfer_dtype dtype, void *dst);
+/* Pushes the elements at `src` as nested tables of `shape` (flat: one list). */
+void xl_push_values(lua_State *L, xfer_dtype dtype, const xfer_shape *shape, const void *src,
+                    int flat);
+/* One Lua value (number or boolean) at `idx` stored as dtype at dst, or raises. */
+void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const char *where);
+/* A shape: a table of whole numbers >= 0, or one number for a 1-D shape. */
+void xl_check_shape(lua_State *L, int idx, const char *fname, xfer_shape *shape);
+
+#endif

@@ -1,0 +1,147 @@
+/*
+** lua_device.c -- xfer.Device userdata: a boxed device pointer holding a reference to
+** its context, plus xfer.devices() and xfer.device(name).
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "binding.h"
+
+typedef struct device_box {
+  xfer_device *dev;
+} device_box;
+
+void xl_push_device(lua_State *L, xfer_device *dev)
+{
+  device_box *box = lua_newuserdata(L, sizeof *box);
+  box->dev = NULL;
+  luaL_getmetatable(L, XL_DEVICE);
+  lua_setmetatable(L, -2);
+  xfer_ctx_retain(xfer_device_ctx(dev));
+  box->dev = dev;
+}
+
+static device_box *to_device_box(lua_State *L, int idx)
+{
+  device_box *box = lua_touserdata(L, idx);
+  if (!box || !lua_getmetatable(L, idx)) return NULL;
+  luaL_getmetatable(L, XL_DEVICE);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? box : NULL;
+}
+
+xfer_device *xl_check_device(lua_State *L, int idx, const char *fname)
+{
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    xfer_device *dev;
+    xfer_error err;
+    if (xfer_device_find(xl_ctx(L), lua_tostring(L, idx), &dev, &err)) xl_raise(L, &err);
+    return dev;
+  }
+  device_box *box = to_device_box(L, idx);
+  if (!box || !box->dev) xl_arg_error(L, idx, fname, "xfer.Device or device name");
+  return box->dev;
+}
+
+static int device_gc(lua_State *L)
+{
+  device_box *box = lua_touserdata(L, 1);
+  if (box->dev) xfer_ctx_release(xfer_device_ctx(box->dev));
+  box->dev = NULL;
+  return 0;
+}
+
+static int device_eq(lua_State *L)
+{
+  device_box *a = to_device_box(L, 1), *b = to_device_box(L, 2);
+  lua_pushboolean(L, a && b && a->dev == b->dev);
+  return 1;
+}
+
+static int device_tostring(lua_State *L)
+{
+  xfer_device *dev = xl_check_device(L, 1, "tostring");
+  xfer_device_info info;
+  xfer_error err;
+  if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
+  lua_pushfstring(L, "xfer.Device(%s: %s)", info.name, info.label);
+  return 1;
+}
+
+static void push_uuid(lua_State *L, const uint8_t *u)
+{
+  char text[37];
+  snprintf(text, sizeof text,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+           u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+           u[15]);
+  lua_pushstring(L, text);
+}
+
+static int device_index(lua_State *L)
+{
+  xfer_device *dev = xl_check_device(L, 1, "index");
+  const char *key = lua_tostring(L, 2);
+  xfer_device_info info;
+  xfer_error err;
+  if (!key) return 0;
+  if (!strcmp(key, "memory")) { /* method: dev:memory() == xfer.memory(dev) */
+    lua_getfield(L, lua_upvalueindex(1), "memory");
+    return 1;
+  }
+  if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
+  if (!strcmp(key, "name")) lua_pushstring(L, info.name);
+  else if (!strcmp(key, "runtime")) lua_pushstring(L, info.runtime);
+  else if (!strcmp(key, "index")) lua_pushinteger(L, info.index);
+  else if (!strcmp(key, "label")) lua_pushstring(L, info.label);
+  else if (!strcmp(key, "total_memory")) lua_pushnumber(L, (lua_Number)info.total_memory);
+  else if (!strcmp(key, "free_memory")) lua_pushnumber(L, (lua_Number)info.free_memory);
+  else if (!strcmp(key, "unified")) lua_pushboolean(L, info.unified);
+  else if (!strcmp(key, "uuid")) {
+    if (!info.has_uuid) return 0;
+    push_uuid(L, info.uuid);
+  } else
+    return 0;
+  return 1;
+}
+
+static int l_devices(lua_State *L)
+{
+  xfer_ctx *ctx = xl_ctx(L);
+  size_t n = xfer_device_count(ctx);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    xl_push_device(L, xfer_device_at(ctx, i));
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static int l_device(lua_State *L)
+{
+  if (lua_type(L, 1) != LUA_TSTRING) xl_arg_error(L, 1, "device", "device name");
+  xl_push_device(L, xl_check_device(L, 1, "device"));
+  return 1;
+}
+
+void xl_open_device(lua_State *L, int module)
+{
+  luaL_newmetatable(L, XL_DEVICE);
+  lua_pushcfunction(L, device_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, device_eq);
+  lua_setfield(L, -2, "__eq");
+  lua_pushcfunction(L, device_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushvalue(L, module); /* __index finds methods in the module of this load */
+  lua_pushcclosure(L, device_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, XL_DEVICE);
+  lua_setfield(L, -2, "__name");
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_devices);
+  lua_setfield(L, module, "devices");
+  lua_pushcfunction(L, l_device);
+  lua_setfield(L, module, "device");
+}

@@ -1,0 +1,137 @@
+/*
+** lua_error.c -- xfer.Error objects: tables whose fields are an xfer_error's, with a
+** metatable whose __tostring is the message, so `pcall` hands scripts a value.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "binding.h"
+
+void xl_push_error(lua_State *L, const xfer_error *err)
+{
+  lua_createtable(L, 0, 9);
+  lua_pushstring(L, xfer_code_name(err->code));
+  lua_setfield(L, -2, "code");
+  lua_pushstring(L, err->op);
+  lua_setfield(L, -2, "op");
+  lua_pushstring(L, err->from);
+  lua_setfield(L, -2, "from");
+  lua_pushstring(L, err->to);
+  lua_setfield(L, -2, "to");
+  lua_pushnumber(L, (lua_Number)err->native);
+  lua_setfield(L, -2, "native");
+  lua_pushstring(L, err->native_name);
+  lua_setfield(L, -2, "native_name");
+  lua_pushboolean(L, err->retryable);
+  lua_setfield(L, -2, "retryable");
+  lua_pushboolean(L, err->injected);
+  lua_setfield(L, -2, "injected");
+  lua_pushstring(L, err->message);
+  lua_setfield(L, -2, "message");
+  luaL_getmetatable(L, XL_ERROR);
+  lua_setmetatable(L, -2);
+}
+
+void xl_raise(lua_State *L, const xfer_error *err)
+{
+  xl_push_error(L, err);
+  lua_error(L);
+  for (;;) {} /* lua_error does not return; this tells the compiler so */
+}
+
+void xl_raise_code(lua_State *L, xfer_code code, const char *op, const char *fmt, ...)
+{
+  xfer_error err;
+  memset(&err, 0, sizeof err);
+  err.code = code;
+  snprintf(err.op, sizeof err.op, "%s", op);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err.message, sizeof err.message, fmt, ap);
+  va_end(ap);
+  xl_raise(L, &err);
+}
+
+void xl_arg_error(lua_State *L, int arg, const char *fname, const char *what)
+{
+  xl_raise_code(L, XFER_E_INVALID, fname, "bad argument #%d to '%s' (%s expected, got %s)", arg,
+                fname, what, luaL_typename(L, arg));
+}
+
+void xl_check_options(lua_State *L, int idx, const char *fname, const char *const *keys)
+{
+  if (lua_isnoneornil(L, idx)) return;
+  if (!lua_istable(L, idx)) xl_arg_error(L, idx, fname, "options table");
+  for (lua_pushnil(L); lua_next(L, idx); lua_pop(L, 1)) {
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *const *k = keys;
+    while (key && *k && strcmp(*k, key)) k++;
+    if (!key || !*k) {
+      lua_pushvalue(L, -2);
+      const char *shown = lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER
+                              ? lua_tostring(L, -1) : luaL_typename(L, -1);
+      char known[160] = "";
+      size_t used = 0;
+      for (k = keys; *k && used < sizeof known; k++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s",
+                                 k == keys ? "" : ", ", *k);
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: unknown option '%s' (known: %s)", fname,
+                    shown, known);
+    }
+  }
+}
+
+const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *key,
+                          const char *def)
+{
+  if (lua_isnoneornil(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return def;
+  }
+  if (lua_type(L, -1) != LUA_TSTRING)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option '%s' must be a string, not a %s", fname,
+                  key, luaL_typename(L, -1));
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 1); /* the options table still holds the string */
+  return s;
+}
+
+static int error_tostring(lua_State *L)
+{
+  lua_getfield(L, 1, "message");
+  if (!lua_isstring(L, -1)) lua_pushliteral(L, "xfer error");
+  return 1;
+}
+
+static int is_error(lua_State *L)
+{
+  int yes = 0;
+  if (lua_getmetatable(L, 1)) {
+    luaL_getmetatable(L, XL_ERROR);
+    yes = lua_rawequal(L, -1, -2);
+  }
+  lua_pushboolean(L, yes);
+  return 1;
+}
+
+void xl_open_error(lua_State *L, int module)
+{
+  if (luaL_newmetatable(L, XL_ERROR)) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, XL_ERROR);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, is_error);
+  lua_setfield(L, module, "is_error");
+  /* xfer.codes: the code names, for scripts that branch on e.code */
+  lua_newtable(L);
+  for (int c = XFER_E_READ; c < XFER_E__COUNT; c++) {
+    lua_pushstring(L, xfer_code_name((xfer_code)c));
+    lua_rawseti(L, -2, c);
+  }
+  lua_setfield(L, module, "codes");
+}

@@ -1,0 +1,490 @@
+/*
+** lua_tensor.c -- xfer.Tensor userdata: constructors, fields, transfers, conversions.
+** The userdata is a box holding one reference to a C tensor. Like liolib's files, the
+** box is created empty before the tensor exists, so an error in between leaves
+** nothing for __gc to trip over and nothing leaked.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "binding.h"
+
+typedef struct tensor_box {
+  xfer_tensor *t;
+} tensor_box;
+
+static tensor_box *new_box(lua_State *L)
+{
+  tensor_box *box = lua_newuserdata(L, sizeof *box);
+  box->t = NULL;
+  luaL_getmetatable(L, XL_TENSOR);
+  lua_setmetatable(L, -2);
+  return box;
+}
+
+/* Puts `t` (whose reference the box takes over) into `box`, releasing what was there. */
+static void box_adopt(tensor_box *box, xfer_tensor *t)
+{
+  xfer_tensor *old = box->t;
+  box->t = t;
+  if (old) xfer_tensor_release(old);
+}
+
+void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
+{
+  tensor_box *box = new_box(L);
+  box->t = xfer_tensor_retain(t);
+}
+
+static tensor_box *to_box(lua_State *L, int idx)
+{
+  tensor_box *box = lua_touserdata(L, idx);
+  if (!box || !lua_getmetatable(L, idx)) return NULL;
+  luaL_getmetatable(L, XL_TENSOR);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? box : NULL;
+}
+
+xfer_tensor *xfer_lua_to_tensor(lua_State *L, int idx)
+{
+  tensor_box *box = to_box(L, idx);
+  return box ? box->t : NULL;
+}
+
+xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname)
+{
+  tensor_box *box = to_box(L, idx);
+  if (!box || !box->t) xl_arg_error(L, idx, fname, "xfer.Tensor");
+  return box->t;
+}
+
+/* A tensor that is still usable (not freed, device not lost). */
+static xfer_tensor *check_live(lua_State *L, int idx, const char *fname)
+{
+  xfer_tensor *t = xl_check_tensor(L, idx, fname);
+  xfer_error err;
+  if (xfer_tensor_check(t, fname, &err)) xl_raise(L, &err);
+  return t;
+}
+
+/* -- Options --------------------------------------------------------------------------- */
+
+static xfer_dtype opt_dtype(lua_State *L, int opts, const char *fname)
+{
+  const char *name = xl_opt_string(L, opts, fname, "dtype", "f32");
+  xfer_dtype dtype;
+  if (xfer_dtype_parse(name, &dtype))
+    xl_raise_code(L, XFER_E_INVALID, fname,
+                  "%s: unknown dtype '%s' (expected f16, bf16, f32, f64, i8, i16, i32, i64, u8, "
+                  "u16, u32, u64 or bool)", fname, name);
+  return dtype;
+}
+
+static xfer_device *host_device(lua_State *L)
+{
+  xfer_device *dev;
+  xfer_error err;
+  if (xfer_device_find(xl_ctx(L), "host", &dev, &err)) xl_raise(L, &err);
+  return dev;
+}
+
+static xfer_device *opt_device(lua_State *L, int opts)
+{
+  if (lua_isnoneornil(L, opts)) return host_device(L);
+  lua_getfield(L, opts, "device");
+  xfer_device *dev = lua_isnil(L, -1) ? host_device(L) : xl_check_device(L, lua_gettop(L), "device");
+  lua_pop(L, 1);
+  return dev;
+}
+
+static void opt_transfer(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
+{
+  static const char *const keys[] = {"via", NULL};
+  xl_check_options(L, opts, fname, keys);
+  const char *via = xl_opt_string(L, opts, fname, "via", "auto");
+  out->via = XFER_PATH_AUTO;
+  if (strcmp(via, "auto") && xfer_path_parse(via, &out->via))
+    xl_raise_code(L, XFER_E_INVALID, fname,
+                  "%s: unknown path '%s' (expected auto, same_device, same_runtime, interop, "
+                  "staged or host)", fname, via);
+}
+
+static size_t shape_numel(const xfer_shape *shape)
+{
+  size_t n = 1;
+  for (int i = 0; i < shape->ndim; i++) n *= (size_t)shape->dims[i];
+  return n;
+}
+
+/* -- Construction -------------------------------------------------------------------- */
+
+/* Fills box with a new host tensor (empty), raising on failure. */
+static void box_empty(lua_State *L, tensor_box *box, xfer_device *dev, xfer_dtype dtype,
+                      const xfer_shape *shape)
+{
+  xfer_tensor *t;
+  xfer_error err;
+  if (xfer_tensor_empty(dev, dtype, shape, &t, &err)) xl_raise(L, &err);
+  box_adopt(box, t);
+}
+
+/* Moves the host tensor in `box` to `dev` (built on the host, then transferred). */
+static void box_move_to(lua_State *L, tensor_box *box, xfer_device *dev)
+{
+  if (xfer_tensor_device(box->t) == dev) return;
+  xfer_tensor *moved;
+  xfer_error err;
+  if (xfer_transfer_to(box->t, dev, NULL, &moved, &err)) xl_raise(L, &err);
+  box_adopt(box, moved);
+}
+
+static void tensor_from_string(lua_State *L, tensor_box *box, xfer_dtype dtype, xfer_device *dev)
+{
+  size_t len, esize = xfer_dtype_size(dtype);
+  const char *bytes = lua_tolstring(L, 1, &len);
+  xfer_shape shape = {1, {(int64_t)(len / esize)}};
+  if (!lua_isnoneornil(L, 2)) {
+    lua_getfield(L, 2, "shape");
+    if (!lua_isnil(L, -1)) xl_check_shape(L, lua_gettop(L), "tensor", &shape);
+    lua_pop(L, 1);
+  }
+  if (len != shape_numel(&shape) * esize) {
+    char want[96];
+    xfer_shape_format(dtype, &shape, want, sizeof want);
+    xl_raise_code(L, XFER_E_INVALID, "tensor",
+                  "tensor: a byte string of %zu bytes does not fill %s (%zu bytes)", len, want,
+                  shape_numel(&shape) * esize);
+  }
+  xfer_tensor *t;
+  xfer_error err;
+  if (xfer_tensor_from_bytes(dev, dtype, &shape, bytes, len, &t, &err)) xl_raise(L, &err);
+  box_adopt(box, t);
+}
+
+static void tensor_from_values(lua_State *L, tensor_box *box, xfer_dtype dtype, xfer_device *dev)
+{
+  xfer_shape given = {0, {0}}, shape;
+  if (lua_istable(L, 1))
+    xl_table_shape(L, 1, &given);
+  shape = given;
+  if (!lua_isnoneornil(L, 2)) {
+    lua_getfield(L, 2, "shape");
+    if (!lua_isnil(L, -1)) xl_check_shape(L, lua_gettop(L), "tensor", &shape);
+    lua_pop(L, 1);
+  }
+  if (shape_numel(&shape) != shape_numel(&given)) {
+    char want[96];
+    xfer_shape_format(dtype, &shape, want, sizeof want);
+    xl_raise_code(L, XFER_E_INVALID, "tensor", "tensor: %zu values given for shape %s (%zu)",
+                  shape_numel(&given), want, shape_numel(&shape));
+  }
+  box_empty(L, box, host_device(L), dtype, &shape);
+  char *dst = xfer_tensor_host_data(box->t);
+  if (lua_istable(L, 1))
+    xl_table_store(L, 1, &given, dtype, dst);
+  else
+    xl_store_value(L, 1, dtype, dst, "");
+  box_move_to(L, box, dev);
+}
+
+static int l_tensor(lua_State *L)
+{
+  static const char *const keys[] = {"dtype", "shape", "device", NULL};
+  int type = lua_type(L, 1);
+  if (type != LUA_TTABLE && type != LUA_TSTRING && type != LUA_TNUMBER && type != LUA_TBOOLEAN)
+    xl_arg_error(L, 1, "tensor", "table of values, byte string or number");
+  xl_check_options(L, 2, "tensor", keys);
+  xfer_dtype dtype = opt_dtype(L, 2, "tensor");
+  xfer_device *dev = opt_device(L, 2);
+  tensor_box *box = new_box(L);
+  if (type == LUA_TSTRING)
+    tensor_from_string(L, box, dtype, dev);
+  else
+    tensor_from_values(L, box, dtype, dev);
+  return 1;
+}
+
+/* empty/zeros/full: shape at 1, options at `opts`, fill value at `value` (0: none). */
+static int make_filled(lua_State *L, const char *fname, int opts, int value, int zero)
+{
+  static const char *const keys[] = {"dtype", "device", NULL};
+  xfer_shape shape;
+  xl_check_shape(L, 1, fname, &shape);
+  xl_check_options(L, opts, fname, keys);
+  xfer_dtype dtype = opt_dtype(L, opts, fname);
+  xfer_device *dev = opt_device(L, opts);
+  uint64_t elem[2] = {0, 0}; /* room for the largest element, zero bits */
+  if (value) xl_store_value(L, value, dtype, elem, "");
+  tensor_box *box = new_box(L);
+  box_empty(L, box, dev, dtype, &shape);
+  xfer_error err;
+  if ((value || zero) && xfer_tensor_fill(box->t, elem, &err)) xl_raise(L, &err);
+  return 1;
+}
+
+static int l_empty(lua_State *L) { return make_filled(L, "empty", 2, 0, 0); }
+static int l_zeros(lua_State *L) { return make_filled(L, "zeros", 2, 0, 1); }
+
+static int l_full(lua_State *L)
+{
+  if (lua_type(L, 2) != LUA_TNUMBER && lua_type(L, 2) != LUA_TBOOLEAN)
+    xl_arg_error(L, 2, "full", "number or boolean");
+  return make_filled(L, "full", 3, 2, 0);
+}
+
+/* arange(stop) | arange(start, stop [, step]), then optional options */
+static int l_arange(lua_State *L)
+{
+  static const char *const keys[] = {"dtype", "device", NULL};
+  int nnum = 0;
+  while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) nnum++;
+  if (nnum == 0) xl_arg_error(L, 1, "arange", "number");
+  int opts = nnum + 1;
+  if (!lua_isnoneornil(L, opts + 1) || (!lua_isnoneornil(L, opts) && !lua_istable(L, opts)))
+    xl_arg_error(L, opts, "arange", "options table");
+  xl_check_options(L, opts, "arange", keys);
+  double start = nnum > 1 ? lua_tonumber(L, 1) : 0.0;
+  double stop = nnum > 1 ? lua_tonumber(L, 2) : lua_tonumber(L, 1);
+  double step = nnum > 2 ? lua_tonumber(L, 3) : 1.0;
+  if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step))
+    xl_raise_code(L, XFER_E_INVALID, "arange",
+                  "arange: start, stop and step must be finite and step not 0");
+  double count = ceil((stop - start) / step);
+  if (count > 1e12)
+    xl_raise_code(L, XFER_E_INVALID, "arange", "arange: %.0f elements is too many", count);
+  xfer_shape shape = {1, {count > 0 ? (int64_t)count : 0}};
+  xfer_dtype dtype = opt_dtype(L, opts, "arange");
+  xfer_device *dev = opt_device(L, opts);
+  tensor_box *box = new_box(L);
+  box_empty(L, box, host_device(L), dtype, &shape);
+  char *dst = xfer_tensor_host_data(box->t);
+  size_t esize = xfer_dtype_size(dtype);
+  for (int64_t i = 0; i < shape.dims[0]; i++) {
+    lua_pushnumber(L, start + (double)i * step);
+    xl_store_value(L, -1, dtype, dst + (size_t)i * esize, "");
+    lua_pop(L, 1);
+  }
+  box_move_to(L, box, dev);
+  return 1;
+}
+
+/* -- Transfers -------------------------------------------------------------------------- */
+
+static int m_to(lua_State *L)
+{
+  xfer_tensor *t = check_live(L, 1, "to");
+  xfer_device *dev = xl_check_device(L, 2, "to");
+  xfer_transfer_opts opts;
+  opt_transfer(L, 3, "to", &opts);
+  tensor_box *box = new_box(L);
+  xfer_tensor *moved;
+  xfer_error err;
+  if (xfer_transfer_to(t, dev, &opts, &moved, &err)) xl_raise(L, &err);
+  box_adopt(box, moved);
+  return 1;
+}
+
+static int m_copy_from(lua_State *L)
+{
+  xfer_tensor *dst = check_live(L, 1, "copy_from");
+  xfer_tensor *src = check_live(L, 2, "copy_from");
+  xfer_transfer_opts opts;
+  opt_transfer(L, 3, "copy_from", &opts);
+  xfer_error err;
+  if (xfer_transfer_copy(dst, src, &opts, &err)) xl_raise(L, &err);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int m_clone(lua_State *L)
+{
+  xfer_tensor *t = check_live(L, 1, "clone");
+  tensor_box *box = new_box(L);
+  xfer_tensor *copy;
+  xfer_error err;
+  if (xfer_transfer_to(t, xfer_tensor_device(t), NULL, &copy, &err)) xl_raise(L, &err);
+  box_adopt(box, copy);
+  return 1;
+}
+
+static int l_plan(lua_State *L)
+{
+  xfer_tensor *t = check_live(L, 1, "plan");
+  xfer_device *dev = xl_check_device(L, 2, "plan");
+  xfer_transfer_opts opts;
+  opt_transfer(L, 3, "plan", &opts);
+  xfer_plan plan;
+  xfer_error err;
+  if (xfer_transfer_plan(t, dev, &opts, &plan, &err)) xl_raise(L, &err);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, xfer_path_name(plan.path));
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, plan.reason);
+  lua_setfield(L, -2, "reason");
+  lua_createtable(L, plan.nsteps, 0);
+  for (int i = 0; i < plan.nsteps; i++) {
+    lua_pushstring(L, plan.steps[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "steps");
+  return 1;
+}
+
+/* -- Reading values out ----------------------------------------------------------------- */
+
+/* The tensor's bytes in host memory: in place for host tensors; otherwise a host copy,
+** left on the stack so that the GC frees it. */
+static const char *host_bytes(lua_State *L, xfer_tensor *t)
+{
+  const char *in_place = xfer_tensor_host_data(t);
+  if (in_place || xfer_tensor_nbytes(t) == 0) return in_place;
+  tensor_box *box = new_box(L);
+  xfer_tensor *copy;
+  xfer_error err;
+  if (xfer_transfer_to(t, host_device(L), NULL, &copy, &err)) xl_raise(L, &err);
+  box_adopt(box, copy);
+  return xfer_tensor_host_data(copy);
+}
+
+static int m_totable(lua_State *L)
+{
+  static const char *const keys[] = {"flat", NULL};
+  xfer_tensor *t = check_live(L, 1, "totable");
+  xl_check_options(L, 2, "totable", keys);
+  int flat = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    lua_getfield(L, 2, "flat");
+    flat = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  const char *bytes = host_bytes(L, t);
+  xl_push_values(L, xfer_tensor_dtype(t), xfer_tensor_shape(t), bytes, flat);
+  return 1;
+}
+
+static int m_tobytes(lua_State *L)
+{
+  xfer_tensor *t = check_live(L, 1, "tobytes");
+  const char *bytes = host_bytes(L, t);
+  lua_pushlstring(L, bytes ? bytes : "", xfer_tensor_nbytes(t));
+  return 1;
+}
+
+static int m_equals(lua_State *L)
+{
+  xfer_tensor *a = check_live(L, 1, "equals");
+  xfer_tensor *b = check_live(L, 2, "equals");
+  int equal;
+  xfer_error err;
+  if (xfer_tensor_equal(a, b, &equal, &err)) xl_raise(L, &err);
+  lua_pushboolean(L, equal);
+  return 1;
+}
+
+static int m_free(lua_State *L)
+{
+  xfer_tensor_free(xl_check_tensor(L, 1, "free"));
+  return 0;
+}
+
+/* -- Metamethods --------------------------------------------------------------------- */
+
+static int t_gc(lua_State *L)
+{
+  tensor_box *box = lua_touserdata(L, 1);
+  if (box && box->t) xfer_tensor_release(box->t);
+  if (box) box->t = NULL;
+  return 0;
+}
+
+static int t_tostring(lua_State *L)
+{
+  xfer_tensor *t = xl_check_tensor(L, 1, "tostring");
+  if (xfer_tensor_is_freed(t)) {
+    lua_pushliteral(L, "xfer.Tensor(freed)");
+    return 1;
+  }
+  char shape[128];
+  xfer_device_info info;
+  xfer_shape_format(xfer_tensor_dtype(t), xfer_tensor_shape(t), shape, sizeof shape);
+  xfer_error err;
+  if (xfer_device_get_info(xfer_tensor_device(t), &info, &err)) xl_raise(L, &err);
+  lua_pushfstring(L, "xfer.Tensor(%s on %s)", shape, info.name);
+  return 1;
+}
+
+static int t_len(lua_State *L)
+{
+  lua_pushinteger(L, (lua_Integer)xfer_tensor_numel(check_live(L, 1, "len")));
+  return 1;
+}
+
+static int t_index(lua_State *L)
+{
+  xfer_tensor *t = xl_check_tensor(L, 1, "index");
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1)); /* methods */
+  if (!lua_isnil(L, -1)) return 1;
+  const char *key = lua_tostring(L, 2);
+  if (!key) return 0;
+  if (!strcmp(key, "freed")) {
+    lua_pushboolean(L, xfer_tensor_is_freed(t));
+    return 1;
+  }
+  if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "ndim") &&
+      strcmp(key, "numel") && strcmp(key, "nbytes") && strcmp(key, "device"))
+    return 0;
+  check_live(L, 1, key);
+  const xfer_shape *shape = xfer_tensor_shape(t);
+  if (!strcmp(key, "dtype"))
+    lua_pushstring(L, xfer_dtype_name(xfer_tensor_dtype(t)));
+  else if (!strcmp(key, "ndim"))
+    lua_pushinteger(L, shape->ndim);
+  else if (!strcmp(key, "numel"))
+    lua_pushnumber(L, (lua_Number)xfer_tensor_numel(t));
+  else if (!strcmp(key, "nbytes"))
+    lua_pushnumber(L, (lua_Number)xfer_tensor_nbytes(t));
+  else if (!strcmp(key, "device"))
+    xl_push_device(L, xfer_tensor_device(t));
+  else {
+    lua_createtable(L, shape->ndim, 0);
+    for (int i = 0; i < shape->ndim; i++) {
+      lua_pushnumber(L, (lua_Number)shape->dims[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+  }
+  return 1;
+}
+
+void xl_open_tensor(lua_State *L, int module)
+{
+  static const luaL_Reg methods[] = {
+    {"to", m_to}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
+    {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free}, {NULL, NULL},
+  };
+  static const luaL_Reg constructors[] = {
+    {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"full", l_full},
+    {"arange", l_arange}, {"plan", l_plan}, {NULL, NULL},
+  };
+  luaL_newmetatable(L, XL_TENSOR);
+  lua_pushcfunction(L, t_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, t_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, t_len);
+  lua_setfield(L, -2, "__len");
+  lua_pushliteral(L, XL_TENSOR);
+  lua_setfield(L, -2, "__name");
+  /* methods live in xfer.Tensor, so scripts can add their own (as torch users did) */
+  lua_newtable(L);
+  luaL_register(L, NULL, methods);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, module, "Tensor");
+  lua_pushcclosure(L, t_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  lua_pushvalue(L, module);
+  luaL_register(L, NULL, constructors);
+  lua_pop(L, 1);
+}

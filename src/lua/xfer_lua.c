@@ -1,0 +1,237 @@
+/*
+** xfer_lua.c -- the `xfer` module: its context (one per Lua state, kept in the
+** registry), runtimes, fault injection, and the Lua files shipped inside the binding.
+*/
+#include <string.h>
+
+#include "binding.h"
+#include "embedded.h"
+
+#define CTX_KEY "xfer.context"
+
+/* -- The state's context ----------------------------------------------------------- */
+
+typedef struct ctx_box {
+  xfer_ctx *ctx;
+} ctx_box;
+
+static int ctx_box_gc(lua_State *L)
+{
+  ctx_box *box = lua_touserdata(L, 1);
+  if (box->ctx) xfer_ctx_release(box->ctx);
+  box->ctx = NULL;
+  return 0;
+}
+
+/* Pushes a new, empty box in the registry; the context is put in afterwards, so that
+** an error in between leaves a box that __gc can release safely. */
+static ctx_box *new_ctx_box(lua_State *L)
+{
+  ctx_box *box = lua_newuserdata(L, sizeof *box);
+  box->ctx = NULL;
+  lua_newtable(L);
+  lua_pushcfunction(L, ctx_box_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, CTX_KEY);
+  lua_pop(L, 1);
+  return box;
+}
+
+static ctx_box *find_ctx_box(lua_State *L)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, CTX_KEY);
+  ctx_box *box = lua_touserdata(L, -1);
+  lua_pop(L, 1); /* the registry keeps it alive */
+  return box;
+}
+
+xfer_ctx *xl_ctx(lua_State *L)
+{
+  ctx_box *box = find_ctx_box(L);
+  if (box && box->ctx) return box->ctx;
+  if (!box) box = new_ctx_box(L);
+  xfer_error err;
+  if (xfer_ctx_open(&box->ctx, &err) != XFER_E_OK) xl_raise(L, &err);
+  return box->ctx;
+}
+
+int xfer_lua_set_context(lua_State *L, xfer_ctx *ctx)
+{
+  ctx_box *box = find_ctx_box(L);
+  if (box && box->ctx) return -1;
+  if (!box) box = new_ctx_box(L);
+  box->ctx = xfer_ctx_retain(ctx);
+  return 0;
+}
+
+/* -- Runtimes and memory -------------------------------------------------------------- */
+
+static int l_runtimes(lua_State *L)
+{
+  xfer_ctx *ctx = xl_ctx(L);
+  size_t n = xfer_runtime_count(ctx);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    xfer_runtime_info info;
+    xfer_error err;
+    if (xfer_runtime_get(ctx, i, &info, &err)) xl_raise(L, &err);
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, info.name);
+    lua_setfield(L, -2, "name");
+    lua_pushboolean(L, info.available);
+    lua_setfield(L, -2, "available");
+    lua_pushstring(L, info.reason);
+    lua_setfield(L, -2, "reason");
+    lua_pushinteger(L, (lua_Integer)info.device_count);
+    lua_setfield(L, -2, "devices");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static int l_memory(lua_State *L)
+{
+  xfer_device *dev = xl_check_device(L, 1, "memory");
+  xfer_memory_info mem;
+  xfer_device_memory(dev, &mem);
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, (lua_Number)mem.in_use);
+  lua_setfield(L, -2, "in_use");
+  lua_pushnumber(L, (lua_Number)mem.peak);
+  lua_setfield(L, -2, "peak");
+  lua_pushnumber(L, (lua_Number)mem.buffers);
+  lua_setfield(L, -2, "buffers");
+  return 1;
+}
+
+/* -- Fault injection -------------------------------------------------------------------- */
+
+static void copy_name_field(lua_State *L, const char *key, char *dst, size_t cap)
+{
+  lua_getfield(L, 1, key);
+  if (lua_type(L, -1) != LUA_TSTRING)
+    xl_raise_code(L, XFER_E_INVALID, "inject", "faults.inject: '%s' must be a string, not %s",
+                  key, luaL_typename(L, -1));
+  size_t len;
+  const char *s = lua_tolstring(L, -1, &len);
+  if (len >= cap)
+    xl_raise_code(L, XFER_E_INVALID, "inject", "faults.inject: '%s' is too long: '%s'", key, s);
+  memcpy(dst, s, len + 1);
+  lua_pop(L, 1);
+}
+
+static int int_field(lua_State *L, const char *key, int def)
+{
+  lua_getfield(L, 1, key);
+  int v = def;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || n != (lua_Number)(int)n)
+      xl_raise_code(L, XFER_E_INVALID, "inject", "faults.inject: '%s' must be a whole number",
+                    key);
+    v = (int)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int l_faults_inject(lua_State *L)
+{
+  static const char *const keys[] = {"runtime", "op", "nth", "count", NULL};
+  if (!lua_istable(L, 1)) xl_arg_error(L, 1, "inject", "table {runtime=, op=, nth=, count=}");
+  xl_check_options(L, 1, "inject", keys);
+  xfer_fault fault;
+  memset(&fault, 0, sizeof fault);
+  copy_name_field(L, "runtime", fault.runtime, sizeof fault.runtime);
+  copy_name_field(L, "op", fault.op, sizeof fault.op);
+  fault.nth = int_field(L, "nth", 1);
+  fault.count = int_field(L, "count", 1);
+  xfer_error err;
+  if (xfer_fault_inject(xl_ctx(L), &fault, &err)) xl_raise(L, &err);
+  return 0;
+}
+
+static int l_faults_clear(lua_State *L)
+{
+  xfer_fault_clear(xl_ctx(L));
+  return 0;
+}
+
+static int l_faults_list(lua_State *L)
+{
+  xfer_fault rules[64];
+  size_t n = xfer_fault_list(xl_ctx(L), rules, sizeof rules / sizeof rules[0]);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n && i < sizeof rules / sizeof rules[0]; i++) {
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, rules[i].runtime);
+    lua_setfield(L, -2, "runtime");
+    lua_pushstring(L, rules[i].op);
+    lua_setfield(L, -2, "op");
+    lua_pushinteger(L, rules[i].nth);
+    lua_setfield(L, -2, "nth");
+    lua_pushinteger(L, rules[i].count);
+    lua_setfield(L, -2, "count");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static void open_faults(lua_State *L, int module)
+{
+  static const luaL_Reg fns[] = {
+    {"inject", l_faults_inject}, {"clear", l_faults_clear}, {"list", l_faults_list}, {NULL, NULL},
+  };
+  lua_newtable(L);
+  luaL_register(L, NULL, fns);
+  lua_newtable(L);
+  const char *const *ops = xfer_fault_ops();
+  for (int i = 0; ops[i]; i++) {
+    lua_pushstring(L, ops[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "ops");
+  lua_setfield(L, module, "faults");
+}
+
+/* -- The module ------------------------------------------------------------------------ */
+
+/* Runs each embedded Lua file with the module table as its argument. */
+static void run_embedded(lua_State *L, int module)
+{
+  for (const xfer_embedded_lua *f = xfer_embedded_lua_files; f->module; f++) {
+    if (luaL_loadbuffer(L, f->source, f->size, f->chunkname)) lua_error(L);
+    lua_pushvalue(L, module);
+    lua_call(L, 1, 0);
+  }
+}
+
+int luaopen_xfer(lua_State *L)
+{
+  static const luaL_Reg fns[] = {
+    {"runtimes", l_runtimes}, {"memory", l_memory}, {NULL, NULL},
+  };
+  xl_ctx(L); /* opens the runtimes now, so a bad XFER_FAULTS fails the require */
+  lua_newtable(L);
+  int module = lua_gettop(L);
+  luaL_register(L, NULL, fns);
+  lua_pushliteral(L, XFER_VERSION);
+  lua_setfield(L, module, "version");
+  xl_open_error(L, module);
+  xl_open_device(L, module);
+  xl_open_tensor(L, module);
+  open_faults(L, module);
+  run_embedded(L, module);
+  return 1;
+}
+
+void xfer_lua_preload(lua_State *L)
+{
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_xfer);
+  lua_setfield(L, -2, "xfer");
+  lua_pop(L, 2);
+}
