@@ -73,8 +73,9 @@ static void report(lua_State *L, int status)
 ** traceback. */
 static int traceback(lua_State *L)
 {
+  if (lua_isnoneornil(L, 1)) return 1; /* error() with no value: exit 1 quietly, as lua.c */
   if (!lua_isstring(L, 1)) {
-    if (lua_isnoneornil(L, 1) || !luaL_callmeta(L, 1, "__tostring") || !lua_isstring(L, -1))
+    if (!luaL_callmeta(L, 1, "__tostring") || !lua_isstring(L, -1))
       lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     lua_replace(L, 1);
   }

@@ -87,9 +87,26 @@ static double small_float_decode(uint16_t bits, int ebits, int mbits)
 
 /* -- Store and load ------------------------------------------------------------ */
 
-static xfer_code out_of_range(xfer_error *err, xfer_dtype dtype, double value, const char *why)
+/* What each dtype holds, for messages. */
+static const char *const dtype_range[XFER_DTYPE__COUNT] = {
+  [XFER_F16] = "largest finite 65504", [XFER_BF16] = "largest finite 3.39e38",
+  [XFER_F32] = "largest finite 3.40e38", [XFER_F64] = "any double",
+  [XFER_I8] = "-128 to 127", [XFER_I16] = "-32768 to 32767",
+  [XFER_I32] = "-2147483648 to 2147483647", [XFER_I64] = "-2^63 to 2^63-1",
+  [XFER_U8] = "0 to 255", [XFER_U16] = "0 to 65535", [XFER_U32] = "0 to 4294967295",
+  [XFER_U64] = "0 to 2^64-1", [XFER_BOOL] = "0 or 1, false or true",
+};
+
+static xfer_code out_of_range(xfer_error *err, xfer_dtype dtype, double value)
 {
-  return xfer_err_set(err, XFER_E_INVALID, "convert", "value %.17g %s %s", value, why,
+  return xfer_err_set(err, XFER_E_INVALID, "convert", "value %.17g is out of range for %s (%s)",
+                      value, xfer_dtype_name(dtype), dtype_range[dtype]);
+}
+
+static xfer_code not_whole(xfer_error *err, xfer_dtype dtype, double value)
+{
+  return xfer_err_set(err, XFER_E_INVALID, "convert",
+                      "value %.17g is not a whole number, which %s needs", value,
                       xfer_dtype_name(dtype));
 }
 
@@ -103,14 +120,14 @@ static xfer_code store_float(xfer_dtype dtype, double value, void *dst, xfer_err
     return XFER_E_OK;
   case XFER_F32:
     single = (float)value;
-    if (isinf(single) && isfinite(value)) return out_of_range(err, dtype, value, "is out of range for");
+    if (isinf(single) && isfinite(value)) return out_of_range(err, dtype, value);
     memcpy(dst, &single, 4);
     return XFER_E_OK;
   default:
     half = dtype == XFER_F16 ? small_float_encode(value, 5, 10) : small_float_encode(value, 8, 7);
     if (isfinite(value) && isinf(small_float_decode(half, dtype == XFER_F16 ? 5 : 8,
                                                     dtype == XFER_F16 ? 10 : 7)))
-      return out_of_range(err, dtype, value, "is out of range for");
+      return out_of_range(err, dtype, value);
     memcpy(dst, &half, 2);
     return XFER_E_OK;
   }
@@ -129,10 +146,10 @@ static xfer_code store_integer(xfer_dtype dtype, double value, void *dst, xfer_e
     [XFER_U64] = {0.0, 18446744073709551616.0},
     [XFER_BOOL] = {0.0, 2.0},
   };
-  if (!isfinite(value) || value != floor(value))
-    return out_of_range(err, dtype, value, "is not a whole number, as");
+  if (isnan(value) || (isfinite(value) && value != floor(value)))
+    return not_whole(err, dtype, value);
   if (value < range[dtype].lo || value >= range[dtype].hi_excl)
-    return out_of_range(err, dtype, value, "is out of range for");
+    return out_of_range(err, dtype, value);
   switch (dtype) {
   case XFER_I8: { int8_t v = (int8_t)value; memcpy(dst, &v, 1); break; }
   case XFER_I16: { int16_t v = (int16_t)value; memcpy(dst, &v, 2); break; }

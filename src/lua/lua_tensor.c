@@ -144,11 +144,17 @@ static void tensor_from_string(lua_State *L, tensor_box *box, xfer_dtype dtype, 
   size_t len, esize = xfer_dtype_size(dtype);
   const char *bytes = lua_tolstring(L, 1, &len);
   xfer_shape shape = {1, {(int64_t)(len / esize)}};
+  int shaped = 0;
   if (!lua_isnoneornil(L, 2)) {
     lua_getfield(L, 2, "shape");
-    if (!lua_isnil(L, -1)) xl_check_shape(L, lua_gettop(L), "tensor", &shape);
+    shaped = !lua_isnil(L, -1);
+    if (shaped) xl_check_shape(L, lua_gettop(L), "tensor", &shape);
     lua_pop(L, 1);
   }
+  if (!shaped && len % esize)
+    xl_raise_code(L, XFER_E_INVALID, "tensor",
+                  "tensor: a byte string of %zu bytes is not a whole number of %s elements "
+                  "(%zu bytes each)", len, xfer_dtype_name(dtype), esize);
   if (len != shape_numel(&shape) * esize) {
     char want[96];
     xfer_shape_format(dtype, &shape, want, sizeof want);
@@ -191,6 +197,7 @@ static void tensor_from_values(lua_State *L, tensor_box *box, xfer_dtype dtype, 
 static int l_tensor(lua_State *L)
 {
   static const char *const keys[] = {"dtype", "shape", "device", NULL};
+  lua_settop(L, 2); /* the box pushed below must not pass for absent options */
   int type = lua_type(L, 1);
   if (type != LUA_TTABLE && type != LUA_TSTRING && type != LUA_TNUMBER && type != LUA_TBOOLEAN)
     xl_arg_error(L, 1, "tensor", "table of values, byte string or number");

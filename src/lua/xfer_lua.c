@@ -213,13 +213,13 @@ int luaopen_xfer(lua_State *L)
   static const luaL_Reg fns[] = {
     {"runtimes", l_runtimes}, {"memory", l_memory}, {NULL, NULL},
   };
-  xl_ctx(L); /* opens the runtimes now, so a bad XFER_FAULTS fails the require */
   lua_newtable(L);
   int module = lua_gettop(L);
+  xl_open_error(L, module); /* first: every later failure raises an xfer.Error */
+  xl_ctx(L); /* opens the runtimes now, so a bad XFER_FAULTS fails the require */
   luaL_register(L, NULL, fns);
   lua_pushliteral(L, XFER_VERSION);
   lua_setfield(L, module, "version");
-  xl_open_error(L, module);
   xl_open_device(L, module);
   xl_open_tensor(L, module);
   open_faults(L, module);

@@ -1,0 +1,153 @@
+-- The xferlua executable: options, arg, exit codes, error reports.
+local h = require "support.helpers"
+
+local function xferlua(args, stdin)
+  local cmd = h.xferlua() .. " " .. args
+  if stdin then cmd = "printf '%b' '" .. stdin .. "' | " .. cmd end
+  return h.run(cmd)
+end
+
+local function script(text)
+  local path = os.tmpname() .. ".lua"
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+describe("xferlua", function()
+  it("-v prints the version and exits 0", function()
+    local out, code = xferlua("-v")
+    assert.are.equal(0, code)
+    assert.is_truthy(out:match("^xferlua 0%.1%.0 %(LuaJIT 2%.1"), out)
+  end)
+
+  it("--help and -h tell the options and exit 0", function()
+    for _, flag in ipairs({ "--help", "-h" }) do
+      local out, code = xferlua(flag)
+      assert.are.equal(0, code)
+      assert.is_truthy(out:find("usage: xferlua [options] [script [args]]", 1, true))
+      for _, opt in ipairs({ "-e chunk", "-l name", "-j cmd", "-O[opt]", "-i", "-v", "-E", "--devices", "--" }) do
+        assert.is_truthy(out:find("  " .. opt, 1, true), opt)
+      end
+    end
+  end)
+
+  it("--devices lists every runtime and the host device", function()
+    local out, code = xferlua("--devices")
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("host     available, 1 device", 1, true), out)
+    assert.is_truthy(out:find("\n  host ", 1, true), out)
+    for _, rt in ipairs({ "cuda", "vulkan", "opencl" }) do
+      assert.is_truthy(out:find("\n" .. rt .. " ", 1, true), rt)
+    end
+  end)
+
+  it("-e runs a chunk with xfer preloaded", function()
+    local out, code = xferlua([[-e 'print(require("xfer").tensor({1,2}):totable()[2])']])
+    assert.are.equal(0, code)
+    assert.are.equal("2\n", out)
+  end)
+
+  it("runs -e and -l in order, then the script", function()
+    local path = script("print('script', ...)")
+    local out, code = xferlua("-e 'print(1)' -l string -e 'print(type(string))' " .. path .. " a b")
+    assert.are.equal(0, code, out)
+    assert.are.equal("1\ntable\nscript\ta\tb\n", out)
+    os.remove(path)
+  end)
+
+  it("builds the arg table as lua.c does", function()
+    local path = script("print(arg[-2], arg[-1], arg[0] == ..., arg[1], arg[2], #arg, select('#', ...))")
+    local out, code = xferlua("-e 'x=1' " .. path .. " one two")
+    assert.are.equal(0, code, out)
+    assert.are.equal("-e\tx=1\tfalse\tone\ttwo\t2\t2\n", out)
+    local out2 = xferlua("-e 'print(arg[0], arg[-1] ~= nil)' " .. path .. " z")
+    assert.is_truthy(out2:find(path, 1, true))
+    os.remove(path)
+  end)
+
+  it("reads the script from stdin with -", function()
+    local out, code = xferlua("- x y", "print(#arg, ...)")
+    assert.are.equal(0, code)
+    assert.are.equal("2\tx\ty\n", out)
+  end)
+
+  it("reads stdin when given no script and stdin is not a terminal", function()
+    local out, code = xferlua("", "print(40 + 2)")
+    assert.are.equal(0, code)
+    assert.are.equal("42\n", out)
+  end)
+
+  it("-- ends the options", function()
+    local path = script("print(...)")
+    local out, code = xferlua("-- " .. path .. " -v")
+    assert.are.equal(0, code)
+    assert.are.equal("-v\n", out)
+    os.remove(path)
+  end)
+
+  it("-i runs an interactive session after the script", function()
+    local out, code = xferlua("-i -e 'x = 20'", "=x + 1\\nfor i = 1, 2 do\\nprint(i)\\nend\\n")
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("21\n", 1, true), out)
+    assert.is_truthy(out:find("1\n", 1, true) and out:find("2\n", 1, true), out)
+  end)
+
+  it("an uncaught error prints xferlua: message and a traceback, and exits 1", function()
+    local out, code = xferlua([[-e 'error("boom")']])
+    assert.are.equal(1, code)
+    assert.is_truthy(out:match("^xferlua: %(command line%):1: boom\nstack traceback:"), out)
+  end)
+
+  it("an uncaught xfer error prints its message, not a table address", function()
+    local out, code = xferlua([[-e 'require("xfer").device("nope")']])
+    assert.are.equal(1, code)
+    assert.is_truthy(out:match("^xferlua: unknown device 'nope' %(devices here: host%)\nstack traceback:"), out)
+    assert.is_falsy(out:find("table: 0x", 1, true))
+  end)
+
+  it("a syntax error exits 1", function()
+    local path = script("print(")
+    local out, code = xferlua(path)
+    assert.are.equal(1, code)
+    assert.is_truthy(out:find("^xferlua: "), out)
+    os.remove(path)
+  end)
+
+  it("a missing script exits 1", function()
+    local out, code = xferlua("/nonexistent/script.lua")
+    assert.are.equal(1, code)
+    assert.is_truthy(out:find("cannot open /nonexistent/script.lua", 1, true), out)
+  end)
+
+  it("an unknown option prints the usage and exits 1", function()
+    local out, code = xferlua("--frobnicate")
+    assert.are.equal(1, code)
+    assert.is_truthy(out:find("xferlua: unrecognized option or missing argument: '--frobnicate'", 1, true))
+    assert.is_truthy(out:find("usage: xferlua", 1, true))
+  end)
+
+  it("-e without its chunk is an error", function()
+    local _, code = xferlua("-e")
+    assert.are.equal(1, code)
+  end)
+
+  it("os.exit sets the exit code", function()
+    local _, code = xferlua([[-e 'os.exit(3)']])
+    assert.are.equal(3, code)
+  end)
+
+  it("-E ignores LUA_INIT, which runs otherwise", function()
+    local out = h.run("LUA_INIT='print(\"init\")' " .. h.xferlua() .. " -e 'print(2)'")
+    assert.are.equal("init\n2\n", out)
+    out = h.run("LUA_INIT='print(\"init\")' " .. h.xferlua() .. " -E -e 'print(2)'")
+    assert.are.equal("2\n", out)
+  end)
+
+  it("-j and -O reach LuaJIT", function()
+    local out, code = xferlua([[-joff -O3 -e 'print(jit.status())']])
+    assert.are.equal(0, code, out)
+    assert.are.equal("false\n", out:match("^(%a+)") .. "\n")
+  end)
+end)

@@ -1,0 +1,151 @@
+-- Fault injection at each host op: the failure is catchable, its fields are right, the
+-- source is intact and nothing stays allocated.
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local host = xfer.device("host")
+
+describe("fault injection (host)", function()
+  before_each(function() xfer.faults.clear() end)
+  after_each(function() xfer.faults.clear() end)
+
+  it("a read fault fails the host round-trip with the whole story", function()
+    local t = xfer.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+    local before = h.in_use(host)
+    xfer.faults.inject({ runtime = "host", op = "read", nth = 1 })
+    local e = h.raises("read", t.to, t, host, { via = "host" })
+    assert.are.equal("read", e.op)
+    assert.are.equal("host", e.from)
+    assert.are.equal("host", e.to)
+    assert.are.equal(5, e.native)
+    assert.are.equal("EIO", e.native_name)
+    assert.is_true(e.injected)
+    assert.is_false(e.retryable)
+    assert.are.equal("Failed to read a tensor off host on the way to host: EIO (5): Input/output error [injected fault]",
+                     e.message)
+    assert.are.equal(e.message, tostring(e))
+    assert.are.same({ { 1, 2, 3 }, { 4, 5, 6 } }, t:totable())
+    assert.are.equal(before, h.in_use(host))
+  end)
+
+  it("a script recovers: pcall, inspect the code, fall back", function()
+    local t = xfer.arange(8)
+    xfer.faults.inject({ runtime = "host", op = "copy" })
+    local ok, moved = pcall(t.to, t, host)
+    assert.is_false(ok)
+    assert.are.equal("write", moved.code)
+    assert.are.equal("copy", moved.op)
+    moved = xfer.host_roundtrip(t, host)
+    assert.is_true(moved:equals(t))
+  end)
+
+  local ops = {
+    { op = "alloc", code = "alloc", native = "ENOMEM", retryable = true,
+      run = function(t) return t:to(host) end,
+      message = "Failed to allocate 32 bytes on host for a tensor from host: ENOMEM (12): Cannot allocate memory [injected fault]" },
+    { op = "copy", code = "write", native = "EIO", retryable = false,
+      run = function(t) return t:clone() end,
+      message = "Failed to copy a tensor from host to host: EIO (5): Input/output error [injected fault]" },
+    { op = "read", code = "read", native = "EIO", retryable = false,
+      run = function(t) return xfer.host_roundtrip(t, host) end,
+      message = "Failed to read a tensor off host on the way to host: EIO (5): Input/output error [injected fault]" },
+    { op = "write", code = "write", native = "EIO", retryable = false,
+      run = function(t) return xfer.tensor(t:tobytes(), { dtype = "f32" }) end,
+      message = "Failed to write a tensor to host on the way from host: EIO (5): Input/output error [injected fault]" },
+  }
+  for _, case in ipairs(ops) do
+    it("host " .. case.op .. ": catchable, fields right, source intact, nothing leaked", function()
+      local t = xfer.arange(8)
+      local bytes = t:tobytes()
+      local before = h.in_use(host)
+      xfer.faults.inject({ runtime = "host", op = case.op })
+      local e = h.raises(case.code, case.run, t)
+      assert.are.equal(case.op, e.op)
+      assert.are.equal(case.native, e.native_name)
+      assert.are.equal(case.retryable, e.retryable)
+      assert.are.equal(case.message, e.message)
+      assert.are.equal(bytes, t:tobytes())
+      assert.are.equal(before, h.in_use(host))
+      assert.are.same({}, xfer.faults.list())
+      -- the fault was used up: the same call now works
+      assert.are.equal(bytes, case.run(t):tobytes())
+    end)
+  end
+
+  it("zeros fails on a write fault and leaves nothing allocated", function()
+    local before = h.in_use(host)
+    xfer.faults.inject({ runtime = "host", op = "write" })
+    local e = h.raises("write", xfer.zeros, { 16 })
+    assert.are.equal("host", e.from)
+    assert.are.equal("host", e.to)
+    assert.are.equal("write", e.op)
+    assert.are.equal(before, h.in_use(host))
+  end)
+
+  it("a fresh allocation failure names only the device", function()
+    xfer.faults.inject({ runtime = "host", op = "alloc" })
+    local e = h.raises("alloc", xfer.empty, { 2 })
+    assert.are.equal("Failed to allocate 8 bytes on host: ENOMEM (12): Cannot allocate memory [injected fault]",
+                     e.message)
+    assert.are.equal("", e.from)
+    assert.are.equal("host", e.to)
+  end)
+
+  it("nth skips matching calls and count fails several", function()
+    local t = xfer.arange(4)
+    xfer.faults.inject({ runtime = "host", op = "copy", nth = 2, count = 2 })
+    assert.are.same({ { runtime = "host", op = "copy", nth = 2, count = 2 } }, xfer.faults.list())
+    assert.is_true(t:clone():equals(t))      -- 1st copy passes
+    h.raises("write", t.clone, t)            -- 2nd fails
+    h.raises("write", t.clone, t)            -- 3rd fails
+    assert.is_true(t:clone():equals(t))      -- used up
+    assert.are.same({}, xfer.faults.list())
+  end)
+
+  it("faults of another runtime or op leave host calls alone", function()
+    xfer.faults.inject({ runtime = "opencl", op = "read" })
+    xfer.faults.inject({ runtime = "host", op = "write" })
+    local t = xfer.arange(4)
+    assert.is_true(t:to(host, { via = "host" }):equals(t))
+    assert.are.equal(2, #xfer.faults.list())
+  end)
+
+  it("clear drops every rule", function()
+    xfer.faults.inject({ runtime = "host", op = "read" })
+    xfer.faults.clear()
+    local t = xfer.arange(4)
+    assert.is_true(xfer.host_roundtrip(t, host):equals(t))
+  end)
+
+  it("lists the ops a fault may name", function()
+    assert.are.same({ "alloc", "read", "write", "copy", "peer", "import", "export", "map", "sync" },
+                    xfer.faults.ops)
+  end)
+
+  describe("XFER_FAULTS", function()
+    it("injects from the environment", function()
+      local out, code = h.run("XFER_FAULTS=host:read:1 " .. h.xferlua() .. [[ -e '
+        local xfer = require "xfer"
+        local t = xfer.arange(3)
+        local ok, e = pcall(xfer.host_roundtrip, t, "host")
+        print(ok, e.code, e.op, e.message)
+        print(xfer.host_roundtrip(t, "host"):equals(t))']])
+      assert.are.equal(0, code, out)
+      assert.are.equal("false\tread\tread\tFailed to read a tensor off host on the way to host: " ..
+                       "EIO (5): Input/output error [injected fault]\ntrue\n", out)
+    end)
+
+    it("takes several rules with nth and count", function()
+      local out, code = h.run("XFER_FAULTS=host:copy:2:3,host:alloc " .. h.xferlua() ..
+        [[ -e 'for _, f in ipairs(require("xfer").faults.list()) do print(f.runtime, f.op, f.nth, f.count) end']])
+      assert.are.equal(0, code, out)
+      assert.are.equal("host\tcopy\t2\t3\nhost\talloc\t1\t1\n", out)
+    end)
+
+    it("rejects a malformed rule when xfer is required", function()
+      local out, code = h.run("XFER_FAULTS=host " .. h.xferlua() .. [[ -e 'require "xfer"']])
+      assert.are.equal(1, code)
+      assert.is_truthy(out:find("xferlua: XFER_FAULTS: bad fault rule 'host' (expected runtime:op[:nth[:count]], such as host:read:1)", 1, true), out)
+    end)
+  end)
+end)
