@@ -50,6 +50,8 @@ void xl_open_device(lua_State *L, int module);
 /* lua_tensor.c */
 xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname);
 void xl_open_tensor(lua_State *L, int module);
+/* Creates the xfer.Tensor metatable unless this state has it. */
+void xl_tensor_metatable(lua_State *L);
 
 /* lua_convert.c: Lua values <-> tensor elements */
 /* Shape of the nested table at `idx` (numbers and booleans at the leaves). */

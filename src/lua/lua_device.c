@@ -11,8 +11,11 @@ typedef struct device_box {
   xfer_device *dev;
 } device_box;
 
+static void device_metatable(lua_State *L);
+
 void xl_push_device(lua_State *L, xfer_device *dev)
 {
+  device_metatable(L);
   device_box *box = lua_newuserdata(L, sizeof *box);
   box->dev = NULL;
   luaL_getmetatable(L, XL_DEVICE);
@@ -79,6 +82,21 @@ static void push_uuid(lua_State *L, const uint8_t *u)
   lua_pushstring(L, text);
 }
 
+static int l_memory(lua_State *L)
+{
+  xfer_device *dev = xl_check_device(L, 1, "memory");
+  xfer_memory_info mem;
+  xfer_device_memory(dev, &mem);
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, (lua_Number)mem.in_use);
+  lua_setfield(L, -2, "in_use");
+  lua_pushnumber(L, (lua_Number)mem.peak);
+  lua_setfield(L, -2, "peak");
+  lua_pushnumber(L, (lua_Number)mem.buffers);
+  lua_setfield(L, -2, "buffers");
+  return 1;
+}
+
 static int device_index(lua_State *L)
 {
   xfer_device *dev = xl_check_device(L, 1, "index");
@@ -87,7 +105,7 @@ static int device_index(lua_State *L)
   xfer_error err;
   if (!key) return 0;
   if (!strcmp(key, "memory")) { /* method: dev:memory() == xfer.memory(dev) */
-    lua_getfield(L, lua_upvalueindex(1), "memory");
+    lua_pushcfunction(L, l_memory);
     return 1;
   }
   if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
@@ -125,23 +143,32 @@ static int l_device(lua_State *L)
   return 1;
 }
 
-void xl_open_device(lua_State *L, int module)
+static void device_metatable(lua_State *L)
 {
-  luaL_newmetatable(L, XL_DEVICE);
+  if (!luaL_newmetatable(L, XL_DEVICE)) {
+    lua_pop(L, 1);
+    return;
+  }
   lua_pushcfunction(L, device_gc);
   lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, device_eq);
   lua_setfield(L, -2, "__eq");
   lua_pushcfunction(L, device_tostring);
   lua_setfield(L, -2, "__tostring");
-  lua_pushvalue(L, module); /* __index finds methods in the module of this load */
-  lua_pushcclosure(L, device_index, 1);
+  lua_pushcfunction(L, device_index);
   lua_setfield(L, -2, "__index");
   lua_pushliteral(L, XL_DEVICE);
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);
-  lua_pushcfunction(L, l_devices);
-  lua_setfield(L, module, "devices");
-  lua_pushcfunction(L, l_device);
-  lua_setfield(L, module, "device");
+}
+
+void xl_open_device(lua_State *L, int module)
+{
+  static const luaL_Reg fns[] = {
+    {"devices", l_devices}, {"device", l_device}, {"memory", l_memory}, {NULL, NULL},
+  };
+  device_metatable(L);
+  lua_pushvalue(L, module);
+  luaL_register(L, NULL, fns);
+  lua_pop(L, 1);
 }

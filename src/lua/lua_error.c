@@ -7,8 +7,22 @@
 
 #include "binding.h"
 
+static int error_tostring(lua_State *L);
+
+static void error_metatable(lua_State *L)
+{
+  if (luaL_newmetatable(L, XL_ERROR)) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, XL_ERROR);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+}
+
 void xl_push_error(lua_State *L, const xfer_error *err)
 {
+  error_metatable(L);
   lua_createtable(L, 0, 9);
   lua_pushstring(L, xfer_code_name(err->code));
   lua_setfield(L, -2, "code");
@@ -118,13 +132,7 @@ static int is_error(lua_State *L)
 
 void xl_open_error(lua_State *L, int module)
 {
-  if (luaL_newmetatable(L, XL_ERROR)) {
-    lua_pushcfunction(L, error_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushliteral(L, XL_ERROR);
-    lua_setfield(L, -2, "__name");
-  }
-  lua_pop(L, 1);
+  error_metatable(L);
   lua_pushcfunction(L, is_error);
   lua_setfield(L, module, "is_error");
   /* xfer.codes: the code names, for scripts that branch on e.code */

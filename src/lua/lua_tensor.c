@@ -15,6 +15,7 @@ typedef struct tensor_box {
 
 static tensor_box *new_box(lua_State *L)
 {
+  xl_tensor_metatable(L);
   tensor_box *box = lua_newuserdata(L, sizeof *box);
   box->t = NULL;
   luaL_getmetatable(L, XL_TENSOR);
@@ -464,17 +465,18 @@ static int t_index(lua_State *L)
   return 1;
 }
 
-void xl_open_tensor(lua_State *L, int module)
+/* Creates the xfer.Tensor metatable once per state; a tensor pushed from C before any
+** require "xfer" (xfer_lua_push_tensor) still gets its methods. */
+void xl_tensor_metatable(lua_State *L)
 {
   static const luaL_Reg methods[] = {
     {"to", m_to}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
     {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free}, {NULL, NULL},
   };
-  static const luaL_Reg constructors[] = {
-    {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"full", l_full},
-    {"arange", l_arange}, {"plan", l_plan}, {NULL, NULL},
-  };
-  luaL_newmetatable(L, XL_TENSOR);
+  if (!luaL_newmetatable(L, XL_TENSOR)) {
+    lua_pop(L, 1);
+    return;
+  }
   lua_pushcfunction(L, t_gc);
   lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, t_tostring);
@@ -483,13 +485,26 @@ void xl_open_tensor(lua_State *L, int module)
   lua_setfield(L, -2, "__len");
   lua_pushliteral(L, XL_TENSOR);
   lua_setfield(L, -2, "__name");
-  /* methods live in xfer.Tensor, so scripts can add their own (as torch users did) */
+  /* the methods are xfer.Tensor, so scripts can add their own (as torch users did) */
   lua_newtable(L);
   luaL_register(L, NULL, methods);
   lua_pushvalue(L, -1);
-  lua_setfield(L, module, "Tensor");
+  lua_setfield(L, -3, "methods");
   lua_pushcclosure(L, t_index, 1);
   lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
+void xl_open_tensor(lua_State *L, int module)
+{
+  static const luaL_Reg constructors[] = {
+    {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"full", l_full},
+    {"arange", l_arange}, {"plan", l_plan}, {NULL, NULL},
+  };
+  xl_tensor_metatable(L);
+  luaL_getmetatable(L, XL_TENSOR);
+  lua_getfield(L, -1, "methods");
+  lua_setfield(L, module, "Tensor");
   lua_pop(L, 1);
   lua_pushvalue(L, module);
   luaL_register(L, NULL, constructors);

@@ -66,7 +66,7 @@ int xfer_lua_set_context(lua_State *L, xfer_ctx *ctx)
   return 0;
 }
 
-/* -- Runtimes and memory -------------------------------------------------------------- */
+/* -- Runtimes -------------------------------------------------------------- */
 
 static int l_runtimes(lua_State *L)
 {
@@ -88,21 +88,6 @@ static int l_runtimes(lua_State *L)
     lua_setfield(L, -2, "devices");
     lua_rawseti(L, -2, (int)i + 1);
   }
-  return 1;
-}
-
-static int l_memory(lua_State *L)
-{
-  xfer_device *dev = xl_check_device(L, 1, "memory");
-  xfer_memory_info mem;
-  xfer_device_memory(dev, &mem);
-  lua_createtable(L, 0, 3);
-  lua_pushnumber(L, (lua_Number)mem.in_use);
-  lua_setfield(L, -2, "in_use");
-  lua_pushnumber(L, (lua_Number)mem.peak);
-  lua_setfield(L, -2, "peak");
-  lua_pushnumber(L, (lua_Number)mem.buffers);
-  lua_setfield(L, -2, "buffers");
   return 1;
 }
 
@@ -211,7 +196,7 @@ static void run_embedded(lua_State *L, int module)
 int luaopen_xfer(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"runtimes", l_runtimes}, {"memory", l_memory}, {NULL, NULL},
+    {"runtimes", l_runtimes}, {NULL, NULL},
   };
   lua_newtable(L);
   int module = lua_gettop(L);

@@ -1,0 +1,188 @@
+/*
+** test_core.c -- C unit tests of the core through its public API (xfer.h): what an
+** embedding application sees, with no Lua involved.
+*/
+#include <math.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "xfer.h"
+
+static void test_dtypes(void)
+{
+  xfer_dtype d;
+  CHECK(xfer_dtype_parse("bf16", &d) == 0 && d == XFER_BF16);
+  CHECK(xfer_dtype_parse("f128", &d) == -1);
+  CHECK(xfer_dtype_size(XFER_U64) == 8 && xfer_dtype_size(XFER_BOOL) == 1);
+  CHECK_STR(xfer_dtype_name(XFER_I16), "i16");
+
+  uint16_t h;
+  xfer_error err;
+  CHECK(xfer_value_store(XFER_F16, 1.0 + ldexp(1, -11), &h, &err) == XFER_E_OK && h == 0x3c00);
+  CHECK(xfer_value_store(XFER_F16, 65504, &h, &err) == XFER_E_OK && h == 0x7bff);
+  CHECK(xfer_value_store(XFER_F16, 65520, &h, &err) == XFER_E_INVALID);
+  CHECK(err.code == XFER_E_INVALID && strstr(err.message, "out of range for f16"));
+  CHECK(xfer_value_store(XFER_BF16, 1.0 + ldexp(1, -8) + ldexp(1, -30), &h, &err) == XFER_E_OK &&
+        h == 0x3f81);
+  h = 0x0001; /* smallest f16 subnormal */
+  CHECK(xfer_value_load(XFER_F16, &h) == ldexp(1, -24));
+  int8_t i8;
+  CHECK(xfer_value_store(XFER_I8, -128, &i8, &err) == XFER_E_OK && i8 == -128);
+  CHECK(xfer_value_store(XFER_I8, 127.5, &i8, &err) == XFER_E_INVALID);
+  CHECK(xfer_value_store(XFER_U8, -1, &i8, &err) == XFER_E_INVALID);
+  uint64_t u64;
+  CHECK(xfer_value_store(XFER_U64, ldexp(1, 63), &u64, &err) == XFER_E_OK &&
+        u64 == (uint64_t)1 << 63);
+  CHECK(xfer_value_store(XFER_U64, ldexp(1, 64), &u64, &err) == XFER_E_INVALID);
+}
+
+static void test_context(xfer_ctx *ctx)
+{
+  CHECK(xfer_runtime_count(ctx) == 4);
+  xfer_runtime_info info;
+  CHECK(xfer_runtime_get(ctx, 0, &info, NULL) == XFER_E_OK);
+  CHECK_STR(info.name, "host");
+  CHECK(info.available && info.device_count == 1);
+  xfer_error err;
+  CHECK(xfer_runtime_get(ctx, 9, &info, &err) == XFER_E_INVALID);
+  xfer_device *dev;
+  CHECK(xfer_device_find(ctx, "host", &dev, &err) == XFER_E_OK && dev == xfer_device_at(ctx, 0));
+  CHECK(xfer_device_find(ctx, "cuda:3", &dev, &err) == XFER_E_INVALID && dev == NULL);
+  CHECK_STR(err.message, "unknown device 'cuda:3' (devices here: host)");
+  CHECK(xfer_device_at(ctx, 99) == NULL);
+}
+
+static void test_tensors(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  xfer_shape shape = {2, {2, 3}};
+  float values[6] = {1, 2, 3, 4, 5, 6}, back[6] = {0};
+  xfer_tensor *t, *u;
+  CHECK(xfer_tensor_from_bytes(host, XFER_F32, &shape, values, sizeof values, &t, &err) == 0);
+  CHECK(xfer_tensor_numel(t) == 6 && xfer_tensor_nbytes(t) == 24);
+  CHECK(((uintptr_t)xfer_tensor_host_data(t) & 4095) == 0); /* page-aligned */
+  char text[32];
+  xfer_shape_format(XFER_F32, xfer_tensor_shape(t), text, sizeof text);
+  CHECK_STR(text, "f32[2,3]");
+  CHECK(xfer_tensor_read(t, back, sizeof back, &err) == 0 && !memcmp(values, back, 24));
+  CHECK(xfer_tensor_read(t, back, 4, &err) == XFER_E_INVALID);
+  CHECK(xfer_transfer_to(t, host, NULL, &u, &err) == 0);
+  int equal = 0;
+  CHECK(xfer_tensor_equal(t, u, &equal, &err) == 0 && equal);
+  float seven = 7;
+  CHECK(xfer_tensor_fill(u, &seven, &err) == 0);
+  CHECK(xfer_tensor_equal(t, u, &equal, &err) == 0 && !equal);
+  CHECK(xfer_transfer_copy(u, t, &(xfer_transfer_opts){XFER_PATH_HOST}, &err) == 0);
+  CHECK(xfer_tensor_equal(t, u, &equal, &err) == 0 && equal);
+
+  xfer_memory_info mem;
+  xfer_device_memory(host, &mem);
+  uint64_t in_use = mem.in_use;
+  xfer_tensor_free(u);
+  xfer_tensor_free(u); /* idempotent */
+  xfer_device_memory(host, &mem);
+  CHECK(mem.in_use == in_use - 24);
+  CHECK(xfer_tensor_read(u, back, sizeof back, &err) == XFER_E_FREED);
+  CHECK_STR(err.message, "attempt to use a freed tensor");
+  xfer_tensor_release(u);
+
+  xfer_shape bad = {9, {0}};
+  CHECK(xfer_tensor_empty(host, XFER_F32, &bad, &u, &err) == XFER_E_INVALID && u == NULL);
+  xfer_tensor_release(t);
+}
+
+static void test_plan(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_tensor *t;
+  xfer_shape shape = {1, {4}};
+  xfer_plan plan;
+  xfer_error err;
+  CHECK(xfer_tensor_empty(host, XFER_F32, &shape, &t, &err) == 0);
+  CHECK(xfer_transfer_plan(t, host, NULL, &plan, &err) == 0);
+  CHECK(plan.path == XFER_PATH_SAME_DEVICE && plan.nsteps == 1);
+  CHECK_STR(plan.steps[0], "copy 16 bytes within host");
+  xfer_transfer_opts staged = {XFER_PATH_STAGED};
+  CHECK(xfer_transfer_plan(t, host, &staged, &plan, &err) == XFER_E_UNSUPPORTED);
+  xfer_path p;
+  CHECK(xfer_path_parse("interop", &p) == 0 && p == XFER_PATH_INTEROP);
+  CHECK(xfer_path_parse("auto", &p) == -1);
+  xfer_tensor_release(t);
+}
+
+static void test_faults(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  xfer_fault rules[4];
+  CHECK(xfer_fault_parse(ctx, "host:read:2:3,host:alloc", &err) == 0);
+  CHECK(xfer_fault_list(ctx, rules, 4) == 2);
+  CHECK_STR(rules[0].op, "read");
+  CHECK(rules[0].nth == 2 && rules[0].count == 3 && rules[1].nth == 1 && rules[1].count == 1);
+  xfer_fault_clear(ctx);
+  CHECK(xfer_fault_list(ctx, rules, 4) == 0);
+  const char *bad[] = {"host", "host:read:x", "host:read:1:2:3", "gpu:read", "host:boom",
+                       "host:read:0", "host:read:1:"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK(xfer_fault_parse(ctx, bad[i], &err) == XFER_E_INVALID);
+    CHECK(xfer_fault_list(ctx, rules, 4) == 0);
+  }
+
+  /* an injected read fault during a round-trip: error fields, source intact, no leak */
+  xfer_shape shape = {1, {3}};
+  int32_t values[3] = {7, 8, 9}, back[3];
+  xfer_tensor *t, *u = NULL;
+  CHECK(xfer_tensor_from_bytes(host, XFER_I32, &shape, values, sizeof values, &t, &err) == 0);
+  xfer_memory_info before, after;
+  xfer_device_memory(host, &before);
+  CHECK(xfer_fault_parse(ctx, "host:read", &err) == 0);
+  CHECK(xfer_transfer_to(t, host, &(xfer_transfer_opts){XFER_PATH_HOST}, &u, &err) == XFER_E_READ);
+  CHECK(u == NULL);
+  CHECK_STR(err.op, "read");
+  CHECK_STR(err.from, "host");
+  CHECK_STR(err.to, "host");
+  CHECK_STR(err.native_name, "EIO");
+  CHECK(err.native == 5 && err.injected && !err.retryable);
+  CHECK_STR(err.message, "Failed to read a tensor off host on the way to host: "
+                         "EIO (5): Input/output error [injected fault]");
+  xfer_device_memory(host, &after);
+  CHECK(after.in_use == before.in_use && after.buffers == before.buffers);
+  CHECK(xfer_tensor_read(t, back, sizeof back, &err) == 0 && !memcmp(back, values, 12));
+  xfer_tensor_release(t);
+}
+
+/* The context outlives its opener while tensors hold it. */
+static void test_lifetime(void)
+{
+  xfer_ctx *ctx;
+  xfer_error err;
+  CHECK(xfer_ctx_open(&ctx, &err) == 0);
+  xfer_tensor *t;
+  xfer_shape shape = {1, {1}};
+  CHECK(xfer_tensor_empty(xfer_device_at(ctx, 0), XFER_U8, &shape, &t, &err) == 0);
+  xfer_ctx_release(ctx);
+  uint8_t one = 1, back = 0;
+  CHECK(xfer_tensor_write(t, &one, 1, &err) == 0 && xfer_tensor_read(t, &back, 1, &err) == 0);
+  CHECK(back == 1);
+  xfer_tensor_release(t); /* frees the context too: ASan's leak check would say otherwise */
+}
+
+int main(void)
+{
+  xfer_ctx *ctx;
+  xfer_error err;
+  unsetenv("XFER_FAULTS");
+  if (xfer_ctx_open(&ctx, &err)) {
+    fprintf(stderr, "xfer_ctx_open: %s\n", err.message);
+    return 1;
+  }
+  test_dtypes();
+  test_context(ctx);
+  test_tensors(ctx);
+  test_plan(ctx);
+  test_faults(ctx);
+  test_lifetime();
+  xfer_ctx_release(ctx);
+  return check_summary("test_core");
+}
