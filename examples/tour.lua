@@ -1,0 +1,55 @@
+-- tour.lua -- a walk through xferlua: runtimes, devices, tensors, transfers, and a failed
+-- transfer caught with pcall and recovered with an explicit host round-trip.
+--   scripts/xferlua examples/tour.lua
+local xfer = require "xfer"
+
+print(("xferlua %s\n"):format(xfer.version))
+
+print("1. Runtimes (a missing one says why):")
+for _, rt in ipairs(xfer.runtimes()) do
+  print(("   %-7s %s"):format(rt.name, rt.available and ("available, " .. rt.devices .. " device(s)")
+                                                    or ("unavailable: " .. rt.reason)))
+end
+
+print("\n2. Devices:")
+local devices = xfer.devices()
+for _, dev in ipairs(devices) do
+  print(("   %-10s %s, %.1f GiB%s"):format(dev.name, dev.label, dev.total_memory / 2^30,
+                                        dev.unified and ", shares host memory" or ""))
+end
+
+print("\n3. A tensor:")
+local t = xfer.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "f32" })
+print(("   %s: dtype %s, shape {%s}, %d elements, %d bytes"):format(
+  tostring(t), t.dtype, table.concat(t.shape, ","), #t, t.nbytes))
+
+print("\n4. Through every available device and back:")
+local current = t
+for _, dev in ipairs(devices) do
+  local plan = xfer.plan(current, dev)
+  current = current:to(dev)
+  print(("   -> %-10s path %-12s %s"):format(dev.name, plan.path, plan.reason))
+end
+local back = current:to("host")
+print(("   back on host, equal to the original: %s"):format(tostring(back:equals(t))))
+
+print("\n5. A transfer that fails (a read fault injected into the host runtime):")
+xfer.faults.inject({ runtime = "host", op = "read", nth = 1 })
+local ok, err = pcall(t.to, t, "host", { via = "host" })
+print(("   pcall returned %s"):format(tostring(ok)))
+print(("   error: code=%s op=%s from=%s to=%s native=%s (%d) retryable=%s"):format(
+  err.code, err.op, err.from, err.to, err.native_name, err.native, tostring(err.retryable)))
+print(("   message: %s"):format(tostring(err)))
+print(("   the source is intact: %s"):format(table.concat(t:totable({ flat = true }), " ")))
+
+print("\n6. Recovery: the explicit host round-trip:")
+local recovered = xfer.host_roundtrip(t, "host")
+print(("   %s holds %s; equal to the source: %s"):format(
+  tostring(recovered), table.concat(recovered:totable({ flat = true }), " "),
+  tostring(recovered:equals(t))))
+
+print("\n7. Freeing:")
+t:free()
+local ok2, err2 = pcall(t.clone, t)
+print(("   using a freed tensor: %s, code %s: %s"):format(tostring(ok2), err2.code, tostring(err2)))
+print(("   host memory in use now: %d bytes"):format(xfer.memory("host").in_use))
