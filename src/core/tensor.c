@@ -48,7 +48,7 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
                             const xfer_device *from, xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
-  size_t numel;
+  size_t numel = 0;
   xfer_code rc = check_shape(dtype, shape, &numel, err);
   if (rc) return rc;
   xfer_tensor *t = calloc(1, sizeof *t);
