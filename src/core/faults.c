@@ -81,8 +81,8 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "bad fault rule '%.*s' (expected runtime:op[:nth[:count]], "
                         "such as host:read:1)", (int)len, rule);
-  strcpy(fault.runtime, field[0]);
-  strcpy(fault.op, field[1]);
+  snprintf(fault.runtime, sizeof fault.runtime, "%s", field[0]); /* lengths checked above */
+  snprintf(fault.op, sizeof fault.op, "%s", field[1]);
   return xfer_fault_inject(ctx, &fault, err);
 }
 

@@ -43,8 +43,8 @@ xfer_device *xl_check_device(lua_State *L, int idx, const char *fname)
     return dev;
   }
   device_box *box = to_device_box(L, idx);
-  if (!box || !box->dev) xl_arg_error(L, idx, fname, "xfer.Device or device name");
-  return box->dev;
+  if (box && box->dev) return box->dev;
+  xl_arg_error(L, idx, fname, "xfer.Device or device name");
 }
 
 static int device_gc(lua_State *L)

@@ -56,8 +56,8 @@ xfer_tensor *xfer_lua_to_tensor(lua_State *L, int idx)
 xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname)
 {
   tensor_box *box = to_box(L, idx);
-  if (!box || !box->t) xl_arg_error(L, idx, fname, "xfer.Tensor");
-  return box->t;
+  if (box && box->t) return box->t;
+  xl_arg_error(L, idx, fname, "xfer.Tensor");
 }
 
 /* A tensor that is still usable (not freed, device not lost). */
