@@ -101,7 +101,11 @@ typedef struct xfer_device_info {
   const char *runtime;   /* "host", "opencl" */
   int index;             /* index within its runtime */
   const char *label;     /* what the driver calls it */
+  const char *platform;  /* the driver's platform or driver name ("" when none) */
+  const char *vendor;    /* ("" when unknown) */
   uint64_t total_memory; /* bytes */
+  uint64_t max_alloc;    /* the largest single buffer the driver allows, bytes */
+  int has_free_memory;   /* whether the driver can tell free memory */
   uint64_t free_memory;  /* bytes, as the driver reports it now */
   int unified;           /* shares memory with the host */
   int has_uuid;

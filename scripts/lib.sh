@@ -5,7 +5,8 @@ XFER_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$XFER_ROOT"
 
 # Debian packages the build and the specs need.
-XFER_PACKAGES="cmake make gcc libc6-dev pkg-config luajit libluajit-5.1-dev lua-busted"
+XFER_PACKAGES="cmake make gcc libc6-dev pkg-config luajit libluajit-5.1-dev lua-busted
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd"
 
 xfer_log() { printf '%s\n' "$*" >&2; }
 

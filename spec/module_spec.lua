@@ -66,7 +66,7 @@ describe("xfer module", function()
 
     it("raises invalid for an unknown name, naming the devices there are", function()
       local e = h.raises("invalid", xfer.device, "tpu:0")
-      assert.are.equal("unknown device 'tpu:0' (devices here: host)", e.message)
+      assert.are.equal("unknown device 'tpu:0' (devices here: " .. h.device_names() .. ")", e.message)
     end)
 
     it("raises unavailable for a runtime without devices", function()

@@ -23,7 +23,12 @@ function xfer.describe()
                                  rt.devices == 1 and "" or "s")
       for _, dev in ipairs(devices) do
         if dev.runtime == rt.name then
-          local traits = { gib(dev.total_memory) .. " total", gib(dev.free_memory) .. " free" }
+          local traits = { gib(dev.total_memory) .. " total" }
+          if dev.free_memory then traits[#traits + 1] = gib(dev.free_memory) .. " free" end
+          if dev.max_alloc < dev.total_memory then
+            traits[#traits + 1] = "largest buffer " .. gib(dev.max_alloc)
+          end
+          if dev.platform ~= "" then traits[#traits + 1] = "platform " .. dev.platform end
           if dev.unified then traits[#traits + 1] = "shares host memory" end
           if dev.uuid then traits[#traits + 1] = "uuid " .. dev.uuid end
           lines[#lines + 1] = format("  %-10s %s (%s)", dev.name, dev.label, concat(traits, ", "))

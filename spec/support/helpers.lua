@@ -44,6 +44,13 @@ function helpers.run(cmd)
   return out, code
 end
 
+--- "host, opencl:0, ...": the device list that unknown-device messages give.
+function helpers.device_names()
+  local names = {}
+  for i, dev in ipairs(xfer.devices()) do names[i] = dev.name end
+  return table.concat(names, ", ")
+end
+
 --- Every dtype, with its size in bytes.
 helpers.dtypes = {
   f16 = 2, bf16 = 2, f32 = 4, f64 = 8, i8 = 1, i16 = 2, i32 = 4, i64 = 8,

@@ -8,16 +8,24 @@
 
 #include "internal.h"
 
+#ifdef XFER_WITH_OPENCL
+#define OPENCL_BACKEND &xfer_backend_opencl
+#else
+#define OPENCL_BACKEND NULL
+#endif
+
 /* The runtimes in the order xfer.runtimes() lists them. A NULL backend is a runtime
-** this build does not include yet; it is listed as unavailable with that reason. */
+** this build does not include (its headers were missing when it was built); it is
+** listed as unavailable with that reason. */
 static const struct {
   const char *name;
   const xfer_backend *backend;
+  const char *missing; /* why a NULL backend is missing */
 } runtime_table[XFER_RUNTIMES] = {
-  {"host", &xfer_backend_host},
-  {"cuda", NULL},
-  {"vulkan", NULL},
-  {"opencl", NULL},
+  {"host", &xfer_backend_host, NULL},
+  {"cuda", NULL, "this build of xferlua has no cuda backend yet"},
+  {"vulkan", NULL, "this build of xferlua has no vulkan backend yet"},
+  {"opencl", OPENCL_BACKEND, "built without OpenCL headers (install opencl-headers and rebuild)"},
 };
 
 static void open_runtime(xfer_ctx *ctx, size_t i)
@@ -28,8 +36,7 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
   rt->ctx = ctx;
   rt->first_device = ctx->ndevices;
   if (!rt->backend) {
-    snprintf(rt->reason, sizeof rt->reason,
-             "this build of xferlua %s has no %s backend yet", XFER_VERSION, rt->name);
+    snprintf(rt->reason, sizeof rt->reason, "%s", runtime_table[i].missing);
     return;
   }
   xfer_error err;
@@ -41,6 +48,7 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
     rt->ndevices = 0;
     return;
   }
+  rt->opened = 1;
   rt->ndevices = ctx->ndevices - rt->first_device;
   rt->available = rt->ndevices > 0;
   if (!rt->available) snprintf(rt->reason, sizeof rt->reason, "no %s device found", rt->name);
@@ -82,7 +90,7 @@ void xfer_ctx_release(xfer_ctx *ctx)
   if (!ctx || --ctx->refs > 0) return;
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
-    if (rt->backend && rt->available && rt->backend->close) rt->backend->close(rt);
+    if (rt->opened && rt->backend->close) rt->backend->close(rt);
   }
   for (size_t d = 0; d < ctx->ndevices; d++) free(ctx->devices[d]);
   free(ctx->devices);
@@ -181,7 +189,10 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->runtime = dev->rt->name;
   out->index = dev->index;
   out->label = dev->label;
+  out->platform = dev->platform;
+  out->vendor = dev->vendor;
   out->total_memory = dev->total_memory;
+  out->max_alloc = dev->max_alloc ? dev->max_alloc : dev->total_memory;
   out->unified = dev->unified;
   out->has_uuid = dev->has_uuid;
   memcpy(out->uuid, dev->uuid, sizeof out->uuid);
@@ -189,6 +200,7 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
     uint64_t free_bytes = 0, total = 0;
     xfer_code rc = dev->rt->backend->memory(dev, &free_bytes, &total, err);
     if (rc) return rc;
+    out->has_free_memory = 1;
     out->free_memory = free_bytes;
     if (total) out->total_memory = total;
   }

@@ -51,6 +51,7 @@ struct xfer_runtime {
   const xfer_backend *backend;  /* NULL for a runtime this build does not include */
   const char *name;
   xfer_ctx *ctx;
+  int opened;                   /* open succeeded: close must run */
   int available;
   char reason[512];
   void *impl;                   /* the backend's own state */
@@ -63,7 +64,10 @@ struct xfer_device {
   int index;                    /* within its runtime */
   char name[32];                /* "opencl:1" */
   char label[128];
+  char platform[96];
+  char vendor[64];
   uint64_t total_memory;
+  uint64_t max_alloc;           /* 0: no limit below total_memory */
   int unified, has_uuid;
   uint8_t uuid[16];
   void *impl;
@@ -135,5 +139,8 @@ void *xfer_host_pages_alloc(size_t nbytes);
 void xfer_host_pages_free(void *p, size_t nbytes);
 
 extern const xfer_backend xfer_backend_host;
+#ifdef XFER_WITH_OPENCL
+extern const xfer_backend xfer_backend_opencl;
+#endif
 
 #endif

@@ -44,6 +44,8 @@ static void add_step(xfer_plan *plan, const char *fmt, ...)
   va_end(ap);
 }
 
+static int is_host(const xfer_device *dev) { return dev == dev->ctx->devices[0]; }
+
 static int addressable(const xfer_device *dev)
 {
   return dev->rt->backend->host_address != NULL;
@@ -103,11 +105,15 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     add_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
     break;
   default:
-    snprintf(plan->reason, sizeof plan->reason,
-             plan->path == XFER_PATH_HOST && src->dev->rt != dst->rt
-                 ? "no direct path between %s and %s: through host memory"
-                 : "through host memory between %s and %s",
-             from, to);
+    if (src->dev->rt != dst->rt && (is_host(src->dev) || is_host(dst)))
+      snprintf(plan->reason, sizeof plan->reason, "%s is host memory: one copy between %s and %s",
+               is_host(src->dev) ? from : to, from, to);
+    else if (src->dev->rt != dst->rt)
+      snprintf(plan->reason, sizeof plan->reason,
+               "no direct path between %s and %s: through host memory", from, to);
+    else
+      snprintf(plan->reason, sizeof plan->reason, "through host memory between %s and %s", from,
+               to);
     if (addressable(dst))
       add_step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from,
                to);

@@ -114,7 +114,12 @@ static int device_index(lua_State *L)
   else if (!strcmp(key, "index")) lua_pushinteger(L, info.index);
   else if (!strcmp(key, "label")) lua_pushstring(L, info.label);
   else if (!strcmp(key, "total_memory")) lua_pushnumber(L, (lua_Number)info.total_memory);
-  else if (!strcmp(key, "free_memory")) lua_pushnumber(L, (lua_Number)info.free_memory);
+  else if (!strcmp(key, "free_memory")) {
+    if (!info.has_free_memory) return 0;
+    lua_pushnumber(L, (lua_Number)info.free_memory);
+  } else if (!strcmp(key, "max_alloc")) lua_pushnumber(L, (lua_Number)info.max_alloc);
+  else if (!strcmp(key, "platform")) lua_pushstring(L, info.platform);
+  else if (!strcmp(key, "vendor")) lua_pushstring(L, info.vendor);
   else if (!strcmp(key, "unified")) lua_pushboolean(L, info.unified);
   else if (!strcmp(key, "uuid")) {
     if (!info.has_uuid) return 0;

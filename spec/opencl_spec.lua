@@ -1,0 +1,73 @@
+-- The OpenCL runtime: the shared matrix, plus what is OpenCL's own.
+local xfer = require "xfer"
+local h = require "support.helpers"
+local runtime_matrix = require "support.runtime_matrix"
+
+runtime_matrix("opencl")
+
+describe("opencl specifics #opencl", function()
+  local info
+  for _, r in ipairs(xfer.runtimes()) do if r.name == "opencl" then info = r end end
+
+  local function each_device(fn)
+    if not info.available then return pending("opencl is unavailable here: " .. info.reason) end
+    for _, dev in ipairs(xfer.devices()) do
+      if dev.runtime == "opencl" then fn(dev) end
+    end
+  end
+
+  it("reports platform, vendor and the largest buffer", function()
+    each_device(function(dev)
+      assert.is_true(#dev.platform > 0)
+      assert.is_true(#dev.vendor > 0)
+      assert.is_true(dev.max_alloc >= 128 * 1024 * 1024) -- OpenCL's minimum for a full profile
+    end)
+  end)
+
+  it("lists platforms in name order", function()
+    each_device(function() end)
+    local last = ""
+    for _, dev in ipairs(xfer.devices()) do
+      if dev.runtime == "opencl" then
+        assert.is_true(dev.platform >= last, dev.platform .. " after " .. last)
+        last = dev.platform
+      end
+    end
+  end)
+
+  it("PoCL shares memory with the host", function()
+    local found = false
+    each_device(function(dev)
+      if dev.platform == "Portable Computing Language" then
+        found = true
+        assert.is_true(dev.unified)
+      end
+    end)
+    if info.available and not found then pending("no PoCL device here") end
+  end)
+
+  it("refuses a tensor larger than the largest buffer, naming both sizes", function()
+    each_device(function(dev)
+      local before = h.in_use(dev)
+      local n = dev.max_alloc + 1
+      local e = h.raises("alloc", xfer.empty, { n }, { dtype = "u8", device = dev })
+      assert.are.equal("alloc", e.op)
+      assert.are.equal("CL_INVALID_BUFFER_SIZE", e.native_name)
+      assert.are.equal(-61, e.native)
+      assert.are.equal(("Failed to allocate %d bytes on %s: CL_INVALID_BUFFER_SIZE (-61): a tensor of %d bytes " ..
+                        "is larger than the largest buffer %s allows (%d bytes)"):format(
+                          n, dev.name, n, dev.name, dev.max_alloc), e.message)
+      assert.are.equal(before, h.in_use(dev))
+    end)
+  end)
+
+  it("names the failing OpenCL call in the message", function()
+    each_device(function(dev)
+      local t = xfer.arange(4, { device = dev })
+      xfer.faults.inject({ runtime = "opencl", op = "copy" })
+      local e = h.raises("write", t.clone, t)
+      assert.is_truthy(e.message:find("CL_OUT_OF_RESOURCES (-5): clEnqueueCopyBuffer failed [injected fault]", 1, true),
+                       e.message)
+    end)
+  end)
+end)

@@ -1,0 +1,307 @@
+/*
+** opencl.c -- the OpenCL runtime: every device of every platform, one context and
+** in-order queue each; buffers in device memory, or host-shared memory that is mapped
+** instead of copied where the device shares memory with the host (PoCL).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opencl_api.h"
+
+static cl_api *api_of(const xfer_device *dev) { return dev->rt->impl; }
+static cl_dev *cl_of(const xfer_device *dev) { return dev->impl; }
+
+/* -- The checked wrapper ----------------------------------------------------------- */
+
+/* What a failure of each op means to the core, and what an injected one reports. */
+static xfer_code code_for(const char *op)
+{
+  if (!strcmp(op, "open")) return XFER_E_UNAVAILABLE;
+  if (!strcmp(op, "alloc")) return XFER_E_ALLOC;
+  if (!strcmp(op, "read")) return XFER_E_READ;
+  return XFER_E_WRITE; /* write, copy: the target could not be written */
+}
+
+static xfer_code cl_fail(const char *op, const char *fn, cl_int rc, int injected,
+                         xfer_error *err)
+{
+  char what[64];
+  snprintf(what, sizeof what, "%s failed", fn);
+  /* out of memory may pass once memory is freed; CL_OUT_OF_RESOURCES is often a device
+  ** that stopped working (NVIDIA reports a crashed context so) */
+  int retryable = rc == CL_OUT_OF_HOST_MEMORY || rc == CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  return xfer_err_native(err, code_for(op), op, rc, xfer_cl_error_name(rc), what, retryable,
+                         injected);
+}
+
+/* An injected fault fails a call before the driver sees it, with the code the driver
+** would give; both kinds of failure leave through cl_fail. */
+static int cl_injected(xfer_device *dev, const char *op, cl_int *rc)
+{
+  if (!xfer_fault_hit(dev->ctx, "opencl", op)) return 0;
+  *rc = !strcmp(op, "alloc") ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
+  return 1;
+}
+
+/* Every cl* call of a device op: CL_CALL(dev, op, err, clFinish, queue) returns the
+** error from the enclosing function on failure. */
+#define CL_CALL(dev, op, err, fn, ...)                                                 \
+  do {                                                                                 \
+    cl_int rc_ = CL_SUCCESS;                                                           \
+    int injected_ = cl_injected((dev), (op), &rc_);                                    \
+    if (!injected_) rc_ = api_of(dev)->fn(__VA_ARGS__);                                \
+    if (rc_ != CL_SUCCESS) return cl_fail((op), #fn, rc_, injected_, (err));           \
+  } while (0)
+
+/* The same for calls that return an object and their status through a last argument. */
+#define CL_CREATE(dev, op, err, result, fn, ...)                                       \
+  do {                                                                                 \
+    cl_int rc_ = CL_SUCCESS;                                                           \
+    int injected_ = cl_injected((dev), (op), &rc_);                                    \
+    if (!injected_) (result) = api_of(dev)->fn(__VA_ARGS__, &rc_);                     \
+    if (rc_ != CL_SUCCESS) return cl_fail((op), #fn, rc_, injected_, (err));           \
+  } while (0)
+
+/* -- Opening: platforms and devices -------------------------------------------------- */
+
+static void info_string(cl_api *api, cl_device_id id, cl_device_info what, char *out, size_t cap)
+{
+  out[0] = '\0';
+  if (api->clGetDeviceInfo(id, what, cap, out, NULL) != CL_SUCCESS) out[0] = '\0';
+  out[cap - 1] = '\0';
+}
+
+static uint64_t info_u64(cl_api *api, cl_device_id id, cl_device_info what)
+{
+  cl_ulong v = 0;
+  return api->clGetDeviceInfo(id, what, sizeof v, &v, NULL) == CL_SUCCESS ? v : 0;
+}
+
+static int has_extension(cl_api *api, cl_device_id id, const char *name)
+{
+  size_t len = 0;
+  if (api->clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &len) != CL_SUCCESS || !len)
+    return 0;
+  char *list = malloc(len + 2);
+  if (!list) return 0;
+  list[0] = ' ';
+  int found = 0;
+  if (api->clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, len, list + 1, NULL) == CL_SUCCESS) {
+    list[len] = ' ';
+    list[len + 1] = '\0';
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, " %s ", name);
+    found = strstr(list, pattern) != NULL;
+  }
+  free(list);
+  return found;
+}
+
+/* Adds one device: its context and queue first, so a device that cannot get them is
+** left out rather than listed unusable. */
+static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id id)
+{
+  cl_api *api = rt->impl;
+  cl_int rc;
+  cl_context context = api->clCreateContext(NULL, 1, &id, NULL, NULL, &rc);
+  if (rc != CL_SUCCESS) return;
+  cl_command_queue queue = api->clCreateCommandQueue(context, id, 0, &rc);
+  cl_dev *cd = rc == CL_SUCCESS ? malloc(sizeof *cd) : NULL;
+  xfer_error err;
+  xfer_device *dev = cd ? xfer_runtime_add_device(rt, &err) : NULL;
+  if (!dev) {
+    if (rc == CL_SUCCESS) api->clReleaseCommandQueue(queue);
+    api->clReleaseContext(context);
+    free(cd);
+    return;
+  }
+  cd->id = id;
+  cd->context = context;
+  cd->queue = queue;
+  dev->impl = cd;
+  info_string(api, id, CL_DEVICE_NAME, dev->label, sizeof dev->label);
+  info_string(api, id, CL_DEVICE_VENDOR, dev->vendor, sizeof dev->vendor);
+  if (api->clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof dev->platform, dev->platform,
+                             NULL) != CL_SUCCESS)
+    dev->platform[0] = '\0';
+  dev->platform[sizeof dev->platform - 1] = '\0';
+  dev->total_memory = info_u64(api, id, CL_DEVICE_GLOBAL_MEM_SIZE);
+  dev->max_alloc = info_u64(api, id, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+  cl_bool unified = CL_FALSE;
+  if (api->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) ==
+      CL_SUCCESS)
+    dev->unified = unified == CL_TRUE;
+  if (has_extension(api, id, "cl_khr_device_uuid") &&
+      api->clGetDeviceInfo(id, CL_DEVICE_UUID_KHR, sizeof dev->uuid, dev->uuid, NULL) ==
+          CL_SUCCESS)
+    dev->has_uuid = 1;
+}
+
+typedef struct named_platform {
+  cl_platform_id id;
+  char name[128];
+} named_platform;
+
+static int by_name(const void *a, const void *b)
+{
+  return strcmp(((const named_platform *)a)->name, ((const named_platform *)b)->name);
+}
+
+static xfer_code add_platform_devices(xfer_runtime *rt, cl_platform_id platform, xfer_error *err)
+{
+  cl_api *api = rt->impl;
+  cl_uint n = 0;
+  cl_int rc = api->clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &n);
+  if (rc == CL_DEVICE_NOT_FOUND || n == 0) return XFER_E_OK;
+  if (rc != CL_SUCCESS) return cl_fail("open", "clGetDeviceIDs", rc, 0, err);
+  cl_device_id *ids = calloc(n, sizeof *ids);
+  if (!ids) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  rc = api->clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n, ids, NULL);
+  for (cl_uint i = 0; rc == CL_SUCCESS && i < n; i++) add_device(rt, platform, ids[i]);
+  free(ids);
+  return rc == CL_SUCCESS ? XFER_E_OK : cl_fail("open", "clGetDeviceIDs", rc, 0, err);
+}
+
+static void opencl_close(xfer_runtime *rt);
+
+static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
+{
+  cl_api *api = calloc(1, sizeof *api);
+  if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  rt->impl = api;
+  xfer_code code = xfer_cl_load(api, err);
+  cl_uint n = 0;
+  cl_int rc = CL_SUCCESS;
+  if (!code) {
+    rc = api->clGetPlatformIDs(0, NULL, &n);
+    if (rc == CL_SUCCESS && n == 0) rc = CL_PLATFORM_NOT_FOUND_KHR;
+    if (rc != CL_SUCCESS)
+      code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "no OpenCL platform: %s (%d)",
+                          xfer_cl_error_name(rc), rc);
+  }
+  named_platform *platforms = code ? NULL : calloc(n, sizeof *platforms);
+  cl_platform_id *ids = code ? NULL : calloc(n, sizeof *ids);
+  if (!code && (!platforms || !ids))
+    code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  if (!code && (rc = api->clGetPlatformIDs(n, ids, NULL)) != CL_SUCCESS)
+    code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "clGetPlatformIDs failed: %s (%d)",
+                        xfer_cl_error_name(rc), rc);
+  /* platforms in name order: the ICD loader's order follows the file system's */
+  for (cl_uint i = 0; !code && i < n; i++) {
+    platforms[i].id = ids[i];
+    if (api->clGetPlatformInfo(ids[i], CL_PLATFORM_NAME, sizeof platforms[i].name,
+                               platforms[i].name, NULL) != CL_SUCCESS)
+      platforms[i].name[0] = '\0';
+    platforms[i].name[sizeof platforms[i].name - 1] = '\0';
+  }
+  if (!code) qsort(platforms, n, sizeof *platforms, by_name);
+  for (cl_uint i = 0; !code && i < n; i++) code = add_platform_devices(rt, platforms[i].id, err);
+  free(platforms);
+  free(ids);
+  if (code) opencl_close(rt);
+  return code;
+}
+
+static void opencl_close(xfer_runtime *rt)
+{
+  cl_api *api = rt->impl;
+  if (!api) return;
+  xfer_ctx *ctx = rt->ctx;
+  for (size_t d = rt->first_device; d < ctx->ndevices; d++) {
+    xfer_device *dev = ctx->devices[d];
+    cl_dev *cd = dev->rt == rt ? dev->impl : NULL;
+    if (!cd) continue;
+    api->clReleaseCommandQueue(cd->queue);
+    api->clReleaseContext(cd->context);
+    free(cd);
+    dev->impl = NULL;
+  }
+  /* The ICD loader stays loaded: drivers register exit handlers and threads that do not
+  ** survive being unmapped (PoCL among them). */
+  free(api);
+  rt->impl = NULL;
+}
+
+/* -- Buffers --------------------------------------------------------------------------- */
+
+static xfer_code opencl_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
+{
+  if (dev->max_alloc && nbytes > dev->max_alloc) {
+    char why[200];
+    snprintf(why, sizeof why, "a tensor of %zu bytes is larger than the largest buffer %s allows "
+             "(%llu bytes)", nbytes, dev->name, (unsigned long long)dev->max_alloc);
+    return xfer_err_native(err, XFER_E_ALLOC, "alloc", CL_INVALID_BUFFER_SIZE,
+                           "CL_INVALID_BUFFER_SIZE", why, 0, 0);
+  }
+  /* Host-shared devices get host memory the CPU maps in place: no copy on map. */
+  cl_mem_flags flags = CL_MEM_READ_WRITE | (dev->unified ? CL_MEM_ALLOC_HOST_PTR : 0);
+  cl_mem mem = NULL;
+  CL_CREATE(dev, "alloc", err, mem, clCreateBuffer, cl_of(dev)->context, flags, nbytes, NULL);
+  *buf = mem;
+  return XFER_E_OK;
+}
+
+static void opencl_free(xfer_device *dev, void *buf, size_t nbytes)
+{
+  (void)nbytes;
+  api_of(dev)->clReleaseMemObject((cl_mem)buf);
+}
+
+/* Host-shared memory: map the region, copy once, unmap, wait. */
+static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *host, size_t n,
+                             int to_device, const char *op, xfer_error *err)
+{
+  cl_command_queue q = cl_of(dev)->queue;
+  void *mapped = NULL;
+  cl_map_flags flags = to_device ? CL_MAP_WRITE_INVALIDATE_REGION : CL_MAP_READ;
+  CL_CREATE(dev, op, err, mapped, clEnqueueMapBuffer, q, mem, CL_TRUE, flags, offset, n, 0, NULL,
+            NULL);
+  if (to_device)
+    memcpy(mapped, host, n);
+  else
+    memcpy(host, mapped, n);
+  CL_CALL(dev, op, err, clEnqueueUnmapMemObject, q, mem, mapped, 0, NULL, NULL);
+  CL_CALL(dev, op, err, clFinish, q);
+  return XFER_E_OK;
+}
+
+static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const void *src,
+                              size_t n, xfer_error *err)
+{
+  if (dev->unified) return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
+  CL_CALL(dev, "write", err, clEnqueueWriteBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, src,
+          0, NULL, NULL);
+  return XFER_E_OK;
+}
+
+static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                             xfer_error *err)
+{
+  if (dev->unified) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
+  CL_CALL(dev, "read", err, clEnqueueReadBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, dst,
+          0, NULL, NULL);
+  return XFER_E_OK;
+}
+
+static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
+                             size_t src_offset, size_t n, xfer_error *err)
+{
+  cl_command_queue q = cl_of(dev)->queue;
+  CL_CALL(dev, "copy", err, clEnqueueCopyBuffer, q, src, dst, src_offset, dst_offset, n, 0, NULL,
+          NULL);
+  CL_CALL(dev, "copy", err, clFinish, q);
+  return XFER_E_OK;
+}
+
+const xfer_backend xfer_backend_opencl = {
+  .version = XFER_BACKEND_VERSION,
+  .name = "opencl",
+  .open = opencl_open,
+  .close = opencl_close,
+  .alloc = opencl_alloc,
+  .free = opencl_free,
+  .write = opencl_write,
+  .read = opencl_read,
+  .copy = opencl_copy,
+};

@@ -1,0 +1,42 @@
+/*
+** opencl_api.h -- the OpenCL entry points xferlua uses, resolved from libOpenCL.so.1 at
+** run time (nothing links against OpenCL), and the backend's per-device state.
+*/
+#ifndef XFER_OPENCL_API_H
+#define XFER_OPENCL_API_H
+
+/* OpenCL 1.2 is all we need, and every ICD (PoCL, NVIDIA) offers it undeprecated. */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <CL/cl_ext.h>
+
+#include "../../core/internal.h"
+
+#define XFER_CL_FUNCTIONS(X)                                                        \
+  X(clGetPlatformIDs) X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo)     \
+  X(clCreateContext) X(clReleaseContext) X(clCreateCommandQueue)                     \
+  X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject)                   \
+  X(clEnqueueReadBuffer) X(clEnqueueWriteBuffer) X(clEnqueueCopyBuffer)              \
+  X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)
+
+typedef struct cl_api {
+  void *lib;
+#define XFER_CL_POINTER(name) __typeof__(name) *name;
+  XFER_CL_FUNCTIONS(XFER_CL_POINTER)
+#undef XFER_CL_POINTER
+} cl_api;
+
+/* One context and one in-order queue per device, made when the runtime opens. */
+typedef struct cl_dev {
+  cl_device_id id;
+  cl_context context;
+  cl_command_queue queue;
+} cl_dev;
+
+/* Loads libOpenCL.so.1 and resolves XFER_CL_FUNCTIONS; XFER_E_UNAVAILABLE saying why. */
+xfer_code xfer_cl_load(cl_api *api, xfer_error *err);
+
+/* "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR" for codes it does not know. */
+const char *xfer_cl_error_name(cl_int code);
+
+#endif
