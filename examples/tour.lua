@@ -33,18 +33,22 @@ end
 local back = current:to("host")
 print(("   back on host, equal to the original: %s"):format(tostring(back:equals(t))))
 
-print("\n5. A transfer that fails (a read fault injected into the host runtime):")
-xfer.faults.inject({ runtime = "host", op = "read", nth = 1 })
-local ok, err = pcall(t.to, t, "host", { via = "host" })
+-- The failure goes where the data lives: the last device of the tour (host if alone).
+local dev = devices[#devices]
+local src = t:to(dev)
+print(("\n5. A transfer that fails (a read fault injected into %s's runtime, %s):"):format(
+  dev.name, dev.runtime))
+xfer.faults.inject({ runtime = dev.runtime, op = "read", nth = 1 })
+local ok, err = pcall(src.to, src, "host", { via = "host" })
 print(("   pcall returned %s"):format(tostring(ok)))
 print(("   error: code=%s op=%s from=%s to=%s native=%s (%d) retryable=%s"):format(
   err.code, err.op, err.from, err.to, err.native_name, err.native, tostring(err.retryable)))
 print(("   message: %s"):format(tostring(err)))
-print(("   the source is intact: %s"):format(table.concat(t:totable({ flat = true }), " ")))
+print(("   the source is intact: %s"):format(table.concat(src:totable({ flat = true }), " ")))
 
 print("\n6. Recovery: the explicit host round-trip:")
-local recovered = xfer.host_roundtrip(t, "host")
-print(("   %s holds %s; equal to the source: %s"):format(
+local recovered = xfer.host_roundtrip(src, "host")
+print(("   %s holds %s; equal to the original: %s"):format(
   tostring(recovered), table.concat(recovered:totable({ flat = true }), " "),
   tostring(recovered:equals(t))))
 
@@ -52,4 +56,7 @@ print("\n7. Freeing:")
 t:free()
 local ok2, err2 = pcall(t.clone, t)
 print(("   using a freed tensor: %s, code %s: %s"):format(tostring(ok2), err2.code, tostring(err2)))
-print(("   host memory in use now: %d bytes"):format(xfer.memory("host").in_use))
+collectgarbage()
+for _, d in ipairs(devices) do
+  print(("   %s: %d bytes in use by live tensors"):format(d.name, xfer.memory(d).in_use))
+end

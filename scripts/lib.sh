@@ -12,6 +12,9 @@ xfer_log() { printf '%s\n' "$*" >&2; }
 
 # Installs the packages of XFER_PACKAGES that are not installed (apt-get; sudo when not root).
 xfer_install_deps() {
+  # XFER_SKIP_INSTALL=1: the packages are there without dpkg knowing (unpacked by hand,
+  # as on the GPU machine), or the caller manages them.
+  [ "${XFER_SKIP_INSTALL:-0}" = 1 ] && return 0
   local missing=() pkg
   for pkg in $XFER_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

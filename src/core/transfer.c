@@ -106,8 +106,8 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     break;
   default:
     if (src->dev->rt != dst->rt && (is_host(src->dev) || is_host(dst)))
-      snprintf(plan->reason, sizeof plan->reason, "%s is host memory: one copy between %s and %s",
-               is_host(src->dev) ? from : to, from, to);
+      snprintf(plan->reason, sizeof plan->reason,
+               "one end is host memory: a single copy from %s to %s", from, to);
     else if (src->dev->rt != dst->rt)
       snprintf(plan->reason, sizeof plan->reason,
                "no direct path between %s and %s: through host memory", from, to);
