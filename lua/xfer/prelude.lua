@@ -19,8 +19,9 @@ function xfer.describe()
   local lines, devices = {}, xfer.devices()
   for _, rt in ipairs(xfer.runtimes()) do
     if rt.available then
-      lines[#lines + 1] = format("%-8s available, %d device%s", rt.name, rt.devices,
-                                 rt.devices == 1 and "" or "s")
+      lines[#lines + 1] = format("%-8s available, %d device%s%s", rt.name, rt.devices,
+                                 rt.devices == 1 and "" or "s",
+                                 rt.reason ~= "" and " (" .. rt.reason .. ")" or "")
       for _, dev in ipairs(devices) do
         if dev.runtime == rt.name then
           local traits = { gib(dev.total_memory) .. " total" }

@@ -98,20 +98,42 @@ static int has_extension(cl_api *api, cl_device_id id, const char *name)
   return found;
 }
 
+/* Notes a device that could not be used in the runtime's reason, so that it is not
+** silently missing from the list. */
+static void leave_out(xfer_runtime *rt, cl_device_id id, const char *fn, cl_int rc)
+{
+  cl_api *api = rt->impl;
+  char name[96] = "";
+  if (api->clGetDeviceInfo(id, CL_DEVICE_NAME, sizeof name, name, NULL) != CL_SUCCESS) name[0] = 0;
+  name[sizeof name - 1] = '\0';
+  size_t used = strlen(rt->reason);
+  snprintf(rt->reason + used, sizeof rt->reason - used, "%sleft out %s: %s failed: %s (%d)",
+           used ? "; " : "", name, fn, xfer_cl_error_name(rc), rc);
+}
+
 /* Adds one device: its context and queue first, so a device that cannot get them is
-** left out rather than listed unusable. */
+** left out (and said so) rather than listed unusable. */
 static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id id)
 {
   cl_api *api = rt->impl;
   cl_int rc;
   cl_context context = api->clCreateContext(NULL, 1, &id, NULL, NULL, &rc);
-  if (rc != CL_SUCCESS) return;
+  if (rc != CL_SUCCESS) {
+    leave_out(rt, id, "clCreateContext", rc);
+    return;
+  }
   cl_command_queue queue = api->clCreateCommandQueue(context, id, 0, &rc);
-  cl_dev *cd = rc == CL_SUCCESS ? malloc(sizeof *cd) : NULL;
+  if (rc != CL_SUCCESS) {
+    leave_out(rt, id, "clCreateCommandQueue", rc);
+    api->clReleaseContext(context);
+    return;
+  }
+  cl_dev *cd = malloc(sizeof *cd);
   xfer_error err;
   xfer_device *dev = cd ? xfer_runtime_add_device(rt, &err) : NULL;
   if (!dev) {
-    if (rc == CL_SUCCESS) api->clReleaseCommandQueue(queue);
+    leave_out(rt, id, "malloc", CL_OUT_OF_HOST_MEMORY);
+    api->clReleaseCommandQueue(queue);
     api->clReleaseContext(context);
     free(cd);
     return;
