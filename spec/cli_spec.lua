@@ -103,8 +103,9 @@ describe("xferlua", function()
   it("an uncaught xfer error prints its message, not a table address", function()
     local out, code = xferlua([[-e 'require("xfer").device("nope")']])
     assert.are.equal(1, code)
-    local want = "xferlua: unknown device 'nope' (devices here: " .. h.device_names() .. ")\nstack traceback:"
-    assert.are.equal(want, out:sub(1, #want))
+    -- the child lists its own devices: a GPU that this process holds in exclusive mode
+    -- may be missing there
+    assert.is_truthy(out:match("^xferlua: unknown device 'nope' %(devices here: host[^\n]*%)\nstack traceback:"), out)
     assert.is_falsy(out:find("table: 0x", 1, true))
   end)
 

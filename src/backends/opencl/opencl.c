@@ -175,7 +175,19 @@ static xfer_code add_platform_devices(xfer_runtime *rt, cl_platform_id platform,
   cl_api *api = rt->impl;
   cl_uint n = 0;
   cl_int rc = api->clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &n);
-  if (rc == CL_DEVICE_NOT_FOUND || n == 0) return XFER_E_OK;
+  if (rc == CL_DEVICE_NOT_FOUND || (rc == CL_SUCCESS && n == 0)) {
+    /* said, not hidden: a GPU in exclusive-process mode that another process holds
+    ** shows up exactly so */
+    char name[96] = "";
+    if (api->clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name, name, NULL) != CL_SUCCESS)
+      name[0] = '\0';
+    name[sizeof name - 1] = '\0';
+    size_t used = strlen(rt->reason);
+    snprintf(rt->reason + used, sizeof rt->reason - used,
+             "%splatform %s has no device it can give this process (CL_DEVICE_NOT_FOUND)",
+             used ? "; " : "", name);
+    return XFER_E_OK;
+  }
   if (rc != CL_SUCCESS) return cl_fail("open", "clGetDeviceIDs", rc, 0, err);
   cl_device_id *ids = calloc(n, sizeof *ids);
   if (!ids) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
