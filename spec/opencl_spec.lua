@@ -70,4 +70,36 @@ describe("opencl specifics #opencl", function()
                        e.message)
     end)
   end)
+
+  describe("when OpenCL cannot work", function()
+    local function opencl_reason(env)
+      local out, code = h.run(env .. " " .. h.xferlua() ..
+        [[ -e 'for _, r in ipairs(require("xfer").runtimes()) do if r.name == "opencl" then print(r.available, r.reason) end end']])
+      assert.are.equal(0, code, out)
+      return out
+    end
+
+    it("a missing ICD loader makes the runtime unavailable, saying so", function()
+      local out = opencl_reason("XFER_OPENCL_LIBRARY=libOpenCL-missing.so.1")
+      assert.are.equal("false\tcannot load the OpenCL ICD loader libOpenCL-missing.so.1: " ..
+                       "libOpenCL-missing.so.1: cannot open shared object file: No such file or directory\n", out)
+    end)
+
+    it("a loader that is not OpenCL's makes it unavailable, naming what is missing", function()
+      local out = opencl_reason("XFER_OPENCL_LIBRARY=libm.so.6")
+      assert.are.equal("false\tlibm.so.6 has no clGetPlatformIDs\n", out)
+    end)
+
+    it("no platform makes it unavailable with CL_PLATFORM_NOT_FOUND_KHR", function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      assert(os.execute("mkdir " .. dir) == 0)
+      local out = opencl_reason("OCL_ICD_VENDORS=" .. dir .. " OCL_ICD_FILENAMES=")
+      os.execute("rmdir " .. dir)
+      if out:match("^true") then
+        return pending("this ICD loader ignores OCL_ICD_VENDORS: " .. out)
+      end
+      assert.are.equal("false\tno OpenCL platform: CL_PLATFORM_NOT_FOUND_KHR (-1001)\n", out)
+    end)
+  end)
 end)

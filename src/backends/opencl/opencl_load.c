@@ -3,19 +3,23 @@
 ** points, and the names of OpenCL's error codes.
 */
 #include <dlfcn.h>
+#include <stdlib.h>
 
 #include "opencl_api.h"
 
 xfer_code xfer_cl_load(cl_api *api, xfer_error *err)
 {
-  api->lib = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+  /* XFER_OPENCL_LIBRARY names another ICD loader (or none, to test its absence). */
+  const char *path = getenv("XFER_OPENCL_LIBRARY");
+  if (!path || !*path) path = "libOpenCL.so.1";
+  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!api->lib)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",
-                        "cannot load the OpenCL ICD loader libOpenCL.so.1: %s", dlerror());
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "cannot load the OpenCL ICD loader %s: %s",
+                        path, dlerror());
 #define XFER_CL_RESOLVE(name)                                                          \
   *(void **)&api->name = dlsym(api->lib, #name);                                        \
   if (!api->name)                                                                       \
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "libOpenCL.so.1 has no %s", #name);
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s has no %s", path, #name);
   XFER_CL_FUNCTIONS(XFER_CL_RESOLVE)
 #undef XFER_CL_RESOLVE
   return XFER_E_OK;
