@@ -219,10 +219,12 @@ typedef struct xfer_fault {
   char op[16];           /* "alloc", "read", "write", "copy", ... */
   int nth;               /* >= 1 */
   int count;             /* >= 1 */
+  long long native;      /* the driver code to fail with; 0: the backend's usual one for op */
 } xfer_fault;
 
 xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *err);
-/* Adds the rules of a spec such as "host:read:1,cuda:alloc:2:3" (runtime:op[:nth[:count]]). */
+/* Adds the rules of a spec such as "host:read:1,vulkan:copy:1:1:-4"
+** (runtime:op[:nth[:count[:native]]]). */
 xfer_code xfer_fault_parse(xfer_ctx *ctx, const char *spec, xfer_error *err);
 void xfer_fault_clear(xfer_ctx *ctx);
 /* Rules not yet used up; copies at most `max` into `out` and returns how many there are. */

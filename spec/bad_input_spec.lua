@@ -74,7 +74,7 @@ local cases = {
   { "memory of a non-device", function() xfer.memory({}) end,
     "bad argument #1 to 'memory' (xfer.Device or device name expected, got table)" },
   { "inject without a table", function() xfer.faults.inject("host:read") end,
-    "bad argument #1 to 'inject' (table {runtime=, op=, nth=, count=} expected, got string)" },
+    "bad argument #1 to 'inject' (table {runtime=, op=, nth=, count=, native=} expected, got string)" },
   { "inject an unknown runtime", function() xfer.faults.inject({ runtime = "tpu", op = "read" }) end,
     "unknown runtime 'tpu' (expected host, cuda, vulkan or opencl)" },
   { "inject an unknown op", function() xfer.faults.inject({ runtime = "host", op = "explode" }) end,
@@ -84,7 +84,7 @@ local cases = {
   { "inject without op", function() xfer.faults.inject({ runtime = "host" }) end,
     "faults.inject: 'op' must be a string, not nil" },
   { "inject unknown key", function() xfer.faults.inject({ runtime = "host", op = "read", n = 2 }) end,
-    "inject: unknown option 'n' (known: runtime, op, nth, count)" },
+    "inject: unknown option 'n' (known: runtime, op, nth, count, native)" },
 }
 
 describe("bad input", function()

@@ -116,14 +116,15 @@ static void test_faults(xfer_ctx *ctx)
   xfer_device *host = xfer_device_at(ctx, 0);
   xfer_error err;
   xfer_fault rules[4];
-  CHECK(xfer_fault_parse(ctx, "host:read:2:3,host:alloc", &err) == 0);
-  CHECK(xfer_fault_list(ctx, rules, 4) == 2);
+  CHECK(xfer_fault_parse(ctx, "host:read:2:3,host:alloc,host:copy:1:1:-5", &err) == 0);
+  CHECK(xfer_fault_list(ctx, rules, 4) == 3);
+  CHECK(rules[2].native == -5 && rules[1].native == 0);
   CHECK_STR(rules[0].op, "read");
   CHECK(rules[0].nth == 2 && rules[0].count == 3 && rules[1].nth == 1 && rules[1].count == 1);
   xfer_fault_clear(ctx);
   CHECK(xfer_fault_list(ctx, rules, 4) == 0);
-  const char *bad[] = {"host", "host:read:x", "host:read:1:2:3", "gpu:read", "host:boom",
-                       "host:read:0", "host:read:1:"};
+  const char *bad[] = {"host", "host:read:x", "host:read:1:2:3:4", "gpu:read", "host:boom",
+                       "host:read:0", "host:read:1:", "host:read:1:1:x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     CHECK(xfer_fault_parse(ctx, bad[i], &err) == XFER_E_INVALID);
     CHECK(xfer_fault_list(ctx, rules, 4) == 0);

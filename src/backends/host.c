@@ -13,9 +13,12 @@
 
 /* Every host "driver" call (allocation, memcpy) asks here first whether a fault is
 ** injected, and reports a failure -- real (errno) or injected -- through host_fail. */
-static int host_injected(xfer_device *dev, const char *op)
+static int host_injected(xfer_device *dev, const char *op, int *errnum)
 {
-  return xfer_fault_hit(dev->ctx, "host", op);
+  long long native;
+  if (!xfer_fault_hit(dev->ctx, "host", op, &native)) return 0;
+  *errnum = native ? (int)native : !strcmp(op, "alloc") ? ENOMEM : EIO;
+  return 1;
 }
 
 static xfer_code host_fail(const char *op, int errnum, int injected, xfer_error *err)
@@ -77,7 +80,8 @@ static xfer_code host_open(xfer_runtime *rt, xfer_error *err)
 
 static xfer_code host_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
 {
-  if (host_injected(dev, "alloc")) return host_fail("alloc", ENOMEM, 1, err);
+  int errnum;
+  if (host_injected(dev, "alloc", &errnum)) return host_fail("alloc", errnum, 1, err);
   *buf = xfer_host_pages_alloc(nbytes);
   return *buf ? XFER_E_OK : host_fail("alloc", ENOMEM, 0, err);
 }
@@ -91,7 +95,8 @@ static void host_free(xfer_device *dev, void *buf, size_t nbytes)
 static xfer_code host_write(xfer_device *dev, void *buf, size_t offset, const void *src,
                             size_t n, xfer_error *err)
 {
-  if (host_injected(dev, "write")) return host_fail("write", EIO, 1, err);
+  int errnum;
+  if (host_injected(dev, "write", &errnum)) return host_fail("write", errnum, 1, err);
   memcpy((char *)buf + offset, src, n);
   return XFER_E_OK;
 }
@@ -99,7 +104,8 @@ static xfer_code host_write(xfer_device *dev, void *buf, size_t offset, const vo
 static xfer_code host_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                            xfer_error *err)
 {
-  if (host_injected(dev, "read")) return host_fail("read", EIO, 1, err);
+  int errnum;
+  if (host_injected(dev, "read", &errnum)) return host_fail("read", errnum, 1, err);
   memcpy(dst, (const char *)buf + offset, n);
   return XFER_E_OK;
 }
@@ -107,7 +113,8 @@ static xfer_code host_read(xfer_device *dev, void *buf, size_t offset, void *dst
 static xfer_code host_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                            size_t src_offset, size_t n, xfer_error *err)
 {
-  if (host_injected(dev, "copy")) return host_fail("copy", EIO, 1, err);
+  int errnum;
+  if (host_injected(dev, "copy", &errnum)) return host_fail("copy", errnum, 1, err);
   memmove((char *)dst + dst_offset, (const char *)src + src_offset, n);
   return XFER_E_OK;
 }

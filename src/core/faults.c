@@ -53,10 +53,10 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
   return XFER_E_OK;
 }
 
-/* One rule "runtime:op[:nth[:count]]" of `len` characters. */
+/* One rule "runtime:op[:nth[:count[:native]]]" of `len` characters. */
 static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_error *err)
 {
-  char text[64], *field[4] = {0};
+  char text[80], *field[5] = {0};
   int nfields = 0;
   if (len >= sizeof text)
     return xfer_err_set(err, XFER_E_INVALID, "inject", "fault rule too long: '%.*s'",
@@ -64,7 +64,7 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
   memcpy(text, rule, len);
   text[len] = '\0';
   char *rest = text;
-  while (rest && nfields < 4) field[nfields++] = strsep(&rest, ":");
+  while (rest && nfields < 5) field[nfields++] = strsep(&rest, ":");
   xfer_fault fault = {.nth = 1, .count = 1};
   char *end = NULL;
   int bad = nfields < 2 || rest != NULL || strlen(field[0]) >= sizeof fault.runtime ||
@@ -77,9 +77,13 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
     fault.count = (int)strtol(field[3], &end, 10);
     bad = *field[3] == '\0' || *end != '\0';
   }
+  if (!bad && field[4]) {
+    fault.native = strtoll(field[4], &end, 0);
+    bad = *field[4] == '\0' || *end != '\0';
+  }
   if (bad)
     return xfer_err_set(err, XFER_E_INVALID, "inject",
-                        "bad fault rule '%.*s' (expected runtime:op[:nth[:count]], "
+                        "bad fault rule '%.*s' (expected runtime:op[:nth[:count[:native]]], "
                         "such as host:read:1)", (int)len, rule);
   snprintf(fault.runtime, sizeof fault.runtime, "%s", field[0]); /* lengths checked above */
   snprintf(fault.op, sizeof fault.op, "%s", field[1]);
@@ -112,17 +116,19 @@ size_t xfer_fault_list(const xfer_ctx *ctx, xfer_fault *out, size_t max)
   return ctx->nfaults;
 }
 
-int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op)
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native)
 {
   int hit = 0;
+  *native = 0;
   for (size_t i = 0; i < ctx->nfaults; i++) {
     xfer_fault_rule *rule = &ctx->faults[i];
     if (strcmp(rule->fault.runtime, runtime) || strcmp(rule->fault.op, op)) continue;
     if (rule->skip > 0) {
       rule->skip--;
-    } else {
+    } else if (!hit) { /* one failure per call, even if several rules match */
       rule->left--;
       hit = 1;
+      *native = rule->fault.native;
     }
   }
   /* drop used-up rules, keeping the order of the rest */

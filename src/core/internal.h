@@ -120,8 +120,9 @@ xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long 
 void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device *to,
                     size_t nbytes);
 
-/* Called by a backend's checked wrapper before each driver call: 1 means fail it. */
-int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op);
+/* Called by a backend's checked wrapper before each driver call: 1 means fail it, with
+** *native the code the rule asks for (0: the backend's usual code for op). */
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native);
 
 xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err);
 

@@ -124,8 +124,9 @@ static int int_field(lua_State *L, const char *key, int def)
 
 static int l_faults_inject(lua_State *L)
 {
-  static const char *const keys[] = {"runtime", "op", "nth", "count", NULL};
-  if (!lua_istable(L, 1)) xl_arg_error(L, 1, "inject", "table {runtime=, op=, nth=, count=}");
+  static const char *const keys[] = {"runtime", "op", "nth", "count", "native", NULL};
+  if (!lua_istable(L, 1))
+    xl_arg_error(L, 1, "inject", "table {runtime=, op=, nth=, count=, native=}");
   xl_check_options(L, 1, "inject", keys);
   xfer_fault fault;
   memset(&fault, 0, sizeof fault);
@@ -133,6 +134,7 @@ static int l_faults_inject(lua_State *L)
   copy_name_field(L, "op", fault.op, sizeof fault.op);
   fault.nth = int_field(L, "nth", 1);
   fault.count = int_field(L, "count", 1);
+  fault.native = int_field(L, "native", 0);
   xfer_error err;
   if (xfer_fault_inject(xl_ctx(L), &fault, &err)) xl_raise(L, &err);
   return 0;
@@ -159,6 +161,10 @@ static int l_faults_list(lua_State *L)
     lua_setfield(L, -2, "nth");
     lua_pushinteger(L, rules[i].count);
     lua_setfield(L, -2, "count");
+    if (rules[i].native) {
+      lua_pushnumber(L, (lua_Number)rules[i].native);
+      lua_setfield(L, -2, "native");
+    }
     lua_rawseti(L, -2, (int)i + 1);
   }
   return 1;

@@ -39,8 +39,10 @@ static xfer_code cl_fail(const char *op, const char *fn, cl_int rc, int injected
 ** would give; both kinds of failure leave through cl_fail. */
 static int cl_injected(xfer_device *dev, const char *op, cl_int *rc)
 {
-  if (!xfer_fault_hit(dev->ctx, "opencl", op)) return 0;
-  *rc = !strcmp(op, "alloc") ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
+  long long native;
+  if (!xfer_fault_hit(dev->ctx, "opencl", op, &native)) return 0;
+  *rc = native ? (cl_int)native
+        : !strcmp(op, "alloc") ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
   return 1;
 }
 
