@@ -110,6 +110,8 @@ typedef struct xfer_device_info {
   int unified;           /* shares memory with the host */
   int has_uuid;
   uint8_t uuid[16];      /* physical device UUID: equal UUIDs are the same GPU */
+  int has_driver_uuid;
+  uint8_t driver_uuid[16]; /* the driver's UUID (Vulkan): opaque fds pass only between equals */
 } xfer_device_info;
 
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);

@@ -13,6 +13,11 @@
 #else
 #define OPENCL_BACKEND NULL
 #endif
+#ifdef XFER_WITH_VULKAN
+#define VULKAN_BACKEND &xfer_backend_vulkan
+#else
+#define VULKAN_BACKEND NULL
+#endif
 
 /* The runtimes in the order xfer.runtimes() lists them. A NULL backend is a runtime
 ** this build does not include (its headers were missing when it was built); it is
@@ -24,7 +29,7 @@ static const struct {
 } runtime_table[XFER_RUNTIMES] = {
   {"host", &xfer_backend_host, NULL},
   {"cuda", NULL, "this build of xferlua has no cuda backend yet"},
-  {"vulkan", NULL, "this build of xferlua has no vulkan backend yet"},
+  {"vulkan", VULKAN_BACKEND, "built without Vulkan headers (install libvulkan-dev and rebuild)"},
   {"opencl", OPENCL_BACKEND, "built without OpenCL headers (install opencl-headers and rebuild)"},
 };
 
@@ -196,13 +201,17 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->unified = dev->unified;
   out->has_uuid = dev->has_uuid;
   memcpy(out->uuid, dev->uuid, sizeof out->uuid);
+  out->has_driver_uuid = dev->has_driver_uuid;
+  memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
   if (dev->rt->backend->memory) {
     uint64_t free_bytes = 0, total = 0;
     xfer_code rc = dev->rt->backend->memory(dev, &free_bytes, &total, err);
-    if (rc) return rc;
-    out->has_free_memory = 1;
-    out->free_memory = free_bytes;
-    if (total) out->total_memory = total;
+    if (rc && rc != XFER_E_UNSUPPORTED) return rc;
+    if (!rc) { /* unsupported: the driver cannot tell, and free_memory stays unknown */
+      out->has_free_memory = 1;
+      out->free_memory = free_bytes;
+      if (total) out->total_memory = total;
+    }
   }
   return XFER_E_OK;
 }

@@ -19,9 +19,11 @@ const char *xfer_code_name(xfer_code code)
   return code_names[code];
 }
 
-static void copy_field(char *dst, size_t cap, const char *src)
+void xfer_copy_text(char *dst, size_t cap, const char *src)
 {
-  snprintf(dst, cap, "%s", src ? src : "");
+  size_t n = src ? strnlen(src, cap - 1) : 0;
+  if (n) memcpy(dst, src, n);
+  dst[n] = '\0';
 }
 
 xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
@@ -29,7 +31,7 @@ xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const ch
   if (!err) return code;
   memset(err, 0, sizeof *err);
   err->code = code;
-  copy_field(err->op, sizeof err->op, op);
+  xfer_copy_text(err->op, sizeof err->op, op);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -45,7 +47,7 @@ xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long 
   xfer_err_set(err, code, op, "%s (%lld): %s%s", native_name, native, native_text,
                injected ? " [injected fault]" : "");
   err->native = native;
-  copy_field(err->native_name, sizeof err->native_name, native_name);
+  xfer_copy_text(err->native_name, sizeof err->native_name, native_name);
   err->retryable = retryable;
   err->injected = injected;
   return code;
@@ -70,8 +72,8 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
 {
   if (!err) return;
   const char *f = from ? from->name : "", *t = to ? to->name : "";
-  copy_field(err->from, sizeof err->from, f);
-  copy_field(err->to, sizeof err->to, t);
+  xfer_copy_text(err->from, sizeof err->from, f);
+  xfer_copy_text(err->to, sizeof err->to, t);
   char cause[sizeof err->message];
   memcpy(cause, err->message, sizeof cause);
   const char *op = err->op;

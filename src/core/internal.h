@@ -68,8 +68,9 @@ struct xfer_device {
   char vendor[64];
   uint64_t total_memory;
   uint64_t max_alloc;           /* 0: no limit below total_memory */
-  int unified, has_uuid;
+  int unified, has_uuid, has_driver_uuid;
   uint8_t uuid[16];
+  uint8_t driver_uuid[16];      /* opaque-fd interop needs equal driver UUIDs too */
   void *impl;
   xfer_memory_info mem;
   int lost;                     /* set once the driver says the device is gone */
@@ -105,6 +106,9 @@ struct xfer_tensor {
 };
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
+
+/* Copies text into dst of cap bytes, cut short to fit, always terminated. */
+void xfer_copy_text(char *dst, size_t cap, const char *src);
 
 /* Sets code, op and a formatted message; clears the rest. Returns code. */
 xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
@@ -142,6 +146,9 @@ void xfer_host_pages_free(void *p, size_t nbytes);
 extern const xfer_backend xfer_backend_host;
 #ifdef XFER_WITH_OPENCL
 extern const xfer_backend xfer_backend_opencl;
+#endif
+#ifdef XFER_WITH_VULKAN
+extern const xfer_backend xfer_backend_vulkan;
 #endif
 
 #endif

@@ -124,6 +124,9 @@ static int device_index(lua_State *L)
   else if (!strcmp(key, "uuid")) {
     if (!info.has_uuid) return 0;
     push_uuid(L, info.uuid);
+  } else if (!strcmp(key, "driver_uuid")) {
+    if (!info.has_driver_uuid) return 0;
+    push_uuid(L, info.driver_uuid);
   } else
     return 0;
   return 1;

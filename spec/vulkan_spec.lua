@@ -1,0 +1,133 @@
+-- The Vulkan runtime: the shared matrix, plus what is Vulkan's own.
+local xfer = require "xfer"
+local h = require "support.helpers"
+local runtime_matrix = require "support.runtime_matrix"
+
+runtime_matrix("vulkan")
+
+describe("vulkan specifics #vulkan", function()
+  local info
+  for _, r in ipairs(xfer.runtimes()) do if r.name == "vulkan" then info = r end end
+
+  local function each_device(fn)
+    if not info.available then return pending("vulkan is unavailable here: " .. info.reason) end
+    for _, dev in ipairs(xfer.devices()) do
+      if dev.runtime == "vulkan" then fn(dev) end
+    end
+  end
+
+  local uuid = "^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x$"
+
+  it("reports the driver, the device and driver UUIDs and the largest allocation", function()
+    each_device(function(dev)
+      assert.is_truthy(dev.uuid:match(uuid), dev.uuid)
+      assert.is_truthy(dev.driver_uuid:match(uuid), dev.driver_uuid)
+      assert.is_true(#dev.platform > 0, "driver name")
+      assert.is_true(dev.max_alloc > 0)
+    end)
+  end)
+
+  it("lavapipe is a CPU device that shares memory with the host", function()
+    local found = false
+    each_device(function(dev)
+      if dev.platform == "llvmpipe" then
+        found = true
+        assert.is_true(dev.unified)
+      end
+    end)
+    if info.available and not found then pending("no lavapipe device here") end
+  end)
+
+  it("refuses a tensor larger than the largest allocation, naming both sizes", function()
+    each_device(function(dev)
+      local before = h.in_use(dev)
+      local n = dev.max_alloc + 1
+      local e = h.raises("alloc", xfer.empty, { n }, { dtype = "u8", device = dev })
+      assert.are.equal("VK_ERROR_OUT_OF_DEVICE_MEMORY", e.native_name)
+      assert.are.equal(("Failed to allocate %d bytes on %s: VK_ERROR_OUT_OF_DEVICE_MEMORY (-2): a tensor of %d " ..
+                        "bytes is larger than the largest allocation %s allows (%d bytes)"):format(
+                          n, dev.name, n, dev.name, dev.max_alloc), e.message)
+      assert.are.equal(before, h.in_use(dev))
+    end)
+  end)
+
+  it("names the failing Vulkan call and its VkResult", function()
+    each_device(function(dev)
+      local t = xfer.arange(4, { device = dev })
+      xfer.faults.inject({ runtime = "vulkan", op = "copy", native = -1 })
+      local e = h.raises("write", t.clone, t)
+      assert.are.equal(-1, e.native)
+      assert.is_true(e.retryable)
+      assert.is_truthy(e.message:find("VK_ERROR_OUT_OF_HOST_MEMORY (-1): vkBeginCommandBuffer failed [injected fault]", 1, true),
+                       e.message)
+    end)
+  end)
+
+  it("stages moves larger than one staging chunk (8 MiB) byte for byte", function()
+    each_device(function(dev)
+      local bytes = h.random_bytes(8 * 1024 * 1024 * 2 + 12345)
+      local t = xfer.tensor(bytes, { dtype = "u8" })
+      local on = t:to(dev)
+      assert.are.equal(bytes, on:tobytes())
+      assert.are.equal(bytes, on:to("host", { via = "host" }):tobytes())
+    end)
+  end)
+
+  it("falls back to staging when host memory cannot be imported", function()
+    each_device(function(dev)
+      if dev.unified and os.getenv("XFER_VULKAN_NO_MAP") ~= "1" then
+        return pending(dev.name .. " maps tensors in host memory: it never imports host pages " ..
+                       "(scripts/test runs this again with XFER_VULKAN_NO_MAP=1)")
+      end
+      local bytes = h.random_bytes(4 * 1024 * 1024)
+      local t = xfer.tensor(bytes, { dtype = "u8" })
+      xfer.faults.inject({ runtime = "vulkan", op = "import", count = 100 })
+      assert.are.equal(bytes, t:to(dev):tobytes())
+      assert.is_true(#xfer.faults.list() == 0 or xfer.faults.list()[1].count < 100, "no import was tried")
+      xfer.faults.clear()
+    end)
+  end)
+
+  it("a lost device stays lost: every later use raises device_lost, nothing crashes", function()
+    each_device(function(dev)
+      -- in a child process: a lost device cannot come back in this one
+      local out, code = h.run(h.xferlua() .. " -e '" .. ([[
+        local xfer = require "xfer"
+        local dev = xfer.device("%s")
+        local t = xfer.arange(4, { device = dev })
+        xfer.faults.inject({ runtime = "vulkan", op = "copy", native = -4 })
+        local ok, e = pcall(t.clone, t)
+        print(ok, e.code, e.native_name)
+        for _, use in ipairs({ function() return t:totable() end,
+                               function() return xfer.zeros({ 2 }, { device = dev }) end,
+                               function() return xfer.arange(2):to(dev) end }) do
+          local ok2, e2 = pcall(use)
+          print(ok2, e2.code)
+        end
+        print(xfer.arange(2):to("host"):totable()[2])]]):format(dev.name) .. "'")
+      assert.are.equal(0, code, out)
+      assert.are.equal("false\tdevice_lost\tVK_ERROR_DEVICE_LOST\n" ..
+                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n", out)
+    end)
+  end)
+
+  describe("when Vulkan cannot work", function()
+    local function vulkan_reason(env)
+      local out, code = h.run(env .. " " .. h.xferlua() ..
+        [[ -e 'for _, r in ipairs(require("xfer").runtimes()) do if r.name == "vulkan" then print(r.available, r.reason) end end']])
+      assert.are.equal(0, code, out)
+      return out
+    end
+
+    it("a missing loader makes the runtime unavailable, saying so", function()
+      assert.are.equal("false\tcannot load the Vulkan loader libvulkan-missing.so.1: " ..
+                       "libvulkan-missing.so.1: cannot open shared object file: No such file or directory\n",
+                       vulkan_reason("XFER_VULKAN_LIBRARY=libvulkan-missing.so.1"))
+    end)
+
+    it("no driver makes it unavailable with VK_ERROR_INCOMPATIBLE_DRIVER", function()
+      assert.are.equal("false\tvkCreateInstance failed: VK_ERROR_INCOMPATIBLE_DRIVER (-9): no Vulkan driver (ICD) found\n",
+                       vulkan_reason("VK_DRIVER_FILES=/nonexistent/icd.json VK_ICD_FILENAMES=/nonexistent/icd.json"))
+    end)
+  end)
+end)

@@ -1,0 +1,443 @@
+/*
+** vulkan.c -- the Vulkan runtime's transfers: tensors in storage buffers; host memory
+** in and out by mapping (devices that share memory with the host), by importing the
+** host pages (VK_EXT_external_memory_host), or through a reusable pipelined staging
+** pool; copies on one device with vkCmdCopyBuffer. Every call is checked; a lost device
+** stays lost.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vulkan_api.h"
+
+/* Staging chunk size, and the smallest move worth importing host pages for. */
+#define STAGING_CHUNK (8u << 20)
+#define IMPORT_MIN (1u << 20)
+
+static vk_api *api_of(const xfer_device *dev) { return dev->rt->impl; }
+static vk_dev *vk_of(const xfer_device *dev) { return dev->impl; }
+
+/* -- The checked wrapper ----------------------------------------------------------- */
+
+static xfer_code code_for(const char *op)
+{
+  if (!strcmp(op, "alloc")) return XFER_E_ALLOC;
+  if (!strcmp(op, "read")) return XFER_E_READ;
+  return XFER_E_WRITE; /* write, copy, import: the target could not be written */
+}
+
+static xfer_code vk_fail(xfer_device *dev, const char *op, const char *fn, VkResult r,
+                         int injected, xfer_error *err)
+{
+  xfer_code code = code_for(op);
+  if (r == VK_ERROR_DEVICE_LOST) { /* for good: every later use raises device_lost */
+    dev->lost = 1;
+    code = XFER_E_DEVICE_LOST;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "%s failed", fn);
+  int retryable = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY;
+  return xfer_err_native(err, code, op, r, xfer_vk_result_name(r), what, retryable, injected);
+}
+
+static xfer_code vk_check(xfer_device *dev, const char *op, const char *fn, VkResult r,
+                          xfer_error *err)
+{
+  return r < 0 ? vk_fail(dev, op, fn, r, 0, err) : XFER_E_OK;
+}
+
+/* An injected fault fails the call before the driver sees it, with the rule's code or
+** the usual one for the op. */
+static int vk_injected(xfer_device *dev, const char *op)
+{
+  long long native;
+  if (!xfer_fault_hit(dev->ctx, "vulkan", op, &native)) return 0;
+  vk_of(dev)->injected = native ? native
+                         : !strcmp(op, "alloc") ? VK_ERROR_OUT_OF_DEVICE_MEMORY
+                                                : VK_ERROR_UNKNOWN;
+  return 1;
+}
+
+/* VK(dev, op, err, vkFn, args...): the call's xfer_code, XFER_E_OK on success. */
+#define VK(dev, op, err, fn, ...)                                                          \
+  (vk_injected((dev), (op))                                                                \
+       ? vk_fail((dev), (op), #fn, (VkResult)vk_of(dev)->injected, 1, (err))              \
+       : vk_check((dev), (op), #fn, vk_of(dev)->fn(__VA_ARGS__), (err)))
+
+/* -- Buffers ------------------------------------------------------------------------- */
+
+static void destroy_buffer(vk_dev *vd, vk_buf *b)
+{
+  if (b->buffer) vd->vkDestroyBuffer(vd->device, b->buffer, NULL);
+  if (b->memory) vd->vkFreeMemory(vd->device, b->memory, NULL); /* unmaps too */
+  memset(b, 0, sizeof *b);
+}
+
+/* A buffer of `n` bytes bound to new memory of a type in `types`; `buffer_next` and
+** `memory_next` extend the create infos (external memory). */
+static xfer_code create_buffer(xfer_device *dev, const char *op, VkDeviceSize n,
+                               VkBufferUsageFlags usage, uint32_t types, const void *buffer_next,
+                               const void *memory_next, vk_buf *b, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  memset(b, 0, sizeof *b);
+  VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                             .pNext = buffer_next,
+                             .size = n,
+                             .usage = usage,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  xfer_code rc = VK(dev, op, err, vkCreateBuffer, vd->device, &info, NULL, &b->buffer);
+  if (rc) return rc;
+  VkMemoryRequirements req;
+  vd->vkGetBufferMemoryRequirements(vd->device, b->buffer, &req);
+  uint32_t usable = req.memoryTypeBits & types;
+  if (!usable) {
+    destroy_buffer(vd, b);
+    return vk_fail(dev, op, "vkGetBufferMemoryRequirements", VK_ERROR_FORMAT_NOT_SUPPORTED, 0,
+                   err);
+  }
+  uint32_t type = 0;
+  while (!(usable & (1u << type))) type++;
+  VkMemoryAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                .pNext = memory_next,
+                                .allocationSize = req.size,
+                                .memoryTypeIndex = type};
+  rc = VK(dev, op, err, vkAllocateMemory, vd->device, &alloc, NULL, &b->memory);
+  if (!rc) rc = VK(dev, op, err, vkBindBufferMemory, vd->device, b->buffer, b->memory, 0);
+  if (rc) destroy_buffer(vd, b);
+  return rc;
+}
+
+static VkBufferUsageFlags tensor_usage(void)
+{
+  return VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+         VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+}
+
+static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  if (dev->max_alloc && nbytes > dev->max_alloc) {
+    char why[200];
+    snprintf(why, sizeof why, "a tensor of %zu bytes is larger than the largest allocation %s "
+             "allows (%llu bytes)", nbytes, dev->name, (unsigned long long)dev->max_alloc);
+    return xfer_err_native(err, XFER_E_ALLOC, "alloc", VK_ERROR_OUT_OF_DEVICE_MEMORY,
+                           "VK_ERROR_OUT_OF_DEVICE_MEMORY", why, 0, 0);
+  }
+  vk_buf *b = malloc(sizeof *b);
+  if (!b) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+  xfer_code rc = create_buffer(dev, "alloc", nbytes, tensor_usage(), 1u << vd->tensor_type, NULL,
+                               NULL, b, err);
+  if (!rc && vd->tensor_mapped)
+    rc = VK(dev, "alloc", err, vkMapMemory, vd->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
+  if (rc) {
+    destroy_buffer(vd, b);
+    free(b);
+    return rc;
+  }
+  *out = b;
+  return XFER_E_OK;
+}
+
+static void vulkan_free(xfer_device *dev, void *buf, size_t nbytes)
+{
+  (void)nbytes;
+  destroy_buffer(vk_of(dev), buf);
+  free(buf);
+}
+
+/* -- Submission ------------------------------------------------------------------------ */
+
+static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer cmd, VkBuffer src,
+                             VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
+                             VkDeviceSize n, VkFence fence, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  xfer_code rc = VK(dev, op, err, vkBeginCommandBuffer, cmd, &begin);
+  if (rc) return rc;
+  VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = n};
+  vd->vkCmdCopyBuffer(cmd, src, dst, 1, &region);
+  rc = VK(dev, op, err, vkEndCommandBuffer, cmd);
+  if (!rc) rc = VK(dev, op, err, vkResetFences, vd->device, 1, &fence);
+  VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                         .commandBufferCount = 1,
+                         .pCommandBuffers = &cmd};
+  if (!rc) rc = VK(dev, op, err, vkQueueSubmit, vd->queue, 1, &submit, fence);
+  return rc;
+}
+
+static xfer_code wait_fence(xfer_device *dev, const char *op, VkFence fence, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  return VK(dev, op, err, vkWaitForFences, vd->device, 1, &fence, VK_TRUE, UINT64_MAX);
+}
+
+/* One copy on the device's queue, waited for. */
+static xfer_code copy_now(xfer_device *dev, const char *op, VkBuffer src, VkDeviceSize src_offset,
+                          VkBuffer dst, VkDeviceSize dst_offset, VkDeviceSize n, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  xfer_code rc = record_copy(dev, op, vd->cmd, src, src_offset, dst, dst_offset, n, vd->fence, err);
+  return rc ? rc : wait_fence(dev, op, vd->fence, err);
+}
+
+/* -- The staging pool ------------------------------------------------------------------- */
+
+/* Made on first use and kept: two host-visible chunks, their command buffers and fences. */
+static xfer_code staging_ready(xfer_device *dev, const char *op, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  vk_staging *st = &vd->staging;
+  if (st->ready) return XFER_E_OK;
+  const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  uint32_t types = 0, cached = 0;
+  for (uint32_t i = 0; i < vd->memory.memoryTypeCount; i++) {
+    VkMemoryPropertyFlags f = vd->memory.memoryTypes[i].propertyFlags;
+    if ((f & want) != want) continue;
+    types |= 1u << i;
+    if (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) cached |= 1u << i; /* fast CPU reads */
+  }
+  st->chunk = dev->max_alloc && dev->max_alloc < STAGING_CHUNK ? dev->max_alloc : STAGING_CHUNK;
+  VkCommandBufferAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                       .commandPool = vd->pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                       .commandBufferCount = XFER_VK_STAGING_SLOTS};
+  xfer_code rc = VK(dev, op, err, vkAllocateCommandBuffers, vd->device, &alloc, st->cmd);
+  for (int s = 0; !rc && s < XFER_VK_STAGING_SLOTS; s++) {
+    VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    vk_buf b;
+    rc = VK(dev, op, err, vkCreateFence, vd->device, &fence, NULL, &st->fence[s]);
+    if (!rc)
+      rc = create_buffer(dev, op, st->chunk,
+                         VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                         cached ? cached : types, NULL, NULL, &b, err);
+    if (!rc) {
+      st->buffer[s] = b.buffer;
+      st->memory[s] = b.memory;
+      rc = VK(dev, op, err, vkMapMemory, vd->device, b.memory, 0, VK_WHOLE_SIZE, 0, &st->mapped[s]);
+    }
+  }
+  /* a pool that could not be made whole is kept for close() to free; the next use
+  ** tries again from where it is */
+  st->ready = !rc;
+  if (rc) {
+    for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) {
+      if (st->fence[s]) vd->vkDestroyFence(vd->device, st->fence[s], NULL);
+      if (st->buffer[s]) vd->vkDestroyBuffer(vd->device, st->buffer[s], NULL);
+      if (st->memory[s]) vd->vkFreeMemory(vd->device, st->memory[s], NULL);
+      st->fence[s] = NULL;
+      st->buffer[s] = NULL;
+      st->memory[s] = NULL;
+      st->mapped[s] = NULL;
+    }
+  }
+  return rc;
+}
+
+/* Waits for whatever is in flight; keeps the first error. */
+static xfer_code drain(xfer_device *dev, const char *op, const int *in_flight, xfer_code rc,
+                       xfer_error *err)
+{
+  vk_staging *st = &vk_of(dev)->staging;
+  for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) {
+    if (!in_flight[s]) continue;
+    xfer_error ignored;
+    xfer_code w = wait_fence(dev, op, st->fence[s], rc ? &ignored : err);
+    if (!rc) rc = w;
+  }
+  return rc;
+}
+
+/* host -> buffer: the CPU fills chunk k+1 while the GPU copies chunk k. */
+static xfer_code staged_write(xfer_device *dev, vk_buf *dst, size_t offset, const char *src,
+                              size_t n, xfer_error *err)
+{
+  xfer_code rc = staging_ready(dev, "write", err);
+  if (rc) return rc;
+  vk_staging *st = &vk_of(dev)->staging;
+  int in_flight[XFER_VK_STAGING_SLOTS] = {0};
+  for (size_t off = 0, k = 0; off < n && !rc; k++) {
+    int s = (int)(k % XFER_VK_STAGING_SLOTS);
+    size_t len = n - off < st->chunk ? n - off : st->chunk;
+    if (in_flight[s]) {
+      in_flight[s] = 0;
+      if ((rc = wait_fence(dev, "write", st->fence[s], err))) break;
+    }
+    memcpy(st->mapped[s], src + off, len);
+    rc = record_copy(dev, "write", st->cmd[s], st->buffer[s], 0, dst->buffer, offset + off, len,
+                     st->fence[s], err);
+    in_flight[s] = !rc;
+    off += len;
+  }
+  return drain(dev, "write", in_flight, rc, err);
+}
+
+/* buffer -> host: the GPU copies chunk k+1 while the CPU empties chunk k. */
+static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char *dst, size_t n,
+                             xfer_error *err)
+{
+  xfer_code rc = staging_ready(dev, "read", err);
+  if (rc) return rc;
+  vk_staging *st = &vk_of(dev)->staging;
+  size_t chunks = (n + st->chunk - 1) / st->chunk;
+  int in_flight[XFER_VK_STAGING_SLOTS] = {0};
+  for (size_t k = 0; k < chunks && k < XFER_VK_STAGING_SLOTS && !rc; k++) {
+    size_t off = k * st->chunk, len = n - off < st->chunk ? n - off : st->chunk;
+    rc = record_copy(dev, "read", st->cmd[k], src->buffer, offset + off, st->buffer[k], 0, len,
+                     st->fence[k], err);
+    in_flight[k] = !rc;
+  }
+  for (size_t k = 0; k < chunks && !rc; k++) {
+    int s = (int)(k % XFER_VK_STAGING_SLOTS);
+    size_t off = k * st->chunk, len = n - off < st->chunk ? n - off : st->chunk;
+    in_flight[s] = 0;
+    if ((rc = wait_fence(dev, "read", st->fence[s], err))) break;
+    memcpy(dst + off, st->mapped[s], len);
+    size_t next = k + XFER_VK_STAGING_SLOTS;
+    if (next < chunks) {
+      size_t noff = next * st->chunk, nlen = n - noff < st->chunk ? n - noff : st->chunk;
+      rc = record_copy(dev, "read", st->cmd[s], src->buffer, offset + noff, st->buffer[s], 0, nlen,
+                       st->fence[s], err);
+      in_flight[s] = !rc;
+    }
+  }
+  return drain(dev, "read", in_flight, rc, err);
+}
+
+/* -- Host memory imported in place (VK_EXT_external_memory_host) ------------------------- */
+
+/* Wraps the host pages holding [ptr, ptr+n) as a buffer, when the driver can: the move is
+** then one DMA. A failure here is no error: the caller stages instead. */
+static int import_host(xfer_device *dev, void *ptr, size_t n, vk_buf *out)
+{
+  vk_dev *vd = vk_of(dev);
+  VkDeviceSize align = vd->import_alignment;
+  if (!vd->host_import || vd->tensor_mapped || n < IMPORT_MIN || !align || (uintptr_t)ptr % align)
+    return 0;
+  /* whole pages: the last page of a mapping is mapped to its end */
+  VkDeviceSize size = (n + align - 1) / align * align;
+  const VkExternalMemoryHandleTypeFlagBits type =
+      VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+  VkMemoryHostPointerPropertiesEXT props = {
+    .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+  xfer_error ignored;
+  if (VK(dev, "import", &ignored, vkGetMemoryHostPointerPropertiesEXT, vd->device, type, ptr,
+         &props))
+    return 0;
+  VkExternalMemoryBufferCreateInfo external = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO, .handleTypes = type};
+  VkImportMemoryHostPointerInfoEXT import = {
+    .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+    .handleType = type,
+    .pHostPointer = ptr};
+  return create_buffer(dev, "import", size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                                VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                       props.memoryTypeBits, &external, &import, out, &ignored) == XFER_E_OK;
+}
+
+/* -- Vtable ops -------------------------------------------------------------------------- */
+
+static xfer_code vulkan_write(xfer_device *dev, void *buf, size_t offset, const void *src,
+                              size_t n, xfer_error *err)
+{
+  vk_buf *dst = buf, imported;
+  if (dst->mapped) { /* memory the CPU shares: one memcpy */
+    if (vk_injected(dev, "write"))
+      return vk_fail(dev, "write", "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
+    memcpy((char *)dst->mapped + offset, src, n);
+    return XFER_E_OK;
+  }
+  if (import_host(dev, (void *)src, n, &imported)) {
+    xfer_code rc = copy_now(dev, "write", imported.buffer, 0, dst->buffer, offset, n, err);
+    destroy_buffer(vk_of(dev), &imported);
+    return rc;
+  }
+  return staged_write(dev, dst, offset, src, n, err);
+}
+
+static xfer_code vulkan_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                             xfer_error *err)
+{
+  vk_buf *src = buf, imported;
+  if (src->mapped) {
+    if (vk_injected(dev, "read"))
+      return vk_fail(dev, "read", "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
+    memcpy(dst, (const char *)src->mapped + offset, n);
+    return XFER_E_OK;
+  }
+  if (import_host(dev, dst, n, &imported)) {
+    xfer_code rc = copy_now(dev, "read", src->buffer, offset, imported.buffer, 0, n, err);
+    destroy_buffer(vk_of(dev), &imported);
+    return rc;
+  }
+  return staged_read(dev, src, offset, dst, n, err);
+}
+
+static xfer_code vulkan_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
+                             size_t src_offset, size_t n, xfer_error *err)
+{
+  return copy_now(dev, "copy", ((vk_buf *)src)->buffer, src_offset, ((vk_buf *)dst)->buffer,
+                  dst_offset, n, err);
+}
+
+static xfer_code vulkan_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
+                               xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  if (!vd->memory_budget)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "memory", "%s cannot tell its free memory",
+                        dev->name);
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {
+    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 props = {
+    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &budget};
+  api_of(dev)->vkGetPhysicalDeviceMemoryProperties2(vd->physical, &props);
+  *free_bytes = 0;
+  *total_bytes = dev->total_memory;
+  for (uint32_t h = 0; h < props.memoryProperties.memoryHeapCount; h++)
+    if (props.memoryProperties.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT &&
+        budget.heapBudget[h] > budget.heapUsage[h])
+      *free_bytes += budget.heapBudget[h] - budget.heapUsage[h];
+  return XFER_E_OK;
+}
+
+/* -- Open and close ------------------------------------------------------------------------ */
+
+static void vulkan_close(xfer_runtime *rt)
+{
+  vk_api *api = rt->impl;
+  if (!api) return;
+  xfer_vk_close_devices(rt);
+  if (api->instance && api->vkDestroyInstance) api->vkDestroyInstance(api->instance, NULL);
+  /* the loader stays loaded: drivers keep threads and exit handlers in it */
+  free(api);
+  rt->impl = NULL;
+}
+
+static xfer_code vulkan_open(xfer_runtime *rt, xfer_error *err)
+{
+  vk_api *api = calloc(1, sizeof *api);
+  if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  rt->impl = api;
+  xfer_code rc = xfer_vk_load(api, err);
+  if (!rc) rc = xfer_vk_open_devices(rt, err);
+  if (rc) vulkan_close(rt);
+  return rc;
+}
+
+const xfer_backend xfer_backend_vulkan = {
+  .version = XFER_BACKEND_VERSION,
+  .name = "vulkan",
+  .open = vulkan_open,
+  .close = vulkan_close,
+  .alloc = vulkan_alloc,
+  .free = vulkan_free,
+  .write = vulkan_write,
+  .read = vulkan_read,
+  .copy = vulkan_copy,
+  .memory = vulkan_memory,
+};

@@ -1,0 +1,95 @@
+/*
+** vulkan_api.h -- the Vulkan entry points xferlua uses, resolved through
+** vkGetInstanceProcAddr/vkGetDeviceProcAddr from libvulkan.so.1 opened at run time, and
+** the backend's runtime and per-device state.
+*/
+#ifndef XFER_VULKAN_API_H
+#define XFER_VULKAN_API_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include "../../core/internal.h"
+
+/* Loader-level entry points, resolved with a NULL instance. */
+#define XFER_VK_GLOBAL(X) X(vkCreateInstance) X(vkEnumerateInstanceVersion)
+
+#define XFER_VK_INSTANCE(X)                                                          \
+  X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties) \
+  X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceMemoryProperties)            \
+  X(vkGetPhysicalDeviceMemoryProperties2) X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+
+#define XFER_VK_DEVICE(X)                                                              \
+  X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer)           \
+  X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory)                  \
+  X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory) X(vkCreateCommandPool)          \
+  X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkBeginCommandBuffer)           \
+  X(vkEndCommandBuffer) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)            \
+  X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle)
+
+/* Device entry points that exist only with their extension; NULL otherwise. */
+#define XFER_VK_DEVICE_OPTIONAL(X) X(vkGetMemoryHostPointerPropertiesEXT) X(vkGetMemoryFdKHR)
+
+typedef struct vk_api {
+  void *lib;
+  PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+  VkInstance instance;
+  uint32_t instance_version;
+#define XFER_VK_POINTER(name) PFN_##name name;
+  XFER_VK_GLOBAL(XFER_VK_POINTER)
+  XFER_VK_INSTANCE(XFER_VK_POINTER)
+} vk_api;
+
+/* Two staging chunks, so the CPU fills one while the GPU copies the other. */
+#define XFER_VK_STAGING_SLOTS 2
+
+typedef struct vk_staging {
+  VkBuffer buffer[XFER_VK_STAGING_SLOTS];
+  VkDeviceMemory memory[XFER_VK_STAGING_SLOTS];
+  void *mapped[XFER_VK_STAGING_SLOTS];
+  VkCommandBuffer cmd[XFER_VK_STAGING_SLOTS];
+  VkFence fence[XFER_VK_STAGING_SLOTS];
+  size_t chunk;
+  int ready;
+} vk_staging;
+
+typedef struct vk_dev {
+  VkPhysicalDevice physical;
+  VkDevice device;
+  VkQueue queue;
+  uint32_t queue_family;
+  VkCommandPool pool;
+  VkCommandBuffer cmd;          /* one-shot copies */
+  VkFence fence;
+  VkPhysicalDeviceMemoryProperties memory;
+  uint32_t tensor_type;         /* memory type index for tensors */
+  int tensor_mapped;            /* tensors are host-visible and coherent: map, don't stage */
+  int host_import;              /* VK_EXT_external_memory_host enabled */
+  VkDeviceSize import_alignment;
+  int export_fd;                /* VK_KHR_external_memory_fd enabled (for interop) */
+  int memory_budget;            /* VK_EXT_memory_budget enabled */
+  long long injected;           /* the code an injected fault reports */
+  vk_staging staging;
+#define XFER_VK_POINTER(name) PFN_##name name;
+  XFER_VK_DEVICE(XFER_VK_POINTER)
+  XFER_VK_DEVICE_OPTIONAL(XFER_VK_POINTER)
+#undef XFER_VK_POINTER
+} vk_dev;
+
+/* A tensor's buffer. */
+typedef struct vk_buf {
+  VkBuffer buffer;
+  VkDeviceMemory memory;
+  void *mapped;                 /* when the memory is host-visible: mapped for its lifetime */
+} vk_buf;
+
+/* vulkan_load.c */
+xfer_code xfer_vk_load(vk_api *api, xfer_error *err);
+const char *xfer_vk_result_name(VkResult r);
+
+/* vulkan_device.c */
+xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err);
+void xfer_vk_close_devices(xfer_runtime *rt);
+
+#endif
