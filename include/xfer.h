@@ -110,6 +110,8 @@ typedef struct xfer_device_info {
   int unified;           /* shares memory with the host */
   int has_uuid;
   uint8_t uuid[16];      /* physical device UUID: equal UUIDs are the same GPU */
+  const char *pci_bus_id; /* "0000:19:00.0" ("" where the runtime does not say) */
+  int cc_major, cc_minor; /* CUDA compute capability (0 elsewhere) */
   int has_driver_uuid;
   uint8_t driver_uuid[16]; /* the driver's UUID (Vulkan): opaque fds pass only between equals */
 } xfer_device_info;

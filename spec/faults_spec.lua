@@ -138,7 +138,7 @@ describe("fault injection (host)", function()
   end)
 
   it("lists the ops a fault may name", function()
-    assert.are.same({ "alloc", "read", "write", "copy", "peer", "import", "export", "map", "sync" },
+    assert.are.same({ "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync" },
                     xfer.faults.ops)
   end)
 

@@ -83,12 +83,14 @@ static xfer_code host_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_er
   int errnum;
   if (host_injected(dev, "alloc", &errnum)) return host_fail("alloc", errnum, 1, err);
   *buf = xfer_host_pages_alloc(nbytes);
-  return *buf ? XFER_E_OK : host_fail("alloc", ENOMEM, 0, err);
+  if (!*buf) return host_fail("alloc", ENOMEM, 0, err);
+  xfer_host_registry_add(dev->ctx, *buf, nbytes);
+  return XFER_E_OK;
 }
 
 static void host_free(xfer_device *dev, void *buf, size_t nbytes)
 {
-  (void)dev;
+  xfer_host_registry_remove(dev->ctx, buf, nbytes); /* runtimes unpin it first */
   xfer_host_pages_free(buf, nbytes);
 }
 

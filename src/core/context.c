@@ -18,6 +18,11 @@
 #else
 #define VULKAN_BACKEND NULL
 #endif
+#ifdef XFER_WITH_CUDA
+#define CUDA_BACKEND &xfer_backend_cuda
+#else
+#define CUDA_BACKEND NULL
+#endif
 
 /* The runtimes in the order xfer.runtimes() lists them. A NULL backend is a runtime
 ** this build does not include (its headers were missing when it was built); it is
@@ -28,7 +33,7 @@ static const struct {
   const char *missing; /* why a NULL backend is missing */
 } runtime_table[XFER_RUNTIMES] = {
   {"host", &xfer_backend_host, NULL},
-  {"cuda", NULL, "this build of xferlua has no cuda backend yet"},
+  {"cuda", CUDA_BACKEND, "built without cuda.h (install the CUDA Toolkit and rebuild)"},
   {"vulkan", VULKAN_BACKEND, "built without Vulkan headers (install libvulkan-dev and rebuild)"},
   {"opencl", OPENCL_BACKEND, "built without OpenCL headers (install opencl-headers and rebuild)"},
 };
@@ -99,6 +104,7 @@ void xfer_ctx_release(xfer_ctx *ctx)
   }
   for (size_t d = 0; d < ctx->ndevices; d++) free(ctx->devices[d]);
   free(ctx->devices);
+  xfer_host_registry_clear(ctx);
   free(ctx);
 }
 
@@ -201,6 +207,9 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->unified = dev->unified;
   out->has_uuid = dev->has_uuid;
   memcpy(out->uuid, dev->uuid, sizeof out->uuid);
+  out->pci_bus_id = dev->pci_bus_id;
+  out->cc_major = dev->cc_major;
+  out->cc_minor = dev->cc_minor;
   out->has_driver_uuid = dev->has_driver_uuid;
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
   if (dev->rt->backend->memory) {

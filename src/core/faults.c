@@ -10,7 +10,7 @@
 #include "internal.h"
 
 static const char *const fault_ops[] = {
-  "alloc", "read", "write", "copy", "peer", "import", "export", "map", "sync", NULL,
+  "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync", NULL,
 };
 
 const char *const *xfer_fault_ops(void) { return fault_ops; }
@@ -38,7 +38,7 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
   if (!known_op(fault->op))
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "unknown op '%s' (expected alloc, read, write, copy, peer, import, "
-                        "export, map or sync)", fault->op);
+                        "export, register, map or sync)", fault->op);
   if (fault->nth < 1 || fault->count < 1)
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "nth and count must be at least 1 (got nth=%d, count=%d)", fault->nth,

@@ -40,6 +40,9 @@ typedef struct xfer_backend {
                     size_t n, xfer_error *err);
   /* optional: the host address of a buffer the CPU can use in place, else NULL */
   void *(*host_address)(xfer_device *dev, void *buf);
+  /* optional: host memory [base, base+size) is about to be freed; drop anything the
+  ** runtime keeps for it (a registration, an import). Called once per runtime. */
+  void (*host_forget)(xfer_runtime *rt, void *base, size_t size);
   /* optional: free and total bytes as the driver reports them now */
   xfer_code (*memory)(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
                       xfer_error *err);
@@ -66,6 +69,8 @@ struct xfer_device {
   char label[128];
   char platform[96];
   char vendor[64];
+  char pci_bus_id[32];          /* "0000:19:00.0" where the runtime knows it */
+  int cc_major, cc_minor;       /* CUDA compute capability */
   uint64_t total_memory;
   uint64_t max_alloc;           /* 0: no limit below total_memory */
   int unified, has_uuid, has_driver_uuid;
@@ -93,7 +98,16 @@ struct xfer_ctx {
   size_t ndevices, cap;
   xfer_fault_rule faults[XFER_MAX_FAULTS];
   size_t nfaults;
+  struct xfer_host_span *host_spans; /* live host buffers, by address */
+  size_t nhost_spans, host_spans_cap;
 };
+
+/* A live host buffer: runtimes may register or import it, and must let go before it is
+** freed (xfer_backend.host_forget). */
+typedef struct xfer_host_span {
+  char *base;
+  size_t size;
+} xfer_host_span;
 
 struct xfer_tensor {
   int refs;
@@ -139,6 +153,14 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);
 
 
+/* The registry of live host buffers (host_registry.c). */
+void xfer_host_registry_add(xfer_ctx *ctx, void *base, size_t size);
+/* Tells every runtime to let go of the buffer, then forgets it. */
+void xfer_host_registry_remove(xfer_ctx *ctx, void *base, size_t size);
+/* 1 and the span when [ptr, ptr+n) lies inside one live host buffer, else 0. */
+int xfer_host_registry_find(const xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
+void xfer_host_registry_clear(xfer_ctx *ctx);
+
 /* Page-aligned host memory; large blocks come populated (no page-fault storm). */
 void *xfer_host_pages_alloc(size_t nbytes);
 void xfer_host_pages_free(void *p, size_t nbytes);
@@ -149,6 +171,9 @@ extern const xfer_backend xfer_backend_opencl;
 #endif
 #ifdef XFER_WITH_VULKAN
 extern const xfer_backend xfer_backend_vulkan;
+#endif
+#ifdef XFER_WITH_CUDA
+extern const xfer_backend xfer_backend_cuda;
 #endif
 
 #endif

@@ -51,6 +51,23 @@ static int addressable(const xfer_device *dev)
   return dev->rt->backend->host_address != NULL;
 }
 
+/* Why a path does not apply, in `why` -- or, when `why` is NULL (the planner in a hurry),
+** only that it does not. */
+static const char *refuse(char *why, size_t cap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static const char *refuse(char *why, size_t cap, const char *fmt, ...)
+{
+  if (!why) return "";
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, cap, fmt, ap);
+  va_end(ap);
+  return why;
+}
+
 /* Why `path` cannot move src to dst, or NULL when it can. */
 static const char *inapplicable(xfer_path path, const xfer_device *src, const xfer_device *dst,
                                 char *why, size_t cap)
@@ -58,33 +75,29 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
   switch (path) {
   case XFER_PATH_SAME_DEVICE:
     if (src == dst) return NULL;
-    snprintf(why, cap, "same_device needs one device at both ends, not %s and %s", src->name,
-             dst->name);
-    return why;
+    return refuse(why, cap, "same_device needs one device at both ends, not %s and %s",
+                  src->name, dst->name);
   case XFER_PATH_SAME_RUNTIME:
     if (src->rt != dst->rt)
-      snprintf(why, cap, "same_runtime needs one runtime at both ends, not %s and %s",
-               src->rt->name, dst->rt->name);
-    else if (src == dst)
-      snprintf(why, cap, "same_runtime moves between two devices; %s is both ends", src->name);
-    else if (!src->rt->backend->peer)
-      snprintf(why, cap, "%s cannot copy between two of its devices directly", src->rt->name);
-    else
-      return NULL;
-    return why;
+      return refuse(why, cap, "same_runtime needs one runtime at both ends, not %s and %s",
+                    src->rt->name, dst->rt->name);
+    if (src == dst)
+      return refuse(why, cap, "same_runtime moves between two devices; %s is both ends",
+                    src->name);
+    if (!src->rt->backend->peer)
+      return refuse(why, cap, "%s cannot copy between two of its devices directly",
+                    src->rt->name);
+    return NULL;
   case XFER_PATH_INTEROP:
     if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
         src->rt == dst->rt)
-      snprintf(why, cap, "interop needs two runtimes on one physical GPU (equal device UUIDs); "
-               "%s and %s are not", src->name, dst->name);
-    else
-      snprintf(why, cap, "%s and %s share a GPU, but this build has no interop path yet",
-               src->name, dst->name);
-    return why;
+      return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
+                    "UUIDs); %s and %s are not", src->name, dst->name);
+    return refuse(why, cap, "%s and %s share a GPU, but this build has no interop path yet",
+                  src->name, dst->name);
   case XFER_PATH_STAGED:
-    snprintf(why, cap, "this build has no staged pipeline yet; via=\"host\" moves %s to %s",
-             src->name, dst->name);
-    return why;
+    return refuse(why, cap, "this build has no staged pipeline yet; via=\"host\" moves %s to %s",
+                  src->name, dst->name);
   default:
     return NULL; /* the host round-trip always applies */
   }
@@ -128,10 +141,10 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
   }
 }
 
-xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
-                             xfer_plan *plan, xfer_error *err)
+/* The path a move takes, without the words: transfers call this on every move. */
+static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
+                        xfer_path *path, xfer_error *err)
 {
-  memset(plan, 0, sizeof *plan);
   xfer_code rc = xfer_tensor_check(src, "plan", err);
   if (rc) return rc;
   if (dst->lost)
@@ -143,17 +156,26 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
       return xfer_err_set(err, XFER_E_INVALID, "plan", "unknown path %d", (int)via);
     if (inapplicable(via, src->dev, dst, why, sizeof why))
       return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "%s", why);
-    plan->path = via;
-  } else {
-    plan->path = XFER_PATH_HOST;
-    for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
-      if (!inapplicable((xfer_path)p, src->dev, dst, why, sizeof why)) {
-        plan->path = (xfer_path)p;
-        break;
-      }
+    *path = via;
+    return XFER_E_OK;
   }
-  describe(plan, src, dst);
+  /* the first that applies, asking only yes or no */
+  *path = XFER_PATH_HOST;
+  for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
+    if (!inapplicable((xfer_path)p, src->dev, dst, NULL, 0)) {
+      *path = (xfer_path)p;
+      break;
+    }
   return XFER_E_OK;
+}
+
+xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
+                             xfer_plan *plan, xfer_error *err)
+{
+  memset(plan, 0, sizeof *plan);
+  xfer_code rc = choose(src, dst, opts, &plan->path, err);
+  if (!rc) describe(plan, src, dst);
+  return rc;
 }
 
 /* -- Executing ------------------------------------------------------------------------- */
@@ -179,11 +201,11 @@ static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_err
   return rc;
 }
 
-static xfer_code run(const xfer_plan *plan, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   xfer_code rc = XFER_E_OK;
   if (src->nbytes == 0) return rc;
-  switch (plan->path) {
+  switch (path) {
   case XFER_PATH_SAME_DEVICE:
     rc = src->dev->rt->backend->copy(src->dev, dst->buf, 0, src->buf, 0, src->nbytes, err);
     break;
@@ -202,13 +224,13 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
-  xfer_plan plan;
-  xfer_code rc = xfer_transfer_plan(src, dst_dev, opts, &plan, err);
+  xfer_path path;
+  xfer_code rc = choose(src, dst_dev, opts, &path, err);
   if (rc) return rc;
   xfer_tensor *dst;
   rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
   if (rc) return rc;
-  rc = run(&plan, src, dst, err);
+  rc = run(path, src, dst, err);
   if (rc) {
     xfer_tensor_release(dst);
     return rc;
@@ -234,7 +256,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
                         want, got);
   }
   if (dst == src) return XFER_E_OK;
-  xfer_plan plan;
-  rc = xfer_transfer_plan(src, dst->dev, opts, &plan, err);
-  return rc ? rc : run(&plan, src, dst, err);
+  xfer_path path;
+  rc = choose(src, dst->dev, opts, &path, err);
+  return rc ? rc : run(path, src, dst, err);
 }

@@ -119,6 +119,11 @@ static int device_index(lua_State *L)
     lua_pushnumber(L, (lua_Number)info.free_memory);
   } else if (!strcmp(key, "max_alloc")) lua_pushnumber(L, (lua_Number)info.max_alloc);
   else if (!strcmp(key, "platform")) lua_pushstring(L, info.platform);
+  else if (!strcmp(key, "pci_bus_id")) lua_pushstring(L, info.pci_bus_id);
+  else if (!strcmp(key, "compute_capability")) {
+    if (!info.cc_major) return 0;
+    lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);
+  }
   else if (!strcmp(key, "vendor")) lua_pushstring(L, info.vendor);
   else if (!strcmp(key, "unified")) lua_pushboolean(L, info.unified);
   else if (!strcmp(key, "uuid")) {

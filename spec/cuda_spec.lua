@@ -1,0 +1,135 @@
+-- The CUDA runtime: the shared matrix, plus what is CUDA's own. Pending where CUDA is
+-- unavailable (CI has no GPU); run on the GPU machine.
+local xfer = require "xfer"
+local h = require "support.helpers"
+local runtime_matrix = require "support.runtime_matrix"
+
+runtime_matrix("cuda")
+
+describe("cuda specifics #cuda", function()
+  local info
+  for _, r in ipairs(xfer.runtimes()) do if r.name == "cuda" then info = r end end
+
+  local function devices()
+    local list = {}
+    for _, dev in ipairs(xfer.devices()) do
+      if dev.runtime == "cuda" then list[#list + 1] = dev end
+    end
+    return list
+  end
+
+  local function each_device(fn)
+    if not info.available then return pending("cuda is unavailable here: " .. info.reason) end
+    for _, dev in ipairs(devices()) do fn(dev) end
+  end
+
+  before_each(function() xfer.faults.clear() end)
+
+  it("reports UUID, compute capability, PCI bus id and free memory", function()
+    each_device(function(dev)
+      assert.is_truthy(dev.uuid:match("^%x+%-%x+%-%x+%-%x+%-%x+$"), dev.uuid)
+      assert.is_truthy(dev.compute_capability:match("^%d+%.%d+$"), dev.compute_capability)
+      assert.is_truthy(dev.pci_bus_id:match("^%x+:%x+:%x+%.%x$"), dev.pci_bus_id)
+      assert.is_true(dev.free_memory > 0 and dev.free_memory <= dev.total_memory)
+      assert.is_truthy(dev.platform:match("^CUDA %d+%.%d+$"), dev.platform)
+    end)
+  end)
+
+  it("moves large host tensors through pinned memory and byte strings through staging", function()
+    each_device(function(dev)
+      local bytes = h.random_bytes(20 * 1024 * 1024 + 77)        -- staged: a Lua string
+      local on = xfer.tensor(bytes, { dtype = "u8", device = dev })
+      local back = on:to("host")                                 -- pinned: a host tensor
+      assert.are.equal(bytes, back:tobytes())
+      assert.are.equal(bytes, back:to(dev):tobytes())            -- pinned once, reused
+      assert.are.equal(bytes, back:to(dev):to("host"):tobytes())
+    end)
+  end)
+
+  it("stages when a host buffer cannot be pinned", function()
+    each_device(function(dev)
+      local t = xfer.tensor(h.random_bytes(3 * 1024 * 1024), { dtype = "u8" })
+      xfer.faults.inject({ runtime = "cuda", op = "register", count = 100 })
+      assert.are.equal(t:tobytes(), t:to(dev):tobytes())
+      local left = xfer.faults.list()
+      assert.is_true(#left == 1 and left[1].count < 100, "no registration was tried")
+      xfer.faults.clear()
+    end)
+  end)
+
+  it("names the CUresult and the driver's words for it", function()
+    each_device(function(dev)
+      local t = xfer.arange(4, { device = dev })
+      xfer.faults.inject({ runtime = "cuda", op = "copy", native = 2 })
+      local e = h.raises("write", t.clone, t)
+      assert.are.equal("CUDA_ERROR_OUT_OF_MEMORY", e.native_name)
+      assert.is_true(e.retryable)
+      assert.is_truthy(e.message:find("CUDA_ERROR_OUT_OF_MEMORY (2): cuMemcpyDtoDAsync: out of memory [injected fault]",
+                                      1, true), e.message)
+    end)
+  end)
+
+  it("peer copies between two devices take the same_runtime path", function()
+    local list = devices()
+    if not info.available then return pending("cuda is unavailable here: " .. info.reason) end
+    if #list < 2 then return pending("one CUDA device here: peer copies need two") end
+    local bytes = h.random_bytes(8 * 1024 * 1024 + 1)
+    local a = xfer.tensor(bytes, { dtype = "u8", device = list[1] })
+    assert.are.equal("same_runtime", xfer.plan(a, list[2]).path)
+    local b = a:to(list[2])
+    assert.are.equal(bytes, b:tobytes())
+    assert.are.equal(bytes, b:to(list[1], { via = "same_runtime" }):tobytes())
+    xfer.faults.inject({ runtime = "cuda", op = "peer" })
+    local e = h.raises("write", a.to, a, list[2])
+    assert.are.equal("peer", e.op)
+    assert.are.equal(bytes, a:tobytes())
+  end)
+
+  it("a sticky error loses the device: every later use raises device_lost", function()
+    each_device(function(dev)
+      local out, code = h.run(h.xferlua() .. " -e '" .. ([[
+        local xfer = require "xfer"
+        local dev = xfer.device("%s")
+        local t = xfer.arange(4, { device = dev })
+        xfer.faults.inject({ runtime = "cuda", op = "copy", native = 700 })
+        local ok, e = pcall(t.clone, t)
+        print(ok, e.code, e.native_name)
+        for _, use in ipairs({ function() return t:totable() end,
+                               function() return xfer.zeros({ 2 }, { device = dev }) end,
+                               function() return xfer.arange(2):to(dev) end }) do
+          local ok2, e2 = pcall(use)
+          print(ok2, e2.code)
+        end]]):format(dev.name) .. "'")
+      assert.are.equal(0, code, out)
+      assert.are.equal("false\tdevice_lost\tCUDA_ERROR_ILLEGAL_ADDRESS\n" ..
+                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n", out)
+    end)
+  end)
+
+  describe("when CUDA cannot work", function()
+    local function cuda_reason(env)
+      local out, code = h.run(env .. " " .. h.xferlua() ..
+        [[ -e 'for _, r in ipairs(require("xfer").runtimes()) do if r.name == "cuda" then print(r.available, r.reason) end end']])
+      assert.are.equal(0, code, out)
+      return out
+    end
+
+    it("a missing driver makes the runtime unavailable, saying so", function()
+      assert.are.equal("false\tcannot load the CUDA driver libcuda-missing.so.1: " ..
+                       "libcuda-missing.so.1: cannot open shared object file: No such file or directory\n",
+                       cuda_reason("XFER_CUDA_LIBRARY=libcuda-missing.so.1"))
+    end)
+
+    it("the toolkit's stub library is no driver", function()
+      local stub
+      for _, dir in ipairs({ os.getenv("CUDA_PATH") or "", "/usr/local/cuda" }) do
+        local path = dir .. "/lib64/stubs/libcuda.so"
+        local f = dir ~= "" and io.open(path)
+        if f then f:close(); stub = stub or path end
+      end
+      if not stub then return pending("no CUDA Toolkit stub library here") end
+      assert.are.equal("false\t" .. stub .. " is the CUDA stub library, not a driver: CUDA_ERROR_STUB_LIBRARY (34)\n",
+                       cuda_reason("XFER_CUDA_LIBRARY=" .. stub))
+    end)
+  end)
+end)

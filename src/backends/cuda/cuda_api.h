@@ -1,0 +1,56 @@
+/*
+** cuda_api.h -- the CUDA driver entry points xferlua uses, resolved at run time through
+** cuGetProcAddress with an explicit CUDA version (so each name gets its _v2 variant, as
+** cuda.h's macros would), and the backend's runtime and per-device state.
+*/
+#ifndef XFER_CUDA_API_H
+#define XFER_CUDA_API_H
+
+#include <cuda.h>
+
+#include "../../core/internal.h"
+
+/* The API version the entry points are asked for: 12.0 signatures, which cuda.h's
+** names (cuMemAlloc -> cuMemAlloc_v2, ...) match. */
+#define XFER_CUDA_API_VERSION 12000
+
+#define XFER_CU_FUNCTIONS(X)                                                              \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)    \
+  X(cuDeviceGetUuid) X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId)    \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)              \
+  X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)               \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpyPeerAsync)      \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)             \
+  X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuMemHostAlloc)               \
+  X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuDeviceCanAccessPeer)    \
+  X(cuCtxEnablePeerAccess) X(cuGetErrorName) X(cuGetErrorString)
+
+typedef struct cu_api {
+  void *lib;
+#define XFER_CU_POINTER(name) __typeof__(name) *name;
+  XFER_CU_FUNCTIONS(XFER_CU_POINTER)
+#undef XFER_CU_POINTER
+  /* host buffers pinned with cuMemHostRegister, kept until the buffer is freed */
+  xfer_host_span *pinned;
+  size_t npinned, pinned_cap;
+  long long injected;           /* the code an injected fault reports */
+} cu_api;
+
+/* Pinned staging: chunks the CPU fills (or empties) while the GPU copies another. */
+#define XFER_CU_STAGING_SLOTS 2
+#define XFER_CU_STAGING_CHUNK (4u << 20)
+
+typedef struct cu_dev {
+  CUdevice device;
+  CUcontext context;            /* the primary context, retained */
+  CUstream stream;
+  void *staging[XFER_CU_STAGING_SLOTS];
+  CUevent staged[XFER_CU_STAGING_SLOTS];
+} cu_dev;
+
+/* cuda_load.c */
+xfer_code xfer_cu_load(cu_api *api, xfer_error *err);
+/* "CUDA_ERROR_ILLEGAL_ADDRESS" and its sentence, from the driver when it can say */
+void xfer_cu_describe(const cu_api *api, CUresult r, const char **name, const char **text);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+** cuda_host.c -- moving bytes between host memory and a CUDA device. Small moves are one
+** synchronous copy. Large moves from or to a host buffer xferlua owns pin that buffer once
+** (cuMemHostRegister, kept until the buffer is freed) and DMA at pinned speed; large moves
+** from other memory go through two pinned staging chunks, the CPU filling one while the
+** copy engine drains the other: never a pageable DMA on the hot path.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_host.h"
+
+/* At or below this, one synchronous copy costs least (the driver stages it itself). */
+#define DIRECT_MAX (256u << 10)
+/* Host buffers at least this large are worth pinning for the rest of their lives. */
+#define PIN_MIN (1u << 20)
+
+static size_t page_round(size_t n)
+{
+  long page = sysconf(_SC_PAGESIZE);
+  size_t p = page > 0 ? (size_t)page : 4096;
+  return (n + p - 1) / p * p;
+}
+
+/* -- Pinned registrations ----------------------------------------------------------------- */
+
+static int is_pinned(const cu_api *api, const char *base)
+{
+  for (size_t i = 0; i < api->npinned; i++)
+    if (api->pinned[i].base == base) return 1;
+  return 0;
+}
+
+/* 1 when [ptr, ptr+n) lies in a host buffer that is pinned now (pinning it if need be).
+** A registration that fails is no error: the move is staged instead. */
+static int pinned(xfer_device *dev, const void *ptr, size_t n)
+{
+  cu_api *api = cu_api_of(dev);
+  xfer_host_span span;
+  if (!xfer_host_registry_find(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
+  if (is_pinned(api, span.base)) return 1;
+  if (api->npinned == api->pinned_cap) {
+    size_t cap = api->pinned_cap ? api->pinned_cap * 2 : 16;
+    xfer_host_span *grown = realloc(api->pinned, cap * sizeof *grown);
+    if (!grown) return 0;
+    api->pinned = grown;
+    api->pinned_cap = cap;
+  }
+  xfer_error ignored;
+  if (CU(dev, "register", &ignored, cuMemHostRegister, span.base, page_round(span.size),
+         CU_MEMHOSTREGISTER_PORTABLE))
+    return 0;
+  api->pinned[api->npinned++] = span;
+  return 1;
+}
+
+/* Any context will do for unregistering a portable registration: the first device's. */
+static int enter_any(xfer_runtime *rt)
+{
+  cu_api *api = rt->impl;
+  xfer_ctx *ctx = rt->ctx;
+  for (size_t d = rt->first_device; d < rt->first_device + rt->ndevices && d < ctx->ndevices; d++)
+    if (ctx->devices[d]->impl &&
+        api->cuCtxSetCurrent(((cu_dev *)ctx->devices[d]->impl)->context) == CUDA_SUCCESS)
+      return 1;
+  return 0;
+}
+
+void xfer_cu_host_forget(xfer_runtime *rt, void *base, size_t size)
+{
+  (void)size;
+  cu_api *api = rt->impl;
+  for (size_t i = 0; i < api->npinned; i++) {
+    if (api->pinned[i].base != (char *)base) continue;
+    if (enter_any(rt)) api->cuMemHostUnregister(base);
+    api->pinned[i] = api->pinned[--api->npinned];
+    return;
+  }
+}
+
+void xfer_cu_unpin_all(xfer_runtime *rt)
+{
+  cu_api *api = rt->impl;
+  if (api->npinned && enter_any(rt))
+    for (size_t i = 0; i < api->npinned; i++) api->cuMemHostUnregister(api->pinned[i].base);
+  free(api->pinned);
+  api->pinned = NULL;
+  api->npinned = api->pinned_cap = 0;
+}
+
+/* -- Pinned staging ------------------------------------------------------------------------- */
+
+static xfer_code staging_ready(xfer_device *dev, const char *op, xfer_error *err)
+{
+  cu_dev *cd = cu_of(dev);
+  xfer_code rc = XFER_E_OK;
+  for (int s = 0; s < XFER_CU_STAGING_SLOTS && !rc; s++) {
+    if (!cd->staging[s])
+      rc = CU(dev, op, err, cuMemHostAlloc, &cd->staging[s], XFER_CU_STAGING_CHUNK,
+              CU_MEMHOSTALLOC_PORTABLE);
+    if (!rc && !cd->staged[s])
+      rc = CU(dev, op, err, cuEventCreate, &cd->staged[s], CU_EVENT_DISABLE_TIMING);
+  }
+  return rc; /* whatever was made is kept, for the next try and for release */
+}
+
+void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
+{
+  for (int s = 0; s < XFER_CU_STAGING_SLOTS; s++) {
+    if (cd->staged[s]) api->cuEventDestroy(cd->staged[s]);
+    if (cd->staging[s]) api->cuMemFreeHost(cd->staging[s]);
+    cd->staged[s] = NULL;
+    cd->staging[s] = NULL;
+  }
+}
+
+/* After a failure part way: let what was queued finish before the chunks are reused. */
+static xfer_code settle(xfer_device *dev, const char *op, xfer_code rc, xfer_error *err)
+{
+  xfer_error ignored;
+  xfer_code s = CU(dev, op, rc ? &ignored : err, cuStreamSynchronize, cu_of(dev)->stream);
+  return rc ? rc : s;
+}
+
+static size_t chunk_len(size_t n, size_t off)
+{
+  return n - off < XFER_CU_STAGING_CHUNK ? n - off : XFER_CU_STAGING_CHUNK;
+}
+
+static xfer_code staged_write(xfer_device *dev, CUdeviceptr dst, const char *src, size_t n,
+                              xfer_error *err)
+{
+  cu_dev *cd = cu_of(dev);
+  xfer_code rc = staging_ready(dev, "write", err);
+  int used[XFER_CU_STAGING_SLOTS] = {0};
+  for (size_t off = 0, k = 0; off < n && !rc; off += chunk_len(n, off), k++) {
+    int s = (int)(k % XFER_CU_STAGING_SLOTS);
+    size_t len = chunk_len(n, off);
+    if (used[s] && (rc = CU(dev, "write", err, cuEventSynchronize, cd->staged[s]))) break;
+    memcpy(cd->staging[s], src + off, len);
+    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst + off, cd->staging[s], len, cd->stream);
+    if (!rc) rc = CU(dev, "write", err, cuEventRecord, cd->staged[s], cd->stream);
+    used[s] = 1;
+  }
+  return settle(dev, "write", rc, err);
+}
+
+static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_t n,
+                             xfer_error *err)
+{
+  cu_dev *cd = cu_of(dev);
+  xfer_code rc = staging_ready(dev, "read", err);
+  size_t chunks = (n + XFER_CU_STAGING_CHUNK - 1) / XFER_CU_STAGING_CHUNK;
+  /* queue the first chunks, then empty each as the next is queued behind it */
+  for (size_t k = 0; k < chunks && k < XFER_CU_STAGING_SLOTS && !rc; k++) {
+    size_t off = k * XFER_CU_STAGING_CHUNK;
+    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, cd->staging[k], src + off, chunk_len(n, off),
+            cd->stream);
+    if (!rc) rc = CU(dev, "read", err, cuEventRecord, cd->staged[k], cd->stream);
+  }
+  for (size_t k = 0; k < chunks && !rc; k++) {
+    int s = (int)(k % XFER_CU_STAGING_SLOTS);
+    size_t off = k * XFER_CU_STAGING_CHUNK;
+    if ((rc = CU(dev, "read", err, cuEventSynchronize, cd->staged[s]))) break;
+    memcpy(dst + off, cd->staging[s], chunk_len(n, off));
+    size_t next = k + XFER_CU_STAGING_SLOTS;
+    if (next < chunks) {
+      size_t noff = next * XFER_CU_STAGING_CHUNK;
+      rc = CU(dev, "read", err, cuMemcpyDtoHAsync, cd->staging[s], src + noff, chunk_len(n, noff),
+              cd->stream);
+      if (!rc) rc = CU(dev, "read", err, cuEventRecord, cd->staged[s], cd->stream);
+    }
+  }
+  return settle(dev, "read", rc, err);
+}
+
+/* -- The vtable's write and read ------------------------------------------------------------- */
+
+xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
+                        xfer_error *err)
+{
+  CUdeviceptr dst = xfer_cu_ptr(buf) + offset;
+  CUstream stream = cu_of(dev)->stream;
+  xfer_code rc = xfer_cu_enter(dev, "write", err);
+  if (rc) return rc;
+  if (n <= DIRECT_MAX) return CU(dev, "write", err, cuMemcpyHtoD, dst, src, n);
+  if (pinned(dev, src, n)) {
+    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst, src, n, stream);
+    return settle(dev, "write", rc, err);
+  }
+  return staged_write(dev, dst, src, n, err);
+}
+
+xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                       xfer_error *err)
+{
+  CUdeviceptr src = xfer_cu_ptr(buf) + offset;
+  CUstream stream = cu_of(dev)->stream;
+  xfer_code rc = xfer_cu_enter(dev, "read", err);
+  if (rc) return rc;
+  if (n <= DIRECT_MAX) return CU(dev, "read", err, cuMemcpyDtoH, dst, src, n);
+  if (pinned(dev, dst, n)) {
+    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, dst, src, n, stream);
+    return settle(dev, "read", rc, err);
+  }
+  return staged_read(dev, src, dst, n, err);
+}

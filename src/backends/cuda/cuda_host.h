@@ -1,0 +1,39 @@
+/*
+** cuda_host.h -- what cuda.c and cuda_host.c share: the checked wrapper and host memory
+** moves (pinned registrations, pinned staging).
+*/
+#ifndef XFER_CUDA_HOST_H
+#define XFER_CUDA_HOST_H
+
+#include "cuda_api.h"
+
+static inline cu_api *cu_api_of(const xfer_device *dev) { return dev->rt->impl; }
+static inline cu_dev *cu_of(const xfer_device *dev) { return dev->impl; }
+static inline CUdeviceptr xfer_cu_ptr(void *buf) { return (CUdeviceptr)(uintptr_t)buf; }
+
+/* The checked wrapper: a failure (or an injected one) becomes an error record. */
+xfer_code xfer_cu_fail(xfer_device *dev, const char *op, const char *fn, CUresult r, int injected,
+                       xfer_error *err);
+xfer_code xfer_cu_check(xfer_device *dev, const char *op, const char *fn, CUresult r,
+                        xfer_error *err);
+int xfer_cu_injected(xfer_device *dev, const char *op);
+
+/* CU(dev, op, err, cuFn, args...): the call's xfer_code, XFER_E_OK on success. */
+#define CU(dev, op, err, fn, ...)                                                         \
+  (xfer_cu_injected((dev), (op))                                                          \
+       ? xfer_cu_fail((dev), (op), #fn, (CUresult)cu_api_of(dev)->injected, 1, (err))      \
+       : xfer_cu_check((dev), (op), #fn, cu_api_of(dev)->fn(__VA_ARGS__), (err)))
+
+/* Makes the device's primary context current. */
+xfer_code xfer_cu_enter(xfer_device *dev, const char *op, xfer_error *err);
+
+/* cuda_host.c: host memory <-> device memory */
+xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
+                        xfer_error *err);
+xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                       xfer_error *err);
+void xfer_cu_host_forget(xfer_runtime *rt, void *base, size_t size);
+void xfer_cu_unpin_all(xfer_runtime *rt);
+void xfer_cu_staging_release(cu_api *api, cu_dev *cd);
+
+#endif
