@@ -3,6 +3,7 @@
 ** registry), runtimes, fault injection, and the Lua files shipped inside the binding.
 */
 #include <string.h>
+#include <time.h>
 
 #include "binding.h"
 #include "embedded.h"
@@ -189,20 +190,45 @@ static void open_faults(lua_State *L, int module)
 
 /* -- The module ------------------------------------------------------------------------ */
 
-/* Runs each embedded Lua file with the module table as its argument. */
-static void run_embedded(lua_State *L, int module)
+#define PRELUDE "xfer.prelude"
+
+/* xfer.prelude runs with the module table as its argument: it adds to `xfer`. */
+static void run_prelude(lua_State *L, int module)
 {
   for (const xfer_embedded_lua *f = xfer_embedded_lua_files; f->module; f++) {
+    if (strcmp(f->module, PRELUDE)) continue;
     if (luaL_loadbuffer(L, f->source, f->size, f->chunkname)) lua_error(L);
     lua_pushvalue(L, module);
     lua_call(L, 1, 0);
   }
 }
 
+/* Every other embedded file (xfer.bench, ...) becomes requireable: package.preload. */
+static void preload_embedded(lua_State *L)
+{
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  for (const xfer_embedded_lua *f = xfer_embedded_lua_files; f->module; f++) {
+    if (!strcmp(f->module, PRELUDE)) continue;
+    if (luaL_loadbuffer(L, f->source, f->size, f->chunkname)) lua_error(L);
+    lua_setfield(L, -2, f->module);
+  }
+  lua_pop(L, 2);
+}
+
+/* Seconds on a monotonic clock, for timing moves (os.clock is CPU time). */
+static int l_clock(lua_State *L)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+  return 1;
+}
+
 int luaopen_xfer(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"runtimes", l_runtimes}, {NULL, NULL},
+    {"runtimes", l_runtimes}, {"clock", l_clock}, {NULL, NULL},
   };
   lua_newtable(L);
   int module = lua_gettop(L);
@@ -214,7 +240,8 @@ int luaopen_xfer(lua_State *L)
   xl_open_device(L, module);
   xl_open_tensor(L, module);
   open_faults(L, module);
-  run_embedded(L, module);
+  run_prelude(L, module);
+  preload_embedded(L);
   return 1;
 }
 
@@ -225,4 +252,5 @@ void xfer_lua_preload(lua_State *L)
   lua_pushcfunction(L, luaopen_xfer);
   lua_setfield(L, -2, "xfer");
   lua_pop(L, 2);
+  preload_embedded(L);
 }

@@ -1,0 +1,97 @@
+-- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
+-- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
+--   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
+--   as the median of several runs after a warm-up run, and the first (cold) run apart.
+--   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
+--   cuMemcpy* calls in the same run.
+local xfer = require "xfer"
+local bench = require "xfer.bench"
+
+local args = { ... }
+local raw_program, sizes_text = nil, "4K,1M,64M,1G"
+local i = 1
+while i <= #args do
+  if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
+  elseif args[i] == "--sizes" then sizes_text = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM or --sizes LIST)") end
+end
+local sizes = {}
+for text in sizes_text:gmatch("[^,]+") do sizes[#sizes + 1] = bench.parse_size(text) end
+
+local host = xfer.device("host")
+
+-- Raw CUDA figures: raw[direction][memory][bytes] = seconds
+local function run_raw(dev)
+  if not raw_program or raw_program == "" then return nil end
+  local cmd = raw_program .. " " .. dev.index
+  for _, n in ipairs(sizes) do cmd = cmd .. " " .. math.floor(n) end
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("*a")
+  p:close()
+  local raw = { h2d = { pinned = {}, pageable = {} }, d2h = { pinned = {}, pageable = {} } }
+  local found = false
+  for dir, mem, n, s in out:gmatch("(%a2%a) (%a+) (%d+) ([%d.e-]+)") do
+    raw[dir][mem][tonumber(n)] = tonumber(s)
+    found = true
+  end
+  if not found then io.stderr:write("bench-cuda-raw printed nothing usable:\n", out, "\n") end
+  return found and raw or nil
+end
+
+local function fmt_rate(bytes, s)
+  if not s then return "-" end
+  return ("%.2f"):format(bench.gbps(bytes, s))
+end
+
+local function fmt_us(s) return s and ("%.1f"):format(s * 1e6) or "-" end
+
+print(("xferlua %s benchmark -- %s"):format(xfer.version, os.date("!%Y-%m-%d %H:%M UTC")))
+print(xfer.describe())
+print()
+
+-- host -> host: the memcpy every other figure compares with
+do
+  local rows = { { "host->host (memcpy)", "size", "GB/s", "us" } }
+  for _, n in ipairs(sizes) do
+    local s = bench.copy(host, host, n, bench.reps_for(n, 0.3, 10))
+    rows[#rows + 1] = { "", bench.format_size(n), fmt_rate(n, s), fmt_us(s) }
+  end
+  print(bench.table(rows))
+  print()
+end
+
+for _, dev in ipairs(xfer.devices()) do
+  if dev ~= host then
+    local raw = dev.runtime == "cuda" and run_raw(dev) or nil
+    local header = { dev.name .. " (" .. dev.label .. ")", "size", "GB/s", "us", "first us" }
+    if raw then
+      for _, h in ipairs({ "raw pinned GB/s", "raw pinned us", "raw pageable GB/s", "vs pinned" }) do
+        header[#header + 1] = h
+      end
+    end
+    local rows = { header }
+    for _, dir in ipairs({ "h2d", "d2h" }) do
+      for _, n in ipairs(sizes) do
+        local from, to = host, dev
+        if dir == "d2h" then from, to = dev, host end
+        local ok, s, first = pcall(bench.copy, from, to, n, bench.reps_for(n, 0.5, 5))
+        if not ok then
+          rows[#rows + 1] = { (dir == "h2d" and "host->" or "->host") .. " failed: " .. tostring(s) }
+        else
+          local row = { dir == "h2d" and "host -> " .. dev.name or dev.name .. " -> host",
+                        bench.format_size(n), fmt_rate(n, s), fmt_us(s), fmt_us(first) }
+          if raw then
+            local rp, rg = raw[dir].pinned[n], raw[dir].pageable[n]
+            row[#row + 1] = fmt_rate(n, rp)
+            row[#row + 1] = fmt_us(rp)
+            row[#row + 1] = fmt_rate(n, rg)
+            row[#row + 1] = rp and ("%.2fx"):format(rp / s) or "-"
+          end
+          rows[#rows + 1] = row
+        end
+      end
+    end
+    print(bench.table(rows))
+    print()
+  end
+end
