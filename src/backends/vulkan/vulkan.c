@@ -1,8 +1,8 @@
 /*
 ** vulkan.c -- the Vulkan runtime's transfers: tensors in storage buffers; host memory
-** in and out by mapping (devices that share memory with the host), by importing the
-** host pages (VK_EXT_external_memory_host), or through a reusable pipelined staging
-** pool; copies on one device with vkCmdCopyBuffer. Every call is checked; a lost device
+** in and out by mapping (devices that share memory with the host), by importing host
+** buffers once and keeping the import (VK_EXT_external_memory_host), or through a
+** reusable pipelined staging pool; copies on one device with vkCmdCopyBuffer. Every call is checked; a lost device
 ** stays lost.
 */
 #include <stdio.h>
@@ -310,33 +310,82 @@ static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char 
 
 /* -- Host memory imported in place (VK_EXT_external_memory_host) ------------------------- */
 
-/* Wraps the host pages holding [ptr, ptr+n) as a buffer, when the driver can: the move is
-** then one DMA. A failure here is no error: the caller stages instead. */
-static int import_host(xfer_device *dev, void *ptr, size_t n, vk_buf *out)
+/* The imported host buffer holding [ptr, ptr+n), importing it on first use, or NULL.
+** Only buffers xferlua owns are imported (they outlive the import: host_forget drops it
+** before they are freed); a failed import is no error -- the caller stages instead. */
+static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
 {
   vk_dev *vd = vk_of(dev);
   VkDeviceSize align = vd->import_alignment;
-  if (!vd->host_import || vd->tensor_mapped || n < IMPORT_MIN || !align || (uintptr_t)ptr % align)
-    return 0;
+  xfer_host_span span;
+  if (!vd->host_import || vd->tensor_mapped || n < IMPORT_MIN || !align ||
+      !xfer_host_registry_find(dev->ctx, ptr, n, &span) || (uintptr_t)span.base % align)
+    return NULL;
+  for (size_t i = 0; i < vd->nimports; i++)
+    if (vd->imports[i].base == span.base) return &vd->imports[i];
+  if (vd->nimports == vd->imports_cap) {
+    size_t cap = vd->imports_cap ? vd->imports_cap * 2 : 16;
+    vk_import *grown = realloc(vd->imports, cap * sizeof *grown);
+    if (!grown) return NULL;
+    vd->imports = grown;
+    vd->imports_cap = cap;
+  }
   /* whole pages: the last page of a mapping is mapped to its end */
-  VkDeviceSize size = (n + align - 1) / align * align;
+  VkDeviceSize size = (span.size + align - 1) / align * align;
   const VkExternalMemoryHandleTypeFlagBits type =
       VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
   VkMemoryHostPointerPropertiesEXT props = {
     .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
   xfer_error ignored;
-  if (VK(dev, "import", &ignored, vkGetMemoryHostPointerPropertiesEXT, vd->device, type, ptr,
-         &props))
-    return 0;
+  if (VK(dev, "import", &ignored, vkGetMemoryHostPointerPropertiesEXT, vd->device, type,
+         span.base, &props))
+    return NULL;
   VkExternalMemoryBufferCreateInfo external = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO, .handleTypes = type};
   VkImportMemoryHostPointerInfoEXT import = {
     .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
     .handleType = type,
-    .pHostPointer = ptr};
-  return create_buffer(dev, "import", size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                                VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                       props.memoryTypeBits, &external, &import, out, &ignored) == XFER_E_OK;
+    .pHostPointer = span.base};
+  vk_buf b;
+  if (create_buffer(dev, "import", size,
+                    VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                    props.memoryTypeBits, &external, &import, &b, &ignored))
+    return NULL;
+  vk_import *im = &vd->imports[vd->nimports++];
+  im->base = span.base;
+  im->size = span.size;
+  im->buffer = b.buffer;
+  im->memory = b.memory;
+  return im;
+}
+
+static void drop_import(vk_dev *vd, size_t i)
+{
+  vd->vkDestroyBuffer(vd->device, vd->imports[i].buffer, NULL);
+  vd->vkFreeMemory(vd->device, vd->imports[i].memory, NULL);
+  vd->imports[i] = vd->imports[--vd->nimports];
+}
+
+static void vulkan_host_forget(xfer_runtime *rt, void *base, size_t size)
+{
+  (void)size;
+  xfer_ctx *ctx = rt->ctx;
+  for (size_t d = rt->first_device; d < ctx->ndevices; d++) {
+    vk_dev *vd = ctx->devices[d]->rt == rt ? ctx->devices[d]->impl : NULL;
+    for (size_t i = 0; vd && i < vd->nimports; i++)
+      if (vd->imports[i].base == (char *)base) {
+        drop_import(vd, i); /* no copy is in flight: every move waits for its fence */
+        break;
+      }
+  }
+}
+
+void xfer_vk_drop_imports(vk_dev *vd)
+{
+  while (vd->nimports) drop_import(vd, vd->nimports - 1);
+  free(vd->imports);
+  vd->imports = NULL;
+  vd->imports_cap = 0;
 }
 
 /* -- Vtable ops -------------------------------------------------------------------------- */
@@ -344,36 +393,34 @@ static int import_host(xfer_device *dev, void *ptr, size_t n, vk_buf *out)
 static xfer_code vulkan_write(xfer_device *dev, void *buf, size_t offset, const void *src,
                               size_t n, xfer_error *err)
 {
-  vk_buf *dst = buf, imported;
+  vk_buf *dst = buf;
   if (dst->mapped) { /* memory the CPU shares: one memcpy */
     if (vk_injected(dev, "write"))
       return vk_fail(dev, "write", "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
     memcpy((char *)dst->mapped + offset, src, n);
     return XFER_E_OK;
   }
-  if (import_host(dev, (void *)src, n, &imported)) {
-    xfer_code rc = copy_now(dev, "write", imported.buffer, 0, dst->buffer, offset, n, err);
-    destroy_buffer(vk_of(dev), &imported);
-    return rc;
-  }
+  const vk_import *im = imported(dev, src, n);
+  if (im) /* one DMA straight out of the host buffer */
+    return copy_now(dev, "write", im->buffer, (VkDeviceSize)((const char *)src - im->base),
+                    dst->buffer, offset, n, err);
   return staged_write(dev, dst, offset, src, n, err);
 }
 
 static xfer_code vulkan_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                              xfer_error *err)
 {
-  vk_buf *src = buf, imported;
+  vk_buf *src = buf;
   if (src->mapped) {
     if (vk_injected(dev, "read"))
       return vk_fail(dev, "read", "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
     memcpy(dst, (const char *)src->mapped + offset, n);
     return XFER_E_OK;
   }
-  if (import_host(dev, dst, n, &imported)) {
-    xfer_code rc = copy_now(dev, "read", src->buffer, offset, imported.buffer, 0, n, err);
-    destroy_buffer(vk_of(dev), &imported);
-    return rc;
-  }
+  const vk_import *im = imported(dev, dst, n);
+  if (im)
+    return copy_now(dev, "read", src->buffer, offset, im->buffer,
+                    (VkDeviceSize)((char *)dst - im->base), n, err);
   return staged_read(dev, src, offset, dst, n, err);
 }
 
@@ -439,5 +486,6 @@ const xfer_backend xfer_backend_vulkan = {
   .write = vulkan_write,
   .read = vulkan_read,
   .copy = vulkan_copy,
+  .host_forget = vulkan_host_forget,
   .memory = vulkan_memory,
 };

@@ -54,6 +54,14 @@ typedef struct vk_staging {
   int ready;
 } vk_staging;
 
+/* A host buffer imported as Vulkan memory, kept until the buffer is freed. */
+typedef struct vk_import {
+  char *base;
+  size_t size;
+  VkBuffer buffer;
+  VkDeviceMemory memory;
+} vk_import;
+
 typedef struct vk_dev {
   VkPhysicalDevice physical;
   VkDevice device;
@@ -67,6 +75,8 @@ typedef struct vk_dev {
   int tensor_mapped;            /* tensors are host-visible and coherent: map, don't stage */
   int host_import;              /* VK_EXT_external_memory_host enabled */
   VkDeviceSize import_alignment;
+  vk_import *imports;           /* host buffers imported so far */
+  size_t nimports, imports_cap;
   int export_fd;                /* VK_KHR_external_memory_fd enabled (for interop) */
   int memory_budget;            /* VK_EXT_memory_budget enabled */
   long long injected;           /* the code an injected fault reports */
@@ -87,6 +97,9 @@ typedef struct vk_buf {
 /* vulkan_load.c */
 xfer_code xfer_vk_load(vk_api *api, xfer_error *err);
 const char *xfer_vk_result_name(VkResult r);
+
+/* vulkan.c */
+void xfer_vk_drop_imports(vk_dev *vd);
 
 /* vulkan_device.c */
 xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err);

@@ -310,6 +310,7 @@ void xfer_vk_close_devices(xfer_runtime *rt)
     vk_dev *vd = dev->rt == rt ? dev->impl : NULL;
     if (!vd) continue;
     vd->vkDeviceWaitIdle(vd->device);
+    xfer_vk_drop_imports(vd);
     vk_staging *st = &vd->staging;
     for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) {
       if (st->fence[s]) vd->vkDestroyFence(vd->device, st->fence[s], NULL);
