@@ -7,8 +7,7 @@ local runtime_matrix = require "support.runtime_matrix"
 runtime_matrix("cuda")
 
 describe("cuda specifics #cuda", function()
-  local info
-  for _, r in ipairs(xfer.runtimes()) do if r.name == "cuda" then info = r end end
+  local info = h.runtime("cuda")
 
   local function devices()
     local list = {}
@@ -18,10 +17,7 @@ describe("cuda specifics #cuda", function()
     return list
   end
 
-  local function each_device(fn)
-    if not info.available then return pending("cuda is unavailable here: " .. info.reason) end
-    for _, dev in ipairs(devices()) do fn(dev) end
-  end
+  local function each_device(fn) h.each_device("cuda", pending, fn) end
 
   before_each(function() xfer.faults.clear() end)
 
@@ -87,32 +83,14 @@ describe("cuda specifics #cuda", function()
 
   it("a sticky error loses the device: every later use raises device_lost", function()
     each_device(function(dev)
-      local out, code = h.run(h.xferlua() .. " -e '" .. ([[
-        local xfer = require "xfer"
-        local dev = xfer.device("%s")
-        local t = xfer.arange(4, { device = dev })
-        xfer.faults.inject({ runtime = "cuda", op = "copy", native = 700 })
-        local ok, e = pcall(t.clone, t)
-        print(ok, e.code, e.native_name)
-        for _, use in ipairs({ function() return t:totable() end,
-                               function() return xfer.zeros({ 2 }, { device = dev }) end,
-                               function() return xfer.arange(2):to(dev) end }) do
-          local ok2, e2 = pcall(use)
-          print(ok2, e2.code)
-        end]]):format(dev.name) .. "'")
-      assert.are.equal(0, code, out)
       assert.are.equal("false\tdevice_lost\tCUDA_ERROR_ILLEGAL_ADDRESS\n" ..
-                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n", out)
+                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n",
+                       h.lose_device(dev, 700))
     end)
   end)
 
   describe("when CUDA cannot work", function()
-    local function cuda_reason(env)
-      local out, code = h.run(env .. " " .. h.xferlua() ..
-        [[ -e 'for _, r in ipairs(require("xfer").runtimes()) do if r.name == "cuda" then print(r.available, r.reason) end end']])
-      assert.are.equal(0, code, out)
-      return out
-    end
+    local function cuda_reason(env) return h.runtime_reason("cuda", env) end
 
     it("a missing driver makes the runtime unavailable, saying so", function()
       assert.are.equal("false\tcannot load the CUDA driver libcuda-missing.so.1: " ..

@@ -6,15 +6,8 @@ local runtime_matrix = require "support.runtime_matrix"
 runtime_matrix("opencl")
 
 describe("opencl specifics #opencl", function()
-  local info
-  for _, r in ipairs(xfer.runtimes()) do if r.name == "opencl" then info = r end end
-
-  local function each_device(fn)
-    if not info.available then return pending("opencl is unavailable here: " .. info.reason) end
-    for _, dev in ipairs(xfer.devices()) do
-      if dev.runtime == "opencl" then fn(dev) end
-    end
-  end
+  local info = h.runtime("opencl")
+  local function each_device(fn) h.each_device("opencl", pending, fn) end
 
   it("reports platform, vendor and the largest buffer", function()
     each_device(function(dev)
@@ -72,12 +65,7 @@ describe("opencl specifics #opencl", function()
   end)
 
   describe("when OpenCL cannot work", function()
-    local function opencl_reason(env)
-      local out, code = h.run(env .. " " .. h.xferlua() ..
-        [[ -e 'for _, r in ipairs(require("xfer").runtimes()) do if r.name == "opencl" then print(r.available, r.reason) end end']])
-      assert.are.equal(0, code, out)
-      return out
-    end
+    local function opencl_reason(env) return h.runtime_reason("opencl", env) end
 
     it("a missing ICD loader makes the runtime unavailable, saying so", function()
       local out = opencl_reason("XFER_OPENCL_LIBRARY=libOpenCL-missing.so.1")

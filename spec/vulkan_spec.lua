@@ -6,15 +6,8 @@ local runtime_matrix = require "support.runtime_matrix"
 runtime_matrix("vulkan")
 
 describe("vulkan specifics #vulkan", function()
-  local info
-  for _, r in ipairs(xfer.runtimes()) do if r.name == "vulkan" then info = r end end
-
-  local function each_device(fn)
-    if not info.available then return pending("vulkan is unavailable here: " .. info.reason) end
-    for _, dev in ipairs(xfer.devices()) do
-      if dev.runtime == "vulkan" then fn(dev) end
-    end
-  end
+  local info = h.runtime("vulkan")
+  local function each_device(fn) h.each_device("vulkan", pending, fn) end
 
   local uuid = "^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x$"
 
@@ -91,33 +84,14 @@ describe("vulkan specifics #vulkan", function()
   it("a lost device stays lost: every later use raises device_lost, nothing crashes", function()
     each_device(function(dev)
       -- in a child process: a lost device cannot come back in this one
-      local out, code = h.run(h.xferlua() .. " -e '" .. ([[
-        local xfer = require "xfer"
-        local dev = xfer.device("%s")
-        local t = xfer.arange(4, { device = dev })
-        xfer.faults.inject({ runtime = "vulkan", op = "copy", native = -4 })
-        local ok, e = pcall(t.clone, t)
-        print(ok, e.code, e.native_name)
-        for _, use in ipairs({ function() return t:totable() end,
-                               function() return xfer.zeros({ 2 }, { device = dev }) end,
-                               function() return xfer.arange(2):to(dev) end }) do
-          local ok2, e2 = pcall(use)
-          print(ok2, e2.code)
-        end
-        print(xfer.arange(2):to("host"):totable()[2])]]):format(dev.name) .. "'")
-      assert.are.equal(0, code, out)
       assert.are.equal("false\tdevice_lost\tVK_ERROR_DEVICE_LOST\n" ..
-                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n", out)
+                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n",
+                       h.lose_device(dev, -4))
     end)
   end)
 
   describe("when Vulkan cannot work", function()
-    local function vulkan_reason(env)
-      local out, code = h.run(env .. " " .. h.xferlua() ..
-        [[ -e 'for _, r in ipairs(require("xfer").runtimes()) do if r.name == "vulkan" then print(r.available, r.reason) end end']])
-      assert.are.equal(0, code, out)
-      return out
-    end
+    local function vulkan_reason(env) return h.runtime_reason("vulkan", env) end
 
     it("a missing loader makes the runtime unavailable, saying so", function()
       assert.are.equal("false\tcannot load the Vulkan loader libvulkan-missing.so.1: " ..

@@ -51,6 +51,56 @@ function helpers.device_names()
   return table.concat(names, ", ")
 end
 
+--- The runtimes() entry of runtime `name`.
+function helpers.runtime(name)
+  for _, r in ipairs(xfer.runtimes()) do
+    if r.name == name then return r end
+  end
+end
+
+--- Calls fn(dev) for every device of runtime `name`; where the runtime is unavailable,
+--- calls `pending` (busted's, from the spec file) with the reason instead.
+function helpers.each_device(name, pending, fn)
+  local info = helpers.runtime(name)
+  if not info.available then return pending(name .. " is unavailable here: " .. info.reason) end
+  for _, dev in ipairs(xfer.devices()) do
+    if dev.runtime == name then fn(dev) end
+  end
+end
+
+--- What a fresh xferlua, started with `env` ("VAR=value ..."), says of runtime `name`:
+--- "<available>\t<reason>\n".
+function helpers.runtime_reason(name, env)
+  local out, code = helpers.run(env .. " " .. helpers.xferlua() .. " -e 'for _, r in ipairs(require(" ..
+    '"xfer").runtimes()) do if r.name == "' .. name .. '" then print(r.available, r.reason) end end' .. "'")
+  assert(code == 0, out)
+  return out
+end
+
+--- In a fresh xferlua: makes a copy on `dev` fail with driver code `native` (one that
+--- loses the device), then tries three more uses of it and one host move. Returns what
+--- it printed: "false\t<code>\t<native name>" and one "<ok>\t<code>" per use, then the
+--- host move's result.
+function helpers.lose_device(dev, native)
+  local script = ([[
+    local xfer = require "xfer"
+    local dev = xfer.device("%s")
+    local t = xfer.arange(4, { device = dev })
+    xfer.faults.inject({ runtime = "%s", op = "copy", native = %d })
+    local ok, e = pcall(t.clone, t)
+    print(ok, e.code, e.native_name)
+    for _, use in ipairs({ function() return t:totable() end,
+                           function() return xfer.zeros({ 2 }, { device = dev }) end,
+                           function() return xfer.arange(2):to(dev) end }) do
+      local ok2, e2 = pcall(use)
+      print(ok2, e2.code)
+    end
+    print(xfer.arange(2):to("host"):totable()[2])]]):format(dev.name, dev.runtime, native)
+  local out, code = helpers.run(helpers.xferlua() .. " -e '" .. script .. "'")
+  assert(code == 0, out)
+  return out
+end
+
 --- Every dtype, with its size in bytes.
 helpers.dtypes = {
   f16 = 2, bf16 = 2, f32 = 4, f64 = 8, i8 = 1, i16 = 2, i32 = 4, i64 = 8,

@@ -153,6 +153,11 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);
 
 
+/* dlopen()s `library`, or the one the environment variable `env` names; NULL with an
+** unavailable error naming `what` ("the CUDA driver") otherwise. *path: the name used. */
+void *xfer_driver_open(const char *env, const char *library, const char *what, const char **path,
+                       xfer_error *err);
+
 /* The registry of live host buffers (host_registry.c). */
 void xfer_host_registry_add(xfer_ctx *ctx, void *base, size_t size);
 /* Tells every runtime to let go of the buffer, then forgets it. */

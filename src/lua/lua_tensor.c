@@ -94,7 +94,8 @@ static xfer_device *opt_device(lua_State *L, int opts)
 {
   if (lua_isnoneornil(L, opts)) return host_device(L);
   lua_getfield(L, opts, "device");
-  xfer_device *dev = lua_isnil(L, -1) ? host_device(L) : xl_check_device(L, lua_gettop(L), "device");
+  xfer_device *dev =
+      lua_isnil(L, -1) ? host_device(L) : xl_check_device(L, lua_gettop(L), "device");
   lua_pop(L, 1);
   return dev;
 }

@@ -15,13 +15,9 @@ typedef CUresult (*get_proc_v1)(const char *, void **, int, cuuint64_t);
 
 xfer_code xfer_cu_load(cu_api *api, xfer_error *err)
 {
-  /* XFER_CUDA_LIBRARY names another driver library (or none, to test its absence). */
-  const char *path = getenv("XFER_CUDA_LIBRARY");
-  if (!path || !*path) path = "libcuda.so.1";
-  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!api->lib)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "cannot load the CUDA driver %s: %s",
-                        path, dlerror());
+  const char *path;
+  api->lib = xfer_driver_open("XFER_CUDA_LIBRARY", "libcuda.so.1", "the CUDA driver", &path, err);
+  if (!api->lib) return XFER_E_UNAVAILABLE;
   get_proc_v2 proc2;
   get_proc_v1 proc1;
   *(void **)&proc2 = dlsym(api->lib, "cuGetProcAddress_v2");

@@ -9,13 +9,10 @@
 
 xfer_code xfer_cl_load(cl_api *api, xfer_error *err)
 {
-  /* XFER_OPENCL_LIBRARY names another ICD loader (or none, to test its absence). */
-  const char *path = getenv("XFER_OPENCL_LIBRARY");
-  if (!path || !*path) path = "libOpenCL.so.1";
-  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!api->lib)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "cannot load the OpenCL ICD loader %s: %s",
-                        path, dlerror());
+  const char *path;
+  api->lib = xfer_driver_open("XFER_OPENCL_LIBRARY", "libOpenCL.so.1", "the OpenCL ICD loader",
+                              &path, err);
+  if (!api->lib) return XFER_E_UNAVAILABLE;
 #define XFER_CL_RESOLVE(name)                                                          \
   *(void **)&api->name = dlsym(api->lib, #name);                                        \
   if (!api->name)                                                                       \

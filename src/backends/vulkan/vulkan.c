@@ -2,8 +2,8 @@
 ** vulkan.c -- the Vulkan runtime's transfers: tensors in storage buffers; host memory
 ** in and out by mapping (devices that share memory with the host), by importing host
 ** buffers once and keeping the import (VK_EXT_external_memory_host), or through a
-** reusable pipelined staging pool; copies on one device with vkCmdCopyBuffer. Every call is checked; a lost device
-** stays lost.
+** reusable pipelined staging pool; copies on one device with vkCmdCopyBuffer. Every
+** call is checked; a lost device stays lost.
 */
 #include <stdio.h>
 #include <stdlib.h>

@@ -288,7 +288,8 @@ xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err)
   uint32_t n = 0;
   VkResult r = api->vkEnumeratePhysicalDevices(api->instance, &n, NULL);
   if (r != VK_SUCCESS)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "vkEnumeratePhysicalDevices failed: %s (%d)",
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",
+                        "vkEnumeratePhysicalDevices failed: %s (%d)",
                         xfer_vk_result_name(r), r);
   if (n == 0)
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "no Vulkan device: the loader found no "

@@ -51,7 +51,8 @@ static void pin_new_modules(const module_list *before)
   dl_iterate_phdr(note_module, &after);
   for (size_t i = 0; i < after.n; i++) {
     int known = 0;
-    for (size_t j = 0; j < before->n && !known; j++) known = !strcmp(after.names[i], before->names[j]);
+    for (size_t j = 0; j < before->n && !known; j++)
+      known = !strcmp(after.names[i], before->names[j]);
     if (known) continue;
     void *pin = dlopen(after.names[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     if (pin) dlclose(pin); /* drops our reference; NODELETE keeps it mapped */
@@ -63,13 +64,10 @@ static void pin_new_modules(const module_list *before)
 
 xfer_code xfer_vk_load(vk_api *api, xfer_error *err)
 {
-  /* XFER_VULKAN_LIBRARY names another loader (or none, to test its absence). */
-  const char *path = getenv("XFER_VULKAN_LIBRARY");
-  if (!path || !*path) path = "libvulkan.so.1";
-  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!api->lib)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "cannot load the Vulkan loader %s: %s",
-                        path, dlerror());
+  const char *path;
+  api->lib = xfer_driver_open("XFER_VULKAN_LIBRARY", "libvulkan.so.1", "the Vulkan loader",
+                              &path, err);
+  if (!api->lib) return XFER_E_UNAVAILABLE;
   *(void **)&api->vkGetInstanceProcAddr = dlsym(api->lib, "vkGetInstanceProcAddr");
   if (!api->vkGetInstanceProcAddr)
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s has no vkGetInstanceProcAddr", path);
