@@ -37,7 +37,7 @@ static int by_value(const void *a, const void *b)
 
 static double median_copy(int h2d, CUdeviceptr dev, void *host, size_t n, int reps)
 {
-  double times[256];
+  double times[256] = {0};
   if (reps > 256) reps = 256;
   for (int i = -1; i < reps; i++) { /* run -1 warms up */
     double t0 = now();

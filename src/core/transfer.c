@@ -224,7 +224,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
-  xfer_path path;
+  xfer_path path = XFER_PATH_HOST;
   xfer_code rc = choose(src, dst_dev, opts, &path, err);
   if (rc) return rc;
   xfer_tensor *dst;
@@ -256,7 +256,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
                         want, got);
   }
   if (dst == src) return XFER_E_OK;
-  xfer_path path;
+  xfer_path path = XFER_PATH_HOST;
   rc = choose(src, dst->dev, opts, &path, err);
   return rc ? rc : run(path, src, dst, err);
 }
