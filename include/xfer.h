@@ -123,6 +123,7 @@ typedef struct xfer_memory_info {
   uint64_t in_use;       /* bytes held by live tensors and transfers on the device */
   uint64_t peak;         /* most in_use has been since the context opened */
   uint64_t buffers;      /* live buffers: tensors and transfers' staging */
+  uint64_t cached;       /* kept for reuse, not in use: the staged path's host chunks */
 } xfer_memory_info;
 
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out);
@@ -213,6 +214,31 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev,
 ** untouched; `dst` may hold part of the data. */
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src,
                              const xfer_transfer_opts *opts, xfer_error *err);
+
+/* -- Observability and settings ------------------------------------------------ */
+
+/* Moves so far, one entry per path and pair of devices. */
+typedef struct xfer_stat {
+  xfer_path path;
+  char from[32], to[32];
+  uint64_t count, bytes;
+  double seconds;
+} xfer_stat;
+
+/* Copies at most `max` entries into `out`; returns how many there are. */
+size_t xfer_stats(xfer_ctx *ctx, xfer_stat *out, size_t max);
+void xfer_stats_reset(xfer_ctx *ctx);
+/* 1: one line per move on stderr (path, bytes, time, GB/s); also XFER_TRACE=1. */
+void xfer_trace(xfer_ctx *ctx, int on);
+
+typedef struct xfer_config {
+  size_t staging_chunk;  /* bytes per staging chunk of the staged path (default 4 MiB) */
+  int staging_depth;     /* chunks in flight, at least 2 (default 2) */
+} xfer_config;
+
+void xfer_config_get(const xfer_ctx *ctx, xfer_config *out);
+/* XFER_E_INVALID for a chunk under 4 KiB or over 1 GiB, or a depth outside 2..16. */
+xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err);
 
 /* -- Fault injection ---------------------------------------------------------- */
 

@@ -30,7 +30,7 @@ describe("transfers", function()
       local cases = {
         same_runtime = "same_runtime moves between two devices; host is both ends",
         interop = "interop needs two runtimes on one physical GPU (equal device UUIDs); host and host are not",
-        staged = 'this build has no staged pipeline yet; via="host" moves host to host',
+        staged = "staged moves between two devices; host is host memory, which the host path moves in one copy",
       }
       for via, message in pairs(cases) do
         local e = h.raises("unsupported", xfer.plan, t, host, { via = via })

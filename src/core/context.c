@@ -70,6 +70,11 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
   xfer_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory");
   ctx->refs = 1;
+  pthread_mutex_init(&ctx->lock, NULL);
+  ctx->config.staging_chunk = (size_t)4 << 20;
+  ctx->config.staging_depth = 2;
+  const char *trace = getenv("XFER_TRACE");
+  ctx->trace = trace && *trace && strcmp(trace, "0");
   for (size_t i = 0; i < XFER_RUNTIMES; i++) {
     ctx->nruntimes++;
     open_runtime(ctx, i);
@@ -98,6 +103,7 @@ xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx)
 void xfer_ctx_release(xfer_ctx *ctx)
 {
   if (!ctx || --ctx->refs > 0) return;
+  xfer_staging_release(ctx); /* host buffers the runtimes may hold pinned: before they close */
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
     if (rt->opened && rt->backend->close) rt->backend->close(rt);
@@ -105,6 +111,8 @@ void xfer_ctx_release(xfer_ctx *ctx)
   for (size_t d = 0; d < ctx->ndevices; d++) free(ctx->devices[d]);
   free(ctx->devices);
   xfer_host_registry_clear(ctx);
+  xfer_stats_clear(ctx);
+  pthread_mutex_destroy(&ctx->lock);
   free(ctx);
 }
 
@@ -227,7 +235,11 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
 
 xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
 
-void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out) { *out = dev->mem; }
+void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
+{
+  *out = dev->mem;
+  out->cached = dev == dev->ctx->devices[0] ? xfer_staging_bytes(dev->ctx) : 0;
+}
 
 /* -- Buffers ---------------------------------------------------------------------- */
 

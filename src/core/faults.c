@@ -120,6 +120,8 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long
 {
   int hit = 0;
   *native = 0;
+  if (!ctx->nfaults) return 0; /* the common case, without the lock */
+  pthread_mutex_lock(&ctx->lock); /* the staged path calls from two threads */
   for (size_t i = 0; i < ctx->nfaults; i++) {
     xfer_fault_rule *rule = &ctx->faults[i];
     if (strcmp(rule->fault.runtime, runtime) || strcmp(rule->fault.op, op)) continue;
@@ -136,5 +138,6 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long
   for (size_t i = 0; i < ctx->nfaults; i++)
     if (ctx->faults[i].left > 0) ctx->faults[kept++] = ctx->faults[i];
   ctx->nfaults = kept;
+  pthread_mutex_unlock(&ctx->lock);
   return hit;
 }

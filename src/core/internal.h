@@ -5,6 +5,7 @@
 #ifndef XFER_INTERNAL_H
 #define XFER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 
 #include "xfer.h"
@@ -100,6 +101,12 @@ struct xfer_ctx {
   size_t nfaults;
   struct xfer_host_span *host_spans; /* live host buffers, by address */
   size_t nhost_spans, host_spans_cap;
+  pthread_mutex_t lock;         /* fault rules and stats: moves may run on two threads */
+  xfer_stat *stats;
+  size_t nstats, stats_cap;
+  int trace;
+  xfer_config config;
+  struct xfer_staging *staging; /* host chunks of the staged path, made once */
 };
 
 /* A live host buffer: runtimes may register or import it, and must let go before it is
@@ -165,6 +172,17 @@ void xfer_host_registry_remove(xfer_ctx *ctx, void *base, size_t size);
 /* 1 and the span when [ptr, ptr+n) lies inside one live host buffer, else 0. */
 int xfer_host_registry_find(const xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
 void xfer_host_registry_clear(xfer_ctx *ctx);
+
+/* stats.c: records one move (and traces it when asked). */
+void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,
+                       const xfer_device *to, size_t bytes, double seconds);
+void xfer_stats_clear(xfer_ctx *ctx);
+double xfer_now(void);
+
+/* staged.c: the staged path and its chunk pool. */
+xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
+void xfer_staging_release(xfer_ctx *ctx);
+uint64_t xfer_staging_bytes(const xfer_ctx *ctx);
 
 /* Page-aligned host memory; large blocks come populated (no page-fault storm). */
 void *xfer_host_pages_alloc(size_t nbytes);

@@ -96,8 +96,12 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     return refuse(why, cap, "%s and %s share a GPU, but this build has no interop path yet",
                   src->name, dst->name);
   case XFER_PATH_STAGED:
-    return refuse(why, cap, "this build has no staged pipeline yet; via=\"host\" moves %s to %s",
-                  src->name, dst->name);
+    if (is_host(src) || is_host(dst))
+      return refuse(why, cap, "staged moves between two devices; %s is host memory, which the "
+                    "host path moves in one copy", is_host(src) ? src->name : dst->name);
+    if (src == dst)
+      return refuse(why, cap, "staged moves between two devices; %s is both ends", src->name);
+    return NULL;
   default:
     return NULL; /* the host round-trip always applies */
   }
@@ -117,6 +121,15 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
              src->dev->rt->name);
     add_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
     break;
+  case XFER_PATH_STAGED: {
+    xfer_config cfg = src->dev->ctx->config;
+    snprintf(plan->reason, sizeof plan->reason,
+             "%s and %s share no memory: pipelined through %d host chunks of %zu bytes", from, to,
+             cfg.staging_depth, cfg.staging_chunk);
+    add_step(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
+    add_step(plan, "write each chunk to %s while the next is read", to);
+    break;
+  }
   default:
     if (src->dev->rt != dst->rt && (is_host(src->dev) || is_host(dst)))
       snprintf(plan->reason, sizeof plan->reason,
@@ -205,6 +218,7 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
 {
   xfer_code rc = XFER_E_OK;
   if (src->nbytes == 0) return rc;
+  double start = xfer_now();
   switch (path) {
   case XFER_PATH_SAME_DEVICE:
     rc = src->dev->rt->backend->copy(src->dev, dst->buf, 0, src->buf, 0, src->nbytes, err);
@@ -212,11 +226,17 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
   case XFER_PATH_SAME_RUNTIME:
     rc = src->dev->rt->backend->peer(dst->dev, dst->buf, src->dev, src->buf, src->nbytes, err);
     break;
+  case XFER_PATH_STAGED:
+    rc = xfer_staged_run(src, dst, err);
+    break;
   default:
     rc = run_host_roundtrip(src, dst, err);
     break;
   }
-  if (rc) xfer_err_frame(err, src->dev, dst->dev, src->nbytes);
+  if (rc)
+    xfer_err_frame(err, src->dev, dst->dev, src->nbytes);
+  else
+    xfer_stats_record(src->dev->ctx, path, src->dev, dst->dev, src->nbytes, xfer_now() - start);
   return rc;
 }
 

@@ -87,13 +87,15 @@ static int l_memory(lua_State *L)
   xfer_device *dev = xl_check_device(L, 1, "memory");
   xfer_memory_info mem;
   xfer_device_memory(dev, &mem);
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 4);
   lua_pushnumber(L, (lua_Number)mem.in_use);
   lua_setfield(L, -2, "in_use");
   lua_pushnumber(L, (lua_Number)mem.peak);
   lua_setfield(L, -2, "peak");
   lua_pushnumber(L, (lua_Number)mem.buffers);
   lua_setfield(L, -2, "buffers");
+  lua_pushnumber(L, (lua_Number)mem.cached);
+  lua_setfield(L, -2, "cached");
   return 1;
 }
 

@@ -92,6 +92,81 @@ static int l_runtimes(lua_State *L)
   return 1;
 }
 
+/* -- Stats, trace, settings ------------------------------------------------------------ */
+
+static int l_stats(lua_State *L)
+{
+  xfer_ctx *ctx = xl_ctx(L);
+  xfer_stat stats[256];
+  size_t n = xfer_stats(ctx, stats, sizeof stats / sizeof stats[0]);
+  if (n > sizeof stats / sizeof stats[0]) n = sizeof stats / sizeof stats[0];
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, xfer_path_name(stats[i].path));
+    lua_setfield(L, -2, "path");
+    lua_pushstring(L, stats[i].from);
+    lua_setfield(L, -2, "from");
+    lua_pushstring(L, stats[i].to);
+    lua_setfield(L, -2, "to");
+    lua_pushnumber(L, (lua_Number)stats[i].count);
+    lua_setfield(L, -2, "count");
+    lua_pushnumber(L, (lua_Number)stats[i].bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushnumber(L, stats[i].seconds);
+    lua_setfield(L, -2, "seconds");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static int l_stats_reset(lua_State *L)
+{
+  xfer_stats_reset(xl_ctx(L));
+  return 0;
+}
+
+static int l_trace(lua_State *L)
+{
+  if (lua_type(L, 1) != LUA_TBOOLEAN) xl_arg_error(L, 1, "trace", "boolean");
+  xfer_trace(xl_ctx(L), lua_toboolean(L, 1));
+  return 0;
+}
+
+/* xfer.config{staging_chunk=, staging_depth=} sets what it names; returns the settings. */
+static int l_config(lua_State *L)
+{
+  static const char *const keys[] = {"staging_chunk", "staging_depth", NULL};
+  xfer_ctx *ctx = xl_ctx(L);
+  xfer_config cfg;
+  xfer_config_get(ctx, &cfg);
+  if (!lua_isnoneornil(L, 1)) {
+    xl_check_options(L, 1, "config", keys);
+    for (int k = 0; keys[k]; k++) {
+      lua_getfield(L, 1, keys[k]);
+      if (!lua_isnil(L, -1)) {
+        lua_Number v = lua_tonumber(L, -1);
+        if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int64_t)v || v < 0)
+          xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a whole number",
+                        keys[k]);
+        if (k == 0)
+          cfg.staging_chunk = (size_t)v;
+        else
+          cfg.staging_depth = v > 1e6 ? 1000000 : (int)v;
+      }
+      lua_pop(L, 1);
+    }
+    xfer_error err;
+    if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushnumber(L, (lua_Number)cfg.staging_chunk);
+  lua_setfield(L, -2, "staging_chunk");
+  lua_pushinteger(L, cfg.staging_depth);
+  lua_setfield(L, -2, "staging_depth");
+  return 1;
+}
+
 /* -- Fault injection -------------------------------------------------------------------- */
 
 static void copy_name_field(lua_State *L, const char *key, char *dst, size_t cap)
@@ -228,7 +303,8 @@ static int l_clock(lua_State *L)
 int luaopen_xfer(lua_State *L)
 {
   static const luaL_Reg fns[] = {
-    {"runtimes", l_runtimes}, {"clock", l_clock}, {NULL, NULL},
+    {"runtimes", l_runtimes}, {"clock", l_clock}, {"stats", l_stats},
+    {"stats_reset", l_stats_reset}, {"trace", l_trace}, {"config", l_config}, {NULL, NULL},
   };
   lua_newtable(L);
   int module = lua_gettop(L);
