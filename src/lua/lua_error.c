@@ -2,6 +2,7 @@
 ** lua_error.c -- xfer.Error objects: tables whose fields are an xfer_error's, with a
 ** metatable whose __tostring is the message, so `pcall` hands scripts a value.
 */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -130,11 +131,51 @@ static int is_error(lua_State *L)
   return 1;
 }
 
+/* xfer.error{code=, message=, op=, from=, to=, ...}: an xfer.Error made in Lua, so that
+** policies written in Lua raise what the C side raises. */
+static int make_error(lua_State *L)
+{
+  if (!lua_istable(L, 1)) xl_arg_error(L, 1, "error", "table {code=, message=, ...}");
+  xfer_error err;
+  memset(&err, 0, sizeof err);
+  lua_getfield(L, 1, "code");
+  const char *code = lua_tostring(L, -1);
+  err.code = XFER_E__COUNT;
+  for (int c = XFER_E_READ; code && c < XFER_E__COUNT; c++)
+    if (!strcmp(code, xfer_code_name((xfer_code)c))) err.code = (xfer_code)c;
+  if (err.code == XFER_E__COUNT)
+    xl_raise_code(L, XFER_E_INVALID, "error", "error: unknown code '%s' (see xfer.codes)",
+                  code ? code : "nil");
+  static const struct { const char *key; size_t offset, size; } texts[] = {
+    {"op", offsetof(xfer_error, op), sizeof err.op},
+    {"from", offsetof(xfer_error, from), sizeof err.from},
+    {"to", offsetof(xfer_error, to), sizeof err.to},
+    {"native_name", offsetof(xfer_error, native_name), sizeof err.native_name},
+    {"message", offsetof(xfer_error, message), sizeof err.message},
+  };
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    lua_getfield(L, 1, texts[i].key);
+    const char *text = lua_tostring(L, -1);
+    if (text) snprintf((char *)&err + texts[i].offset, texts[i].size, "%s", text);
+    lua_pop(L, 1);
+  }
+  lua_getfield(L, 1, "native");
+  err.native = (long long)lua_tonumber(L, -1);
+  lua_getfield(L, 1, "retryable");
+  err.retryable = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "injected");
+  err.injected = lua_toboolean(L, -1);
+  xl_push_error(L, &err);
+  return 1;
+}
+
 void xl_open_error(lua_State *L, int module)
 {
   error_metatable(L);
   lua_pushcfunction(L, is_error);
   lua_setfield(L, module, "is_error");
+  lua_pushcfunction(L, make_error);
+  lua_setfield(L, module, "error");
   /* xfer.codes: the code names, for scripts that branch on e.code */
   lua_newtable(L);
   for (int c = XFER_E_READ; c < XFER_E__COUNT; c++) {

@@ -265,13 +265,16 @@ static void open_faults(lua_State *L, int module)
 
 /* -- The module ------------------------------------------------------------------------ */
 
-#define PRELUDE "xfer.prelude"
+/* Embedded files that add to `xfer` itself: run with the module table as argument. */
+static int extends_module(const char *name)
+{
+  return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback");
+}
 
-/* xfer.prelude runs with the module table as its argument: it adds to `xfer`. */
 static void run_prelude(lua_State *L, int module)
 {
   for (const xfer_embedded_lua *f = xfer_embedded_lua_files; f->module; f++) {
-    if (strcmp(f->module, PRELUDE)) continue;
+    if (!extends_module(f->module)) continue;
     if (luaL_loadbuffer(L, f->source, f->size, f->chunkname)) lua_error(L);
     lua_pushvalue(L, module);
     lua_call(L, 1, 0);
@@ -284,7 +287,7 @@ static void preload_embedded(lua_State *L)
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");
   for (const xfer_embedded_lua *f = xfer_embedded_lua_files; f->module; f++) {
-    if (!strcmp(f->module, PRELUDE)) continue;
+    if (extends_module(f->module)) continue;
     if (luaL_loadbuffer(L, f->source, f->size, f->chunkname)) lua_error(L);
     lua_setfield(L, -2, f->module);
   }

@@ -1,0 +1,59 @@
+-- fallback.lua -- the pcall-and-fall-back pattern as a reusable policy: xfer.transfer.
+-- The binding runs this file with the module table, like prelude.lua.
+local xfer = ...
+
+local format = string.format
+
+local function default_log(attempt)
+  io.stderr:write(format("xfer.transfer: %s -> %s via %s failed (%s): %s\n", attempt.from,
+                         attempt.to, attempt.path, attempt.code, attempt.message))
+end
+
+--- Moves `t` to `dev`, trying the paths of opts.fallback in order (default: the planner's
+--- choice, then "host"). A path that does not apply is skipped; a failure that says it is
+--- retryable is tried again up to opts.retries times (default 0); every failed attempt is
+--- passed to opts.log (default: a line on stderr; false: silent). Returns the new tensor and
+--- the list of failed attempts {path, code, op, message, retryable}; raises the last error
+--- when every path failed.
+function xfer.transfer(t, dev, opts)
+  opts = opts or {}
+  for key in pairs(opts) do
+    if key ~= "fallback" and key ~= "retries" and key ~= "log" then
+      error(xfer.error({ code = "invalid", op = "transfer",
+                         message = "transfer: unknown option '" .. tostring(key) ..
+                                   "' (known: fallback, retries, log)" }), 2)
+    end
+  end
+  local paths = opts.fallback or { xfer.plan(t, dev).path, "host" }
+  local retries = opts.retries or 0
+  local log = opts.log == nil and default_log or opts.log or function() end
+  if type(paths) ~= "table" or #paths == 0 then
+    error(xfer.error({ code = "invalid", op = "transfer",
+                       message = "transfer: fallback must be a list of paths" }), 2)
+  end
+  local attempts, last = {}, nil
+  for _, path in ipairs(paths) do
+    local applies, why = pcall(xfer.plan, t, dev, { via = path })
+    if applies then
+      for try = 0, retries do
+        local ok, result = pcall(t.to, t, dev, { via = path })
+        if ok then return result, attempts end
+        if not xfer.is_error(result) then error(result, 0) end -- not ours: a bug, not a failure
+        local attempt = { path = path, try = try + 1, code = result.code, op = result.op,
+                          from = result.from, to = result.to, message = result.message,
+                          retryable = result.retryable }
+        attempts[#attempts + 1] = attempt
+        log(attempt)
+        last = result
+        if not result.retryable then break end
+      end
+    elseif not xfer.is_error(why) or why.code ~= "unsupported" then
+      error(why, 0)
+    end
+  end
+  if last then error(last, 0) end
+  error(xfer.error({ code = "unsupported", op = "transfer",
+                     message = format("transfer: none of the paths %s applies to %s -> %s",
+                                      table.concat(paths, ", "), t.device.name,
+                                      type(dev) == "string" and dev or dev.name) }), 2)
+end
