@@ -8,12 +8,13 @@ local xfer = require "xfer"
 local bench = require "xfer.bench"
 
 local args = { ... }
-local raw_program, sizes_text = nil, "4K,1M,64M,1G"
+local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
   elseif args[i] == "--sizes" then sizes_text = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM or --sizes LIST)") end
+  elseif args[i] == "--pair-size" then pair_text = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST or --pair-size SIZE)") end
 end
 local sizes = {}
 for text in sizes_text:gmatch("[^,]+") do sizes[#sizes + 1] = bench.parse_size(text) end
@@ -94,4 +95,41 @@ for _, dev in ipairs(xfer.devices()) do
     print(bench.table(rows))
     print()
   end
+end
+
+-- Between devices: the default path beside the naive round-trip frameworks make today
+-- (read everything into a fresh host buffer, make a new tensor from it).
+do
+  local n = bench.parse_size(pair_text)
+  local memcpy_s = bench.copy(host, host, n, 5)
+  local rows = { { ("device -> device, %s"):format(bench.format_size(n)), "path", "GB/s",
+                   "naive GB/s", "vs naive", "vs memcpy" } }
+  local devs = xfer.devices()
+  for _, a in ipairs(devs) do
+    for _, b in ipairs(devs) do
+      if a ~= b and (a ~= host or b ~= host) then
+        local src = xfer.full({ n }, 7, { dtype = "u8", device = a })
+        local dst = xfer.full({ n }, 1, { dtype = "u8", device = b })
+        local path = xfer.plan(src, b).path
+        local ok, s = pcall(bench.time, function() dst:copy_from(src) end, 5)
+        local naive_ok, naive = pcall(bench.time, function()
+          local moved = xfer.tensor(src:tobytes(), { dtype = "u8", device = b })
+          moved:free()
+        end, 1)
+        if ok then
+          rows[#rows + 1] = { a.name .. " -> " .. b.name, path, fmt_rate(n, s),
+                              naive_ok and fmt_rate(n, naive) or "-",
+                              naive_ok and ("%.1fx"):format(naive / s) or "-",
+                              ("%.2fx"):format(memcpy_s / s) }
+        else
+          rows[#rows + 1] = { a.name .. " -> " .. b.name, path, "failed: " .. tostring(s) }
+        end
+        src:free()
+        dst:free()
+        collectgarbage()
+      end
+    end
+  end
+  print(bench.table(rows))
+  print(("memcpy of the same bytes: %s GB/s"):format(fmt_rate(n, memcpy_s)))
 end

@@ -104,6 +104,7 @@ void xfer_ctx_release(xfer_ctx *ctx)
 {
   if (!ctx || --ctx->refs > 0) return;
   xfer_staging_release(ctx); /* host buffers the runtimes may hold pinned: before they close */
+  xfer_arena_release(ctx);
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
     if (rt->opened && rt->backend->close) rt->backend->close(rt);
@@ -238,7 +239,8 @@ xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
 {
   *out = dev->mem;
-  out->cached = dev == dev->ctx->devices[0] ? xfer_staging_bytes(dev->ctx) : 0;
+  out->cached = (dev == dev->ctx->devices[0] ? xfer_staging_bytes(dev->ctx) : 0) +
+                xfer_arena_bytes(dev);
 }
 
 /* -- Buffers ---------------------------------------------------------------------- */

@@ -39,6 +39,20 @@ typedef struct xfer_backend {
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, xfer_device *src_dev, void *src,
                     size_t n, xfer_error *err);
+  /* optional, interop: an opaque fd of the buffer's memory (the caller owns it) and the
+  ** size of that memory */
+  xfer_code (*export_fd)(xfer_device *dev, void *buf, int *fd, uint64_t *memory_size,
+                         xfer_error *err);
+  /* optional, interop: memory another runtime exported, as a buffer `nbytes` long that
+  ** copy_imported takes; `handle` is what release_import needs. Owns `fd` only when it
+  ** succeeds. */
+  xfer_code (*import_fd)(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
+                         void **buf, void **handle, xfer_error *err);
+  void (*release_import)(xfer_device *dev, void *buf, void *handle);
+  /* optional, interop: copy n bytes between one of the device's buffers and an imported
+  ** one (into_imported: buf -> imported, else imported -> buf), done when it returns */
+  xfer_code (*copy_imported)(xfer_device *dev, void *buf, void *imported, size_t n,
+                             int into_imported, xfer_error *err);
   /* optional: the host address of a buffer the CPU can use in place, else NULL */
   void *(*host_address)(xfer_device *dev, void *buf);
   /* optional: host memory [base, base+size) is about to be freed; drop anything the
@@ -80,6 +94,7 @@ struct xfer_device {
   void *impl;
   xfer_memory_info mem;
   int lost;                     /* set once the driver says the device is gone */
+  int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
 };
 
 #define XFER_RUNTIMES 4
@@ -107,6 +122,7 @@ struct xfer_ctx {
   int trace;
   xfer_config config;
   struct xfer_staging *staging; /* host chunks of the staged path, made once */
+  struct xfer_arena *arena;     /* exported memory two importers share, made once */
 };
 
 /* A live host buffer: runtimes may register or import it, and must let go before it is
@@ -116,6 +132,13 @@ typedef struct xfer_host_span {
   size_t size;
 } xfer_host_span;
 
+/* The buffer of a tensor (or of the interop arena) as another runtime imported it. */
+#define XFER_MAX_IMPORTS 4
+typedef struct xfer_import {
+  xfer_device *dev;             /* the importing device */
+  void *buf, *handle;
+} xfer_import;
+
 struct xfer_tensor {
   int refs;
   xfer_device *dev;
@@ -124,6 +147,8 @@ struct xfer_tensor {
   size_t numel, nbytes;
   void *buf;
   int freed;
+  xfer_import imports[XFER_MAX_IMPORTS]; /* kept until the buffer is freed */
+  int nimports;
 };
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
@@ -178,6 +203,13 @@ void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,
                        const xfer_device *to, size_t bytes, double seconds);
 void xfer_stats_clear(xfer_ctx *ctx);
 double xfer_now(void);
+
+/* interop.c: the interop path. */
+int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
+xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
+void xfer_imports_release(xfer_import *imports, int *nimports);
+void xfer_arena_release(xfer_ctx *ctx);
+uint64_t xfer_arena_bytes(const xfer_device *dev);
 
 /* staged.c: the staged path and its chunk pool. */
 xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);

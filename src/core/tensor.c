@@ -103,6 +103,7 @@ xfer_tensor *xfer_tensor_retain(xfer_tensor *t)
 void xfer_tensor_free(xfer_tensor *t)
 {
   if (!t || t->freed) return;
+  xfer_imports_release(t->imports, &t->nimports); /* importers let go before the memory goes */
   xfer_buffer_free(t->dev, t->buf, t->nbytes);
   t->buf = NULL;
   t->freed = 1;

@@ -89,11 +89,13 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
                     src->rt->name);
     return NULL;
   case XFER_PATH_INTEROP:
+    if (xfer_interop_applies(src, dst)) return NULL;
     if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
         src->rt == dst->rt)
       return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
                     "UUIDs); %s and %s are not", src->name, dst->name);
-    return refuse(why, cap, "%s and %s share a GPU, but this build has no interop path yet",
+    return refuse(why, cap, "%s and %s share a GPU, but neither can export its memory as an "
+                  "opaque fd to the other (nor can a Vulkan device of that GPU)",
                   src->name, dst->name);
   case XFER_PATH_STAGED:
     if (is_host(src) || is_host(dst))
@@ -120,6 +122,20 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     snprintf(plan->reason, sizeof plan->reason, "%s copies between its own devices",
              src->dev->rt->name);
     add_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
+    break;
+  case XFER_PATH_INTEROP:
+    snprintf(plan->reason, sizeof plan->reason,
+             "%s and %s are one GPU: device copies through exported memory, no host", from, to);
+    if (src->dev->can_export && dst->can_import)
+      add_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", from, to,
+               n);
+    else if (dst->can_export && src->dev->can_import)
+      add_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", to, from,
+               n);
+    else {
+      add_step(plan, "copy %zu bytes on %s into an arena both import", n, from);
+      add_step(plan, "copy them on %s out of the arena", to);
+    }
     break;
   case XFER_PATH_STAGED: {
     xfer_config cfg = src->dev->ctx->config;
@@ -225,6 +241,9 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
     break;
   case XFER_PATH_SAME_RUNTIME:
     rc = src->dev->rt->backend->peer(dst->dev, dst->buf, src->dev, src->buf, src->nbytes, err);
+    break;
+  case XFER_PATH_INTEROP:
+    rc = xfer_interop_run(src, dst, err);
     break;
   case XFER_PATH_STAGED:
     rc = xfer_staged_run(src, dst, err);

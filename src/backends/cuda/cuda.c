@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_host.h"
 
@@ -146,6 +147,7 @@ static void add_device(xfer_runtime *rt, int ordinal)
   int integrated = 0;
   api->cuDeviceGetAttribute(&integrated, CU_DEVICE_ATTRIBUTE_INTEGRATED, cd->device);
   dev->unified = integrated;
+  dev->can_import = !integrated; /* opaque fds from Vulkan on the same GPU */
 }
 
 /* Peer access both ways between every pair that can: peer copies then go over NVLink or
@@ -250,6 +252,58 @@ static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, xfer_device *src_dev
   return rc;
 }
 
+/* -- Interop: memory another runtime exported as an opaque fd ---------------------------- */
+
+/* The driver gets a duplicate: it owns that one once the import succeeds, and the
+** caller's fd is then ours to close. */
+static xfer_code cuda_import_fd(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
+                                void **buf, void **handle, xfer_error *err)
+{
+  xfer_code rc = xfer_cu_enter(dev, "import", err);
+  if (rc) return rc;
+  int given = dup(fd);
+  if (given < 0) return xfer_err_set(err, XFER_E_WRITE, "import", "cannot duplicate the fd");
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc;
+  memset(&desc, 0, sizeof desc);
+  desc.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+  desc.handle.fd = given;
+  desc.size = memory_size;
+  CUexternalMemory ext = NULL;
+  rc = CU(dev, "import", err, cuImportExternalMemory, &ext, &desc);
+  if (rc) {
+    close(given);
+    return rc;
+  }
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC view;
+  memset(&view, 0, sizeof view);
+  view.size = nbytes;
+  CUdeviceptr ptr = 0;
+  rc = CU(dev, "map", err, cuExternalMemoryGetMappedBuffer, &ptr, ext, &view);
+  if (rc) {
+    cu_api_of(dev)->cuDestroyExternalMemory(ext); /* closes the duplicate with it */
+    return rc;
+  }
+  close(fd);
+  *buf = (void *)(uintptr_t)ptr;
+  *handle = ext;
+  return XFER_E_OK;
+}
+
+static void cuda_release_import(xfer_device *dev, void *buf, void *handle)
+{
+  cu_api *api = cu_api_of(dev);
+  if (api->cuCtxSetCurrent(cu_of(dev)->context) != CUDA_SUCCESS) return;
+  api->cuMemFree(xfer_cu_ptr(buf)); /* a mapped buffer is freed like any allocation */
+  api->cuDestroyExternalMemory((CUexternalMemory)handle);
+}
+
+static xfer_code cuda_copy_imported(xfer_device *dev, void *buf, void *imported, size_t n,
+                                    int into_imported, xfer_error *err)
+{
+  return into_imported ? cuda_copy(dev, imported, 0, buf, 0, n, err)
+                       : cuda_copy(dev, buf, 0, imported, 0, n, err);
+}
+
 static xfer_code cuda_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
                              xfer_error *err)
 {
@@ -272,6 +326,9 @@ const xfer_backend xfer_backend_cuda = {
   .read = xfer_cu_read,
   .copy = cuda_copy,
   .peer = cuda_peer,
+  .import_fd = cuda_import_fd,
+  .release_import = cuda_release_import,
+  .copy_imported = cuda_copy_imported,
   .host_forget = xfer_cu_host_forget,
   .memory = cuda_memory,
 };

@@ -23,7 +23,8 @@
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)             \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuMemHostAlloc)               \
   X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuDeviceCanAccessPeer)    \
-  X(cuCtxEnablePeerAccess) X(cuGetErrorName) X(cuGetErrorString)
+  X(cuCtxEnablePeerAccess) X(cuGetErrorName) X(cuGetErrorString) X(cuImportExternalMemory)    \
+  X(cuExternalMemoryGetMappedBuffer) X(cuDestroyExternalMemory)
 
 typedef struct cu_api {
   void *lib;

@@ -1,9 +1,9 @@
 /*
 ** cuda_host.c -- moving bytes between host memory and a CUDA device. Small moves are one
-** copy on the device's stream. Large moves from or to a host buffer xferlua owns pin that buffer once
-** (cuMemHostRegister, kept until the buffer is freed) and DMA at pinned speed; large moves
-** from other memory go through two pinned staging chunks, the CPU filling one while the
-** copy engine drains the other: never a pageable DMA on the hot path.
+** copy on the device's stream. Large moves from or to a host buffer xferlua owns pin that
+** buffer once (cuMemHostRegister, kept until the buffer is freed) and DMA at pinned speed;
+** large moves from other memory go through two pinned staging chunks, the CPU filling one
+** while the copy engine drains the other: never a pageable DMA on the hot path.
 */
 #include <stdlib.h>
 #include <string.h>

@@ -3,9 +3,11 @@
 ** in-order queue each; buffers in device memory, or host-shared memory that is mapped
 ** instead of copied where the device shares memory with the host (PoCL).
 */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "opencl_api.h"
 
@@ -156,6 +158,14 @@ static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id i
   if (api->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) ==
       CL_SUCCESS)
     dev->unified = unified == CL_TRUE;
+  if (api->create_with_properties && has_extension(api, id, "cl_khr_external_memory") &&
+      has_extension(api, id, "cl_khr_external_memory_opaque_fd")) {
+    *(void **)&cd->acquire = api->clGetExtensionFunctionAddressForPlatform(
+        platform, "clEnqueueAcquireExternalMemObjectsKHR");
+    *(void **)&cd->release = api->clGetExtensionFunctionAddressForPlatform(
+        platform, "clEnqueueReleaseExternalMemObjectsKHR");
+    dev->can_import = cd->acquire && cd->release && !dev->unified;
+  }
   if (has_extension(api, id, "cl_khr_device_uuid") &&
       api->clGetDeviceInfo(id, CL_DEVICE_UUID_KHR, sizeof dev->uuid, dev->uuid, NULL) ==
           CL_SUCCESS)
@@ -330,6 +340,81 @@ static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
   return XFER_E_OK;
 }
 
+/* -- Interop: memory another runtime exported (cl_khr_external_memory_opaque_fd) ------- */
+
+typedef struct cl_import {
+  int fd; /* the descriptor the driver was given, when it left it open: closed on release */
+} cl_import;
+
+/* The driver gets a duplicate, so that the caller's fd is ours to close whatever the
+** driver does with the one it is given. */
+static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
+                                  void **buf, void **handle, xfer_error *err)
+{
+  (void)memory_size;
+  cl_dev *cd = cl_of(dev);
+  cl_import *im = malloc(sizeof *im);
+  int given = im ? dup(fd) : -1;
+  if (given < 0) {
+    free(im);
+    return xfer_err_set(err, XFER_E_WRITE, "import", "cannot duplicate the memory's fd");
+  }
+  cl_properties props[] = {
+    CL_EXTERNAL_MEMORY_HANDLE_OPAQUE_FD_KHR, (cl_properties)given,
+    CL_DEVICE_HANDLE_LIST_KHR, (cl_properties)(uintptr_t)cd->id,
+    CL_DEVICE_HANDLE_LIST_END_KHR, 0,
+  };
+  cl_mem mem = NULL;
+  cl_int rc = CL_SUCCESS;
+  int injected = cl_injected(dev, "import", &rc);
+  if (!injected)
+    mem = api_of(dev)->create_with_properties(cd->context, props, CL_MEM_READ_WRITE, nbytes, NULL,
+                                              &rc);
+  if (rc != CL_SUCCESS) {
+    close(given);
+    free(im);
+    return cl_fail("import", "clCreateBufferWithProperties", rc, injected, err);
+  }
+  im->fd = fcntl(given, F_GETFD) == -1 ? -1 : given; /* a driver that took it closed it */
+  close(fd);
+  *buf = mem;
+  *handle = im;
+  return XFER_E_OK;
+}
+
+static void opencl_release_import(xfer_device *dev, void *buf, void *handle)
+{
+  cl_import *im = handle;
+  api_of(dev)->clReleaseMemObject((cl_mem)buf);
+  if (im && im->fd >= 0) close(im->fd);
+  free(im);
+}
+
+static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, void *imported, size_t n,
+                                      int into_imported, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  cl_command_queue q = cd->queue;
+  cl_mem external = imported;
+  cl_int rc = CL_SUCCESS;
+  /* the acquire/release pair hands the memory between OpenCL and the exporter */
+  if (!cl_injected(dev, "sync", &rc)) rc = cd->acquire(q, 1, &external, 0, NULL, NULL);
+  if (rc != CL_SUCCESS) return cl_fail("sync", "clEnqueueAcquireExternalMemObjectsKHR", rc, 1, err);
+  xfer_code code = XFER_E_OK;
+  if (!cl_injected(dev, "copy", &rc))
+    rc = into_imported ? api_of(dev)->clEnqueueCopyBuffer(q, buf, external, 0, 0, n, 0, NULL, NULL)
+                       : api_of(dev)->clEnqueueCopyBuffer(q, external, buf, 0, 0, n, 0, NULL, NULL);
+  else
+    code = cl_fail("copy", "clEnqueueCopyBuffer", rc, 1, err);
+  if (!code && rc != CL_SUCCESS) code = cl_fail("copy", "clEnqueueCopyBuffer", rc, 0, err);
+  cl_int released = cd->release(q, 1, &external, 0, NULL, NULL);
+  cl_int finished = api_of(dev)->clFinish(q);
+  if (!code && released != CL_SUCCESS)
+    code = cl_fail("sync", "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
+  if (!code && finished != CL_SUCCESS) code = cl_fail("sync", "clFinish", finished, 0, err);
+  return code;
+}
+
 const xfer_backend xfer_backend_opencl = {
   .version = XFER_BACKEND_VERSION,
   .name = "opencl",
@@ -340,4 +425,7 @@ const xfer_backend xfer_backend_opencl = {
   .write = opencl_write,
   .read = opencl_read,
   .copy = opencl_copy,
+  .import_fd = opencl_import_fd,
+  .release_import = opencl_release_import,
+  .copy_imported = opencl_copy_imported,
 };

@@ -17,10 +17,17 @@
   X(clCreateContext) X(clReleaseContext) X(clCreateCommandQueue)                     \
   X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject)                   \
   X(clEnqueueReadBuffer) X(clEnqueueWriteBuffer) X(clEnqueueCopyBuffer)              \
-  X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)
+  X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)                      \
+  X(clGetExtensionFunctionAddressForPlatform)
+
+/* OpenCL 3.0's clCreateBufferWithProperties, for importing external memory; resolved
+** only where the loader has it. */
+typedef cl_mem (*cl_create_buffer_with_properties_fn)(cl_context, const cl_properties *,
+                                                      cl_mem_flags, size_t, void *, cl_int *);
 
 typedef struct cl_api {
   void *lib;
+  cl_create_buffer_with_properties_fn create_with_properties;
 #define XFER_CL_POINTER(name) __typeof__(name) *name;
   XFER_CL_FUNCTIONS(XFER_CL_POINTER)
 #undef XFER_CL_POINTER
@@ -31,6 +38,9 @@ typedef struct cl_dev {
   cl_device_id id;
   cl_context context;
   cl_command_queue queue;
+  /* cl_khr_external_memory_opaque_fd, where offered */
+  clEnqueueAcquireExternalMemObjectsKHR_fn acquire;
+  clEnqueueReleaseExternalMemObjectsKHR_fn release;
 } cl_dev;
 
 /* Loads libOpenCL.so.1 and resolves XFER_CL_FUNCTIONS; XFER_E_UNAVAILABLE saying why. */

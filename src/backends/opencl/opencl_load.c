@@ -19,6 +19,8 @@ xfer_code xfer_cl_load(cl_api *api, xfer_error *err)
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s has no %s", path, #name);
   XFER_CL_FUNCTIONS(XFER_CL_RESOLVE)
 #undef XFER_CL_RESOLVE
+  /* optional: an OpenCL 3.0 loader has it, older ones do not */
+  *(void **)&api->create_with_properties = dlsym(api->lib, "clCreateBufferWithProperties");
   return XFER_E_OK;
 }
 

@@ -103,6 +103,7 @@ static xfer_code create_buffer(xfer_device *dev, const char *op, VkDeviceSize n,
                                 .pNext = memory_next,
                                 .allocationSize = req.size,
                                 .memoryTypeIndex = type};
+  b->memory_size = req.size;
   rc = VK(dev, op, err, vkAllocateMemory, vd->device, &alloc, NULL, &b->memory);
   if (!rc) rc = VK(dev, op, err, vkBindBufferMemory, vd->device, b->buffer, b->memory, 0);
   if (rc) destroy_buffer(vd, b);
@@ -127,8 +128,17 @@ static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_
   }
   vk_buf *b = malloc(sizeof *b);
   if (!b) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
-  xfer_code rc = create_buffer(dev, "alloc", nbytes, tensor_usage(), 1u << vd->tensor_type, NULL,
-                               NULL, b, err);
+  /* on a GPU that can export, every tensor can: interop then needs no second copy */
+  VkExternalMemoryBufferCreateInfo external = {
+    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT};
+  VkExportMemoryAllocateInfo exported = {
+    .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT};
+  int exportable = dev->can_export;
+  xfer_code rc = create_buffer(dev, "alloc", nbytes, tensor_usage(), 1u << vd->tensor_type,
+                               exportable ? &external : NULL, exportable ? &exported : NULL, b,
+                               err);
   if (!rc && vd->tensor_mapped)
     rc = VK(dev, "alloc", err, vkMapMemory, vd->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
   if (rc) {
@@ -476,6 +486,19 @@ static xfer_code vulkan_open(xfer_runtime *rt, xfer_error *err)
   return rc;
 }
 
+static xfer_code vulkan_export_fd(xfer_device *dev, void *buf, int *fd, uint64_t *memory_size,
+                                  xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  vk_buf *b = buf;
+  VkMemoryGetFdInfoKHR info = {.sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+                               .memory = b->memory,
+                               .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT};
+  *fd = -1;
+  *memory_size = b->memory_size;
+  return VK(dev, "export", err, vkGetMemoryFdKHR, vd->device, &info, fd);
+}
+
 const xfer_backend xfer_backend_vulkan = {
   .version = XFER_BACKEND_VERSION,
   .name = "vulkan",
@@ -486,6 +509,7 @@ const xfer_backend xfer_backend_vulkan = {
   .write = vulkan_write,
   .read = vulkan_read,
   .copy = vulkan_copy,
+  .export_fd = vulkan_export_fd,
   .host_forget = vulkan_host_forget,
   .memory = vulkan_memory,
 };

@@ -91,6 +91,7 @@ typedef struct vk_dev {
 typedef struct vk_buf {
   VkBuffer buffer;
   VkDeviceMemory memory;
+  VkDeviceSize memory_size;     /* what an importer of the memory is told */
   void *mapped;                 /* when the memory is host-visible: mapped for its lifetime */
 } vk_buf;
 

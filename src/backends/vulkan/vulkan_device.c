@@ -280,6 +280,8 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
   }
   dev->impl = vd;
   describe(api, pd, dev, vd, &ext);
+  /* interop: a discrete GPU's tensors are exportable as opaque fds */
+  dev->can_export = vd->export_fd && !vd->tensor_mapped;
 }
 
 xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err)

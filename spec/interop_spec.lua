@@ -1,0 +1,96 @@
+-- The interop path: runtimes on one physical GPU move tensors with device copies only.
+-- Pending where no two runtimes share a GPU (CI); run on the GPU machine.
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local function interop_pairs()
+  local list = {}
+  for _, a in ipairs(xfer.devices()) do
+    for _, b in ipairs(xfer.devices()) do
+      local t = xfer.empty({ 4 }, { dtype = "u8", device = a })
+      if pcall(xfer.plan, t, b, { via = "interop" }) then list[#list + 1] = { a, b } end
+      t:free()
+    end
+  end
+  return list
+end
+
+local function open_fds()
+  local p = io.popen("ls /proc/" .. (os.getenv("XFER_PID") or "self") .. "/fd 2>/dev/null | wc -l")
+  local n = tonumber(p:read("*a"))
+  p:close()
+  return n
+end
+
+local pairs_here = interop_pairs()
+
+describe("interop #cuda #vulkan #opencl", function()
+  before_each(function() xfer.faults.clear() end)
+  after_each(function() xfer.faults.clear() end)
+
+  if #pairs_here == 0 then
+    it("is pending", function()
+      pending("no two runtimes share a GPU here (device UUIDs differ or no Vulkan export)")
+    end)
+    return
+  end
+
+  for _, pair in ipairs(pairs_here) do
+    local a, b = pair[1], pair[2]
+    describe(a.name .. " -> " .. b.name, function()
+      it("is the default path, and moves byte for byte", function()
+        for _, n in ipairs({ 1, 4096 + 3, 3 * 1024 * 1024 + 1, 64 * 1024 * 1024 }) do
+          local bytes = h.random_bytes(math.min(n, 1024 * 1024))
+          bytes = bytes:rep(math.ceil(n / #bytes)):sub(1, n)
+          local src = xfer.tensor(bytes, { dtype = "u8", device = a })
+          assert.are.equal("interop", xfer.plan(src, b).path)
+          local moved = src:to(b)
+          assert.are.equal(bytes, moved:tobytes(), n .. " bytes")
+          local again = xfer.empty({ n }, { dtype = "u8", device = b })
+          assert.are.equal(bytes, again:copy_from(src):tobytes(), n .. " bytes, copy_from")
+          assert.are.equal(bytes, moved:to(a, { via = "interop" }):tobytes(), n .. " bytes back")
+        end
+      end)
+
+      for _, phase in ipairs({ { rt = a.runtime, op = "export" }, { rt = b.runtime, op = "export" },
+                               { rt = a.runtime, op = "import" }, { rt = b.runtime, op = "import" },
+                               { rt = "cuda", op = "map" }, { rt = a.runtime, op = "copy" },
+                               { rt = b.runtime, op = "copy" }, { rt = "opencl", op = "sync" } }) do
+        it(("a %s fault in %s: raised with its phase, source intact, nothing leaked"):format(phase.op, phase.rt), function()
+          local bytes = h.random_bytes(1024 * 1024 + 5)
+          -- warm up first: the arena (two importers) and its imports stay with the context
+          xfer.tensor(bytes, { dtype = "u8", device = a }):to(b)
+          collectgarbage()
+          collectgarbage()
+          local fds = open_fds()
+          local before_a, before_b = h.in_use(a), h.in_use(b)
+          do
+            local src = xfer.tensor(bytes, { dtype = "u8", device = a })
+            xfer.faults.inject({ runtime = phase.rt, op = phase.op })
+            local ok, e = pcall(src.to, src, b, { via = "interop" })
+            local hit = #xfer.faults.list() == 0
+            xfer.faults.clear()
+            if hit then
+              assert.is_false(ok, "the fault was hit but the move succeeded")
+              assert.is_true(xfer.is_error(e), tostring(e))
+              assert.are.equal(phase.op, e.op, e.message)
+              assert.are.equal(a.name, e.from)
+              assert.are.equal(b.name, e.to)
+              assert.is_true(e.injected)
+            else
+              assert.is_true(ok, tostring(e)) -- that phase is not on this pair's way
+            end
+            assert.are.equal(bytes, src:tobytes())
+            assert.are.equal(bytes, src:to(b):tobytes())
+            src:free()
+          end
+          collectgarbage()
+          collectgarbage()
+          assert.are.equal(before_a, h.in_use(a))
+          assert.are.equal(before_b, h.in_use(b))
+          assert.are.equal(fds, open_fds(), "file descriptors leaked")
+        end)
+      end
+    end)
+  end
+end)

@@ -1,0 +1,153 @@
+/*
+** interop.c -- the interop path: two runtimes on one physical GPU (equal device UUIDs)
+** move a tensor with device copies only. A runtime that exports (Vulkan) hands an opaque
+** fd of its tensor's memory to one that imports (CUDA, OpenCL), once per tensor and
+** importer; the import lives as long as the tensor. Two importers (CUDA <-> OpenCL) meet
+** in an arena: exported memory both import once, kept with the context.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+typedef struct xfer_arena {
+  xfer_device *dev;             /* the exporting device */
+  void *buf;
+  size_t size;
+  xfer_import imports[XFER_MAX_IMPORTS];
+  int nimports;
+} xfer_arena;
+
+static int same_gpu(const xfer_device *a, const xfer_device *b)
+{
+  return a->has_uuid && b->has_uuid && !memcmp(a->uuid, b->uuid, sizeof a->uuid);
+}
+
+/* An exporting device on the same GPU as `dev`, for the arena. */
+static xfer_device *exporter_for(const xfer_device *dev)
+{
+  xfer_ctx *ctx = dev->ctx;
+  for (size_t d = 0; d < ctx->ndevices; d++)
+    if (ctx->devices[d]->can_export && !ctx->devices[d]->lost && same_gpu(ctx->devices[d], dev))
+      return ctx->devices[d];
+  return NULL;
+}
+
+int xfer_interop_applies(const xfer_device *src, const xfer_device *dst)
+{
+  if (src->rt == dst->rt || !same_gpu(src, dst)) return 0;
+  if ((src->can_export && dst->can_import) || (dst->can_export && src->can_import)) return 1;
+  return src->can_import && dst->can_import && exporter_for(src) != NULL;
+}
+
+void xfer_imports_release(xfer_import *imports, int *nimports)
+{
+  for (int i = 0; i < *nimports; i++) {
+    xfer_device *dev = imports[i].dev;
+    dev->rt->backend->release_import(dev, imports[i].buf, imports[i].handle);
+  }
+  *nimports = 0;
+}
+
+/* The buffer `buf` of `owner` as `importer` sees it: from the cache, or exported and
+** imported now. The fd is closed exactly once on every failure; after a successful import
+** it is the importer's. */
+static xfer_code imported(xfer_device *owner, void *buf, size_t nbytes, xfer_import *cache,
+                          int *ncache, xfer_device *importer, void **out, xfer_error *err)
+{
+  for (int i = 0; i < *ncache; i++)
+    if (cache[i].dev == importer) {
+      *out = cache[i].buf;
+      return XFER_E_OK;
+    }
+  if (*ncache == XFER_MAX_IMPORTS)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "import", "a buffer is imported at most %d times",
+                        XFER_MAX_IMPORTS);
+  int fd = -1;
+  uint64_t size = 0;
+  xfer_code rc = owner->rt->backend->export_fd(owner, buf, &fd, &size, err);
+  if (rc) return rc;
+  void *ibuf = NULL, *handle = NULL;
+  rc = importer->rt->backend->import_fd(importer, fd, size, nbytes, &ibuf, &handle, err);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  cache[*ncache].dev = importer;
+  cache[*ncache].buf = ibuf;
+  cache[*ncache].handle = handle;
+  (*ncache)++;
+  *out = ibuf;
+  return XFER_E_OK;
+}
+
+/* -- The arena ------------------------------------------------------------------------- */
+
+void xfer_arena_release(xfer_ctx *ctx)
+{
+  xfer_arena *a = ctx->arena;
+  if (!a) return;
+  xfer_imports_release(a->imports, &a->nimports);
+  a->dev->rt->backend->free(a->dev, a->buf, a->size);
+  free(a);
+  ctx->arena = NULL;
+}
+
+uint64_t xfer_arena_bytes(const xfer_device *dev)
+{
+  const xfer_arena *a = dev->ctx->arena;
+  return a && a->dev == dev ? a->size : 0;
+}
+
+/* An arena of at least n bytes on `exporter`, made (or grown) now. Its memory is the
+** exporter's but no tensor's: it is reported as cached, not in use. */
+static xfer_code arena_ready(xfer_device *exporter, size_t n, xfer_arena **out, xfer_error *err)
+{
+  xfer_ctx *ctx = exporter->ctx;
+  if (ctx->arena && ctx->arena->dev == exporter && ctx->arena->size >= n) {
+    *out = ctx->arena;
+    return XFER_E_OK;
+  }
+  xfer_arena_release(ctx);
+  xfer_arena *a = calloc(1, sizeof *a);
+  if (!a) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+  a->dev = exporter;
+  a->size = n < ((size_t)64 << 20) ? (size_t)64 << 20 : n; /* grows rarely */
+  xfer_code rc = exporter->rt->backend->alloc(exporter, a->size, &a->buf, err);
+  if (rc) {
+    free(a);
+    return rc;
+  }
+  ctx->arena = a;
+  *out = a;
+  return XFER_E_OK;
+}
+
+/* -- The move ------------------------------------------------------------------------------ */
+
+xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+{
+  xfer_device *from = src->dev, *to = dst->dev;
+  const xfer_backend *fb = from->rt->backend, *tb = to->rt->backend;
+  size_t n = src->nbytes;
+  void *view = NULL;
+  xfer_code rc;
+  if (from->can_export && to->can_import) { /* the target copies out of the source */
+    rc = imported(from, src->buf, n, src->imports, &src->nimports, to, &view, err);
+    return rc ? rc : tb->copy_imported(to, dst->buf, view, n, 0, err);
+  }
+  if (to->can_export && from->can_import) { /* the source copies into the target */
+    rc = imported(to, dst->buf, n, dst->imports, &dst->nimports, from, &view, err);
+    return rc ? rc : fb->copy_imported(from, src->buf, view, n, 1, err);
+  }
+  /* two importers: through the arena, one device copy each */
+  xfer_arena *a = NULL;
+  void *src_view = NULL, *dst_view = NULL;
+  rc = arena_ready(exporter_for(from), n, &a, err);
+  if (!rc) rc = imported(a->dev, a->buf, a->size, a->imports, &a->nimports, from, &src_view, err);
+  if (!rc) rc = imported(a->dev, a->buf, a->size, a->imports, &a->nimports, to, &dst_view, err);
+  if (!rc) rc = fb->copy_imported(from, src->buf, src_view, n, 1, err);
+  if (!rc) rc = tb->copy_imported(to, dst->buf, dst_view, n, 0, err);
+  return rc;
+}
