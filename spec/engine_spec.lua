@@ -13,13 +13,19 @@ local function pairs_of_devices()
   return list
 end
 
+-- Two devices besides host, preferring a pair the planner sends through staging.
 local function non_host_pair()
-  local devs = xfer.devices()
+  local devs, first = xfer.devices(), nil
   for i = 2, #devs do
     for j = 2, #devs do
-      if i ~= j then return devs[i], devs[j] end
+      if i ~= j then
+        local t = xfer.empty({ 1 }, { dtype = "u8", device = devs[i] })
+        if xfer.plan(t, devs[j]).path == "staged" then return devs[i], devs[j] end
+        first = first or { devs[i], devs[j] }
+      end
     end
   end
+  if first then return first[1], first[2] end
 end
 
 describe("transfer engine", function()
