@@ -215,6 +215,23 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev,
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src,
                              const xfer_transfer_opts *opts, xfer_error *err);
 
+/* -- Asynchronous transfers ---------------------------------------------------- */
+
+/* A move running on its own thread. Moves on different devices run at once; moves that
+** share a device take turns. The job holds a reference to the source; do not change the
+** source while the job runs (freeing it waits for the job). */
+typedef struct xfer_job xfer_job;
+
+xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
+                              const xfer_transfer_opts *opts, xfer_job **out, xfer_error *err);
+/* 1 once the move has finished, failed or not. */
+int xfer_job_done(xfer_job *job);
+/* Waits for the move: XFER_E_OK and *out (a new reference), or its error. May be called
+** again: the same tensor or error comes back. */
+xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err);
+/* Waits, then drops the job (and its result, unless taken with xfer_job_wait). */
+void xfer_job_release(xfer_job *job);
+
 /* -- Observability and settings ------------------------------------------------ */
 
 /* Moves so far, one entry per path and pair of devices. */

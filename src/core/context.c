@@ -53,7 +53,8 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
   if (rt->backend->open(rt, &err) != XFER_E_OK) {
     snprintf(rt->reason, sizeof rt->reason, "%s", err.message);
     /* a runtime that failed half way keeps no devices */
-    for (size_t d = rt->first_device; d < ctx->ndevices; d++) free(ctx->devices[d]);
+    for (size_t d = rt->first_device; d < ctx->ndevices; d++)
+      xfer_device_destroy(ctx->devices[d]);
     ctx->ndevices = rt->first_device;
     rt->ndevices = 0;
     return;
@@ -71,6 +72,9 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
   if (!ctx) return xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory");
   ctx->refs = 1;
   pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->staging_lock, NULL);
+  pthread_mutex_init(&ctx->arena_lock, NULL);
+  pthread_cond_init(&ctx->idle, NULL);
   ctx->config.staging_chunk = (size_t)4 << 20;
   ctx->config.staging_depth = 2;
   const char *trace = getenv("XFER_TRACE");
@@ -96,24 +100,27 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
 
 xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx)
 {
-  ctx->refs++;
+  __atomic_add_fetch(&ctx->refs, 1, __ATOMIC_RELAXED); /* jobs retain from their threads */
   return ctx;
 }
 
 void xfer_ctx_release(xfer_ctx *ctx)
 {
-  if (!ctx || --ctx->refs > 0) return;
+  if (!ctx || __atomic_sub_fetch(&ctx->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   xfer_staging_release(ctx); /* host buffers the runtimes may hold pinned: before they close */
   xfer_arena_release(ctx);
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
     if (rt->opened && rt->backend->close) rt->backend->close(rt);
   }
-  for (size_t d = 0; d < ctx->ndevices; d++) free(ctx->devices[d]);
+  for (size_t d = 0; d < ctx->ndevices; d++) xfer_device_destroy(ctx->devices[d]);
   free(ctx->devices);
   xfer_host_registry_clear(ctx);
   xfer_stats_clear(ctx);
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->staging_lock);
+  pthread_mutex_destroy(&ctx->arena_lock);
+  pthread_cond_destroy(&ctx->idle);
   free(ctx);
 }
 
@@ -153,6 +160,11 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
     xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory listing devices");
     return NULL;
   }
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&dev->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
   dev->ctx = ctx;
   dev->rt = rt;
   dev->index = (int)(ctx->ndevices - rt->first_device);
@@ -165,6 +177,84 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
 }
 
 /* -- Devices -------------------------------------------------------------------- */
+
+void xfer_device_destroy(xfer_device *dev)
+{
+  pthread_mutex_destroy(&dev->lock);
+  free(dev);
+}
+
+/* Moves may run on worker threads (to_async, the staged reader): a device's driver state
+** is used by one move at a time. Host memory needs no lock: its backend is stateless. */
+void xfer_device_lock(xfer_device *dev)
+{
+  if (dev != dev->ctx->devices[0]) pthread_mutex_lock(&dev->lock);
+}
+
+void xfer_device_unlock(xfer_device *dev)
+{
+  if (dev != dev->ctx->devices[0]) pthread_mutex_unlock(&dev->lock);
+}
+
+/* Both, always in one order (by address), so two moves between the same pair in opposite
+** directions cannot each hold one lock and wait for the other. */
+void xfer_device_lock_pair(xfer_device *a, xfer_device *b)
+{
+  if (a == b) {
+    xfer_device_lock(a);
+    return;
+  }
+  if ((uintptr_t)a > (uintptr_t)b) {
+    xfer_device *t = a;
+    a = b;
+    b = t;
+  }
+  xfer_device_lock(a);
+  xfer_device_lock(b);
+}
+
+void xfer_device_unlock_pair(xfer_device *a, xfer_device *b)
+{
+  xfer_device_unlock(a);
+  if (a != b) xfer_device_unlock(b);
+}
+
+void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_tensor *dst)
+{
+  xfer_device *cand[3] = {src->dev, dst_dev, xfer_interop_exporter(src->dev, dst_dev)};
+  h->ndevs = 0;
+  for (int i = 0; i < 3; i++) { /* unique, sorted by address: one order for everyone */
+    if (!cand[i]) continue;
+    int seen = 0;
+    for (int j = 0; j < h->ndevs; j++) seen |= h->devs[j] == cand[i];
+    if (seen) continue;
+    int at = h->ndevs++;
+    while (at > 0 && (uintptr_t)h->devs[at - 1] > (uintptr_t)cand[i]) {
+      h->devs[at] = h->devs[at - 1];
+      at--;
+    }
+    h->devs[at] = cand[i];
+  }
+  for (int i = 0; i < h->ndevs; i++) xfer_device_lock(h->devs[i]);
+  xfer_ctx *ctx = src->dev->ctx;
+  h->tensors[0] = src;
+  h->tensors[1] = dst;
+  pthread_mutex_lock(&ctx->lock);
+  for (int i = 0; i < 2; i++)
+    if (h->tensors[i]) h->tensors[i]->busy++;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void xfer_hold_drop(xfer_hold *h)
+{
+  xfer_ctx *ctx = h->tensors[0]->dev->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  for (int i = 0; i < 2; i++)
+    if (h->tensors[i]) h->tensors[i]->busy--;
+  pthread_cond_broadcast(&ctx->idle);
+  pthread_mutex_unlock(&ctx->lock);
+  for (int i = h->ndevs; i-- > 0;) xfer_device_unlock(h->devs[i]);
+}
 
 size_t xfer_device_count(const xfer_ctx *ctx) { return ctx->ndevices; }
 
@@ -223,7 +313,9 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
   if (dev->rt->backend->memory) {
     uint64_t free_bytes = 0, total = 0;
+    xfer_device_lock(dev);
     xfer_code rc = dev->rt->backend->memory(dev, &free_bytes, &total, err);
+    xfer_device_unlock(dev);
     if (rc && rc != XFER_E_UNSUPPORTED) return rc;
     if (!rc) { /* unsupported: the driver cannot tell, and free_memory stays unknown */
       out->has_free_memory = 1;
@@ -238,7 +330,9 @@ xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
 
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
 {
+  pthread_mutex_lock(&dev->ctx->lock);
   *out = dev->mem;
+  pthread_mutex_unlock(&dev->ctx->lock);
   out->cached = (dev == dev->ctx->devices[0] ? xfer_staging_bytes(dev->ctx) : 0) +
                 xfer_arena_bytes(dev);
 }
@@ -251,18 +345,27 @@ xfer_code xfer_buffer_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_er
   if (dev->lost)
     return xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost", dev->name);
   if (nbytes == 0) return XFER_E_OK; /* nothing to hold: no driver call */
+  xfer_device_lock(dev);
   xfer_code rc = dev->rt->backend->alloc(dev, nbytes, buf, err);
-  if (rc) return rc;
-  dev->mem.in_use += nbytes;
-  dev->mem.buffers++;
-  if (dev->mem.in_use > dev->mem.peak) dev->mem.peak = dev->mem.in_use;
-  return XFER_E_OK;
+  if (!rc) {
+    pthread_mutex_lock(&dev->ctx->lock); /* the host's counters are shared by every thread */
+    dev->mem.in_use += nbytes;
+    dev->mem.buffers++;
+    if (dev->mem.in_use > dev->mem.peak) dev->mem.peak = dev->mem.in_use;
+    pthread_mutex_unlock(&dev->ctx->lock);
+  }
+  xfer_device_unlock(dev);
+  return rc;
 }
 
 void xfer_buffer_free(xfer_device *dev, void *buf, size_t nbytes)
 {
   if (nbytes == 0) return;
+  xfer_device_lock(dev);
   dev->rt->backend->free(dev, buf, nbytes);
+  pthread_mutex_lock(&dev->ctx->lock);
   dev->mem.in_use -= nbytes;
   dev->mem.buffers--;
+  pthread_mutex_unlock(&dev->ctx->lock);
+  xfer_device_unlock(dev);
 }

@@ -95,6 +95,7 @@ struct xfer_device {
   xfer_memory_info mem;
   int lost;                     /* set once the driver says the device is gone */
   int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
+  pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
 };
 
 #define XFER_RUNTIMES 4
@@ -116,7 +117,10 @@ struct xfer_ctx {
   size_t nfaults;
   struct xfer_host_span *host_spans; /* live host buffers, by address */
   size_t nhost_spans, host_spans_cap;
-  pthread_mutex_t lock;         /* fault rules and stats: moves may run on two threads */
+  pthread_mutex_t lock;         /* faults, stats, host registry, memory counters */
+  pthread_mutex_t staging_lock; /* the staged path's chunks: one staged move at a time */
+  pthread_mutex_t arena_lock;   /* the interop arena: one move through it at a time */
+  pthread_cond_t idle;          /* a tensor stopped being busy */
   xfer_stat *stats;
   size_t nstats, stats_cap;
   int trace;
@@ -149,6 +153,7 @@ struct xfer_tensor {
   int freed;
   xfer_import imports[XFER_MAX_IMPORTS]; /* kept until the buffer is freed */
   int nimports;
+  int busy;                     /* moves using it now: free() waits for them (ctx->lock) */
 };
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
@@ -175,6 +180,20 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
 int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native);
 
 xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err);
+void xfer_device_destroy(xfer_device *dev);
+void xfer_device_lock(xfer_device *dev);
+void xfer_device_unlock(xfer_device *dev);
+void xfer_device_lock_pair(xfer_device *a, xfer_device *b);
+void xfer_device_unlock_pair(xfer_device *a, xfer_device *b);
+/* What a move holds: the devices at both ends (and the arena's exporter when the move may
+** go through it), locked in one global order, and both tensors marked busy. */
+typedef struct xfer_hold {
+  xfer_device *devs[3];
+  int ndevs;
+  xfer_tensor *tensors[2];
+} xfer_hold;
+void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_tensor *dst);
+void xfer_hold_drop(xfer_hold *h);
 
 /* Allocate/free through the backend, keeping the device's memory accounting. */
 xfer_code xfer_buffer_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err);
@@ -195,7 +214,7 @@ void xfer_host_registry_add(xfer_ctx *ctx, void *base, size_t size);
 /* Tells every runtime to let go of the buffer, then forgets it. */
 void xfer_host_registry_remove(xfer_ctx *ctx, void *base, size_t size);
 /* 1 and the span when [ptr, ptr+n) lies inside one live host buffer, else 0. */
-int xfer_host_registry_find(const xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
+int xfer_host_registry_find(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
 void xfer_host_registry_clear(xfer_ctx *ctx);
 
 /* stats.c: records one move (and traces it when asked). */
@@ -206,6 +225,8 @@ double xfer_now(void);
 
 /* interop.c: the interop path. */
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
+/* The exporting device a move src -> dst would pass through (the arena), or NULL. */
+xfer_device *xfer_interop_exporter(const xfer_device *src, const xfer_device *dst);
 xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
 void xfer_imports_release(xfer_import *imports, int *nimports);
 void xfer_arena_release(xfer_ctx *ctx);

@@ -41,6 +41,14 @@ int xfer_interop_applies(const xfer_device *src, const xfer_device *dst)
   return src->can_import && dst->can_import && exporter_for(src) != NULL;
 }
 
+xfer_device *xfer_interop_exporter(const xfer_device *src, const xfer_device *dst)
+{
+  if (src->rt == dst->rt || !same_gpu(src, dst) || src->can_export || dst->can_export ||
+      !src->can_import || !dst->can_import)
+    return NULL;
+  return exporter_for(src);
+}
+
 void xfer_imports_release(xfer_import *imports, int *nimports)
 {
   for (int i = 0; i < *nimports; i++) {
@@ -84,6 +92,7 @@ static xfer_code imported(xfer_device *owner, void *buf, size_t nbytes, xfer_imp
 
 /* -- The arena ------------------------------------------------------------------------- */
 
+/* At close (one thread left), or from arena_ready under the arena lock. */
 void xfer_arena_release(xfer_ctx *ctx)
 {
   xfer_arena *a = ctx->arena;
@@ -141,13 +150,17 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
     rc = imported(to, dst->buf, n, dst->imports, &dst->nimports, from, &view, err);
     return rc ? rc : fb->copy_imported(from, src->buf, view, n, 1, err);
   }
-  /* two importers: through the arena, one device copy each */
+  /* two importers: through the arena, one device copy each, one move at a time */
   xfer_arena *a = NULL;
   void *src_view = NULL, *dst_view = NULL;
-  rc = arena_ready(exporter_for(from), n, &a, err);
+  xfer_ctx *ctx = from->ctx;
+  xfer_device *exporter = exporter_for(from); /* locked already, with both ends */
+  pthread_mutex_lock(&ctx->arena_lock);
+  rc = arena_ready(exporter, n, &a, err);
   if (!rc) rc = imported(a->dev, a->buf, a->size, a->imports, &a->nimports, from, &src_view, err);
   if (!rc) rc = imported(a->dev, a->buf, a->size, a->imports, &a->nimports, to, &dst_view, err);
   if (!rc) rc = fb->copy_imported(from, src->buf, src_view, n, 1, err);
   if (!rc) rc = tb->copy_imported(to, dst->buf, dst_view, n, 0, err);
+  pthread_mutex_unlock(&ctx->arena_lock);
   return rc;
 }

@@ -20,7 +20,16 @@ typedef struct xfer_staging {
 
 static xfer_device *host_of(xfer_ctx *ctx) { return ctx->devices[0]; }
 
+static void staging_free(xfer_ctx *ctx);
+
 void xfer_staging_release(xfer_ctx *ctx)
+{
+  pthread_mutex_lock(&ctx->staging_lock);
+  staging_free(ctx);
+  pthread_mutex_unlock(&ctx->staging_lock);
+}
+
+static void staging_free(xfer_ctx *ctx)
 {
   xfer_staging *st = ctx->staging;
   if (!st) return;
@@ -44,7 +53,7 @@ static xfer_code staging_ready(xfer_ctx *ctx, xfer_error *err)
   for (int s = 0; s < st->depth; s++) {
     xfer_code rc = host->rt->backend->alloc(host, st->chunk, &st->slot[s], err);
     if (rc) {
-      xfer_staging_release(ctx);
+      staging_free(ctx);
       return rc;
     }
   }
@@ -128,11 +137,23 @@ static xfer_code write_all(pipeline *p, xfer_tensor *dst, xfer_error *err)
   return rc;
 }
 
+static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
+
+/* One staged move at a time uses the chunks. */
 xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   xfer_ctx *ctx = src->dev->ctx;
+  pthread_mutex_lock(&ctx->staging_lock);
   xfer_code rc = staging_ready(ctx, err);
-  if (rc) return rc;
+  if (!rc) rc = staged_run(src, dst, err);
+  pthread_mutex_unlock(&ctx->staging_lock);
+  return rc;
+}
+
+static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+{
+  xfer_ctx *ctx = src->dev->ctx;
+  xfer_code rc;
   pipeline p = {.src = src, .pool = ctx->staging};
   p.chunks = (src->nbytes + p.pool->chunk - 1) / p.pool->chunk;
   if (p.chunks == 1) { /* one chunk: nothing to overlap, no thread to pay for */

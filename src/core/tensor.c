@@ -96,22 +96,32 @@ xfer_code xfer_tensor_from_bytes(xfer_device *dev, xfer_dtype dtype, const xfer_
 
 xfer_tensor *xfer_tensor_retain(xfer_tensor *t)
 {
-  t->refs++;
+  __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED); /* jobs retain from their threads */
   return t;
 }
 
 void xfer_tensor_free(xfer_tensor *t)
 {
-  if (!t || t->freed) return;
-  xfer_imports_release(t->imports, &t->nimports); /* importers let go before the memory goes */
+  if (!t) return;
+  xfer_ctx *ctx = t->dev->ctx;
+  /* moves using it (on other threads) finish first; from here on it reads as freed, so a
+  ** move that starts now fails its check instead of using memory on its way out */
+  pthread_mutex_lock(&ctx->lock);
+  while (t->busy) pthread_cond_wait(&ctx->idle, &ctx->lock);
+  int was_freed = t->freed;
+  t->freed = 1;
+  pthread_mutex_unlock(&ctx->lock);
+  if (was_freed) return;
+  xfer_device_lock(t->dev);
+  xfer_imports_release(t->imports, &t->nimports); /* importers let go before the memory */
   xfer_buffer_free(t->dev, t->buf, t->nbytes);
   t->buf = NULL;
-  t->freed = 1;
+  xfer_device_unlock(t->dev);
 }
 
 void xfer_tensor_release(xfer_tensor *t)
 {
-  if (!t || --t->refs > 0) return;
+  if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   xfer_ctx *ctx = t->dev->ctx;
   xfer_tensor_free(t);
   free(t);
@@ -154,37 +164,47 @@ static xfer_code check_size(const xfer_tensor *t, size_t nbytes, const char *op,
 
 xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error *err)
 {
+  xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_check(t, "read", err);
   if (!rc) rc = check_size(t, nbytes, "read", err);
-  if (rc || nbytes == 0) return rc;
-  rc = t->dev->rt->backend->read(t->dev, t->buf, 0, dst, nbytes, err);
-  if (rc) xfer_err_frame(err, t->dev, host_device(t->dev->ctx), nbytes);
+  if (!rc && nbytes) {
+    rc = t->dev->rt->backend->read(t->dev, t->buf, 0, dst, nbytes, err);
+    if (rc) xfer_err_frame(err, t->dev, host_device(t->dev->ctx), nbytes);
+  }
+  xfer_device_unlock(t->dev);
   return rc;
 }
 
 xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err)
 {
+  xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_check(t, "write", err);
   if (!rc) rc = check_size(t, nbytes, "write", err);
-  if (rc || nbytes == 0) return rc;
-  rc = t->dev->rt->backend->write(t->dev, t->buf, 0, src, nbytes, err);
-  if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, nbytes);
+  if (!rc && nbytes) {
+    rc = t->dev->rt->backend->write(t->dev, t->buf, 0, src, nbytes, err);
+    if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, nbytes);
+  }
+  xfer_device_unlock(t->dev);
   return rc;
 }
 
 xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
 {
+  xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_check(t, "write", err);
+  xfer_device_unlock(t->dev); /* taken again below, around the writes */
   if (rc || t->nbytes == 0) return rc;
   size_t esize = xfer_dtype_size(t->dtype);
   size_t chunk = t->nbytes < CHUNK_BYTES ? t->nbytes : CHUNK_BYTES / esize * esize;
   char *pattern = malloc(chunk);
   if (!pattern) return xfer_err_set(err, XFER_E_ALLOC, "write", "out of host memory");
   for (size_t off = 0; off < chunk; off += esize) memcpy(pattern + off, elem, esize);
+  xfer_device_lock(t->dev);
   for (size_t off = 0; off < t->nbytes && !rc; off += chunk) {
     size_t n = t->nbytes - off < chunk ? t->nbytes - off : chunk;
     rc = t->dev->rt->backend->write(t->dev, t->buf, off, pattern, n, err);
   }
+  xfer_device_unlock(t->dev);
   free(pattern);
   if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, t->nbytes);
   return rc;
@@ -210,8 +230,10 @@ static xfer_code host_view(xfer_tensor *t, size_t off, size_t n, char *scratch,
 xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_error *err)
 {
   *equal = 0;
+  xfer_device_lock_pair(a->dev, b->dev);
   xfer_code rc = xfer_tensor_check(a, "equals", err);
   if (!rc) rc = xfer_tensor_check(b, "equals", err);
+  xfer_device_unlock_pair(a->dev, b->dev);
   if (rc) return rc;
   if (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim ||
       memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims[0] * (size_t)a->shape.ndim))
@@ -219,6 +241,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
   char *scratch = malloc(2 * CHUNK_BYTES);
   if (!scratch) return xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
   int same = 1;
+  xfer_device_lock_pair(a->dev, b->dev);
   for (size_t off = 0; off < a->nbytes && same && !rc; off += CHUNK_BYTES) {
     size_t n = a->nbytes - off < CHUNK_BYTES ? a->nbytes - off : CHUNK_BYTES;
     const char *va, *vb;
@@ -226,6 +249,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     if (!rc) rc = host_view(b, off, n, scratch + CHUNK_BYTES, &vb, err);
     if (!rc) same = memcmp(va, vb, n) == 0;
   }
+  xfer_device_unlock_pair(a->dev, b->dev);
   free(scratch);
   *equal = !rc && same;
   return rc;

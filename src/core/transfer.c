@@ -263,13 +263,14 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
+  xfer_hold hold;
+  xfer_hold_take(&hold, src, dst_dev, NULL);
   xfer_path path = XFER_PATH_HOST;
+  xfer_tensor *dst = NULL;
   xfer_code rc = choose(src, dst_dev, opts, &path, err);
-  if (rc) return rc;
-  xfer_tensor *dst;
-  rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
-  if (rc) return rc;
-  rc = run(path, src, dst, err);
+  if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
+  if (!rc) rc = run(path, src, dst, err);
+  xfer_hold_drop(&hold);
   if (rc) {
     xfer_tensor_release(dst);
     return rc;
@@ -278,24 +279,32 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   return XFER_E_OK;
 }
 
+static xfer_code check_same_layout(const xfer_tensor *dst, const xfer_tensor *src,
+                                   xfer_error *err)
+{
+  if (dst->dtype == src->dtype && dst->shape.ndim == src->shape.ndim &&
+      !memcmp(dst->shape.dims, src->shape.dims, sizeof dst->shape.dims[0] * (size_t)dst->shape.ndim))
+    return XFER_E_OK;
+  char want[96], got[96];
+  xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
+  xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
+  return xfer_err_set(err, XFER_E_INVALID, "copy",
+                      "copy_from needs one dtype and shape at both ends: target %s, source %s",
+                      want, got);
+}
+
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                              xfer_error *err)
 {
+  /* checked under the locks: another thread may be freeing either tensor */
+  xfer_hold hold;
+  xfer_hold_take(&hold, src, dst->dev, dst);
+  xfer_path path = XFER_PATH_HOST;
   xfer_code rc = xfer_tensor_check(dst, "copy", err);
   if (!rc) rc = xfer_tensor_check(src, "copy", err);
-  if (rc) return rc;
-  if (dst->dtype != src->dtype || dst->shape.ndim != src->shape.ndim ||
-      memcmp(dst->shape.dims, src->shape.dims, sizeof dst->shape.dims[0] * (size_t)dst->shape.ndim))
-  {
-    char want[96], got[96];
-    xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
-    xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
-    return xfer_err_set(err, XFER_E_INVALID, "copy",
-                        "copy_from needs one dtype and shape at both ends: target %s, source %s",
-                        want, got);
-  }
-  if (dst == src) return XFER_E_OK;
-  xfer_path path = XFER_PATH_HOST;
-  rc = choose(src, dst->dev, opts, &path, err);
-  return rc ? rc : run(path, src, dst, err);
+  if (!rc) rc = check_same_layout(dst, src, err);
+  if (!rc && dst != src) rc = choose(src, dst->dev, opts, &path, err);
+  if (!rc && dst != src) rc = run(path, src, dst, err);
+  xfer_hold_drop(&hold);
+  return rc;
 }

@@ -53,6 +53,13 @@ void xl_open_tensor(lua_State *L, int module);
 /* Creates the xfer.Tensor metatable unless this state has it. */
 void xl_tensor_metatable(lua_State *L);
 
+/* The {via=...} options of a move at `idx` (absent: the planner chooses). */
+void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_opts *out);
+
+/* lua_job.c: asynchronous transfers */
+int xl_to_async(lua_State *L);
+void xl_open_job(lua_State *L, int module);
+
 /* lua_convert.c: Lua values <-> tensor elements */
 /* Shape of the nested table at `idx` (numbers and booleans at the leaves). */
 void xl_table_shape(lua_State *L, int idx, xfer_shape *shape);

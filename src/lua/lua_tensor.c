@@ -100,7 +100,7 @@ static xfer_device *opt_device(lua_State *L, int opts)
   return dev;
 }
 
-static void opt_transfer(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
+void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
 {
   static const char *const keys[] = {"via", NULL};
   xl_check_options(L, opts, fname, keys);
@@ -285,7 +285,7 @@ static int m_to(lua_State *L)
   xfer_tensor *t = check_live(L, 1, "to");
   xfer_device *dev = xl_check_device(L, 2, "to");
   xfer_transfer_opts opts;
-  opt_transfer(L, 3, "to", &opts);
+  xl_transfer_opts(L, 3, "to", &opts);
   tensor_box *box = new_box(L);
   xfer_tensor *moved;
   xfer_error err;
@@ -299,7 +299,7 @@ static int m_copy_from(lua_State *L)
   xfer_tensor *dst = check_live(L, 1, "copy_from");
   xfer_tensor *src = check_live(L, 2, "copy_from");
   xfer_transfer_opts opts;
-  opt_transfer(L, 3, "copy_from", &opts);
+  xl_transfer_opts(L, 3, "copy_from", &opts);
   xfer_error err;
   if (xfer_transfer_copy(dst, src, &opts, &err)) xl_raise(L, &err);
   lua_settop(L, 1);
@@ -322,7 +322,7 @@ static int l_plan(lua_State *L)
   xfer_tensor *t = check_live(L, 1, "plan");
   xfer_device *dev = xl_check_device(L, 2, "plan");
   xfer_transfer_opts opts;
-  opt_transfer(L, 3, "plan", &opts);
+  xl_transfer_opts(L, 3, "plan", &opts);
   xfer_plan plan;
   xfer_error err;
   if (xfer_transfer_plan(t, dev, &opts, &plan, &err)) xl_raise(L, &err);
@@ -472,7 +472,8 @@ void xl_tensor_metatable(lua_State *L)
 {
   static const luaL_Reg methods[] = {
     {"to", m_to}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
-    {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free}, {NULL, NULL},
+    {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free},
+    {"to_async", xl_to_async}, {NULL, NULL},
   };
   if (!luaL_newmetatable(L, XL_TENSOR)) {
     lua_pop(L, 1);

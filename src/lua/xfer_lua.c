@@ -318,6 +318,7 @@ int luaopen_xfer(lua_State *L)
   lua_setfield(L, module, "version");
   xl_open_device(L, module);
   xl_open_tensor(L, module);
+  xl_open_job(L, module);
   open_faults(L, module);
   run_prelude(L, module);
   preload_embedded(L);

@@ -56,13 +56,18 @@ xfer_code xfer_cu_check(xfer_device *dev, const char *op, const char *fn, CUresu
   return r == CUDA_SUCCESS ? XFER_E_OK : xfer_cu_fail(dev, op, fn, r, 0, err);
 }
 
+/* per thread: moves on two devices may fail at once */
+static _Thread_local CUresult injected_code;
+
+CUresult xfer_cu_injected_code(void) { return injected_code; }
+
 int xfer_cu_injected(xfer_device *dev, const char *op)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "cuda", op, &native)) return 0;
-  cu_api_of(dev)->injected = native ? native
-                             : !strcmp(op, "alloc") ? CUDA_ERROR_OUT_OF_MEMORY
-                                                    : CUDA_ERROR_UNKNOWN;
+  injected_code = native ? (CUresult)native
+                  : !strcmp(op, "alloc") ? CUDA_ERROR_OUT_OF_MEMORY
+                                         : CUDA_ERROR_UNKNOWN;
   return 1;
 }
 
@@ -173,6 +178,7 @@ static xfer_code cuda_open(xfer_runtime *rt, xfer_error *err)
 {
   cu_api *api = calloc(1, sizeof *api);
   if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  pthread_mutex_init(&api->pinned_lock, NULL);
   rt->impl = api;
   xfer_code rc = xfer_cu_load(api, err);
   int count = 0;
@@ -204,6 +210,7 @@ static void cuda_close(xfer_runtime *rt)
     release_device(api, dev->impl);
     dev->impl = NULL;
   }
+  pthread_mutex_destroy(&api->pinned_lock);
   /* libcuda stays loaded: the driver keeps threads that do not survive unmapping */
   free(api);
   rt->impl = NULL;

@@ -34,7 +34,7 @@ typedef struct cu_api {
   /* host buffers pinned with cuMemHostRegister, kept until the buffer is freed */
   xfer_host_span *pinned;
   size_t npinned, pinned_cap;
-  long long injected;           /* the code an injected fault reports */
+  pthread_mutex_t pinned_lock;  /* moves on several devices and host_forget share it */
 } cu_api;
 
 /* Pinned staging: chunks the CPU fills (or empties) while the GPU copies another. */

@@ -41,20 +41,25 @@ static int pinned(xfer_device *dev, const void *ptr, size_t n)
   cu_api *api = cu_api_of(dev);
   xfer_host_span span;
   if (!xfer_host_registry_find(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
-  if (is_pinned(api, span.base)) return 1;
-  if (api->npinned == api->pinned_cap) {
+  pthread_mutex_lock(&api->pinned_lock);
+  int ok = is_pinned(api, span.base);
+  if (!ok && api->npinned == api->pinned_cap) {
     size_t cap = api->pinned_cap ? api->pinned_cap * 2 : 16;
     xfer_host_span *grown = realloc(api->pinned, cap * sizeof *grown);
-    if (!grown) return 0;
-    api->pinned = grown;
-    api->pinned_cap = cap;
+    if (grown) {
+      api->pinned = grown;
+      api->pinned_cap = cap;
+    }
   }
   xfer_error ignored;
-  if (CU(dev, "register", &ignored, cuMemHostRegister, span.base, page_round(span.size),
-         CU_MEMHOSTREGISTER_PORTABLE))
-    return 0;
-  api->pinned[api->npinned++] = span;
-  return 1;
+  if (!ok && api->npinned < api->pinned_cap &&
+      !CU(dev, "register", &ignored, cuMemHostRegister, span.base, page_round(span.size),
+          CU_MEMHOSTREGISTER_PORTABLE)) {
+    api->pinned[api->npinned++] = span;
+    ok = 1;
+  }
+  pthread_mutex_unlock(&api->pinned_lock);
+  return ok;
 }
 
 /* Any context will do for unregistering a portable registration: the first device's. */
@@ -73,12 +78,14 @@ void xfer_cu_host_forget(xfer_runtime *rt, void *base, size_t size)
 {
   (void)size;
   cu_api *api = rt->impl;
+  pthread_mutex_lock(&api->pinned_lock);
   for (size_t i = 0; i < api->npinned; i++) {
     if (api->pinned[i].base != (char *)base) continue;
     if (enter_any(rt)) api->cuMemHostUnregister(base);
     api->pinned[i] = api->pinned[--api->npinned];
-    return;
+    break;
   }
+  pthread_mutex_unlock(&api->pinned_lock);
 }
 
 void xfer_cu_unpin_all(xfer_runtime *rt)

@@ -17,11 +17,13 @@ xfer_code xfer_cu_fail(xfer_device *dev, const char *op, const char *fn, CUresul
 xfer_code xfer_cu_check(xfer_device *dev, const char *op, const char *fn, CUresult r,
                         xfer_error *err);
 int xfer_cu_injected(xfer_device *dev, const char *op);
+/* The code the last injected fault of this thread reports. */
+CUresult xfer_cu_injected_code(void);
 
 /* CU(dev, op, err, cuFn, args...): the call's xfer_code, XFER_E_OK on success. */
 #define CU(dev, op, err, fn, ...)                                                         \
   (xfer_cu_injected((dev), (op))                                                          \
-       ? xfer_cu_fail((dev), (op), #fn, (CUresult)cu_api_of(dev)->injected, 1, (err))      \
+       ? xfer_cu_fail((dev), (op), #fn, xfer_cu_injected_code(), 1, (err))                 \
        : xfer_cu_check((dev), (op), #fn, cu_api_of(dev)->fn(__VA_ARGS__), (err)))
 
 /* Makes the device's primary context current. */

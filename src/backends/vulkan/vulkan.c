@@ -331,15 +331,14 @@ static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
   if (!vd->host_import || vd->tensor_mapped || n < IMPORT_MIN || !align ||
       !xfer_host_registry_find(dev->ctx, ptr, n, &span) || (uintptr_t)span.base % align)
     return NULL;
+  pthread_mutex_lock(&vd->imports_lock);
   for (size_t i = 0; i < vd->nimports; i++)
-    if (vd->imports[i].base == span.base) return &vd->imports[i];
-  if (vd->nimports == vd->imports_cap) {
-    size_t cap = vd->imports_cap ? vd->imports_cap * 2 : 16;
-    vk_import *grown = realloc(vd->imports, cap * sizeof *grown);
-    if (!grown) return NULL;
-    vd->imports = grown;
-    vd->imports_cap = cap;
-  }
+    if (vd->imports[i].base == span.base) {
+      vk_import *found = &vd->imports[i];
+      pthread_mutex_unlock(&vd->imports_lock);
+      return found;
+    }
+  pthread_mutex_unlock(&vd->imports_lock);
   /* whole pages: the last page of a mapping is mapped to its end */
   VkDeviceSize size = (span.size + align - 1) / align * align;
   const VkExternalMemoryHandleTypeFlagBits type =
@@ -361,11 +360,25 @@ static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
                     VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                     props.memoryTypeBits, &external, &import, &b, &ignored))
     return NULL;
-  vk_import *im = &vd->imports[vd->nimports++];
-  im->base = span.base;
-  im->size = span.size;
-  im->buffer = b.buffer;
-  im->memory = b.memory;
+  pthread_mutex_lock(&vd->imports_lock);
+  vk_import *im = NULL;
+  if (vd->nimports == vd->imports_cap) {
+    size_t cap = vd->imports_cap ? vd->imports_cap * 2 : 16;
+    vk_import *grown = realloc(vd->imports, cap * sizeof *grown);
+    if (grown) {
+      vd->imports = grown;
+      vd->imports_cap = cap;
+    }
+  }
+  if (vd->nimports < vd->imports_cap) {
+    im = &vd->imports[vd->nimports++];
+    im->base = span.base;
+    im->size = span.size;
+    im->buffer = b.buffer;
+    im->memory = b.memory;
+  }
+  pthread_mutex_unlock(&vd->imports_lock);
+  if (!im) destroy_buffer(vd, &b);
   return im;
 }
 
@@ -382,11 +395,15 @@ static void vulkan_host_forget(xfer_runtime *rt, void *base, size_t size)
   xfer_ctx *ctx = rt->ctx;
   for (size_t d = rt->first_device; d < ctx->ndevices; d++) {
     vk_dev *vd = ctx->devices[d]->rt == rt ? ctx->devices[d]->impl : NULL;
-    for (size_t i = 0; vd && i < vd->nimports; i++)
+    if (!vd) continue;
+    pthread_mutex_lock(&vd->imports_lock);
+    for (size_t i = 0; i < vd->nimports; i++)
       if (vd->imports[i].base == (char *)base) {
-        drop_import(vd, i); /* no copy is in flight: every move waits for its fence */
+        /* no move uses it: the buffer it mirrors is being freed, which waits for moves */
+        drop_import(vd, i);
         break;
       }
+    pthread_mutex_unlock(&vd->imports_lock);
   }
 }
 

@@ -77,6 +77,7 @@ typedef struct vk_dev {
   VkDeviceSize import_alignment;
   vk_import *imports;           /* host buffers imported so far */
   size_t nimports, imports_cap;
+  pthread_mutex_t imports_lock; /* a leaf lock: host_forget comes from any thread */
   int export_fd;                /* VK_KHR_external_memory_fd enabled (for interop) */
   int memory_budget;            /* VK_EXT_memory_budget enabled */
   long long injected;           /* the code an injected fault reports */

@@ -162,6 +162,7 @@ static VkBufferUsageFlags tensor_usage(void)
 
 static void destroy_device(vk_dev *vd)
 {
+  pthread_mutex_destroy(&vd->imports_lock);
   if (vd->device) {
     if (vd->fence) vd->vkDestroyFence(vd->device, vd->fence, NULL);
     if (vd->pool) vd->vkDestroyCommandPool(vd->device, vd->pool, NULL);
@@ -254,7 +255,9 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
     return;
   }
   vd->physical = pd;
+  pthread_mutex_init(&vd->imports_lock, NULL);
   if (!find_queue_family(api, pd, &vd->queue_family)) {
+    pthread_mutex_destroy(&vd->imports_lock);
     free(vd); /* no compute or transfer queue: not a device for us */
     return;
   }

@@ -1,0 +1,83 @@
+-- Asynchronous transfers: t:to_async(dev), :wait(), :done(), xfer.wait_all.
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local host = xfer.device("host")
+
+describe("asynchronous transfers", function()
+  before_each(function() xfer.faults.clear() end)
+  after_each(function() xfer.faults.clear() end)
+
+  it("returns a handle at once and the tensor on wait", function()
+    local bytes = h.random_bytes(2 * 1024 * 1024 + 1)
+    local t = xfer.tensor(bytes, { dtype = "u8" })
+    local job = t:to_async(host)
+    assert.is_truthy(tostring(job):match("^xfer%.Transfer%((%a+)%)$"))
+    local moved = job:wait()
+    assert.is_true(job:done())
+    assert.are.equal("xfer.Transfer(done)", tostring(job))
+    assert.are.equal(bytes, moved:tobytes())
+    assert.are.equal(bytes, job:wait():tobytes()) -- again: the same result
+  end)
+
+  it("runs many at once between every pair of devices, byte for byte", function()
+    local jobs, expected = {}, {}
+    local devs = xfer.devices()
+    for round = 1, 3 do
+      for _, a in ipairs(devs) do
+        for _, b in ipairs(devs) do
+          local bytes = h.random_bytes(300 * 1024 + round)
+          local src = xfer.tensor(bytes, { dtype = "u8", device = a })
+          jobs[#jobs + 1] = src:to_async(b)
+          expected[#expected + 1] = { bytes = bytes, device = b }
+        end
+      end
+    end
+    local results = xfer.wait_all(jobs)
+    assert.are.equal(#jobs, #results)
+    for i, t in ipairs(results) do
+      assert.are.equal(expected[i].device, t.device)
+      assert.are.equal(expected[i].bytes, t:tobytes(), "job " .. i)
+    end
+  end)
+
+  it("raises the move's error on wait, and wait_all raises the first after waiting for all", function()
+    local t = xfer.arange(1024)
+    local before = h.in_use(host)
+    xfer.faults.inject({ runtime = "host", op = "copy" })
+    local job = t:to_async(host)
+    local e = h.raises("write", job.wait, job)
+    assert.are.equal("copy", e.op)
+    assert.are.equal("Failed to copy a tensor from host to host: EIO (5): Input/output error [injected fault]", e.message)
+    h.raises("write", job.wait, job) -- the same error again
+    xfer.faults.inject({ runtime = "host", op = "copy", nth = 2 })
+    local ok1, bad, ok2 = t:to_async(host), t:to_async(host), t:to_async(host)
+    h.raises("write", xfer.wait_all, { ok1, bad, ok2 })
+    assert.is_true(ok1:done() and bad:done() and ok2:done())
+    assert.are.same(t:totable(), ok2:wait():totable())
+    assert.are.same(t:totable(), xfer.arange(1024):totable())
+    ok1, bad, ok2, job = nil, nil, nil, nil
+    assert.are.equal(before, h.in_use(host))
+  end)
+
+  it("freeing the source waits for a move that uses it", function()
+    local bytes = h.random_bytes(16 * 1024 * 1024)
+    local t = xfer.tensor(bytes, { dtype = "u8" })
+    local job = t:to_async(xfer.devices()[#xfer.devices()])
+    t:free()
+    local ok, moved = pcall(job.wait, job)
+    if ok then
+      assert.are.equal(bytes, moved:tobytes()) -- the move ran before the free
+    else
+      assert.are.equal("freed", moved.code) -- the free came first: the move says so
+    end
+  end)
+
+  it("refuses what is not a device or a transfer", function()
+    local t = xfer.arange(4)
+    h.raises("invalid", t.to_async, t, 3)
+    h.raises("freed", function() local u = xfer.arange(2); u:free(); return u:to_async(host) end)
+    local e = h.raises("invalid", xfer.wait_all, { t })
+    assert.are.equal("wait_all: element 1 is a userdata, not an xfer.Transfer", e.message)
+  end)
+end)

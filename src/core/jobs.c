@@ -1,0 +1,79 @@
+/*
+** jobs.c -- asynchronous transfers: each runs xfer_transfer_to on a thread of its own.
+** Device locks (xfer_hold) let moves on different devices run at once and make moves that
+** share a device take turns.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct xfer_job {
+  pthread_t thread;
+  xfer_tensor *src;
+  xfer_device *dst;
+  xfer_transfer_opts opts;
+  xfer_tensor *result;
+  xfer_code rc;
+  xfer_error err;
+  int done;                     /* set (atomically) when the move has finished */
+  int joined;
+};
+
+static void *run_job(void *arg)
+{
+  xfer_job *job = arg;
+  job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
+  __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
+                              const xfer_transfer_opts *opts, xfer_job **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_code rc = xfer_tensor_check(src, "to_async", err);
+  if (rc) return rc;
+  xfer_job *job = calloc(1, sizeof *job);
+  if (!job) return xfer_err_set(err, XFER_E_ALLOC, "to_async", "out of host memory");
+  job->src = xfer_tensor_retain(src);
+  job->dst = dst_dev;
+  if (opts) job->opts = *opts;
+  if (pthread_create(&job->thread, NULL, run_job, job)) {
+    xfer_tensor_release(job->src);
+    free(job);
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "to_async", "cannot start a transfer thread");
+  }
+  *out = job;
+  return XFER_E_OK;
+}
+
+int xfer_job_done(xfer_job *job) { return __atomic_load_n(&job->done, __ATOMIC_ACQUIRE); }
+
+static void join(xfer_job *job)
+{
+  if (job->joined) return;
+  pthread_join(job->thread, NULL);
+  job->joined = 1;
+}
+
+xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err)
+{
+  *out = NULL;
+  join(job);
+  if (job->rc) {
+    if (err) *err = job->err;
+    return job->rc;
+  }
+  *out = xfer_tensor_retain(job->result);
+  return XFER_E_OK;
+}
+
+void xfer_job_release(xfer_job *job)
+{
+  if (!job) return;
+  join(job);
+  xfer_tensor_release(job->result);
+  xfer_tensor_release(job->src);
+  free(job);
+}

@@ -1,0 +1,134 @@
+/*
+** lua_job.c -- xfer.Transfer userdata: t:to_async(dev) returns one; :wait() gives the
+** tensor or raises the move's error, :done() polls, xfer.wait_all(list) waits for many.
+*/
+#include <string.h>
+
+#include "binding.h"
+
+#define XL_TRANSFER "xfer.Transfer"
+
+typedef struct job_box {
+  xfer_job *job;
+} job_box;
+
+static job_box *check_job(lua_State *L, int idx, const char *fname)
+{
+  job_box *box = lua_touserdata(L, idx);
+  if (box && lua_getmetatable(L, idx)) {
+    luaL_getmetatable(L, XL_TRANSFER);
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (same && box->job) return box;
+  }
+  xl_arg_error(L, idx, fname, XL_TRANSFER);
+}
+
+static int job_wait(lua_State *L)
+{
+  job_box *box = check_job(L, 1, "wait");
+  xfer_tensor *t;
+  xfer_error err;
+  if (xfer_job_wait(box->job, &t, &err)) xl_raise(L, &err);
+  xfer_lua_push_tensor(L, t);
+  xfer_tensor_release(t); /* the userdata holds its own reference */
+  return 1;
+}
+
+static int job_done(lua_State *L)
+{
+  lua_pushboolean(L, xfer_job_done(check_job(L, 1, "done")->job));
+  return 1;
+}
+
+static int job_gc(lua_State *L)
+{
+  job_box *box = lua_touserdata(L, 1);
+  if (box && box->job) xfer_job_release(box->job); /* waits for the move: never raises */
+  if (box) box->job = NULL;
+  return 0;
+}
+
+static int job_tostring(lua_State *L)
+{
+  job_box *box = check_job(L, 1, "tostring");
+  lua_pushfstring(L, "xfer.Transfer(%s)", xfer_job_done(box->job) ? "done" : "running");
+  return 1;
+}
+
+/* t:to_async(dev, {via=...}) */
+int xl_to_async(lua_State *L)
+{
+  xfer_tensor *t = xl_check_tensor(L, 1, "to_async");
+  xfer_device *dev = xl_check_device(L, 2, "to_async");
+  xfer_transfer_opts opts;
+  xl_transfer_opts(L, 3, "to_async", &opts);
+  job_box *box = lua_newuserdata(L, sizeof *box);
+  box->job = NULL;
+  luaL_getmetatable(L, XL_TRANSFER);
+  lua_setmetatable(L, -2);
+  xfer_error err;
+  if (xfer_transfer_start(t, dev, &opts, &box->job, &err)) xl_raise(L, &err);
+  return 1;
+}
+
+/* xfer.wait_all(list): waits for every transfer, then returns their tensors in order, or
+** raises the first failure's error. */
+static int l_wait_all(lua_State *L)
+{
+  if (!lua_istable(L, 1)) xl_arg_error(L, 1, "wait_all", "list of xfer.Transfer");
+  int n = (int)lua_objlen(L, 1);
+  for (int i = 1; i <= n; i++) { /* check them all before waiting for any */
+    lua_rawgeti(L, 1, i);
+    job_box *box = lua_touserdata(L, -1);
+    int ok = box && box->job && lua_getmetatable(L, -1);
+    if (ok) {
+      luaL_getmetatable(L, XL_TRANSFER);
+      ok = lua_rawequal(L, -1, -2);
+      lua_pop(L, 2);
+    }
+    if (!ok)
+      xl_raise_code(L, XFER_E_INVALID, "wait_all", "wait_all: element %d is a %s, not an %s", i,
+                    luaL_typename(L, -1), XL_TRANSFER);
+    lua_pop(L, 1);
+  }
+  lua_createtable(L, n, 0);
+  int results = lua_gettop(L), failed = 0;
+  xfer_error first;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, 1, i);
+    job_box *box = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    xfer_tensor *t;
+    xfer_error err;
+    if (xfer_job_wait(box->job, &t, &err)) {
+      if (!failed) first = err;
+      failed = 1;
+      continue;
+    }
+    xfer_lua_push_tensor(L, t);
+    xfer_tensor_release(t);
+    lua_rawseti(L, results, i);
+  }
+  if (failed) xl_raise(L, &first);
+  return 1;
+}
+
+void xl_open_job(lua_State *L, int module)
+{
+  if (luaL_newmetatable(L, XL_TRANSFER)) {
+    static const luaL_Reg methods[] = {{"wait", job_wait}, {"done", job_done}, {NULL, NULL}};
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, job_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, job_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, XL_TRANSFER);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_wait_all);
+  lua_setfield(L, module, "wait_all");
+}
