@@ -275,7 +275,7 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
 xfer_code xfer_fault_parse(xfer_ctx *ctx, const char *spec, xfer_error *err);
 void xfer_fault_clear(xfer_ctx *ctx);
 /* Rules not yet used up; copies at most `max` into `out` and returns how many there are. */
-size_t xfer_fault_list(const xfer_ctx *ctx, xfer_fault *out, size_t max);
+size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max);
 /* The ops a fault may name, NULL-terminated. */
 const char *const *xfer_fault_ops(void);
 

@@ -43,13 +43,19 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "nth and count must be at least 1 (got nth=%d, count=%d)", fault->nth,
                         fault->count);
-  if (ctx->nfaults == XFER_MAX_FAULTS)
+  pthread_mutex_lock(&ctx->lock); /* moves on other threads read the rules */
+  size_t n = ctx->nfaults;
+  if (n < XFER_MAX_FAULTS) {
+    xfer_fault_rule *rule = &ctx->faults[n];
+    rule->fault = *fault;
+    rule->skip = fault->nth - 1;
+    rule->left = fault->count;
+    __atomic_store_n(&ctx->nfaults, n + 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  if (n == XFER_MAX_FAULTS)
     return xfer_err_set(err, XFER_E_INVALID, "inject", "too many fault rules (at most %d)",
                         XFER_MAX_FAULTS);
-  xfer_fault_rule *rule = &ctx->faults[ctx->nfaults++];
-  rule->fault = *fault;
-  rule->skip = fault->nth - 1;
-  rule->left = fault->count;
   return XFER_E_OK;
 }
 
@@ -104,23 +110,31 @@ xfer_code xfer_fault_parse(xfer_ctx *ctx, const char *spec, xfer_error *err)
   return XFER_E_OK;
 }
 
-void xfer_fault_clear(xfer_ctx *ctx) { ctx->nfaults = 0; }
-
-size_t xfer_fault_list(const xfer_ctx *ctx, xfer_fault *out, size_t max)
+void xfer_fault_clear(xfer_ctx *ctx)
 {
-  for (size_t i = 0; i < ctx->nfaults && i < max; i++) {
+  pthread_mutex_lock(&ctx->lock);
+  __atomic_store_n(&ctx->nfaults, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max)
+{
+  pthread_mutex_lock(&ctx->lock);
+  size_t n = ctx->nfaults;
+  for (size_t i = 0; i < n && i < max; i++) {
     out[i] = ctx->faults[i].fault;
     out[i].nth = ctx->faults[i].skip + 1;
     out[i].count = ctx->faults[i].left;
   }
-  return ctx->nfaults;
+  pthread_mutex_unlock(&ctx->lock);
+  return n;
 }
 
 int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native)
 {
   int hit = 0;
   *native = 0;
-  if (!ctx->nfaults) return 0; /* the common case, without the lock */
+  if (!__atomic_load_n(&ctx->nfaults, __ATOMIC_ACQUIRE)) return 0; /* the common case */
   pthread_mutex_lock(&ctx->lock); /* the staged path calls from two threads */
   for (size_t i = 0; i < ctx->nfaults; i++) {
     xfer_fault_rule *rule = &ctx->faults[i];
@@ -137,7 +151,7 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long
   size_t kept = 0;
   for (size_t i = 0; i < ctx->nfaults; i++)
     if (ctx->faults[i].left > 0) ctx->faults[kept++] = ctx->faults[i];
-  ctx->nfaults = kept;
+  __atomic_store_n(&ctx->nfaults, kept, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
   return hit;
 }
