@@ -169,6 +169,36 @@ static void test_lifetime(void)
   xfer_tensor_release(t); /* frees the context too: ASan's leak check would say otherwise */
 }
 
+/* Stats, settings and an asynchronous move, through the C API. */
+static void test_engine(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  xfer_config cfg;
+  xfer_config_get(ctx, &cfg);
+  CHECK(cfg.staging_chunk == 4u << 20 && cfg.staging_depth == 2);
+  xfer_config bad = {100, 2};
+  CHECK(xfer_config_set(ctx, &bad, &err) == XFER_E_INVALID);
+  xfer_stats_reset(ctx);
+  xfer_shape shape = {1, {1024}};
+  xfer_tensor *t, *u;
+  CHECK(xfer_tensor_empty(host, XFER_U8, &shape, &t, &err) == 0);
+  uint8_t one = 1;
+  CHECK(xfer_tensor_fill(t, &one, &err) == 0);
+  xfer_job *job;
+  CHECK(xfer_transfer_start(t, host, NULL, &job, &err) == 0);
+  CHECK(xfer_job_wait(job, &u, &err) == 0);
+  CHECK(xfer_job_done(job));
+  int equal = 0;
+  CHECK(xfer_tensor_equal(t, u, &equal, &err) == 0 && equal);
+  xfer_tensor_release(u);
+  xfer_job_release(job);
+  xfer_stat stats[4];
+  CHECK(xfer_stats(ctx, stats, 4) == 1);
+  CHECK(stats[0].path == XFER_PATH_SAME_DEVICE && stats[0].count == 1 && stats[0].bytes == 1024);
+  xfer_tensor_release(t);
+}
+
 int main(void)
 {
   xfer_ctx *ctx;
@@ -184,6 +214,7 @@ int main(void)
   test_plan(ctx);
   test_faults(ctx);
   test_lifetime();
+  test_engine(ctx);
   xfer_ctx_release(ctx);
   return check_summary("test_core");
 }
