@@ -253,6 +253,9 @@ typedef struct xfer_config {
   int staging_depth;     /* chunks in flight, at least 2 (default 2) */
 } xfer_config;
 
+/* Returns what is kept for reuse (staging chunks, the interop arena) to the drivers. */
+void xfer_empty_cache(xfer_ctx *ctx);
+
 void xfer_config_get(const xfer_ctx *ctx, xfer_config *out);
 /* XFER_E_INVALID for a chunk under 4 KiB or over 1 GiB, or a depth outside 2..16. */
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err);

@@ -14,6 +14,12 @@ local function pairs_of_devices()
 end
 
 -- Two devices besides host, preferring a pair the planner sends through staging.
+-- After empty_cache, the staged path makes its chunks again.
+local function bytes_after_cache_check(a, b)
+  local bytes = h.random_bytes(200 * 1024)
+  return xfer.tensor(bytes, { dtype = "u8", device = a }):to(b, { via = "staged" }):tobytes() == bytes
+end
+
 local function non_host_pair()
   local devs, first = xfer.devices(), nil
   for i = 2, #devs do
@@ -99,6 +105,9 @@ describe("transfer engine", function()
         assert.are.equal(bytes, there:to(a, { via = "staged" }):tobytes(), n .. " bytes back")
       end
       assert.are.equal(3 * 65536, xfer.memory("host").cached)
+      xfer.empty_cache()
+      assert.are.equal(0, xfer.memory("host").cached)
+      assert.is_true(bytes_after_cache_check(a, b))
     end)
 
     for _, case in ipairs({ { op = "read", code = "read", side = "src", nth = 3 },

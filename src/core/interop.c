@@ -92,7 +92,8 @@ static xfer_code imported(xfer_device *owner, void *buf, size_t nbytes, xfer_imp
 
 /* -- The arena ------------------------------------------------------------------------- */
 
-/* At close (one thread left), or from arena_ready under the arena lock. */
+/* At close (one thread left), from arena_ready under the arena lock, or from
+** xfer_empty_cache, which takes the lock and the exporter's. */
 void xfer_arena_release(xfer_ctx *ctx)
 {
   xfer_arena *a = ctx->arena;
@@ -163,4 +164,15 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
   if (!rc) rc = tb->copy_imported(to, dst->buf, dst_view, n, 0, err);
   pthread_mutex_unlock(&ctx->arena_lock);
   return rc;
+}
+
+void xfer_empty_cache(xfer_ctx *ctx)
+{
+  xfer_staging_release(ctx);
+  pthread_mutex_lock(&ctx->arena_lock);
+  xfer_device *exporter = ctx->arena ? ctx->arena->dev : NULL;
+  if (exporter) xfer_device_lock(exporter); /* its importers are done: moves hold it */
+  xfer_arena_release(ctx);
+  if (exporter) xfer_device_unlock(exporter);
+  pthread_mutex_unlock(&ctx->arena_lock);
 }

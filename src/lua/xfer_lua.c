@@ -126,6 +126,12 @@ static int l_stats_reset(lua_State *L)
   return 0;
 }
 
+static int l_empty_cache(lua_State *L)
+{
+  xfer_empty_cache(xl_ctx(L));
+  return 0;
+}
+
 static int l_trace(lua_State *L)
 {
   if (lua_type(L, 1) != LUA_TBOOLEAN) xl_arg_error(L, 1, "trace", "boolean");
@@ -307,7 +313,8 @@ int luaopen_xfer(lua_State *L)
 {
   static const luaL_Reg fns[] = {
     {"runtimes", l_runtimes}, {"clock", l_clock}, {"stats", l_stats},
-    {"stats_reset", l_stats_reset}, {"trace", l_trace}, {"config", l_config}, {NULL, NULL},
+    {"stats_reset", l_stats_reset}, {"trace", l_trace}, {"config", l_config},
+    {"empty_cache", l_empty_cache}, {NULL, NULL},
   };
   lua_newtable(L);
   int module = lua_gettop(L);
