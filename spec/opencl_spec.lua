@@ -39,6 +39,20 @@ describe("opencl specifics #opencl", function()
     if info.available and not found then pending("no PoCL device here") end
   end)
 
+  it("maps large moves on devices that share host memory, byte for byte", function()
+    each_device(function(dev)
+      local bytes = h.random_bytes(1024 * 1024):rep(20) .. "tail"
+      local t = xfer.tensor(bytes, { dtype = "u8" }):to(dev)
+      assert.are.equal(bytes, t:tobytes())
+      xfer.faults.inject({ runtime = "opencl", op = "read" })
+      local e = h.raises("read", t.tobytes, t)
+      if dev.unified then
+        assert.is_truthy(e.message:find("clEnqueueMapBuffer failed", 1, true), e.message)
+      end
+      assert.are.equal(bytes, t:tobytes())
+    end)
+  end)
+
   it("refuses a tensor larger than the largest buffer, naming both sizes", function()
     each_device(function(dev)
       local before = h.in_use(dev)

@@ -294,6 +294,11 @@ static void opencl_free(xfer_device *dev, void *buf, size_t nbytes)
   api_of(dev)->clReleaseMemObject((cl_mem)buf);
 }
 
+/* On a device that shares memory with the host, large moves map the buffer and copy once;
+** below this a blocking read or write costs less (PoCL, measured here: 4 KiB 70 us against
+** 95 us mapped, 4 MiB 22 against 19 GB/s; 64 MiB 13 against 14 GB/s). */
+#define MAP_MIN ((size_t)16 << 20)
+
 /* Host-shared memory: map the region, copy once, unmap, wait. */
 static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *host, size_t n,
                              int to_device, const char *op, xfer_error *err)
@@ -315,7 +320,8 @@ static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *
 static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const void *src,
                               size_t n, xfer_error *err)
 {
-  if (dev->unified) return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
+  if (dev->unified && n >= MAP_MIN)
+    return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
   CL_CALL(dev, "write", err, clEnqueueWriteBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, src,
           0, NULL, NULL);
   return XFER_E_OK;
@@ -324,7 +330,7 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
 static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                              xfer_error *err)
 {
-  if (dev->unified) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
+  if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
   CL_CALL(dev, "read", err, clEnqueueReadBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, dst,
           0, NULL, NULL);
   return XFER_E_OK;
