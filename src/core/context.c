@@ -188,12 +188,12 @@ void xfer_device_destroy(xfer_device *dev)
 ** is used by one move at a time. Host memory needs no lock: its backend is stateless. */
 void xfer_device_lock(xfer_device *dev)
 {
-  if (dev != dev->ctx->devices[0]) pthread_mutex_lock(&dev->lock);
+  if (!xfer_is_host(dev)) pthread_mutex_lock(&dev->lock);
 }
 
 void xfer_device_unlock(xfer_device *dev)
 {
-  if (dev != dev->ctx->devices[0]) pthread_mutex_unlock(&dev->lock);
+  if (!xfer_is_host(dev)) pthread_mutex_unlock(&dev->lock);
 }
 
 /* Both, always in one order (by address), so two moves between the same pair in opposite
@@ -333,7 +333,7 @@ void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
   pthread_mutex_lock(&dev->ctx->lock);
   *out = dev->mem;
   pthread_mutex_unlock(&dev->ctx->lock);
-  out->cached = (dev == dev->ctx->devices[0] ? xfer_staging_bytes(dev->ctx) : 0) +
+  out->cached = (xfer_is_host(dev) ? xfer_staging_bytes(dev->ctx) : 0) +
                 xfer_arena_bytes(dev);
 }
 

@@ -158,6 +158,10 @@ struct xfer_tensor {
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
 
+/* The host device: the host runtime opens first, with its one device. */
+static inline xfer_device *xfer_host_of(const xfer_ctx *ctx) { return ctx->devices[0]; }
+static inline int xfer_is_host(const xfer_device *dev) { return dev == dev->ctx->devices[0]; }
+
 /* Copies text into dst of cap bytes, cut short to fit, always terminated. */
 void xfer_copy_text(char *dst, size_t cap, const char *src);
 

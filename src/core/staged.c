@@ -18,8 +18,6 @@ typedef struct xfer_staging {
   void *slot[MAX_DEPTH];
 } xfer_staging;
 
-static xfer_device *host_of(xfer_ctx *ctx) { return ctx->devices[0]; }
-
 static void staging_free(xfer_ctx *ctx);
 
 void xfer_staging_release(xfer_ctx *ctx)
@@ -33,7 +31,7 @@ static void staging_free(xfer_ctx *ctx)
 {
   xfer_staging *st = ctx->staging;
   if (!st) return;
-  xfer_device *host = host_of(ctx);
+  xfer_device *host = xfer_host_of(ctx);
   for (int s = 0; s < st->depth; s++)
     if (st->slot[s]) host->rt->backend->free(host, st->slot[s], st->chunk);
   free(st);
@@ -49,7 +47,7 @@ static xfer_code staging_ready(xfer_ctx *ctx, xfer_error *err)
   st->depth = ctx->config.staging_depth;
   st->chunk = ctx->config.staging_chunk;
   ctx->staging = st;
-  xfer_device *host = host_of(ctx);
+  xfer_device *host = xfer_host_of(ctx);
   for (int s = 0; s < st->depth; s++) {
     xfer_code rc = host->rt->backend->alloc(host, st->chunk, &st->slot[s], err);
     if (rc) {

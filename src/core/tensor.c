@@ -11,8 +11,6 @@
 /* Fill and compare work in host chunks of this size, never a whole-tensor copy. */
 #define CHUNK_BYTES (1u << 20)
 
-static xfer_device *host_device(xfer_ctx *ctx) { return ctx->devices[0]; }
-
 xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
 {
   if (!t || t->freed)
@@ -169,7 +167,7 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
   if (!rc) rc = check_size(t, nbytes, "read", err);
   if (!rc && nbytes) {
     rc = t->dev->rt->backend->read(t->dev, t->buf, 0, dst, nbytes, err);
-    if (rc) xfer_err_frame(err, t->dev, host_device(t->dev->ctx), nbytes);
+    if (rc) xfer_err_frame(err, t->dev, xfer_host_of(t->dev->ctx), nbytes);
   }
   xfer_device_unlock(t->dev);
   return rc;
@@ -182,7 +180,7 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
   if (!rc) rc = check_size(t, nbytes, "write", err);
   if (!rc && nbytes) {
     rc = t->dev->rt->backend->write(t->dev, t->buf, 0, src, nbytes, err);
-    if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, nbytes);
+    if (rc) xfer_err_frame(err, xfer_host_of(t->dev->ctx), t->dev, nbytes);
   }
   xfer_device_unlock(t->dev);
   return rc;
@@ -206,7 +204,7 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   }
   xfer_device_unlock(t->dev);
   free(pattern);
-  if (rc) xfer_err_frame(err, host_device(t->dev->ctx), t->dev, t->nbytes);
+  if (rc) xfer_err_frame(err, xfer_host_of(t->dev->ctx), t->dev, t->nbytes);
   return rc;
 }
 
@@ -223,7 +221,7 @@ static xfer_code host_view(xfer_tensor *t, size_t off, size_t n, char *scratch,
   }
   *view = scratch;
   xfer_code rc = be->read(t->dev, t->buf, off, scratch, n, err);
-  if (rc) xfer_err_frame(err, t->dev, host_device(t->dev->ctx), n);
+  if (rc) xfer_err_frame(err, t->dev, xfer_host_of(t->dev->ctx), n);
   return rc;
 }
 

@@ -44,8 +44,6 @@ static void add_step(xfer_plan *plan, const char *fmt, ...)
   va_end(ap);
 }
 
-static int is_host(const xfer_device *dev) { return dev == dev->ctx->devices[0]; }
-
 static int addressable(const xfer_device *dev)
 {
   return dev->rt->backend->host_address != NULL;
@@ -98,9 +96,9 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
                   "opaque fd to the other (nor can a Vulkan device of that GPU)",
                   src->name, dst->name);
   case XFER_PATH_STAGED:
-    if (is_host(src) || is_host(dst))
+    if (xfer_is_host(src) || xfer_is_host(dst))
       return refuse(why, cap, "staged moves between two devices; %s is host memory, which the "
-                    "host path moves in one copy", is_host(src) ? src->name : dst->name);
+                    "host path moves in one copy", xfer_is_host(src) ? src->name : dst->name);
     if (src == dst)
       return refuse(why, cap, "staged moves between two devices; %s is both ends", src->name);
     return NULL;
@@ -147,7 +145,7 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     break;
   }
   default:
-    if (src->dev->rt != dst->rt && (is_host(src->dev) || is_host(dst)))
+    if (src->dev->rt != dst->rt && (xfer_is_host(src->dev) || xfer_is_host(dst)))
       snprintf(plan->reason, sizeof plan->reason,
                "one end is host memory: a single copy from %s to %s", from, to);
     else if (src->dev->rt != dst->rt)
@@ -220,7 +218,7 @@ static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_err
   } else if (addressable(src->dev)) {
     rc = dbe->write(dst->dev, dst->buf, 0, sbe->host_address(src->dev, src->buf), n, err);
   } else {
-    xfer_device *host = src->dev->ctx->devices[0];
+    xfer_device *host = xfer_host_of(src->dev->ctx);
     void *staging;
     rc = xfer_buffer_alloc(host, n, &staging, err);
     if (!rc) rc = sbe->read(src->dev, src->buf, 0, staging, n, err);
