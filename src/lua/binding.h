@@ -23,6 +23,10 @@
 #define XL_NORETURN
 #endif
 
+/* The userdata at `idx` when its metatable is the one registered as `name`, else NULL
+** (luaL_testudata of Lua 5.2, which LuaJIT lacks). */
+void *xl_test_udata(lua_State *L, int idx, const char *name);
+
 /* lua_error.c: errors are raised as xfer.Error tables, never as strings. */
 void xl_push_error(lua_State *L, const xfer_error *err);
 XL_NORETURN void xl_raise(lua_State *L, const xfer_error *err);

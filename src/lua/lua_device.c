@@ -26,12 +26,7 @@ void xl_push_device(lua_State *L, xfer_device *dev)
 
 static device_box *to_device_box(lua_State *L, int idx)
 {
-  device_box *box = lua_touserdata(L, idx);
-  if (!box || !lua_getmetatable(L, idx)) return NULL;
-  luaL_getmetatable(L, XL_DEVICE);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same ? box : NULL;
+  return xl_test_udata(L, idx, XL_DEVICE);
 }
 
 xfer_device *xl_check_device(lua_State *L, int idx, const char *fname)

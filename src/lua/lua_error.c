@@ -120,14 +120,24 @@ static int error_tostring(lua_State *L)
   return 1;
 }
 
+static int has_metatable(lua_State *L, int idx, const char *name)
+{
+  if (!lua_getmetatable(L, idx)) return 0;
+  luaL_getmetatable(L, name);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+void *xl_test_udata(lua_State *L, int idx, const char *name)
+{
+  void *p = lua_touserdata(L, idx);
+  return p && has_metatable(L, idx, name) ? p : NULL;
+}
+
 static int is_error(lua_State *L)
 {
-  int yes = 0;
-  if (lua_getmetatable(L, 1)) {
-    luaL_getmetatable(L, XL_ERROR);
-    yes = lua_rawequal(L, -1, -2);
-  }
-  lua_pushboolean(L, yes);
+  lua_pushboolean(L, lua_istable(L, 1) && has_metatable(L, 1, XL_ERROR));
   return 1;
 }
 

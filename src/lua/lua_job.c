@@ -14,13 +14,8 @@ typedef struct job_box {
 
 static job_box *check_job(lua_State *L, int idx, const char *fname)
 {
-  job_box *box = lua_touserdata(L, idx);
-  if (box && lua_getmetatable(L, idx)) {
-    luaL_getmetatable(L, XL_TRANSFER);
-    int same = lua_rawequal(L, -1, -2);
-    lua_pop(L, 2);
-    if (same && box->job) return box;
-  }
+  job_box *box = xl_test_udata(L, idx, XL_TRANSFER);
+  if (box && box->job) return box;
   xl_arg_error(L, idx, fname, XL_TRANSFER);
 }
 
@@ -80,14 +75,8 @@ static int l_wait_all(lua_State *L)
   int n = (int)lua_objlen(L, 1);
   for (int i = 1; i <= n; i++) { /* check them all before waiting for any */
     lua_rawgeti(L, 1, i);
-    job_box *box = lua_touserdata(L, -1);
-    int ok = box && box->job && lua_getmetatable(L, -1);
-    if (ok) {
-      luaL_getmetatable(L, XL_TRANSFER);
-      ok = lua_rawequal(L, -1, -2);
-      lua_pop(L, 2);
-    }
-    if (!ok)
+    job_box *box = xl_test_udata(L, -1, XL_TRANSFER);
+    if (!box || !box->job)
       xl_raise_code(L, XFER_E_INVALID, "wait_all", "wait_all: element %d is a %s, not an %s", i,
                     luaL_typename(L, -1), XL_TRANSFER);
     lua_pop(L, 1);

@@ -37,15 +37,7 @@ void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
   box->t = xfer_tensor_retain(t);
 }
 
-static tensor_box *to_box(lua_State *L, int idx)
-{
-  tensor_box *box = lua_touserdata(L, idx);
-  if (!box || !lua_getmetatable(L, idx)) return NULL;
-  luaL_getmetatable(L, XL_TENSOR);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same ? box : NULL;
-}
+static tensor_box *to_box(lua_State *L, int idx) { return xl_test_udata(L, idx, XL_TENSOR); }
 
 xfer_tensor *xfer_lua_to_tensor(lua_State *L, int idx)
 {
