@@ -60,3 +60,8 @@ collectgarbage()
 for _, d in ipairs(devices) do
   print(("   %s: %d bytes in use by live tensors"):format(d.name, xfer.memory(d).in_use))
 end
+
+print("\n8. What moved (xfer.stats()):")
+for _, s in ipairs(xfer.stats()) do
+  print(("   %-9s -> %-9s %-12s %d move(s), %d bytes"):format(s.from, s.to, s.path, s.count, s.bytes))
+end
