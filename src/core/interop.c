@@ -169,10 +169,15 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 void xfer_empty_cache(xfer_ctx *ctx)
 {
   xfer_staging_release(ctx);
+  /* moves take the exporter's lock before the arena's: so does this, which means reading
+  ** who the exporter is first and checking it did not change */
   pthread_mutex_lock(&ctx->arena_lock);
   xfer_device *exporter = ctx->arena ? ctx->arena->dev : NULL;
-  if (exporter) xfer_device_lock(exporter); /* its importers are done: moves hold it */
-  xfer_arena_release(ctx);
-  if (exporter) xfer_device_unlock(exporter);
   pthread_mutex_unlock(&ctx->arena_lock);
+  if (!exporter) return;
+  xfer_device_lock(exporter);
+  pthread_mutex_lock(&ctx->arena_lock);
+  if (ctx->arena && ctx->arena->dev == exporter) xfer_arena_release(ctx);
+  pthread_mutex_unlock(&ctx->arena_lock);
+  xfer_device_unlock(exporter);
 }
