@@ -30,6 +30,9 @@ describe("xferlua", function()
       for _, opt in ipairs({ "-e chunk", "-l name", "-j cmd", "-O[opt]", "-i", "-v", "-E", "--devices", "--" }) do
         assert.is_truthy(out:find("  " .. opt, 1, true), opt)
       end
+      for _, var in ipairs({ "XFER_FAULTS", "XFER_TRACE", "XFER_CUDA_LIBRARY", "XFER_VULKAN_NO_MAP" }) do
+        assert.is_truthy(out:find(var, 1, true), var)
+      end
     end
   end)
 

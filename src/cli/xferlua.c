@@ -43,8 +43,14 @@ static void print_usage(FILE *out)
           "  -           Execute stdin and stop handling options.\n"
           "\n"
           "With no script and no -e, reads a script from stdin, or starts the interactive\n"
-          "prompt when stdin is a terminal. Environment: XFER_FAULTS=runtime:op[:nth[:count]]\n"
-          "makes driver calls fail on purpose (fault injection).\n"
+          "prompt when stdin is a terminal.\n"
+          "\n"
+          "Environment:\n"
+          "  XFER_FAULTS=runtime:op[:nth[:count[:native]]],...  make driver calls fail on purpose\n"
+          "  XFER_TRACE=1       print one line per move (path, bytes, time, GB/s)\n"
+          "  XFER_CUDA_LIBRARY, XFER_VULKAN_LIBRARY, XFER_OPENCL_LIBRARY  load another driver\n"
+          "  XFER_VULKAN_NO_MAP=1  stage or import even where Vulkan tensors could be mapped\n"
+          "\n"
           "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n",
           progname, progname);
 }
