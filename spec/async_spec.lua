@@ -50,13 +50,24 @@ describe("asynchronous transfers", function()
     assert.are.equal("copy", e.op)
     assert.are.equal("Failed to copy a tensor from host to host: EIO (5): Input/output error [injected fault]", e.message)
     h.raises("write", job.wait, job) -- the same error again
+    -- one of three moves running at once fails (which one is up to the scheduler)
     xfer.faults.inject({ runtime = "host", op = "copy", nth = 2 })
-    local ok1, bad, ok2 = t:to_async(host), t:to_async(host), t:to_async(host)
-    h.raises("write", xfer.wait_all, { ok1, bad, ok2 })
-    assert.is_true(ok1:done() and bad:done() and ok2:done())
-    assert.are.same(t:totable(), ok2:wait():totable())
+    local jobs = { t:to_async(host), t:to_async(host), t:to_async(host) }
+    h.raises("write", xfer.wait_all, jobs)
+    local failed = 0
+    for _, j in ipairs(jobs) do
+      assert.is_true(j:done())
+      local ok, moved = pcall(j.wait, j)
+      if ok then
+        assert.are.same(t:totable(), moved:totable())
+      else
+        failed = failed + 1
+        assert.are.equal("write", moved.code)
+      end
+    end
+    assert.are.equal(1, failed)
     assert.are.same(t:totable(), xfer.arange(1024):totable())
-    ok1, bad, ok2, job = nil, nil, nil, nil
+    jobs, job = nil, nil
     assert.are.equal(before, h.in_use(host))
   end)
 
