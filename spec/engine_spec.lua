@@ -137,6 +137,55 @@ describe("transfer engine", function()
     end
   end)
 
+  -- Chunks of 1 MiB and more are queued where the runtime can (imported or pinned host
+  -- chunks, non-blocking OpenCL moves): each side starts its next chunk before it waits
+  -- for the last, and every failure, at the start of a move or in the wait for it, ends
+  -- the move cleanly.
+  describe("the staged pipeline with queued chunks #staged", function()
+    local MiB = 1024 * 1024
+    for _, pair in ipairs(pairs_of_devices()) do
+      local a, b = pair[1], pair[2]
+      if a.name ~= "host" and b.name ~= "host" and a.name ~= b.name then
+        it(("%s -> %s in 1 MiB chunks, three at a time, byte for byte"):format(a.name, b.name), function()
+          xfer.config({ staging_chunk = MiB, staging_depth = 3 })
+          for _, n in ipairs({ 2 * MiB, 7 * MiB + 5 }) do
+            local bytes = h.random_bytes(n)
+            local t = xfer.tensor(bytes, { dtype = "u8", device = a })
+            assert.are.equal(bytes, t:to(b, { via = "staged" }):tobytes(), n .. " bytes")
+            local dst = xfer.empty({ n }, { dtype = "u8", device = b })
+            assert.are.equal(bytes, dst:copy_from(t, { via = "staged" }):tobytes(), n .. " bytes")
+          end
+        end)
+        for _, case in ipairs({ { op = "read", dev = a }, { op = "write", dev = b } }) do
+          it(("%s -> %s: a %s fault in any of the first calls is raised, nothing lost"):format(
+            a.name, b.name, case.op), function()
+            xfer.config({ staging_chunk = MiB, staging_depth = 3 })
+            local bytes = h.random_bytes(7 * MiB + 5)
+            local t = xfer.tensor(bytes, { dtype = "u8", device = a })
+            local before_a, before_b = h.in_use(a), h.in_use(b)
+            local before_host = h.in_use(xfer.device("host"))
+            -- every runtime makes at least one call of the op per chunk: seven chunks
+            for _, nth in ipairs({ 1, 2, 3, 5, 7 }) do
+              xfer.faults.clear()
+              xfer.faults.inject({ runtime = case.dev.runtime, op = case.op, nth = nth })
+              local e = h.raises(case.op, t.to, t, b, { via = "staged" })
+              assert.are.equal(case.op, e.op, "nth " .. nth)
+              assert.are.equal(a.name, e.from)
+              assert.are.equal(b.name, e.to)
+              assert.is_true(e.injected, "nth " .. nth)
+              assert.are.equal(bytes, t:tobytes())
+              assert.are.equal(before_a, h.in_use(a))
+              assert.are.equal(before_b, h.in_use(b))
+              assert.are.equal(before_host, h.in_use(xfer.device("host")))
+            end
+            xfer.faults.clear()
+            assert.are.equal(bytes, t:to(b, { via = "staged" }):tobytes())
+          end)
+        end
+      end
+    end
+  end)
+
   describe("stats and trace", function()
     it("count moves per path and pair of devices", function()
       xfer.stats_reset()

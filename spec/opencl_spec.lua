@@ -53,6 +53,33 @@ describe("opencl specifics #opencl", function()
     end)
   end)
 
+  -- A device with memory of its own (NVIDIA's) moves host buffers at DMA speed once they
+  -- are pinned; a pin that fails only costs speed.
+  it("pins large host buffers for devices with memory of their own, and moves without", function()
+    local discrete = {}
+    each_device(function(dev) if not dev.unified then discrete[#discrete + 1] = dev end end)
+    if info.available and #discrete == 0 then
+      return pending("every OpenCL device here shares the host's memory: nothing to pin")
+    end
+    for _, dev in ipairs(discrete) do
+      local t = xfer.tensor(h.random_bytes(3 * 1024 * 1024 + 5), { dtype = "u8" })
+      xfer.faults.inject({ runtime = "opencl", op = "register", count = 100 })
+      assert.are.equal(t:tobytes(), t:to(dev):tobytes())
+      local left = xfer.faults.list()
+      assert.is_true(#left == 1 and left[1].count < 100, "no pin was tried")
+      xfer.faults.clear()
+      local bytes = h.random_bytes(5 * 1024 * 1024 + 3)
+      local pinned = xfer.tensor(bytes, { dtype = "u8" })
+      local there = pinned:to(dev)
+      assert.are.equal(bytes, there:tobytes())
+      local back = xfer.empty({ #bytes }, { dtype = "u8" })
+      assert.are.equal(bytes, back:copy_from(there):tobytes())
+      assert.are.equal(bytes, back:copy_from(there):tobytes()) -- pinned once, reused
+      pinned:free()
+      back:free()
+    end
+  end)
+
   it("refuses a tensor larger than the largest buffer, naming both sizes", function()
     each_device(function(dev)
       local before = h.in_use(dev)

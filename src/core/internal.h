@@ -18,6 +18,9 @@ typedef struct xfer_runtime xfer_runtime;
 ** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
 ** bytes. Optional members are NULL, and the core checks before calling. */
 #define XFER_BACKEND_VERSION 1
+/* Queued moves a device can have in flight at once: the staged pipeline's reads take
+** slots below half, its writes the upper half (one device may be both ends' runtime). */
+#define XFER_QUEUE_SLOTS 32
 typedef struct xfer_backend {
   int version;
   const char *name;
@@ -39,6 +42,16 @@ typedef struct xfer_backend {
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, xfer_device *src_dev, void *src,
                     size_t n, xfer_error *err);
+  /* optional, queued host moves (the staged pipeline): write/read that may return once
+  ** the driver has the work, leaving the host memory untouched until finish(slot) has
+  ** returned. `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish; a move the
+  ** backend cannot queue is done in full before start returns, and finish on a slot with
+  ** nothing queued returns at once. Every started slot is finished, also after errors. */
+  xfer_code (*write_start)(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
+                           int slot, xfer_error *err);
+  xfer_code (*read_start)(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                          int slot, xfer_error *err);
+  xfer_code (*finish)(xfer_device *dev, int slot, xfer_error *err);
   /* optional, interop: an opaque fd of the buffer's memory (the caller owns it) and the
   ** size of that memory */
   xfer_code (*export_fd)(xfer_device *dev, void *buf, int *fd, uint64_t *memory_size,

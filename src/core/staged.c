@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #define MAX_DEPTH 16
+_Static_assert(MAX_DEPTH <= XFER_QUEUE_SLOTS / 2, "a read and a write slot for each chunk");
 
 typedef struct xfer_staging {
   int depth;
@@ -65,18 +66,30 @@ uint64_t xfer_staging_bytes(const xfer_ctx *ctx)
 
 /* -- The pipeline -------------------------------------------------------------------------- */
 
+/* Each side keeps its device's queue full: it starts the next chunk's move as soon as it
+** may, and waits for the oldest one it started only when it can start no other. A side
+** whose runtime cannot queue moves does each in full when it starts it. */
 typedef struct pipeline {
   pthread_mutex_t lock;
   pthread_cond_t moved;
-  xfer_tensor *src;
+  xfer_tensor *src, *dst;
   const xfer_staging *pool;
   size_t chunks;
-  size_t read;                  /* chunks read into the ring so far */
-  size_t written;               /* chunks written out of it so far */
+  size_t read;                  /* chunks read into the ring so far (finished) */
+  size_t written;               /* chunks written out of it so far (finished) */
   int stop;                     /* a side failed: the other stops too */
   xfer_code read_rc;
   xfer_error read_err;
 } pipeline;
+
+/* One side of the pipeline: its device and what it has started and finished. */
+typedef struct side {
+  pipeline *p;
+  int reading;
+  xfer_device *dev;
+  void *buf;
+  size_t started, finished;
+} side;
 
 static size_t chunk_len(const pipeline *p, size_t k)
 {
@@ -84,55 +97,97 @@ static size_t chunk_len(const pipeline *p, size_t k)
   return n - off < p->pool->chunk ? n - off : p->pool->chunk;
 }
 
-static void *reader(void *arg)
+static int slot_of(const side *s, size_t k)
 {
-  pipeline *p = arg;
-  const xfer_backend *be = p->src->dev->rt->backend;
-  for (size_t k = 0; k < p->chunks; k++) {
-    pthread_mutex_lock(&p->lock);
-    while (k - p->written >= (size_t)p->pool->depth && !p->stop)
-      pthread_cond_wait(&p->moved, &p->lock);
-    int stop = p->stop;
-    pthread_mutex_unlock(&p->lock);
-    if (stop) break;
-    xfer_code rc = be->read(p->src->dev, p->src->buf, k * p->pool->chunk,
-                            p->pool->slot[k % (size_t)p->pool->depth], chunk_len(p, k),
-                            &p->read_err);
-    pthread_mutex_lock(&p->lock);
-    if (rc) {
-      p->read_rc = rc;
-      p->stop = 1;
-    } else {
-      p->read = k + 1;
-    }
-    pthread_cond_broadcast(&p->moved);
-    pthread_mutex_unlock(&p->lock);
-    if (rc) break;
-  }
-  return NULL;
+  int ring = (int)(k % (size_t)s->p->pool->depth);
+  return s->reading ? ring : XFER_QUEUE_SLOTS / 2 + ring;
 }
 
-static xfer_code write_all(pipeline *p, xfer_tensor *dst, xfer_error *err)
+static xfer_code side_start(side *s, size_t k, xfer_error *err)
 {
-  const xfer_backend *be = dst->dev->rt->backend;
+  const xfer_backend *be = s->dev->rt->backend;
+  const pipeline *p = s->p;
+  size_t off = k * p->pool->chunk, len = chunk_len(p, k);
+  void *host = p->pool->slot[k % (size_t)p->pool->depth];
+  if (s->reading)
+    return be->read_start ? be->read_start(s->dev, s->buf, off, host, len, slot_of(s, k), err)
+                          : be->read(s->dev, s->buf, off, host, len, err);
+  return be->write_start ? be->write_start(s->dev, s->buf, off, host, len, slot_of(s, k), err)
+                         : be->write(s->dev, s->buf, off, host, len, err);
+}
+
+static xfer_code side_finish(side *s, size_t k, xfer_error *err)
+{
+  const xfer_backend *be = s->dev->rt->backend;
+  return be->finish ? be->finish(s->dev, slot_of(s, k), err) : XFER_E_OK;
+}
+
+/* May this side start chunk k now? (p->lock held) */
+static int may_start(const side *s, size_t k)
+{
+  const pipeline *p = s->p;
+  if (k >= p->chunks) return 0;
+  return s->reading ? k - p->written < (size_t)p->pool->depth : k < p->read;
+}
+
+/* Waits for each move this side started and did not finish (a failed start queued
+** nothing). Their errors are dropped: the move has failed already. */
+static void drain(side *s)
+{
+  for (; s->finished < s->started; s->finished++) {
+    xfer_error ignored;
+    side_finish(s, s->finished, &ignored);
+  }
+}
+
+/* Runs one side to its end; returns its first error. Whatever it started is finished
+** before it returns, so the chunks are free when the move ends, failed or not. */
+static xfer_code side_run(side *s, xfer_error *err)
+{
+  pipeline *p = s->p;
   xfer_code rc = XFER_E_OK;
-  for (size_t k = 0; k < p->chunks && !rc; k++) {
+  while (s->finished < p->chunks) {
     pthread_mutex_lock(&p->lock);
-    while (p->read <= k && !p->stop) pthread_cond_wait(&p->moved, &p->lock);
-    int ready = p->read > k;
+    while (!p->stop && !may_start(s, s->started) && s->finished == s->started)
+      pthread_cond_wait(&p->moved, &p->lock);
+    int stop = p->stop, start = may_start(s, s->started);
     pthread_mutex_unlock(&p->lock);
-    if (!ready) break; /* the reader failed */
-    rc = be->write(dst->dev, dst->buf, k * p->pool->chunk,
-                   p->pool->slot[k % (size_t)p->pool->depth], chunk_len(p, k), err);
+    if (stop) { /* the other side failed: its error is the move's */
+      drain(s);
+      return XFER_E_OK;
+    }
+    if (start) {
+      rc = side_start(s, s->started, err);
+      if (rc) break;
+      s->started++;
+      continue;
+    }
+    rc = side_finish(s, s->finished, err);
+    if (rc) break;
     pthread_mutex_lock(&p->lock);
-    if (rc)
-      p->stop = 1;
+    s->finished++;
+    if (s->reading)
+      p->read = s->finished;
     else
-      p->written = k + 1;
+      p->written = s->finished;
+    pthread_cond_broadcast(&p->moved);
+    pthread_mutex_unlock(&p->lock);
+  }
+  if (rc) {
+    drain(s);
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
     pthread_cond_broadcast(&p->moved);
     pthread_mutex_unlock(&p->lock);
   }
   return rc;
+}
+
+static void *reader(void *arg)
+{
+  side *s = arg;
+  s->p->read_rc = side_run(s, &s->p->read_err);
+  return NULL;
 }
 
 static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
@@ -152,20 +207,22 @@ static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   xfer_ctx *ctx = src->dev->ctx;
   xfer_code rc;
-  pipeline p = {.src = src, .pool = ctx->staging};
+  pipeline p = {.src = src, .dst = dst, .pool = ctx->staging};
   p.chunks = (src->nbytes + p.pool->chunk - 1) / p.pool->chunk;
   if (p.chunks == 1) { /* one chunk: nothing to overlap, no thread to pay for */
     rc = src->dev->rt->backend->read(src->dev, src->buf, 0, p.pool->slot[0], src->nbytes, err);
     return rc ? rc : dst->dev->rt->backend->write(dst->dev, dst->buf, 0, p.pool->slot[0],
                                                    src->nbytes, err);
   }
+  side in = {.p = &p, .reading = 1, .dev = src->dev, .buf = src->buf};
+  side out = {.p = &p, .reading = 0, .dev = dst->dev, .buf = dst->buf};
   pthread_mutex_init(&p.lock, NULL);
   pthread_cond_init(&p.moved, NULL);
   pthread_t thread;
-  if (pthread_create(&thread, NULL, reader, &p)) {
+  if (pthread_create(&thread, NULL, reader, &in)) {
     rc = xfer_err_set(err, XFER_E_UNAVAILABLE, "read", "cannot start the staging reader thread");
   } else {
-    rc = write_all(&p, dst, err);
+    rc = side_run(&out, err);
     pthread_join(thread, NULL);
     if (p.read_rc) { /* the read failed first, or the write stopped because it did */
       *err = p.read_err;

@@ -47,6 +47,10 @@ typedef struct cu_dev {
   CUstream stream;
   void *staging[XFER_CU_STAGING_SLOTS];
   CUevent staged[XFER_CU_STAGING_SLOTS];
+  /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
+  CUevent queued[XFER_QUEUE_SLOTS];
+  const char *queued_op[XFER_QUEUE_SLOTS];
+  int pending[XFER_QUEUE_SLOTS];
 } cu_dev;
 
 /* cuda_load.c */

@@ -118,6 +118,10 @@ static xfer_code staging_ready(xfer_device *dev, xfer_error *err)
 
 void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
 {
+  for (int q = 0; q < XFER_QUEUE_SLOTS; q++) {
+    if (cd->queued[q]) api->cuEventDestroy(cd->queued[q]);
+    cd->queued[q] = NULL;
+  }
   for (int s = 0; s < XFER_CU_STAGING_SLOTS; s++) {
     if (cd->staged[s]) api->cuEventDestroy(cd->staged[s]);
     if (cd->staging[s]) api->cuMemFreeHost(cd->staging[s]);
@@ -231,4 +235,56 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
     return settle(dev, "read", rc, err);
   }
   return staged_read(dev, src, dst, n, err);
+}
+
+/* -- Queued moves (the staged pipeline) ------------------------------------------------------ */
+
+/* A large move from or to pinned memory is queued on the stream with an event behind it;
+** anything else is done in full now. */
+static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                            int to_device, int slot, xfer_error *err)
+{
+  const char *op = to_device ? "write" : "read";
+  if (n <= DIRECT_MAX || !pinned(dev, host, n))
+    return to_device ? xfer_cu_write(dev, buf, offset, host, n, err)
+                     : xfer_cu_read(dev, buf, offset, host, n, err);
+  cu_dev *cd = cu_of(dev);
+  CUdeviceptr at = xfer_cu_ptr(buf) + offset;
+  xfer_code rc = xfer_cu_enter(dev, op, err);
+  if (!rc && !cd->queued[slot])
+    rc = CU(dev, "alloc", err, cuEventCreate, &cd->queued[slot], CU_EVENT_DISABLE_TIMING);
+  if (!rc)
+    rc = to_device ? CU(dev, op, err, cuMemcpyHtoDAsync, at, host, n, cd->stream)
+                   : CU(dev, op, err, cuMemcpyDtoHAsync, host, at, n, cd->stream);
+  if (!rc) rc = CU(dev, op, err, cuEventRecord, cd->queued[slot], cd->stream);
+  if (rc) return settle(dev, op, rc, err); /* a copy queued before a failed record lands first */
+  cd->pending[slot] = 1;
+  cd->queued_op[slot] = op;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_cu_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
+                              size_t n, int slot, xfer_error *err)
+{
+  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, err);
+}
+
+xfer_code xfer_cu_read_start(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                             int slot, xfer_error *err)
+{
+  return queue_move(dev, buf, offset, dst, n, 0, slot, err);
+}
+
+xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err)
+{
+  cu_dev *cd = cu_of(dev);
+  if (!cd->pending[slot]) return XFER_E_OK;
+  cd->pending[slot] = 0;
+  const char *op = cd->queued_op[slot];
+  xfer_code rc = xfer_cu_enter(dev, op, err);
+  if (!rc) rc = CU(dev, op, err, cuEventSynchronize, cd->queued[slot]);
+  /* failed (an injected fault, or a context that was not made current): the copy may
+  ** still be landing in host memory the caller is about to reuse, so wait for it anyway */
+  if (rc) cu_api_of(dev)->cuEventSynchronize(cd->queued[slot]);
+  return rc;
 }

@@ -132,7 +132,7 @@ static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id i
     api->clReleaseContext(context);
     return;
   }
-  cl_dev *cd = malloc(sizeof *cd);
+  cl_dev *cd = calloc(1, sizeof *cd);
   xfer_error err;
   xfer_device *dev = cd ? xfer_runtime_add_device(rt, &err) : NULL;
   if (!dev) {
@@ -143,6 +143,7 @@ static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id i
     return;
   }
   cd->id = id;
+  pthread_mutex_init(&cd->pins_lock, NULL);
   cd->context = context;
   cd->queue = queue;
   dev->impl = cd;
@@ -258,6 +259,8 @@ static void opencl_close(xfer_runtime *rt)
     xfer_device *dev = ctx->devices[d];
     cl_dev *cd = dev->rt == rt ? dev->impl : NULL;
     if (!cd) continue;
+    xfer_cl_unpin_all(dev);
+    pthread_mutex_destroy(&cd->pins_lock);
     api->clReleaseCommandQueue(cd->queue);
     api->clReleaseContext(cd->context);
     free(cd);
@@ -322,6 +325,7 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
 {
   if (dev->unified && n >= MAP_MIN)
     return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
+  xfer_cl_pin(dev, src, n);
   CL_CALL(dev, "write", err, clEnqueueWriteBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, src,
           0, NULL, NULL);
   return XFER_E_OK;
@@ -331,9 +335,61 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
                              xfer_error *err)
 {
   if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
+  xfer_cl_pin(dev, dst, n);
   CL_CALL(dev, "read", err, clEnqueueReadBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, dst,
           0, NULL, NULL);
   return XFER_E_OK;
+}
+
+/* -- Queued moves (the staged pipeline) ---------------------------------------------- */
+
+/* A read or write enqueued without blocking, its event kept for finish; a large move on a
+** host-shared device is mapped and done in full now. */
+static xfer_code queue_move(xfer_device *dev, cl_mem mem, size_t offset, void *host, size_t n,
+                            int to_device, int slot, xfer_error *err)
+{
+  const char *op = to_device ? "write" : "read";
+  if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, mem, offset, host, n, to_device, op, err);
+  cl_dev *cd = cl_of(dev);
+  cl_event done = NULL;
+  xfer_cl_pin(dev, host, n);
+  if (to_device)
+    CL_CALL(dev, op, err, clEnqueueWriteBuffer, cd->queue, mem, CL_FALSE, offset, n, host, 0, NULL,
+            &done);
+  else
+    CL_CALL(dev, op, err, clEnqueueReadBuffer, cd->queue, mem, CL_FALSE, offset, n, host, 0, NULL,
+            &done);
+  cd->queued[slot] = done;
+  cd->queued_op[slot] = op;
+  return XFER_E_OK;
+}
+
+static xfer_code opencl_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
+                                    size_t n, int slot, xfer_error *err)
+{
+  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, err);
+}
+
+static xfer_code opencl_read_start(xfer_device *dev, void *buf, size_t offset, void *dst,
+                                   size_t n, int slot, xfer_error *err)
+{
+  return queue_move(dev, buf, offset, dst, n, 0, slot, err);
+}
+
+static xfer_code opencl_finish(xfer_device *dev, int slot, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  cl_event done = cd->queued[slot];
+  if (!done) return XFER_E_OK;
+  cd->queued[slot] = NULL;
+  cl_int rc = CL_SUCCESS;
+  int injected = cl_injected(dev, cd->queued_op[slot], &rc);
+  /* an injected failure still waits: the host memory is the caller's again only after */
+  cl_int waited = api_of(dev)->clWaitForEvents(1, &done);
+  api_of(dev)->clReleaseEvent(done);
+  if (!injected) rc = waited;
+  return rc == CL_SUCCESS ? XFER_E_OK
+                          : cl_fail(cd->queued_op[slot], "clWaitForEvents", rc, injected, err);
 }
 
 static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
@@ -431,6 +487,10 @@ const xfer_backend xfer_backend_opencl = {
   .write = opencl_write,
   .read = opencl_read,
   .copy = opencl_copy,
+  .write_start = opencl_write_start,
+  .read_start = opencl_read_start,
+  .finish = opencl_finish,
+  .host_forget = xfer_cl_host_forget,
   .import_fd = opencl_import_fd,
   .release_import = opencl_release_import,
   .copy_imported = opencl_copy_imported,

@@ -18,7 +18,7 @@
   X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject)                   \
   X(clEnqueueReadBuffer) X(clEnqueueWriteBuffer) X(clEnqueueCopyBuffer)              \
   X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)                      \
-  X(clGetExtensionFunctionAddressForPlatform)
+  X(clGetExtensionFunctionAddressForPlatform) X(clWaitForEvents) X(clReleaseEvent)
 
 /* OpenCL 3.0's clCreateBufferWithProperties, for importing external memory; resolved
 ** only where the loader has it. */
@@ -33,6 +33,15 @@ typedef struct cl_api {
 #undef XFER_CL_POINTER
 } cl_api;
 
+/* A host buffer xferlua owns, wrapped in a CL_MEM_USE_HOST_PTR buffer that is never used
+** on the device: the wrapping pins its pages, so that moves from and to them run at DMA
+** speed. Kept until the host buffer is freed. */
+typedef struct cl_pin {
+  char *base;
+  size_t size;
+  cl_mem mem;
+} cl_pin;
+
 /* One context and one in-order queue per device, made when the runtime opens. */
 typedef struct cl_dev {
   cl_device_id id;
@@ -41,7 +50,18 @@ typedef struct cl_dev {
   /* cl_khr_external_memory_opaque_fd, where offered */
   clEnqueueAcquireExternalMemObjectsKHR_fn acquire;
   clEnqueueReleaseExternalMemObjectsKHR_fn release;
+  /* the staged pipeline's queued moves: each one's event until it is waited for */
+  cl_event queued[XFER_QUEUE_SLOTS];
+  const char *queued_op[XFER_QUEUE_SLOTS];
+  cl_pin *pins;                 /* host buffers pinned for this device's context */
+  size_t npins, pins_cap;
+  pthread_mutex_t pins_lock;    /* a leaf lock: host_forget comes from any thread */
 } cl_dev;
+
+/* opencl_pin.c: host buffers pinned for a device that does not share memory with the host */
+void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n);
+void xfer_cl_host_forget(xfer_runtime *rt, void *base, size_t size);
+void xfer_cl_unpin_all(xfer_device *dev);
 
 /* Loads libOpenCL.so.1 and resolves XFER_CL_FUNCTIONS; XFER_E_UNAVAILABLE saying why. */
 xfer_code xfer_cl_load(cl_api *api, xfer_error *err);

@@ -26,7 +26,7 @@
   X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory) X(vkCreateCommandPool)          \
   X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkBeginCommandBuffer)           \
   X(vkEndCommandBuffer) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)            \
-  X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle)
+  X(vkDestroyFence) X(vkWaitForFences) X(vkGetFenceStatus) X(vkResetFences) X(vkDeviceWaitIdle)
 
 /* Device entry points that exist only with their extension; NULL otherwise. */
 #define XFER_VK_DEVICE_OPTIONAL(X) X(vkGetMemoryHostPointerPropertiesEXT) X(vkGetMemoryFdKHR)
@@ -53,6 +53,15 @@ typedef struct vk_staging {
   size_t chunk;
   int ready;
 } vk_staging;
+
+/* One queued move of the staged pipeline: its command buffer and fence, made on first
+** use and kept; `op` is what a failed wait reports. */
+typedef struct vk_queued {
+  VkCommandBuffer cmd;
+  VkFence fence;
+  const char *op;
+  int pending;
+} vk_queued;
 
 /* A host buffer imported as Vulkan memory, kept until the buffer is freed. */
 typedef struct vk_import {
@@ -82,6 +91,7 @@ typedef struct vk_dev {
   int memory_budget;            /* VK_EXT_memory_budget enabled */
   long long injected;           /* the code an injected fault reports */
   vk_staging staging;
+  vk_queued queued[XFER_QUEUE_SLOTS];
 #define XFER_VK_POINTER(name) PFN_##name name;
   XFER_VK_DEVICE(XFER_VK_POINTER)
   XFER_VK_DEVICE_OPTIONAL(XFER_VK_POINTER)

@@ -323,7 +323,9 @@ void xfer_vk_close_devices(xfer_runtime *rt)
       if (st->buffer[s]) vd->vkDestroyBuffer(vd->device, st->buffer[s], NULL);
       if (st->memory[s]) vd->vkFreeMemory(vd->device, st->memory[s], NULL);
     }
-    destroy_device(vd);
+    for (int q = 0; q < XFER_QUEUE_SLOTS; q++)
+      if (vd->queued[q].fence) vd->vkDestroyFence(vd->device, vd->queued[q].fence, NULL);
+    destroy_device(vd); /* the command buffers go with their pool */
     dev->impl = NULL;
   }
 }
