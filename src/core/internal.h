@@ -43,14 +43,14 @@ typedef struct xfer_backend {
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, xfer_device *src_dev, void *src,
                     size_t n, xfer_error *err);
   /* optional, queued host moves (the staged pipeline): write/read that may return once
-  ** the driver has the work, leaving the host memory untouched until finish(slot) has
-  ** returned. `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish; a move the
-  ** backend cannot queue is done in full before start returns, and finish on a slot with
-  ** nothing queued returns at once. Every started slot is finished, also after errors. */
+  ** the driver has the work (*queued = 1), leaving the host memory untouched until
+  ** finish(slot) has returned. `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish.
+  ** A move the backend cannot queue is done in full before start returns (*queued = 0).
+  ** Every queued slot is finished, also after errors. */
   xfer_code (*write_start)(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
-                           int slot, xfer_error *err);
+                           int slot, int *queued, xfer_error *err);
   xfer_code (*read_start)(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                          int slot, xfer_error *err);
+                          int slot, int *queued, xfer_error *err);
   xfer_code (*finish)(xfer_device *dev, int slot, xfer_error *err);
   /* optional, interop: an opaque fd of the buffer's memory (the caller owns it) and the
   ** size of that memory */

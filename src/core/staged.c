@@ -89,6 +89,7 @@ typedef struct side {
   xfer_device *dev;
   void *buf;
   size_t started, finished;
+  unsigned char queued[MAX_DEPTH]; /* per ring position: that chunk's move is in flight */
 } side;
 
 static size_t chunk_len(const pipeline *p, size_t k)
@@ -103,23 +104,28 @@ static int slot_of(const side *s, size_t k)
   return s->reading ? ring : XFER_QUEUE_SLOTS / 2 + ring;
 }
 
-static xfer_code side_start(side *s, size_t k, xfer_error *err)
+/* Starts chunk k's move; *queued says whether it is in flight (else it is done). */
+static xfer_code side_start(side *s, size_t k, int *queued, xfer_error *err)
 {
   const xfer_backend *be = s->dev->rt->backend;
   const pipeline *p = s->p;
   size_t off = k * p->pool->chunk, len = chunk_len(p, k);
   void *host = p->pool->slot[k % (size_t)p->pool->depth];
+  int slot = slot_of(s, k);
+  *queued = 0;
   if (s->reading)
-    return be->read_start ? be->read_start(s->dev, s->buf, off, host, len, slot_of(s, k), err)
+    return be->read_start ? be->read_start(s->dev, s->buf, off, host, len, slot, queued, err)
                           : be->read(s->dev, s->buf, off, host, len, err);
-  return be->write_start ? be->write_start(s->dev, s->buf, off, host, len, slot_of(s, k), err)
+  return be->write_start ? be->write_start(s->dev, s->buf, off, host, len, slot, queued, err)
                          : be->write(s->dev, s->buf, off, host, len, err);
 }
 
+/* Waits for chunk k's move, when it was queued. */
 static xfer_code side_finish(side *s, size_t k, xfer_error *err)
 {
   const xfer_backend *be = s->dev->rt->backend;
-  return be->finish ? be->finish(s->dev, slot_of(s, k), err) : XFER_E_OK;
+  if (!s->queued[k % (size_t)s->p->pool->depth]) return XFER_E_OK;
+  return be->finish(s->dev, slot_of(s, k), err);
 }
 
 /* May this side start chunk k now? (p->lock held) */
@@ -128,6 +134,19 @@ static int may_start(const side *s, size_t k)
   const pipeline *p = s->p;
   if (k >= p->chunks) return 0;
   return s->reading ? k - p->written < (size_t)p->pool->depth : k < p->read;
+}
+
+/* Tells the other side how far this one has got. */
+static void publish(side *s)
+{
+  pipeline *p = s->p;
+  pthread_mutex_lock(&p->lock);
+  if (s->reading)
+    p->read = s->finished;
+  else
+    p->written = s->finished;
+  pthread_cond_broadcast(&p->moved);
+  pthread_mutex_unlock(&p->lock);
 }
 
 /* Waits for each move this side started and did not finish (a failed start queued
@@ -157,21 +176,21 @@ static xfer_code side_run(side *s, xfer_error *err)
       return XFER_E_OK;
     }
     if (start) {
-      rc = side_start(s, s->started, err);
+      int queued;
+      rc = side_start(s, s->started, &queued, err);
       if (rc) break;
-      s->started++;
+      s->queued[s->started++ % (size_t)p->pool->depth] = (unsigned char)queued;
+      /* a move done in full, with none before it in flight, is there for the other side now */
+      if (!queued && s->finished + 1 == s->started) {
+        s->finished++;
+        publish(s);
+      }
       continue;
     }
     rc = side_finish(s, s->finished, err);
     if (rc) break;
-    pthread_mutex_lock(&p->lock);
     s->finished++;
-    if (s->reading)
-      p->read = s->finished;
-    else
-      p->written = s->finished;
-    pthread_cond_broadcast(&p->moved);
-    pthread_mutex_unlock(&p->lock);
+    publish(s);
   }
   if (rc) {
     drain(s);

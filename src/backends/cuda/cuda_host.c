@@ -242,8 +242,9 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
 /* A large move from or to pinned memory is queued on the stream with an event behind it;
 ** anything else is done in full now. */
 static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
-                            int to_device, int slot, xfer_error *err)
+                            int to_device, int slot, int *queued, xfer_error *err)
 {
+  *queued = 0;
   const char *op = to_device ? "write" : "read";
   if (n <= DIRECT_MAX || !pinned(dev, host, n))
     return to_device ? xfer_cu_write(dev, buf, offset, host, n, err)
@@ -260,19 +261,20 @@ static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *ho
   if (rc) return settle(dev, op, rc, err); /* a copy queued before a failed record lands first */
   cd->pending[slot] = 1;
   cd->queued_op[slot] = op;
+  *queued = 1;
   return XFER_E_OK;
 }
 
 xfer_code xfer_cu_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                              size_t n, int slot, xfer_error *err)
+                              size_t n, int slot, int *queued, xfer_error *err)
 {
-  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, err);
+  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, queued, err);
 }
 
 xfer_code xfer_cu_read_start(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                             int slot, xfer_error *err)
+                             int slot, int *queued, xfer_error *err)
 {
-  return queue_move(dev, buf, offset, dst, n, 0, slot, err);
+  return queue_move(dev, buf, offset, dst, n, 0, slot, queued, err);
 }
 
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err)

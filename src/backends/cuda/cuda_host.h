@@ -36,9 +36,9 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
                        xfer_error *err);
 /* queued moves for the staged pipeline (xfer_backend.write_start and the rest) */
 xfer_code xfer_cu_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                              size_t n, int slot, xfer_error *err);
+                              size_t n, int slot, int *queued, xfer_error *err);
 xfer_code xfer_cu_read_start(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                             int slot, xfer_error *err);
+                             int slot, int *queued, xfer_error *err);
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err);
 void xfer_cu_host_forget(xfer_runtime *rt, void *base, size_t size);
 void xfer_cu_unpin_all(xfer_runtime *rt);

@@ -494,8 +494,9 @@ static xfer_code queued_ready(xfer_device *dev, vk_queued *q, const char *op, xf
 /* A copy between a tensor and an imported host buffer, submitted and not waited for;
 ** anything else is done in full now. */
 static xfer_code queue_move(xfer_device *dev, vk_buf *tensor, size_t offset, void *host, size_t n,
-                            int to_device, int slot, xfer_error *err)
+                            int to_device, int slot, int *queued, xfer_error *err)
 {
+  *queued = 0;
   const char *op = to_device ? "write" : "read";
   const vk_import *im = tensor->mapped ? NULL : imported(dev, host, n);
   if (!im)
@@ -509,21 +510,21 @@ static xfer_code queue_move(xfer_device *dev, vk_buf *tensor, size_t offset, voi
                                q->fence, err)
                  : record_copy(dev, op, q->cmd, tensor->buffer, offset, im->buffer, at, n,
                                q->fence, err);
-  q->pending = !rc;
+  q->pending = *queued = !rc;
   q->op = op;
   return rc;
 }
 
 static xfer_code vulkan_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                                    size_t n, int slot, xfer_error *err)
+                                    size_t n, int slot, int *queued, xfer_error *err)
 {
-  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, err);
+  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, queued, err);
 }
 
 static xfer_code vulkan_read_start(xfer_device *dev, void *buf, size_t offset, void *dst,
-                                   size_t n, int slot, xfer_error *err)
+                                   size_t n, int slot, int *queued, xfer_error *err)
 {
-  return queue_move(dev, buf, offset, dst, n, 0, slot, err);
+  return queue_move(dev, buf, offset, dst, n, 0, slot, queued, err);
 }
 
 static xfer_code vulkan_finish(xfer_device *dev, int slot, xfer_error *err)

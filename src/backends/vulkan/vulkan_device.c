@@ -42,6 +42,14 @@ static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family)
   if (!props) return 0;
   api->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, props);
   int found = 0;
+  const char *qe = getenv("XFER_VULKAN_QUEUE");
+  if (qe && !strcmp(qe, "transfer"))
+    for (uint32_t i = 0; i < n && !found; i++)
+      if ((props[i].queueFlags & VK_QUEUE_TRANSFER_BIT) &&
+          !(props[i].queueFlags & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT))) {
+        *family = i;
+        found = 1;
+      }
   /* a compute queue first (kernels will want it), else any queue that can copy */
   for (int want = 0; want < 2 && !found; want++)
     for (uint32_t i = 0; i < n && !found; i++) {
