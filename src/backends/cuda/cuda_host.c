@@ -135,6 +135,9 @@ static xfer_code settle(xfer_device *dev, const char *op, xfer_code rc, xfer_err
 {
   xfer_error ignored;
   xfer_code s = CU(dev, op, rc ? &ignored : err, cuStreamSynchronize, cu_of(dev)->stream);
+  /* an injected failure of the wait still waits: host memory of a copy in flight is the
+  ** caller's again only once the copy has landed */
+  if (s) cu_api_of(dev)->cuStreamSynchronize(cu_of(dev)->stream);
   return rc ? rc : s;
 }
 
