@@ -30,7 +30,7 @@ describe("interop #cuda #vulkan #opencl", function()
 
   if #pairs_here == 0 then
     it("is pending", function()
-      pending("no two runtimes share a GPU here (device UUIDs differ or no Vulkan export)")
+      pending("no two runtimes share a GPU here, and no two GPUs are joined by CUDA with Vulkan's memory exported to it")
     end)
     return
   end
@@ -43,7 +43,12 @@ describe("interop #cuda #vulkan #opencl", function()
           local bytes = h.random_bytes(math.min(n, 1024 * 1024))
           bytes = bytes:rep(math.ceil(n / #bytes)):sub(1, n)
           local src = xfer.tensor(bytes, { dtype = "u8", device = a })
-          assert.are.equal("interop", xfer.plan(src, b).path)
+          local plan = xfer.plan(src, b)
+          assert.are.equal("interop", plan.path)
+          if a.uuid ~= b.uuid then -- two GPUs: one peer copy between imported views
+            assert.is_truthy(plan.reason:find("are two GPUs that cuda joins", 1, true), plan.reason)
+            assert.is_truthy(plan.steps[#plan.steps]:find("^peer copy of"), plan.steps[#plan.steps])
+          end
           local moved = src:to(b)
           assert.are.equal(bytes, moved:tobytes(), n .. " bytes")
           local again = xfer.empty({ n }, { dtype = "u8", device = b })
@@ -54,8 +59,9 @@ describe("interop #cuda #vulkan #opencl", function()
 
       for _, phase in ipairs({ { rt = a.runtime, op = "export" }, { rt = b.runtime, op = "export" },
                                { rt = a.runtime, op = "import" }, { rt = b.runtime, op = "import" },
-                               { rt = "cuda", op = "map" }, { rt = a.runtime, op = "copy" },
-                               { rt = b.runtime, op = "copy" }, { rt = "opencl", op = "sync" } }) do
+                               { rt = "cuda", op = "import" }, { rt = "cuda", op = "map" },
+                               { rt = a.runtime, op = "copy" }, { rt = b.runtime, op = "copy" },
+                               { rt = "cuda", op = "peer" }, { rt = "opencl", op = "sync" } }) do
         it(("a %s fault in %s: raised with its phase, source intact, nothing leaked"):format(phase.op, phase.rt), function()
           local bytes = h.random_bytes(1024 * 1024 + 5)
           -- warm up first: the arena (two importers) and its imports stay with the context

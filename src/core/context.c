@@ -221,9 +221,10 @@ void xfer_device_unlock_pair(xfer_device *a, xfer_device *b)
 
 void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_tensor *dst)
 {
-  xfer_device *cand[3] = {src->dev, dst_dev, xfer_interop_exporter(src->dev, dst_dev)};
+  xfer_device *cand[4] = {src->dev, dst_dev, NULL, NULL};
+  xfer_interop_helpers(src->dev, dst_dev, &cand[2]);
   h->ndevs = 0;
-  for (int i = 0; i < 3; i++) { /* unique, sorted by address: one order for everyone */
+  for (int i = 0; i < 4; i++) { /* unique, sorted by address: one order for everyone */
     if (!cand[i]) continue;
     int seen = 0;
     for (int j = 0; j < h->ndevs; j++) seen |= h->devs[j] == cand[i];

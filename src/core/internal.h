@@ -202,10 +202,11 @@ void xfer_device_lock(xfer_device *dev);
 void xfer_device_unlock(xfer_device *dev);
 void xfer_device_lock_pair(xfer_device *a, xfer_device *b);
 void xfer_device_unlock_pair(xfer_device *a, xfer_device *b);
-/* What a move holds: the devices at both ends (and the arena's exporter when the move may
-** go through it), locked in one global order, and both tensors marked busy. */
+/* What a move holds: the devices at both ends (and those an interop move may use besides:
+** the arena's exporter, or the CUDA devices standing for the ends of a peer copy across
+** two GPUs), locked in one global order, and both tensors marked busy. */
 typedef struct xfer_hold {
-  xfer_device *devs[3];
+  xfer_device *devs[4];
   int ndevs;
   xfer_tensor *tensors[2];
 } xfer_hold;
@@ -242,8 +243,13 @@ double xfer_now(void);
 
 /* interop.c: the interop path. */
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
-/* The exporting device a move src -> dst would pass through (the arena), or NULL. */
-xfer_device *xfer_interop_exporter(const xfer_device *src, const xfer_device *dst);
+/* The devices besides both ends that an interop move src -> dst uses (the arena's
+** exporter, or the peer runtime's devices standing for the ends): how many, into out. */
+int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2]);
+/* 1, with the peer runtime's devices for both ends, when src -> dst is a peer copy through
+** exported memory across two GPUs. */
+int xfer_interop_peers(const xfer_device *src, const xfer_device *dst, xfer_device **src_alias,
+                       xfer_device **dst_alias);
 xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
 void xfer_imports_release(xfer_import *imports, int *nimports);
 void xfer_arena_release(xfer_ctx *ctx);

@@ -3,7 +3,9 @@
 ** move a tensor with device copies only. A runtime that exports (Vulkan) hands an opaque
 ** fd of its tensor's memory to one that imports (CUDA, OpenCL), once per tensor and
 ** importer; the import lives as long as the tensor. Two importers (CUDA <-> OpenCL) meet
-** in an arena: exported memory both import once, kept with the context.
+** in an arena: exported memory both import once, kept with the context. Across two GPUs
+** that CUDA joins with peer copies, an end of another runtime is reached the same way, by
+** importing its memory into the CUDA device of its GPU: the move is one peer copy.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -34,19 +36,80 @@ static xfer_device *exporter_for(const xfer_device *dev)
   return NULL;
 }
 
+/* -- Two GPUs: peer copies through exported memory ---------------------------------- */
+
+/* `dev` as runtime `rt` sees it: itself, or the device of `rt` on the same GPU that imports
+** what `dev` exports. NULL when there is none. */
+static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
+{
+  if (dev->rt == rt) return (xfer_device *)dev;
+  if (!dev->can_export || dev->lost) return NULL;
+  xfer_ctx *ctx = dev->ctx;
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_device *alias = ctx->devices[d];
+    if (alias->rt == rt && alias->can_import && !alias->lost && same_gpu(alias, dev)) return alias;
+  }
+  return NULL;
+}
+
+/* Two GPUs that a runtime with peer copies (CUDA, over NVLink) joins, where at least one end
+** belongs to another runtime (Vulkan) that exports its memory to that runtime's device on
+** its GPU: the move is one peer copy between the two views, no host. */
+typedef struct peer_route {
+  xfer_device *src, *dst;       /* the peer runtime's devices standing for both ends */
+} peer_route;
+
+static int peer_route_for(const xfer_device *src, const xfer_device *dst, peer_route *route)
+{
+  if (src == dst || (src->rt == dst->rt && src->rt->backend->peer) || !src->has_uuid ||
+      !dst->has_uuid || same_gpu(src, dst))
+    return 0; /* a runtime's own peer copy is same_runtime's */
+  xfer_ctx *ctx = src->ctx;
+  for (size_t r = 0; r < ctx->nruntimes; r++) {
+    const xfer_runtime *rt = &ctx->runtimes[r];
+    if (!rt->available || !rt->backend || !rt->backend->peer) continue;
+    xfer_device *s = peer_alias(src, rt), *d = peer_alias(dst, rt);
+    if (s && d && s != d) {
+      route->src = s;
+      route->dst = d;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst)
 {
+  peer_route route;
+  if (peer_route_for(src, dst, &route)) return 1;
   if (src->rt == dst->rt || !same_gpu(src, dst)) return 0;
   if ((src->can_export && dst->can_import) || (dst->can_export && src->can_import)) return 1;
   return src->can_import && dst->can_import && exporter_for(src) != NULL;
 }
 
-xfer_device *xfer_interop_exporter(const xfer_device *src, const xfer_device *dst)
+int xfer_interop_peers(const xfer_device *src, const xfer_device *dst, xfer_device **src_alias,
+                       xfer_device **dst_alias)
 {
+  peer_route route;
+  if (!peer_route_for(src, dst, &route)) return 0;
+  *src_alias = route.src;
+  *dst_alias = route.dst;
+  return 1;
+}
+
+int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2])
+{
+  peer_route route;
+  if (peer_route_for(src, dst, &route)) {
+    out[0] = route.src;
+    out[1] = route.dst;
+    return 2;
+  }
   if (src->rt == dst->rt || !same_gpu(src, dst) || src->can_export || dst->can_export ||
       !src->can_import || !dst->can_import)
-    return NULL;
-  return exporter_for(src);
+    return 0;
+  out[0] = exporter_for(src);
+  return out[0] != NULL;
 }
 
 void xfer_imports_release(xfer_import *imports, int *nimports)
@@ -136,6 +199,16 @@ static xfer_code arena_ready(xfer_device *exporter, size_t n, xfer_arena **out, 
 
 /* -- The move ------------------------------------------------------------------------------ */
 
+/* A buffer as the peer runtime's device `alias` sees it: its own, or imported once. */
+static xfer_code peer_view(xfer_tensor *t, xfer_device *alias, void **view, xfer_error *err)
+{
+  if (t->dev == alias) {
+    *view = t->buf;
+    return XFER_E_OK;
+  }
+  return imported(t->dev, t->buf, t->nbytes, t->imports, &t->nimports, alias, view, err);
+}
+
 xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   xfer_device *from = src->dev, *to = dst->dev;
@@ -143,6 +216,17 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
   size_t n = src->nbytes;
   void *view = NULL;
   xfer_code rc;
+  peer_route route;
+  if (peer_route_for(from, to, &route)) { /* two GPUs: one peer copy between two views */
+    void *src_view = NULL, *dst_view = NULL;
+    rc = peer_view(src, route.src, &src_view, err);
+    if (!rc) rc = peer_view(dst, route.dst, &dst_view, err);
+    return rc ? rc : route.src->rt->backend->peer(route.dst, dst_view, route.src, src_view, n, err);
+  }
+  if (!same_gpu(from, to)) /* planned as a peer copy, but a device it needs was lost since */
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan",
+                        "interop between %s and %s is no longer possible: a device it needs was lost",
+                        from->name, to->name);
   if (from->can_export && to->can_import) { /* the target copies out of the source */
     rc = imported(from, src->buf, n, src->imports, &src->nimports, to, &view, err);
     return rc ? rc : tb->copy_imported(to, dst->buf, view, n, 0, err);
@@ -156,6 +240,10 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
   void *src_view = NULL, *dst_view = NULL;
   xfer_ctx *ctx = from->ctx;
   xfer_device *exporter = exporter_for(from); /* locked already, with both ends */
+  if (!exporter) /* lost since the move was planned */
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan",
+                        "interop between %s and %s is no longer possible: a device it needs was lost",
+                        from->name, to->name);
   pthread_mutex_lock(&ctx->arena_lock);
   rc = arena_ready(exporter, n, &a, err);
   if (!rc) rc = imported(a->dev, a->buf, a->size, a->imports, &a->nimports, from, &src_view, err);

@@ -91,7 +91,8 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
         src->rt == dst->rt)
       return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
-                    "UUIDs); %s and %s are not", src->name, dst->name);
+                    "UUIDs), or two GPUs that CUDA joins with both ends' memory exported to it; "
+                    "%s and %s are neither", src->name, dst->name);
     return refuse(why, cap, "%s and %s share a GPU, but neither can export its memory as an "
                   "opaque fd to the other (nor can a Vulkan device of that GPU)",
                   src->name, dst->name);
@@ -121,7 +122,19 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
              src->dev->rt->name);
     add_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
     break;
-  case XFER_PATH_INTEROP:
+  case XFER_PATH_INTEROP: {
+    xfer_device *src_alias = NULL, *dst_alias = NULL;
+    if (xfer_interop_peers(src->dev, dst, &src_alias, &dst_alias)) {
+      snprintf(plan->reason, sizeof plan->reason,
+               "%s and %s are two GPUs that %s joins: one peer copy through exported memory, "
+               "no host", from, to, src_alias->rt->name);
+      if (src_alias != src->dev)
+        add_step(plan, "export %s's buffer, import it into %s once", from, src_alias->name);
+      if (dst_alias != dst)
+        add_step(plan, "export %s's buffer, import it into %s once", to, dst_alias->name);
+      add_step(plan, "peer copy of %zu bytes from %s to %s", n, src_alias->name, dst_alias->name);
+      break;
+    }
     snprintf(plan->reason, sizeof plan->reason,
              "%s and %s are one GPU: device copies through exported memory, no host", from, to);
     if (src->dev->can_export && dst->can_import)
@@ -135,6 +148,7 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
       add_step(plan, "copy them on %s out of the arena", to);
     }
     break;
+  }
   case XFER_PATH_STAGED: {
     xfer_config cfg = src->dev->ctx->config;
     snprintf(plan->reason, sizeof plan->reason,
