@@ -91,7 +91,8 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
         src->rt == dst->rt)
       return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
-                    "UUIDs), or two GPUs that CUDA joins with both ends' memory exported to it; "
+                    "UUIDs), or two GPUs that CUDA joins, one end CUDA's and the other's memory "
+                    "exported to it; "
                     "%s and %s are neither", src->name, dst->name);
     return refuse(why, cap, "%s and %s share a GPU, but neither can export its memory as an "
                   "opaque fd to the other (nor can a Vulkan device of that GPU)",
