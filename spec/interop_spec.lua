@@ -61,6 +61,7 @@ describe("interop #cuda #vulkan #opencl", function()
                                { rt = a.runtime, op = "import" }, { rt = b.runtime, op = "import" },
                                { rt = "cuda", op = "import" }, { rt = "cuda", op = "map" },
                                { rt = a.runtime, op = "copy" }, { rt = b.runtime, op = "copy" },
+                               { rt = "cuda", op = "copy" }, { rt = "cuda", op = "alloc" },
                                { rt = "cuda", op = "peer" }, { rt = "opencl", op = "sync" } }) do
         it(("a %s fault in %s: raised with its phase, source intact, nothing leaked"):format(phase.op, phase.rt), function()
           local bytes = h.random_bytes(1024 * 1024 + 5)

@@ -29,7 +29,7 @@ describe("transfers", function()
       local t = xfer.zeros({ 4 })
       local cases = {
         same_runtime = "same_runtime moves between two devices; host is both ends",
-        interop = "interop needs two runtimes on one physical GPU (equal device UUIDs), or two GPUs that CUDA joins, one end CUDA's and the other's memory exported to it; host and host are neither",
+        interop = "interop needs two runtimes on one physical GPU (equal device UUIDs), or two GPUs that CUDA joins, each end CUDA's or exported to it; host and host are neither",
         staged = "staged moves between two devices; host is host memory, which the host path moves in one copy",
       }
       for via, message in pairs(cases) do

@@ -52,9 +52,9 @@ static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
   return NULL;
 }
 
-/* Two GPUs that a runtime with peer copies (CUDA, over NVLink) joins, where one end is that
-** runtime's and the other belongs to another runtime (Vulkan) that exports its memory to
-** the runtime's device on its GPU: the move is one peer copy, no host. */
+/* Two GPUs that a runtime with peer copies (CUDA, over NVLink) joins, where an end of
+** another runtime (Vulkan) exports its memory to the runtime's device on its GPU: the move
+** is a peer copy, no host. */
 typedef struct peer_route {
   xfer_device *src, *dst;       /* the peer runtime's devices standing for both ends */
 } peer_route;
@@ -68,10 +68,7 @@ static int peer_route_for(const xfer_device *src, const xfer_device *dst, peer_r
     const xfer_runtime *rt = &ctx->runtimes[r];
     if (!rt->available || !rt->backend || !rt->backend->peer) continue;
     xfer_device *s = peer_alias(src, rt), *d = peer_alias(dst, rt);
-    /* one end at least must be the runtime's own memory: between two imported views the
-    ** peer copy ran at 38.6 GB/s on two H200s (the driver does not map imports for the
-    ** peer), slower than staging (41), against 388 with one end its own */
-    if (s && d && s != d && (s == src || d == dst)) {
+    if (s && d && s != d) {
       route->src = s;
       route->dst = d;
       return 1;
@@ -223,7 +220,21 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
     void *src_view = NULL, *dst_view = NULL;
     rc = peer_view(src, route.src, &src_view, err);
     if (!rc) rc = peer_view(dst, route.dst, &dst_view, err);
-    return rc ? rc : route.src->rt->backend->peer(route.dst, dst_view, route.src, src_view, n, err);
+    if (rc) return rc;
+    const xfer_backend *pb = route.src->rt->backend;
+    if (route.src == from || route.dst == to)
+      return pb->peer(route.dst, dst_view, route.src, src_view, n, err);
+    /* Both ends imported: a peer copy between two imports ran at 38.6 GB/s on two H200s
+    ** (slower than staging; the driver does not map imports for the peer), against 388 with
+    ** one end the runtime's own. So the source is first copied within its GPU into memory
+    ** of its own, freed when the move ends. */
+    void *scratch = NULL;
+    rc = xfer_buffer_alloc(route.src, n, &scratch, err);
+    if (rc) return rc;
+    rc = pb->copy(route.src, scratch, 0, src_view, 0, n, err);
+    if (!rc) rc = pb->peer(route.dst, dst_view, route.src, scratch, n, err);
+    xfer_buffer_free(route.src, scratch, n);
+    return rc;
   }
   if (!same_gpu(from, to)) /* planned as a peer copy, but a device it needs was lost since */
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan",

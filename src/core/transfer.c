@@ -91,8 +91,7 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
         src->rt == dst->rt)
       return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
-                    "UUIDs), or two GPUs that CUDA joins, one end CUDA's and the other's memory "
-                    "exported to it; "
+                    "UUIDs), or two GPUs that CUDA joins, each end CUDA's or exported to it; "
                     "%s and %s are neither", src->name, dst->name);
     return refuse(why, cap, "%s and %s share a GPU, but neither can export its memory as an "
                   "opaque fd to the other (nor can a Vulkan device of that GPU)",
@@ -133,6 +132,8 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
         add_step(plan, "export %s's buffer, import it into %s once", from, src_alias->name);
       if (dst_alias != dst)
         add_step(plan, "export %s's buffer, import it into %s once", to, dst_alias->name);
+      if (src_alias != src->dev && dst_alias != dst)
+        add_step(plan, "copy %zu bytes on %s into scratch memory of its own", n, src_alias->name);
       add_step(plan, "peer copy of %zu bytes from %s to %s", n, src_alias->name, dst_alias->name);
       break;
     }
