@@ -61,8 +61,9 @@ typedef struct peer_route {
 
 static int peer_route_for(const xfer_device *src, const xfer_device *dst, peer_route *route)
 {
-  if (src == dst || src->rt == dst->rt || !src->has_uuid || !dst->has_uuid || same_gpu(src, dst))
-    return 0;
+  if (src == dst || (src->rt == dst->rt && src->rt->backend->peer) || !src->has_uuid ||
+      !dst->has_uuid || same_gpu(src, dst))
+    return 0; /* a runtime's copy between its own devices is same_runtime's */
   xfer_ctx *ctx = src->ctx;
   for (size_t r = 0; r < ctx->nruntimes; r++) {
     const xfer_runtime *rt = &ctx->runtimes[r];
