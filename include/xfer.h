@@ -250,7 +250,7 @@ void xfer_trace(xfer_ctx *ctx, int on);
 
 typedef struct xfer_config {
   size_t staging_chunk;  /* bytes per staging chunk of the staged path (default 4 MiB) */
-  int staging_depth;     /* chunks in flight, at least 2 (default 4) */
+  int staging_depth;     /* chunks in flight, at least 2 (default 3) */
 } xfer_config;
 
 /* Returns what is kept for reuse (staging chunks, the interop arena) to the drivers. */

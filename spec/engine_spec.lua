@@ -38,7 +38,7 @@ describe("transfer engine", function()
   before_each(function() xfer.faults.clear() end)
   after_each(function()
     xfer.faults.clear()
-    xfer.config({ staging_chunk = 4 * 1024 * 1024, staging_depth = 4 })
+    xfer.config({ staging_chunk = 4 * 1024 * 1024, staging_depth = 3 })
   end)
 
   describe("every pair of devices", function()
@@ -89,7 +89,7 @@ describe("transfer engine", function()
       local t = xfer.zeros({ 1024 }, { device = a })
       local plan = xfer.plan(t, b)
       if plan.path ~= "staged" then return pending(a.name .. " and " .. b.name .. " take " .. plan.path) end
-      assert.are.equal(("%s and %s share no memory: pipelined through 4 host chunks of 4194304 bytes"):format(
+      assert.are.equal(("%s and %s share no memory: pipelined through 3 host chunks of 4194304 bytes"):format(
         a.name, b.name), plan.reason)
     end)
 
@@ -226,8 +226,8 @@ describe("transfer engine", function()
   end)
 
   describe("settings", function()
-    it("has defaults of 4 MiB chunks, four in flight", function()
-      assert.are.same({ staging_chunk = 4194304, staging_depth = 4 }, xfer.config())
+    it("has defaults of 4 MiB chunks, three in flight", function()
+      assert.are.same({ staging_chunk = 4194304, staging_depth = 3 }, xfer.config())
     end)
 
     it("refuses what cannot work", function()
@@ -241,7 +241,7 @@ describe("transfer engine", function()
         local e = h.raises("invalid", xfer.config, case[1])
         assert.are.equal(case[2], e.message)
       end
-      assert.are.same({ staging_chunk = 4194304, staging_depth = 4 }, xfer.config())
+      assert.are.same({ staging_chunk = 4194304, staging_depth = 3 }, xfer.config())
     end)
   end)
 end)

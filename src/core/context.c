@@ -76,7 +76,7 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
   pthread_mutex_init(&ctx->arena_lock, NULL);
   pthread_cond_init(&ctx->idle, NULL);
   ctx->config.staging_chunk = (size_t)4 << 20;
-  ctx->config.staging_depth = 4;
+  ctx->config.staging_depth = 3;
   const char *trace = getenv("XFER_TRACE");
   ctx->trace = trace && *trace && strcmp(trace, "0");
   for (size_t i = 0; i < XFER_RUNTIMES; i++) {
