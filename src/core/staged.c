@@ -72,7 +72,7 @@ uint64_t xfer_staging_bytes(const xfer_ctx *ctx)
 typedef struct pipeline {
   pthread_mutex_t lock;
   pthread_cond_t moved;
-  xfer_tensor *src, *dst;
+  xfer_tensor *src;
   const xfer_staging *pool;
   size_t chunks;
   size_t read;                  /* chunks read into the ring so far (finished) */
@@ -226,7 +226,7 @@ static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   xfer_ctx *ctx = src->dev->ctx;
   xfer_code rc;
-  pipeline p = {.src = src, .dst = dst, .pool = ctx->staging};
+  pipeline p = {.src = src, .pool = ctx->staging};
   p.chunks = (src->nbytes + p.pool->chunk - 1) / p.pool->chunk;
   if (p.chunks == 1) { /* one chunk: nothing to overlap, no thread to pay for */
     rc = src->dev->rt->backend->read(src->dev, src->buf, 0, p.pool->slot[0], src->nbytes, err);
