@@ -119,11 +119,22 @@ typedef struct xfer_device_info {
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);
 xfer_ctx *xfer_device_ctx(const xfer_device *dev);
 
+/* A device's caching allocator, as torch.cuda.memory_stats counts it. Tensors hold blocks
+** of segments (driver allocations); a freed block goes back to the cache. */
 typedef struct xfer_memory_info {
-  uint64_t in_use;       /* bytes held by live tensors and transfers on the device */
-  uint64_t peak;         /* most in_use has been since the context opened */
-  uint64_t buffers;      /* live buffers: tensors and transfers' staging */
-  uint64_t cached;       /* kept for reuse, not in use: the staged path's host chunks */
+  uint64_t in_use;         /* bytes live tensors and moves asked for */
+  uint64_t peak;           /* most in_use has been since the context opened */
+  uint64_t allocated;      /* bytes of blocks held (sizes rounded up to their class) */
+  uint64_t peak_allocated;
+  uint64_t reserved;       /* bytes held from the driver: allocated + cached */
+  uint64_t peak_reserved;
+  uint64_t cached;         /* held from the driver for reuse, in no block in use */
+  uint64_t buffers;        /* blocks held */
+  uint64_t segments;       /* driver allocations held */
+  uint64_t driver_allocs;  /* allocations the driver made (or refused) so far */
+  uint64_t driver_frees;   /* allocations given back to the driver so far */
+  uint64_t cache_hits;     /* blocks served from the cache, no driver call */
+  uint64_t oom_retries;    /* allocations retried after the driver refused one */
 } xfer_memory_info;
 
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out);
@@ -251,14 +262,32 @@ void xfer_trace(xfer_ctx *ctx, int on);
 typedef struct xfer_config {
   size_t staging_chunk;  /* bytes per staging chunk of the staged path (default 4 MiB) */
   int staging_depth;     /* chunks in flight, at least 2 (default 3) */
+  int cache;             /* 1: freed blocks are kept for reuse (default; XFER_CACHE=0 turns
+                         ** it off: every allocation and free reaches the driver) */
+  uint64_t cache_limit;  /* bytes each device may keep cached; beyond, freed blocks go
+                         ** back to the driver (0: no limit, the default) */
 } xfer_config;
 
-/* Returns what is kept for reuse (staging chunks, the interop arena) to the drivers. */
-void xfer_empty_cache(xfer_ctx *ctx);
+/* Gives what `dev` keeps cached back to its driver (every device's when dev is NULL). */
+void xfer_empty_cache(xfer_ctx *ctx, xfer_device *dev);
 
 void xfer_config_get(const xfer_ctx *ctx, xfer_config *out);
-/* XFER_E_INVALID for a chunk under 4 KiB or over 1 GiB, or a depth outside 2..16. */
+/* XFER_E_INVALID for a chunk under 4 KiB or over 1 GiB, or a depth outside 2..16. Turning
+** the cache off, or lowering its limit, gives back what is over it at once. */
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err);
+
+/* -- Help for a garbage collector ----------------------------------------------------- */
+
+/* A collector of the host application (the Lua binding's) cannot see device memory. When
+** a driver refuses an allocation, the core empties that device's cache, calls `reclaim`
+** (on the thread that allocates; it must not call into xferlua except to free tensors),
+** empties the cache again, and retries once when memory came back. NULL removes it. */
+void xfer_set_reclaim(xfer_ctx *ctx, void (*reclaim)(void *arg), void *arg);
+/* 1 when tensor bytes allocated since the last collection have passed a threshold that
+** grows with what was live after it: the application should collect now, then call
+** xfer_gc_done. */
+int xfer_gc_due(xfer_ctx *ctx);
+void xfer_gc_done(xfer_ctx *ctx);
 
 /* -- Fault injection ---------------------------------------------------------- */
 

@@ -58,6 +58,7 @@ describe("fault injection (host)", function()
       local t = xfer.arange(8)
       local bytes = t:tobytes()
       local before = h.in_use(host)
+      if case.op == "alloc" then h.uncached() end
       xfer.faults.inject({ runtime = "host", op = case.op })
       local e = h.raises(case.code, case.run, t)
       assert.are.equal(case.op, e.op)
@@ -83,6 +84,7 @@ describe("fault injection (host)", function()
   end)
 
   it("a fresh allocation failure names only the device", function()
+    h.uncached()
     xfer.faults.inject({ runtime = "host", op = "alloc" })
     local e = h.raises("alloc", xfer.empty, { 2 })
     assert.are.equal("Failed to allocate 8 bytes on host: ENOMEM (12): Cannot allocate memory [injected fault]",

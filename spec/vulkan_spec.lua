@@ -73,6 +73,7 @@ describe("vulkan specifics #vulkan", function()
                        "(scripts/test runs this again with XFER_VULKAN_NO_MAP=1)")
       end
       local bytes = h.random_bytes(4 * 1024 * 1024)
+      h.uncached() -- host memory no Vulkan device has imported yet
       local t = xfer.tensor(bytes, { dtype = "u8" })
       xfer.faults.inject({ runtime = "vulkan", op = "import", count = 100 })
       assert.are.equal(bytes, t:to(dev):tobytes())

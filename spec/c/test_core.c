@@ -177,7 +177,8 @@ static void test_engine(xfer_ctx *ctx)
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
   CHECK(cfg.staging_chunk == 4u << 20 && cfg.staging_depth == 3);
-  xfer_config bad = {100, 2};
+  xfer_config bad = cfg;
+  bad.staging_chunk = 100;
   CHECK(xfer_config_set(ctx, &bad, &err) == XFER_E_INVALID);
   xfer_stats_reset(ctx);
   xfer_shape shape = {1, {1024}};

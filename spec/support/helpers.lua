@@ -26,6 +26,24 @@ function helpers.in_use(dev)
   return xfer.memory(dev).in_use
 end
 
+--- For the rest of the running spec, every allocation reaches the driver (caching off,
+--- every cache given back, nothing left for the collector to reclaim): an injected alloc
+--- fault only fails a driver call, and host memory is imported or pinned afresh. Call it
+--- inside an `it`; the setting comes back when the spec ends.
+function helpers.uncached()
+  local saved = xfer.config().cache
+  getfenv(2).finally(function() xfer.config({ cache = saved }) end) -- busted's, in the spec's env
+  collectgarbage()
+  collectgarbage()
+  xfer.config({ cache = false })
+end
+
+--- The settings a spec starts from: the defaults, caching as XFER_CACHE says.
+function helpers.default_config()
+  return { staging_chunk = 4194304, staging_depth = 3, cache = os.getenv("XFER_CACHE") ~= "0",
+           cache_limit = 0 }
+end
+
 --- The xferlua binary under test (scripts/test sets XFERLUA).
 function helpers.xferlua()
   return os.getenv("XFERLUA") or "./build/xferlua"

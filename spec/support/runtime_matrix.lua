@@ -110,6 +110,7 @@ local function device_matrix(dev)
         local src = u8(bytes)
         if case.source == "device" then src = src:to(dev) end
         local dev_before, host_before = h.in_use(dev), h.in_use(host)
+        if case.op == "alloc" then h.uncached() end
         xfer.faults.inject({ runtime = runtime, op = case.op })
         local e = h.raises(case.code, case.run, src)
         assert.are.equal(case.op, e.op)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend_call.h"
 
 #ifdef XFER_WITH_OPENCL
 #define OPENCL_BACKEND &xfer_backend_opencl
@@ -49,6 +49,11 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
     snprintf(rt->reason, sizeof rt->reason, "%s", runtime_table[i].missing);
     return;
   }
+  if (rt->backend->version != XFER_BACKEND_VERSION) { /* built against another core */
+    snprintf(rt->reason, sizeof rt->reason, "its backend table is version %d, the core's %d",
+             rt->backend->version, XFER_BACKEND_VERSION);
+    return;
+  }
   xfer_error err;
   if (rt->backend->open(rt, &err) != XFER_E_OK) {
     snprintf(rt->reason, sizeof rt->reason, "%s", err.message);
@@ -72,11 +77,8 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
   if (!ctx) return xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory");
   ctx->refs = 1;
   pthread_mutex_init(&ctx->lock, NULL);
-  pthread_mutex_init(&ctx->staging_lock, NULL);
-  pthread_mutex_init(&ctx->arena_lock, NULL);
   pthread_cond_init(&ctx->idle, NULL);
-  ctx->config.staging_chunk = (size_t)4 << 20;
-  ctx->config.staging_depth = 3;
+  xfer_mem_config_init(ctx);
   const char *trace = getenv("XFER_TRACE");
   ctx->trace = trace && *trace && strcmp(trace, "0");
   for (size_t i = 0; i < XFER_RUNTIMES; i++) {
@@ -107,8 +109,7 @@ xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx)
 void xfer_ctx_release(xfer_ctx *ctx)
 {
   if (!ctx || __atomic_sub_fetch(&ctx->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
-  xfer_staging_release(ctx); /* host buffers the runtimes may hold pinned: before they close */
-  xfer_arena_release(ctx);
+  xfer_mem_release_all(ctx); /* pinned and imported memory: before the runtimes close */
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
     if (rt->opened && rt->backend->close) rt->backend->close(rt);
@@ -118,8 +119,6 @@ void xfer_ctx_release(xfer_ctx *ctx)
   xfer_host_registry_clear(ctx);
   xfer_stats_clear(ctx);
   pthread_mutex_destroy(&ctx->lock);
-  pthread_mutex_destroy(&ctx->staging_lock);
-  pthread_mutex_destroy(&ctx->arena_lock);
   pthread_cond_destroy(&ctx->idle);
   free(ctx);
 }
@@ -156,7 +155,8 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
     ctx->cap = cap;
   }
   xfer_device *dev = calloc(1, sizeof *dev);
-  if (!dev) {
+  if (!dev || xfer_mem_device_init(dev, !strcmp(rt->name, "host")) != XFER_E_OK) {
+    free(dev);
     xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory listing devices");
     return NULL;
   }
@@ -180,6 +180,7 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
 
 void xfer_device_destroy(xfer_device *dev)
 {
+  xfer_mem_device_fini(dev);
   pthread_mutex_destroy(&dev->lock);
   free(dev);
 }
@@ -312,61 +313,17 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->cc_minor = dev->cc_minor;
   out->has_driver_uuid = dev->has_driver_uuid;
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
-  if (dev->rt->backend->memory) {
-    uint64_t free_bytes = 0, total = 0;
-    xfer_device_lock(dev);
-    xfer_code rc = dev->rt->backend->memory(dev, &free_bytes, &total, err);
-    xfer_device_unlock(dev);
-    if (rc && rc != XFER_E_UNSUPPORTED) return rc;
-    if (!rc) { /* unsupported: the driver cannot tell, and free_memory stays unknown */
-      out->has_free_memory = 1;
-      out->free_memory = free_bytes;
-      if (total) out->total_memory = total;
-    }
+  uint64_t free_bytes = 0, total = 0;
+  xfer_device_lock(dev);
+  xfer_code rc = xfer_be_memory(dev, &free_bytes, &total, err);
+  xfer_device_unlock(dev);
+  if (rc && rc != XFER_E_UNSUPPORTED) return rc;
+  if (!rc) { /* unsupported: the driver cannot tell, and free_memory stays unknown */
+    out->has_free_memory = 1;
+    out->free_memory = free_bytes;
+    if (total) out->total_memory = total;
   }
   return XFER_E_OK;
 }
 
 xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
-
-void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
-{
-  pthread_mutex_lock(&dev->ctx->lock);
-  *out = dev->mem;
-  pthread_mutex_unlock(&dev->ctx->lock);
-  out->cached = (xfer_is_host(dev) ? xfer_staging_bytes(dev->ctx) : 0) +
-                xfer_arena_bytes(dev);
-}
-
-/* -- Buffers ---------------------------------------------------------------------- */
-
-xfer_code xfer_buffer_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
-{
-  *buf = NULL;
-  if (dev->lost)
-    return xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost", dev->name);
-  if (nbytes == 0) return XFER_E_OK; /* nothing to hold: no driver call */
-  xfer_device_lock(dev);
-  xfer_code rc = dev->rt->backend->alloc(dev, nbytes, buf, err);
-  if (!rc) {
-    pthread_mutex_lock(&dev->ctx->lock); /* the host's counters are shared by every thread */
-    dev->mem.in_use += nbytes;
-    dev->mem.buffers++;
-    if (dev->mem.in_use > dev->mem.peak) dev->mem.peak = dev->mem.in_use;
-    pthread_mutex_unlock(&dev->ctx->lock);
-  }
-  xfer_device_unlock(dev);
-  return rc;
-}
-
-void xfer_buffer_free(xfer_device *dev, void *buf, size_t nbytes)
-{
-  if (nbytes == 0) return;
-  xfer_device_lock(dev);
-  dev->rt->backend->free(dev, buf, nbytes);
-  pthread_mutex_lock(&dev->ctx->lock);
-  dev->mem.in_use -= nbytes;
-  dev->mem.buffers--;
-  pthread_mutex_unlock(&dev->ctx->lock);
-  xfer_device_unlock(dev);
-}

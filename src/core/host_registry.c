@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend_call.h"
 
 /* Index of the first span whose base is above `ptr`. */
 static size_t upper_bound(const xfer_ctx *ctx, const char *ptr)
@@ -57,10 +57,7 @@ void xfer_host_registry_remove(xfer_ctx *ctx, void *base, size_t size)
     ctx->nhost_spans--;
   }
   pthread_mutex_unlock(&ctx->lock);
-  for (size_t r = 0; r < ctx->nruntimes; r++) {
-    xfer_runtime *rt = &ctx->runtimes[r];
-    if (rt->opened && rt->backend->host_forget) rt->backend->host_forget(rt, base, size);
-  }
+  for (size_t r = 0; r < ctx->nruntimes; r++) xfer_be_host_forget(&ctx->runtimes[r], base, size);
 }
 
 int xfer_host_registry_find(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out)

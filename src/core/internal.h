@@ -17,7 +17,7 @@ typedef struct xfer_runtime xfer_runtime;
 /* One table per runtime. A buffer is whatever the backend says it is (a pointer, a
 ** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
 ** bytes. Optional members are NULL, and the core checks before calling. */
-#define XFER_BACKEND_VERSION 1
+#define XFER_BACKEND_VERSION 2 /* 2: peer and copy_imported take offsets (blocks of segments) */
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
@@ -40,8 +40,8 @@ typedef struct xfer_backend {
   xfer_code (*copy)(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                     size_t src_offset, size_t n, xfer_error *err);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
-  xfer_code (*peer)(xfer_device *dst_dev, void *dst, xfer_device *src_dev, void *src,
-                    size_t n, xfer_error *err);
+  xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
+                    void *src, size_t src_offset, size_t n, xfer_error *err);
   /* optional, queued host moves (the staged pipeline): write/read that may return once
   ** the driver has the work (*queued = 1), leaving the host memory untouched until
   ** finish(slot) has returned. `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish.
@@ -64,8 +64,9 @@ typedef struct xfer_backend {
   void (*release_import)(xfer_device *dev, void *buf, void *handle);
   /* optional, interop: copy n bytes between one of the device's buffers and an imported
   ** one (into_imported: buf -> imported, else imported -> buf), done when it returns */
-  xfer_code (*copy_imported)(xfer_device *dev, void *buf, void *imported, size_t n,
-                             int into_imported, xfer_error *err);
+  xfer_code (*copy_imported)(xfer_device *dev, void *buf, size_t offset, void *imported,
+                             size_t imported_offset, size_t n, int into_imported,
+                             xfer_error *err);
   /* optional: the host address of a buffer the CPU can use in place, else NULL */
   void *(*host_address)(xfer_device *dev, void *buf);
   /* optional: host memory [base, base+size) is about to be freed; drop anything the
@@ -105,7 +106,7 @@ struct xfer_device {
   uint8_t uuid[16];
   uint8_t driver_uuid[16];      /* opaque-fd interop needs equal driver UUIDs too */
   void *impl;
-  xfer_memory_info mem;
+  struct xfer_allocator *alloc; /* its caching allocator (memory.c) */
   int lost;                     /* set once the driver says the device is gone */
   int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
   pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
@@ -130,16 +131,19 @@ struct xfer_ctx {
   size_t nfaults;
   struct xfer_host_span *host_spans; /* live host buffers, by address */
   size_t nhost_spans, host_spans_cap;
-  pthread_mutex_t lock;         /* faults, stats, host registry, memory counters */
-  pthread_mutex_t staging_lock; /* the staged path's chunks: one staged move at a time */
-  pthread_mutex_t arena_lock;   /* the interop arena: one move through it at a time */
+  pthread_mutex_t lock;         /* faults, stats, host registry, busy tensors */
   pthread_cond_t idle;          /* a tensor stopped being busy */
   xfer_stat *stats;
   size_t nstats, stats_cap;
   int trace;
   xfer_config config;
-  struct xfer_staging *staging; /* host chunks of the staged path, made once */
-  struct xfer_arena *arena;     /* exported memory two importers share, made once */
+  /* The host application's reclaimer (the Lua binding's full GC): run when a driver
+  ** refuses memory, so that tensors nobody references give their blocks back. */
+  void (*reclaim)(void *arg);
+  void *reclaim_arg;
+  uint64_t gc_debt;             /* tensor bytes allocated since the last collection (atomic) */
+  uint64_t gc_baseline;         /* tensor bytes live after the last collection (atomic) */
+  uint64_t tensor_bytes;        /* tensor bytes live now (atomic) */
 };
 
 /* A live host buffer: runtimes may register or import it, and must let go before it is
@@ -149,12 +153,54 @@ typedef struct xfer_host_span {
   size_t size;
 } xfer_host_span;
 
-/* The buffer of a tensor (or of the interop arena) as another runtime imported it. */
+/* A segment's memory as another runtime imported it. */
 #define XFER_MAX_IMPORTS 4
 typedef struct xfer_import {
   xfer_device *dev;             /* the importing device */
   void *buf, *handle;
 } xfer_import;
+
+/* -- Memory (memory.c) ------------------------------------------------------------ */
+
+/* A segment is one driver allocation; blocks are carved from it. What the memory has cost
+** stays with the segment for as long as the driver's allocation lives: its imports into
+** other runtimes here, and (for host segments) the pins and imports runtimes keep for the
+** span, which they drop in host_forget when the segment goes back to the system. */
+typedef struct xfer_segment {
+  xfer_device *dev;
+  void *buf;                    /* the backend's buffer */
+  size_t size;
+  int small;                    /* of the small pool */
+  xfer_import imports[XFER_MAX_IMPORTS];
+  int nimports;
+  struct xfer_block *first;     /* its blocks, in address order */
+  struct xfer_segment *prev, *next; /* the device's segments */
+} xfer_segment;
+
+typedef struct xfer_block {
+  xfer_segment *seg;
+  void *buf;                    /* seg->buf: what backends are given, with `offset` */
+  size_t offset, size;          /* in the segment; size is rounded */
+  size_t requested;             /* what the caller asked for (0 while free) */
+  int allocated;
+  struct xfer_block *prev, *next; /* neighbours in the segment */
+} xfer_block;
+
+/* A block of at least nbytes (NULL for 0 bytes): from the device's cache, or from the
+** driver (emptying the cache, running the reclaimer and retrying once when it refuses). */
+xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer_error *err);
+/* Back to the cache (or to the driver, when caching is off or over the limit). */
+void xfer_mem_free(xfer_block *b);
+/* host: blocks are whole pages, so any host block can be pinned or imported in place */
+xfer_code xfer_mem_device_init(xfer_device *dev, int host);
+void xfer_mem_device_fini(xfer_device *dev);
+/* At close, before the runtimes: every cached segment back to its driver. */
+void xfer_mem_release_all(xfer_ctx *ctx);
+/* Reads XFER_CACHE; the defaults. */
+void xfer_mem_config_init(xfer_ctx *ctx);
+/* Tensor bytes made and dropped, for the GC pressure count. */
+void xfer_mem_tensor_made(xfer_ctx *ctx, size_t nbytes);
+void xfer_mem_tensor_dropped(xfer_ctx *ctx, size_t nbytes);
 
 struct xfer_tensor {
   int refs;
@@ -162,10 +208,10 @@ struct xfer_tensor {
   xfer_dtype dtype;
   xfer_shape shape;
   size_t numel, nbytes;
-  void *buf;
+  xfer_block *block;            /* NULL for 0 bytes */
+  void *buf;                    /* block->buf, and the tensor starts at `offset` in it */
+  size_t offset;
   int freed;
-  xfer_import imports[XFER_MAX_IMPORTS]; /* kept until the buffer is freed */
-  int nimports;
   int busy;                     /* moves using it now: free() waits for them (ctx->lock) */
 };
 
@@ -203,7 +249,7 @@ void xfer_device_unlock(xfer_device *dev);
 void xfer_device_lock_pair(xfer_device *a, xfer_device *b);
 void xfer_device_unlock_pair(xfer_device *a, xfer_device *b);
 /* What a move holds: the devices at both ends (and those an interop move may use besides:
-** the arena's exporter, or the CUDA devices standing for the ends of a peer copy across
+** the exporter two importers meet in, or the CUDA devices standing for the ends of a peer copy across
 ** two GPUs), locked in one global order, and both tensors marked busy. */
 typedef struct xfer_hold {
   xfer_device *devs[4];
@@ -212,10 +258,6 @@ typedef struct xfer_hold {
 } xfer_hold;
 void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_tensor *dst);
 void xfer_hold_drop(xfer_hold *h);
-
-/* Allocate/free through the backend, keeping the device's memory accounting. */
-xfer_code xfer_buffer_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err);
-void xfer_buffer_free(xfer_device *dev, void *buf, size_t nbytes);
 
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
@@ -243,7 +285,7 @@ double xfer_now(void);
 
 /* interop.c: the interop path. */
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
-/* The devices besides both ends that an interop move src -> dst uses (the arena's
+/* The devices besides both ends that an interop move src -> dst uses (the
 ** exporter, or the peer runtime's devices standing for the ends): how many, into out. */
 int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2]);
 /* 1, with the peer runtime's devices for both ends, when src -> dst is a peer copy through
@@ -252,13 +294,12 @@ int xfer_interop_peers(const xfer_device *src, const xfer_device *dst, xfer_devi
                        xfer_device **dst_alias);
 xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
 void xfer_imports_release(xfer_import *imports, int *nimports);
-void xfer_arena_release(xfer_ctx *ctx);
-uint64_t xfer_arena_bytes(const xfer_device *dev);
 
-/* staged.c: the staged path and its chunk pool. */
+/* staged.c: the staged path, its chunks from the host pool. */
 xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
-void xfer_staging_release(xfer_ctx *ctx);
-uint64_t xfer_staging_bytes(const xfer_ctx *ctx);
+/* The chunks a staged move of n bytes takes: how many (at most the depth), and *chunk their
+** size (at most the setting, no more than the move needs). */
+int xfer_staged_chunks(const xfer_ctx *ctx, size_t n, size_t *chunk);
 
 /* Page-aligned host memory; large blocks come populated (no page-fault storm). */
 void *xfer_host_pages_alloc(size_t nbytes);

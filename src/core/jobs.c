@@ -20,10 +20,22 @@ struct xfer_job {
   int joined;
 };
 
+/* The source is busy from the start call until the move has ended, so freeing it waits
+** for the move even when the thread has not taken its hold yet. */
+static void mark_busy(xfer_tensor *t, int by)
+{
+  xfer_ctx *ctx = t->dev->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  t->busy += by;
+  if (by < 0) pthread_cond_broadcast(&ctx->idle);
+  pthread_mutex_unlock(&ctx->lock);
+}
+
 static void *run_job(void *arg)
 {
   xfer_job *job = arg;
   job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
+  mark_busy(job->src, -1);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -39,7 +51,9 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   job->src = xfer_tensor_retain(src);
   job->dst = dst_dev;
   if (opts) job->opts = *opts;
+  mark_busy(src, 1);
   if (pthread_create(&job->thread, NULL, run_job, job)) {
+    mark_busy(src, -1);
     xfer_tensor_release(job->src);
     free(job);
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "to_async", "cannot start a transfer thread");

@@ -1,67 +1,55 @@
 /*
 ** staged.c -- the staged path: a move between two devices that cannot share memory runs
 ** through a ring of host chunks, a helper thread reading chunk k+1 off the source while
-** the calling thread writes chunk k to the target. The chunks are made once (host buffers
-** xferlua owns, so runtimes pin or import them once) and kept until the settings change
-** or the context closes.
+** the calling thread writes chunk k to the target. The chunks are blocks of the host pool
+** (memory.c), sized to the move: runtimes pin or import their segments once, and moves
+** between disjoint devices run at once, each with chunks of its own.
 */
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend_call.h"
 
 #define MAX_DEPTH 16
 _Static_assert(MAX_DEPTH <= XFER_QUEUE_SLOTS / 2, "a read and a write slot for each chunk");
 
+/* A move's chunks. */
 typedef struct xfer_staging {
   int depth;
   size_t chunk;
-  void *slot[MAX_DEPTH];
+  xfer_block *block[MAX_DEPTH];
+  char *slot[MAX_DEPTH];
 } xfer_staging;
 
-static void staging_free(xfer_ctx *ctx);
-
-void xfer_staging_release(xfer_ctx *ctx)
+int xfer_staged_chunks(const xfer_ctx *ctx, size_t n, size_t *chunk)
 {
-  pthread_mutex_lock(&ctx->staging_lock);
-  staging_free(ctx);
-  pthread_mutex_unlock(&ctx->staging_lock);
+  xfer_config cfg;
+  xfer_config_get(ctx, &cfg);
+  *chunk = n < cfg.staging_chunk ? n : cfg.staging_chunk;
+  size_t chunks = *chunk ? (n + *chunk - 1) / *chunk : 1;
+  return chunks < (size_t)cfg.staging_depth ? (int)chunks : cfg.staging_depth;
 }
 
-static void staging_free(xfer_ctx *ctx)
+static void staging_free(xfer_staging *st)
 {
-  xfer_staging *st = ctx->staging;
-  if (!st) return;
-  xfer_device *host = xfer_host_of(ctx);
-  for (int s = 0; s < st->depth; s++)
-    if (st->slot[s]) host->rt->backend->free(host, st->slot[s], st->chunk);
-  free(st);
-  ctx->staging = NULL;
+  for (int s = 0; s < st->depth; s++) xfer_mem_free(st->block[s]);
 }
 
-/* The pool is the host runtime's memory but no tensor's: it is reported as cached. */
-static xfer_code staging_ready(xfer_ctx *ctx, xfer_error *err)
+static xfer_code staging_take(xfer_ctx *ctx, size_t n, xfer_staging *st, xfer_error *err)
 {
-  if (ctx->staging) return XFER_E_OK;
-  xfer_staging *st = calloc(1, sizeof *st);
-  if (!st) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
-  st->depth = ctx->config.staging_depth;
-  st->chunk = ctx->config.staging_chunk;
-  ctx->staging = st;
+  memset(st, 0, sizeof *st);
+  int depth = xfer_staged_chunks(ctx, n, &st->chunk);
   xfer_device *host = xfer_host_of(ctx);
-  for (int s = 0; s < st->depth; s++) {
-    xfer_code rc = host->rt->backend->alloc(host, st->chunk, &st->slot[s], err);
+  for (st->depth = 0; st->depth < depth; st->depth++) {
+    xfer_code rc = xfer_mem_alloc(host, st->chunk, &st->block[st->depth], err);
     if (rc) {
-      staging_free(ctx);
+      staging_free(st);
       return rc;
     }
+    st->slot[st->depth] = xfer_be_host_address(host, st->block[st->depth]->buf,
+                                               st->block[st->depth]->offset);
   }
   return XFER_E_OK;
-}
-
-uint64_t xfer_staging_bytes(const xfer_ctx *ctx)
-{
-  return ctx->staging ? (uint64_t)ctx->staging->chunk * (uint64_t)ctx->staging->depth : 0;
 }
 
 /* -- The pipeline -------------------------------------------------------------------------- */
@@ -88,6 +76,7 @@ typedef struct side {
   int reading;
   xfer_device *dev;
   void *buf;
+  size_t base;                  /* the tensor's offset in buf */
   size_t started, finished;
   unsigned char queued[MAX_DEPTH]; /* per ring position: that chunk's move is in flight */
 } side;
@@ -107,25 +96,17 @@ static int slot_of(const side *s, size_t k)
 /* Starts chunk k's move; *queued says whether it is in flight (else it is done). */
 static xfer_code side_start(side *s, size_t k, int *queued, xfer_error *err)
 {
-  const xfer_backend *be = s->dev->rt->backend;
   const pipeline *p = s->p;
-  size_t off = k * p->pool->chunk, len = chunk_len(p, k);
+  size_t off = s->base + k * p->pool->chunk, len = chunk_len(p, k);
   void *host = p->pool->slot[k % (size_t)p->pool->depth];
-  int slot = slot_of(s, k);
-  *queued = 0;
-  if (s->reading)
-    return be->read_start ? be->read_start(s->dev, s->buf, off, host, len, slot, queued, err)
-                          : be->read(s->dev, s->buf, off, host, len, err);
-  return be->write_start ? be->write_start(s->dev, s->buf, off, host, len, slot, queued, err)
-                         : be->write(s->dev, s->buf, off, host, len, err);
+  return xfer_be_start(s->dev, !s->reading, s->buf, off, host, len, slot_of(s, k), queued, err);
 }
 
 /* Waits for chunk k's move, when it was queued. */
 static xfer_code side_finish(side *s, size_t k, xfer_error *err)
 {
-  const xfer_backend *be = s->dev->rt->backend;
   if (!s->queued[k % (size_t)s->p->pool->depth]) return XFER_E_OK;
-  return be->finish(s->dev, slot_of(s, k), err);
+  return xfer_be_finish(s->dev, slot_of(s, k), err);
 }
 
 /* May this side start chunk k now? (p->lock held) */
@@ -209,32 +190,31 @@ static void *reader(void *arg)
   return NULL;
 }
 
-static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
+static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor *dst,
+                           xfer_error *err);
 
-/* One staged move at a time uses the chunks. */
 xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
-  xfer_ctx *ctx = src->dev->ctx;
-  pthread_mutex_lock(&ctx->staging_lock);
-  xfer_code rc = staging_ready(ctx, err);
-  if (!rc) rc = staged_run(src, dst, err);
-  pthread_mutex_unlock(&ctx->staging_lock);
+  xfer_staging st;
+  xfer_code rc = staging_take(src->dev->ctx, src->nbytes, &st, err);
+  if (rc) return rc;
+  if (st.depth == 1) /* one chunk: nothing to overlap, no thread to pay for */
+    rc = xfer_be_read(src->dev, src->buf, src->offset, st.slot[0], src->nbytes, err);
+  if (st.depth == 1 && !rc)
+    rc = xfer_be_write(dst->dev, dst->buf, dst->offset, st.slot[0], src->nbytes, err);
+  if (st.depth > 1) rc = pipelined(&st, src, dst, err);
+  staging_free(&st); /* every queued move on the chunks has finished: the pool may reuse them */
   return rc;
 }
 
-static xfer_code staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor *dst,
+                           xfer_error *err)
 {
-  xfer_ctx *ctx = src->dev->ctx;
   xfer_code rc;
-  pipeline p = {.src = src, .pool = ctx->staging};
-  p.chunks = (src->nbytes + p.pool->chunk - 1) / p.pool->chunk;
-  if (p.chunks == 1) { /* one chunk: nothing to overlap, no thread to pay for */
-    rc = src->dev->rt->backend->read(src->dev, src->buf, 0, p.pool->slot[0], src->nbytes, err);
-    return rc ? rc : dst->dev->rt->backend->write(dst->dev, dst->buf, 0, p.pool->slot[0],
-                                                   src->nbytes, err);
-  }
-  side in = {.p = &p, .reading = 1, .dev = src->dev, .buf = src->buf};
-  side out = {.p = &p, .reading = 0, .dev = dst->dev, .buf = dst->buf};
+  pipeline p = {.src = src, .pool = st};
+  p.chunks = (src->nbytes + st->chunk - 1) / st->chunk;
+  side in = {.p = &p, .reading = 1, .dev = src->dev, .buf = src->buf, .base = src->offset};
+  side out = {.p = &p, .reading = 0, .dev = dst->dev, .buf = dst->buf, .base = dst->offset};
   pthread_mutex_init(&p.lock, NULL);
   pthread_cond_init(&p.moved, NULL);
   pthread_t thread;

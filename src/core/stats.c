@@ -84,21 +84,3 @@ void xfer_trace(xfer_ctx *ctx, int on)
   ctx->trace = on;
   pthread_mutex_unlock(&ctx->lock);
 }
-
-void xfer_config_get(const xfer_ctx *ctx, xfer_config *out) { *out = ctx->config; }
-
-xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
-{
-  if (config->staging_chunk < 4096 || config->staging_chunk > ((size_t)1 << 30))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "staging_chunk must be 4096 to 1073741824 bytes, not %zu",
-                        config->staging_chunk);
-  if (config->staging_depth < 2 || config->staging_depth > 16)
-    return xfer_err_set(err, XFER_E_INVALID, "config", "staging_depth must be 2 to 16, not %d",
-                        config->staging_depth);
-  if (config->staging_chunk != ctx->config.staging_chunk ||
-      config->staging_depth != ctx->config.staging_depth)
-    xfer_staging_release(ctx); /* the next staged move makes chunks of the new size */
-  ctx->config = *config;
-  return XFER_E_OK;
-}

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend_call.h"
 
 /* Fill and compare work in host chunks of this size, never a whole-tensor copy. */
 #define CHUNK_BYTES (1u << 20)
@@ -57,12 +57,15 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
   t->shape = *shape;
   t->numel = numel;
   t->nbytes = numel * xfer_dtype_size(dtype);
-  rc = xfer_buffer_alloc(dev, t->nbytes, &t->buf, err);
+  rc = xfer_mem_alloc(dev, t->nbytes, &t->block, err);
   if (rc) {
     xfer_err_frame(err, from, dev, t->nbytes);
     free(t);
     return rc;
   }
+  t->buf = t->block ? t->block->buf : NULL;
+  t->offset = t->block ? t->block->offset : 0;
+  xfer_mem_tensor_made(dev->ctx, t->nbytes);
   xfer_ctx_retain(dev->ctx);
   *out = t;
   return XFER_E_OK;
@@ -110,11 +113,12 @@ void xfer_tensor_free(xfer_tensor *t)
   t->freed = 1;
   pthread_mutex_unlock(&ctx->lock);
   if (was_freed) return;
-  xfer_device_lock(t->dev);
-  xfer_imports_release(t->imports, &t->nimports); /* importers let go before the memory */
-  xfer_buffer_free(t->dev, t->buf, t->nbytes);
+  /* no device lock: the block goes back to the cache, which has a lock of its own (so a
+  ** collector that frees tensors in the middle of a move takes no lock out of order) */
+  xfer_mem_free(t->block);
+  xfer_mem_tensor_dropped(ctx, t->nbytes);
+  t->block = NULL;
   t->buf = NULL;
-  xfer_device_unlock(t->dev);
 }
 
 void xfer_tensor_release(xfer_tensor *t)
@@ -147,9 +151,8 @@ size_t xfer_shape_format(xfer_dtype dtype, const xfer_shape *shape, char *buf, s
 
 void *xfer_tensor_host_data(xfer_tensor *t)
 {
-  const xfer_backend *be = t->dev->rt->backend;
-  if (t->freed || !be->host_address || t->nbytes == 0) return NULL;
-  return be->host_address(t->dev, t->buf);
+  if (t->freed || t->nbytes == 0) return NULL;
+  return xfer_be_host_address(t->dev, t->buf, t->offset);
 }
 
 static xfer_code check_size(const xfer_tensor *t, size_t nbytes, const char *op,
@@ -166,7 +169,7 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
   xfer_code rc = xfer_tensor_check(t, "read", err);
   if (!rc) rc = check_size(t, nbytes, "read", err);
   if (!rc && nbytes) {
-    rc = t->dev->rt->backend->read(t->dev, t->buf, 0, dst, nbytes, err);
+    rc = xfer_be_read(t->dev, t->buf, t->offset, dst, nbytes, err);
     if (rc) xfer_err_frame(err, t->dev, xfer_host_of(t->dev->ctx), nbytes);
   }
   xfer_device_unlock(t->dev);
@@ -179,7 +182,7 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
   xfer_code rc = xfer_tensor_check(t, "write", err);
   if (!rc) rc = check_size(t, nbytes, "write", err);
   if (!rc && nbytes) {
-    rc = t->dev->rt->backend->write(t->dev, t->buf, 0, src, nbytes, err);
+    rc = xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err);
     if (rc) xfer_err_frame(err, xfer_host_of(t->dev->ctx), t->dev, nbytes);
   }
   xfer_device_unlock(t->dev);
@@ -200,7 +203,7 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   xfer_device_lock(t->dev);
   for (size_t off = 0; off < t->nbytes && !rc; off += chunk) {
     size_t n = t->nbytes - off < chunk ? t->nbytes - off : chunk;
-    rc = t->dev->rt->backend->write(t->dev, t->buf, off, pattern, n, err);
+    rc = xfer_be_write(t->dev, t->buf, t->offset + off, pattern, n, err);
   }
   xfer_device_unlock(t->dev);
   free(pattern);
@@ -213,14 +216,13 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
 static xfer_code host_view(xfer_tensor *t, size_t off, size_t n, char *scratch,
                            const char **view, xfer_error *err)
 {
-  const xfer_backend *be = t->dev->rt->backend;
-  char *in_place = be->host_address ? be->host_address(t->dev, t->buf) : NULL;
+  char *in_place = xfer_be_host_address(t->dev, t->buf, t->offset);
   if (in_place) {
     *view = in_place + off;
     return XFER_E_OK;
   }
   *view = scratch;
-  xfer_code rc = be->read(t->dev, t->buf, off, scratch, n, err);
+  xfer_code rc = xfer_be_read(t->dev, t->buf, t->offset + off, scratch, n, err);
   if (rc) xfer_err_frame(err, t->dev, xfer_host_of(t->dev->ctx), n);
   return rc;
 }

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend_call.h"
 
 static const char *const path_names[XFER_PATH__COUNT] = {
   "auto", "same_device", "same_runtime", "interop", "staged", "host",
@@ -44,11 +44,6 @@ static void add_step(xfer_plan *plan, const char *fmt, ...)
   va_end(ap);
 }
 
-static int addressable(const xfer_device *dev)
-{
-  return dev->rt->backend->host_address != NULL;
-}
-
 /* Why a path does not apply, in `why` -- or, when `why` is NULL (the planner in a hurry),
 ** only that it does not. */
 static const char *refuse(char *why, size_t cap, const char *fmt, ...)
@@ -82,7 +77,7 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     if (src == dst)
       return refuse(why, cap, "same_runtime moves between two devices; %s is both ends",
                     src->name);
-    if (!src->rt->backend->peer)
+    if (!xfer_be_has_peer(src))
       return refuse(why, cap, "%s cannot copy between two of its devices directly",
                     src->rt->name);
     return NULL;
@@ -146,16 +141,17 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
       add_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", to, from,
                n);
     else {
-      add_step(plan, "copy %zu bytes on %s into an arena both import", n, from);
-      add_step(plan, "copy them on %s out of the arena", to);
+      add_step(plan, "copy %zu bytes on %s into exported memory both import once", n, from);
+      add_step(plan, "copy them on %s out of it", to);
     }
     break;
   }
   case XFER_PATH_STAGED: {
-    xfer_config cfg = src->dev->ctx->config;
+    size_t chunk = 0;
+    int depth = xfer_staged_chunks(src->dev->ctx, n, &chunk);
     snprintf(plan->reason, sizeof plan->reason,
-             "%s and %s share no memory: pipelined through %d host chunks of %zu bytes", from, to,
-             cfg.staging_depth, cfg.staging_chunk);
+             "%s and %s share no memory: pipelined through %d host chunk%s of %zu bytes", from, to,
+             depth, depth == 1 ? "" : "s", chunk);
     add_step(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
     add_step(plan, "write each chunk to %s while the next is read", to);
     break;
@@ -170,10 +166,10 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     else
       snprintf(plan->reason, sizeof plan->reason, "through host memory between %s and %s", from,
                to);
-    if (addressable(dst))
+    if (xfer_be_addressable(dst))
       add_step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from,
                to);
-    else if (addressable(src->dev))
+    else if (xfer_be_addressable(src->dev))
       add_step(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to,
                from);
     else {
@@ -225,36 +221,34 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
 
 static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
-  const xfer_backend *sbe = src->dev->rt->backend, *dbe = dst->dev->rt->backend;
   size_t n = src->nbytes;
-  xfer_code rc;
+  char *dst_host = xfer_be_host_address(dst->dev, dst->buf, dst->offset);
+  char *src_host = xfer_be_host_address(src->dev, src->buf, src->offset);
   /* Where one end is host memory already, it is the staging buffer: one copy, not two. */
-  if (addressable(dst->dev)) {
-    rc = sbe->read(src->dev, src->buf, 0, dbe->host_address(dst->dev, dst->buf), n, err);
-  } else if (addressable(src->dev)) {
-    rc = dbe->write(dst->dev, dst->buf, 0, sbe->host_address(src->dev, src->buf), n, err);
-  } else {
-    xfer_device *host = xfer_host_of(src->dev->ctx);
-    void *staging;
-    rc = xfer_buffer_alloc(host, n, &staging, err);
-    if (!rc) rc = sbe->read(src->dev, src->buf, 0, staging, n, err);
-    if (!rc) rc = dbe->write(dst->dev, dst->buf, 0, staging, n, err);
-    xfer_buffer_free(host, staging, n);
-  }
+  if (dst_host) return xfer_be_read(src->dev, src->buf, src->offset, dst_host, n, err);
+  if (src_host) return xfer_be_write(dst->dev, dst->buf, dst->offset, src_host, n, err);
+  xfer_block *staging = NULL; /* from the host pool: pinned and imported once, then reused */
+  xfer_device *host = xfer_host_of(src->dev->ctx);
+  xfer_code rc = xfer_mem_alloc(host, n, &staging, err);
+  char *bytes = staging ? xfer_be_host_address(host, staging->buf, staging->offset) : NULL;
+  if (!rc) rc = xfer_be_read(src->dev, src->buf, src->offset, bytes, n, err);
+  if (!rc) rc = xfer_be_write(dst->dev, dst->buf, dst->offset, bytes, n, err);
+  xfer_mem_free(staging);
   return rc;
 }
 
 static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   xfer_code rc = XFER_E_OK;
-  if (src->nbytes == 0) return rc;
+  size_t n = src->nbytes;
+  if (n == 0) return rc;
   double start = xfer_now();
   switch (path) {
   case XFER_PATH_SAME_DEVICE:
-    rc = src->dev->rt->backend->copy(src->dev, dst->buf, 0, src->buf, 0, src->nbytes, err);
+    rc = xfer_be_copy(src->dev, dst->buf, dst->offset, src->buf, src->offset, n, err);
     break;
   case XFER_PATH_SAME_RUNTIME:
-    rc = src->dev->rt->backend->peer(dst->dev, dst->buf, src->dev, src->buf, src->nbytes, err);
+    rc = xfer_be_peer(dst->dev, dst->buf, dst->offset, src->dev, src->buf, src->offset, n, err);
     break;
   case XFER_PATH_INTEROP:
     rc = xfer_interop_run(src, dst, err);
@@ -267,9 +261,9 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
     break;
   }
   if (rc)
-    xfer_err_frame(err, src->dev, dst->dev, src->nbytes);
+    xfer_err_frame(err, src->dev, dst->dev, n);
   else
-    xfer_stats_record(src->dev->ctx, path, src->dev, dst->dev, src->nbytes, xfer_now() - start);
+    xfer_stats_record(src->dev->ctx, path, src->dev, dst->dev, n, xfer_now() - start);
   return rc;
 }
 

@@ -44,6 +44,15 @@ const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *
 
 /* xfer_lua.c */
 xfer_ctx *xl_ctx(lua_State *L);
+/* Around a core call that may allocate: when a driver refuses memory, the core's reclaimer
+** may then run a full collection of this state (tensors nobody references give their
+** blocks back), on this thread only. XL_ALLOCATING(L, call) is the call's result. */
+void xl_alloc_begin(lua_State *L);
+xfer_code xl_alloc_end(xfer_code rc);
+#define XL_ALLOCATING(L, call) (xl_alloc_begin(L), xl_alloc_end(call))
+/* After a new tensor is boxed: a full collection when the tensor bytes made since the last
+** one call for it (the collector sees a small userdata, not the memory behind it). */
+void xl_gc_pressure(lua_State *L);
 
 /* lua_device.c */
 void xl_push_device(lua_State *L, xfer_device *dev);

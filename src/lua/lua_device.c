@@ -77,20 +77,32 @@ static void push_uuid(lua_State *L, const uint8_t *u)
   lua_pushstring(L, text);
 }
 
+static void set_count(lua_State *L, const char *key, uint64_t value)
+{
+  lua_pushnumber(L, (lua_Number)value);
+  lua_setfield(L, -2, key);
+}
+
+/* xfer.memory(dev): the device's caching allocator, as torch.cuda.memory_stats counts it. */
 static int l_memory(lua_State *L)
 {
   xfer_device *dev = xl_check_device(L, 1, "memory");
-  xfer_memory_info mem;
-  xfer_device_memory(dev, &mem);
-  lua_createtable(L, 0, 4);
-  lua_pushnumber(L, (lua_Number)mem.in_use);
-  lua_setfield(L, -2, "in_use");
-  lua_pushnumber(L, (lua_Number)mem.peak);
-  lua_setfield(L, -2, "peak");
-  lua_pushnumber(L, (lua_Number)mem.buffers);
-  lua_setfield(L, -2, "buffers");
-  lua_pushnumber(L, (lua_Number)mem.cached);
-  lua_setfield(L, -2, "cached");
+  xfer_memory_info m;
+  xfer_device_memory(dev, &m);
+  lua_createtable(L, 0, 13);
+  set_count(L, "in_use", m.in_use);
+  set_count(L, "peak", m.peak);
+  set_count(L, "allocated", m.allocated);
+  set_count(L, "peak_allocated", m.peak_allocated);
+  set_count(L, "reserved", m.reserved);
+  set_count(L, "peak_reserved", m.peak_reserved);
+  set_count(L, "cached", m.cached);
+  set_count(L, "buffers", m.buffers);
+  set_count(L, "segments", m.segments);
+  set_count(L, "driver_allocs", m.driver_allocs);
+  set_count(L, "driver_frees", m.driver_frees);
+  set_count(L, "cache_hits", m.cache_hits);
+  set_count(L, "oom_retries", m.oom_retries);
   return 1;
 }
 

@@ -24,17 +24,19 @@ static tensor_box *new_box(lua_State *L)
 }
 
 /* Puts `t` (whose reference the box takes over) into `box`, releasing what was there. */
-static void box_adopt(tensor_box *box, xfer_tensor *t)
+static void box_adopt(lua_State *L, tensor_box *box, xfer_tensor *t)
 {
   xfer_tensor *old = box->t;
   box->t = t;
   if (old) xfer_tensor_release(old);
+  xl_gc_pressure(L);
 }
 
 void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
 {
   tensor_box *box = new_box(L);
   box->t = xfer_tensor_retain(t);
+  xl_gc_pressure(L);
 }
 
 static tensor_box *to_box(lua_State *L, int idx) { return xl_test_udata(L, idx, XL_TENSOR); }
@@ -119,8 +121,8 @@ static void box_empty(lua_State *L, tensor_box *box, xfer_device *dev, xfer_dtyp
 {
   xfer_tensor *t;
   xfer_error err;
-  if (xfer_tensor_empty(dev, dtype, shape, &t, &err)) xl_raise(L, &err);
-  box_adopt(box, t);
+  if (XL_ALLOCATING(L, xfer_tensor_empty(dev, dtype, shape, &t, &err))) xl_raise(L, &err);
+  box_adopt(L, box, t);
 }
 
 /* Moves the host tensor in `box` to `dev` (built on the host, then transferred). */
@@ -129,8 +131,8 @@ static void box_move_to(lua_State *L, tensor_box *box, xfer_device *dev)
   if (xfer_tensor_device(box->t) == dev) return;
   xfer_tensor *moved;
   xfer_error err;
-  if (xfer_transfer_to(box->t, dev, NULL, &moved, &err)) xl_raise(L, &err);
-  box_adopt(box, moved);
+  if (XL_ALLOCATING(L, xfer_transfer_to(box->t, dev, NULL, &moved, &err))) xl_raise(L, &err);
+  box_adopt(L, box, moved);
 }
 
 static void tensor_from_string(lua_State *L, tensor_box *box, xfer_dtype dtype, xfer_device *dev)
@@ -158,8 +160,9 @@ static void tensor_from_string(lua_State *L, tensor_box *box, xfer_dtype dtype, 
   }
   xfer_tensor *t;
   xfer_error err;
-  if (xfer_tensor_from_bytes(dev, dtype, &shape, bytes, len, &t, &err)) xl_raise(L, &err);
-  box_adopt(box, t);
+  if (XL_ALLOCATING(L, xfer_tensor_from_bytes(dev, dtype, &shape, bytes, len, &t, &err)))
+    xl_raise(L, &err);
+  box_adopt(L, box, t);
 }
 
 static void tensor_from_values(lua_State *L, tensor_box *box, xfer_dtype dtype, xfer_device *dev)
@@ -281,8 +284,8 @@ static int m_to(lua_State *L)
   tensor_box *box = new_box(L);
   xfer_tensor *moved;
   xfer_error err;
-  if (xfer_transfer_to(t, dev, &opts, &moved, &err)) xl_raise(L, &err);
-  box_adopt(box, moved);
+  if (XL_ALLOCATING(L, xfer_transfer_to(t, dev, &opts, &moved, &err))) xl_raise(L, &err);
+  box_adopt(L, box, moved);
   return 1;
 }
 
@@ -293,7 +296,7 @@ static int m_copy_from(lua_State *L)
   xfer_transfer_opts opts;
   xl_transfer_opts(L, 3, "copy_from", &opts);
   xfer_error err;
-  if (xfer_transfer_copy(dst, src, &opts, &err)) xl_raise(L, &err);
+  if (XL_ALLOCATING(L, xfer_transfer_copy(dst, src, &opts, &err))) xl_raise(L, &err);
   lua_settop(L, 1);
   return 1;
 }
@@ -304,8 +307,9 @@ static int m_clone(lua_State *L)
   tensor_box *box = new_box(L);
   xfer_tensor *copy;
   xfer_error err;
-  if (xfer_transfer_to(t, xfer_tensor_device(t), NULL, &copy, &err)) xl_raise(L, &err);
-  box_adopt(box, copy);
+  if (XL_ALLOCATING(L, xfer_transfer_to(t, xfer_tensor_device(t), NULL, &copy, &err)))
+    xl_raise(L, &err);
+  box_adopt(L, box, copy);
   return 1;
 }
 
@@ -343,8 +347,8 @@ static const char *host_bytes(lua_State *L, xfer_tensor *t)
   tensor_box *box = new_box(L);
   xfer_tensor *copy;
   xfer_error err;
-  if (xfer_transfer_to(t, host_device(L), NULL, &copy, &err)) xl_raise(L, &err);
-  box_adopt(box, copy);
+  if (XL_ALLOCATING(L, xfer_transfer_to(t, host_device(L), NULL, &copy, &err))) xl_raise(L, &err);
+  box_adopt(L, box, copy);
   return xfer_tensor_host_data(copy);
 }
 

@@ -14,14 +14,50 @@
 
 typedef struct ctx_box {
   xfer_ctx *ctx;
+  int reclaims;                 /* the context's reclaimer is this binding's */
 } ctx_box;
 
 static int ctx_box_gc(lua_State *L)
 {
   ctx_box *box = lua_touserdata(L, 1);
+  if (box->ctx && box->reclaims) xfer_set_reclaim(box->ctx, NULL, NULL);
   if (box->ctx) xfer_ctx_release(box->ctx);
   box->ctx = NULL;
   return 0;
+}
+
+/* -- Helping the collector ------------------------------------------------------------- */
+
+/* The state allocating on this thread now: set only around core calls, so the reclaimer
+** never runs a collection from another thread, or after the call has returned. */
+static _Thread_local lua_State *allocating;
+
+void xl_alloc_begin(lua_State *L) { allocating = L; }
+
+xfer_code xl_alloc_end(xfer_code rc)
+{
+  allocating = NULL;
+  return rc;
+}
+
+/* The core's reclaimer: a driver refused memory. A full collection frees the tensors
+** nobody references; their blocks go back to the caches, which the core then empties. */
+static void reclaim(void *arg)
+{
+  lua_State *L = allocating;
+  if (!L) return; /* a worker thread, or no Lua call in flight */
+  allocating = NULL; /* finalizers allocate nothing, but never collect twice over */
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  xfer_gc_done(arg);
+  allocating = L;
+}
+
+void xl_gc_pressure(lua_State *L)
+{
+  xfer_ctx *ctx = xl_ctx(L);
+  if (!xfer_gc_due(ctx)) return;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  xfer_gc_done(ctx);
 }
 
 /* Pushes a new, empty box in the registry; the context is put in afterwards, so that
@@ -30,6 +66,7 @@ static ctx_box *new_ctx_box(lua_State *L)
 {
   ctx_box *box = lua_newuserdata(L, sizeof *box);
   box->ctx = NULL;
+  box->reclaims = 0;
   lua_newtable(L);
   lua_pushcfunction(L, ctx_box_gc);
   lua_setfield(L, -2, "__gc");
@@ -55,6 +92,8 @@ xfer_ctx *xl_ctx(lua_State *L)
   if (!box) box = new_ctx_box(L);
   xfer_error err;
   if (xfer_ctx_open(&box->ctx, &err) != XFER_E_OK) xl_raise(L, &err);
+  xfer_set_reclaim(box->ctx, reclaim, box->ctx);
+  box->reclaims = 1;
   return box->ctx;
 }
 
@@ -126,9 +165,11 @@ static int l_stats_reset(lua_State *L)
   return 0;
 }
 
+/* xfer.empty_cache([dev]): one device's cache, or every device's. */
 static int l_empty_cache(lua_State *L)
 {
-  xfer_empty_cache(xl_ctx(L));
+  xfer_device *dev = lua_isnoneornil(L, 1) ? NULL : xl_check_device(L, 1, "empty_cache");
+  xfer_empty_cache(xl_ctx(L), dev);
   return 0;
 }
 
@@ -139,37 +180,55 @@ static int l_trace(lua_State *L)
   return 0;
 }
 
-/* xfer.config{staging_chunk=, staging_depth=} sets what it names; returns the settings. */
+/* A whole number >= 0 at the top of the stack, for config key `key`. */
+static lua_Number config_number(lua_State *L, const char *key)
+{
+  lua_Number v = lua_tonumber(L, -1);
+  if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int64_t)v || v < 0)
+    xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a whole number", key);
+  return v;
+}
+
+/* xfer.config{staging_chunk=, staging_depth=, cache=, cache_limit=} sets what it names;
+** returns the settings. */
 static int l_config(lua_State *L)
 {
-  static const char *const keys[] = {"staging_chunk", "staging_depth", NULL};
+  static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
+                                     NULL};
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
   if (!lua_isnoneornil(L, 1)) {
     xl_check_options(L, 1, "config", keys);
-    for (int k = 0; keys[k]; k++) {
-      lua_getfield(L, 1, keys[k]);
-      if (!lua_isnil(L, -1)) {
-        lua_Number v = lua_tonumber(L, -1);
-        if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int64_t)v || v < 0)
-          xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a whole number",
-                        keys[k]);
-        if (k == 0)
-          cfg.staging_chunk = (size_t)v;
-        else
-          cfg.staging_depth = v > 1e6 ? 1000000 : (int)v;
-      }
-      lua_pop(L, 1);
+    lua_getfield(L, 1, "staging_chunk");
+    if (!lua_isnil(L, -1)) cfg.staging_chunk = (size_t)config_number(L, "staging_chunk");
+    lua_getfield(L, 1, "staging_depth");
+    if (!lua_isnil(L, -1)) {
+      lua_Number v = config_number(L, "staging_depth");
+      cfg.staging_depth = v > 1e6 ? 1000000 : (int)v;
     }
+    lua_getfield(L, 1, "cache_limit");
+    if (!lua_isnil(L, -1)) cfg.cache_limit = (uint64_t)config_number(L, "cache_limit");
+    lua_getfield(L, 1, "cache");
+    if (!lua_isnil(L, -1)) {
+      if (!lua_isboolean(L, -1))
+        xl_raise_code(L, XFER_E_INVALID, "config", "config: 'cache' must be a boolean, not %s",
+                      luaL_typename(L, -1));
+      cfg.cache = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 4);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 4);
   lua_pushnumber(L, (lua_Number)cfg.staging_chunk);
   lua_setfield(L, -2, "staging_chunk");
   lua_pushinteger(L, cfg.staging_depth);
   lua_setfield(L, -2, "staging_depth");
+  lua_pushboolean(L, cfg.cache);
+  lua_setfield(L, -2, "cache");
+  lua_pushnumber(L, (lua_Number)cfg.cache_limit);
+  lua_setfield(L, -2, "cache_limit");
   return 1;
 }
 

@@ -247,14 +247,15 @@ static xfer_code cuda_copy(xfer_device *dev, void *dst, size_t dst_offset, void 
   return rc;
 }
 
-static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, xfer_device *src_dev, void *src,
-                           size_t n, xfer_error *err)
+static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, size_t dst_offset,
+                           xfer_device *src_dev, void *src, size_t src_offset, size_t n,
+                           xfer_error *err)
 {
   CUstream s = cu_of(src_dev)->stream;
   xfer_code rc = xfer_cu_enter(src_dev, "peer", err);
   if (!rc)
-    rc = CU(src_dev, "peer", err, cuMemcpyPeerAsync, xfer_cu_ptr(dst), cu_of(dst_dev)->context,
-            xfer_cu_ptr(src), cu_of(src_dev)->context, n, s);
+    rc = CU(src_dev, "peer", err, cuMemcpyPeerAsync, xfer_cu_ptr(dst) + dst_offset,
+            cu_of(dst_dev)->context, xfer_cu_ptr(src) + src_offset, cu_of(src_dev)->context, n, s);
   if (!rc) rc = CU(src_dev, "peer", err, cuStreamSynchronize, s);
   return rc;
 }
@@ -304,11 +305,12 @@ static void cuda_release_import(xfer_device *dev, void *buf, void *handle)
   api->cuDestroyExternalMemory((CUexternalMemory)handle);
 }
 
-static xfer_code cuda_copy_imported(xfer_device *dev, void *buf, void *imported, size_t n,
-                                    int into_imported, xfer_error *err)
+static xfer_code cuda_copy_imported(xfer_device *dev, void *buf, size_t offset, void *imported,
+                                    size_t imported_offset, size_t n, int into_imported,
+                                    xfer_error *err)
 {
-  return into_imported ? cuda_copy(dev, imported, 0, buf, 0, n, err)
-                       : cuda_copy(dev, buf, 0, imported, 0, n, err);
+  return into_imported ? cuda_copy(dev, imported, imported_offset, buf, offset, n, err)
+                       : cuda_copy(dev, buf, offset, imported, imported_offset, n, err);
 }
 
 static xfer_code cuda_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,

@@ -457,8 +457,9 @@ static void opencl_release_import(xfer_device *dev, void *buf, void *handle)
   free(im);
 }
 
-static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, void *imported, size_t n,
-                                      int into_imported, xfer_error *err)
+static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset, void *imported,
+                                      size_t imported_offset, size_t n, int into_imported,
+                                      xfer_error *err)
 {
   cl_dev *cd = cl_of(dev);
   cl_command_queue q = cd->queue;
@@ -469,8 +470,10 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, void *importe
   if (rc != CL_SUCCESS) return cl_fail("sync", "clEnqueueAcquireExternalMemObjectsKHR", rc, 1, err);
   xfer_code code = XFER_E_OK;
   if (!cl_injected(dev, "copy", &rc))
-    rc = into_imported ? api_of(dev)->clEnqueueCopyBuffer(q, buf, external, 0, 0, n, 0, NULL, NULL)
-                       : api_of(dev)->clEnqueueCopyBuffer(q, external, buf, 0, 0, n, 0, NULL, NULL);
+    rc = into_imported ? api_of(dev)->clEnqueueCopyBuffer(q, buf, external, offset, imported_offset,
+                                                          n, 0, NULL, NULL)
+                       : api_of(dev)->clEnqueueCopyBuffer(q, external, buf, imported_offset, offset,
+                                                          n, 0, NULL, NULL);
   else
     code = cl_fail("copy", "clEnqueueCopyBuffer", rc, 1, err);
   if (!code && rc != CL_SUCCESS) code = cl_fail("copy", "clEnqueueCopyBuffer", rc, 0, err);

@@ -1,0 +1,125 @@
+/*
+** backend_call.h -- the core's only way into a backend: one small wrapper per member of
+** the vtable (as SQLite's sqlite3OsRead and Redis's connWrite), so no core file writes
+** dev->rt->backend->... and optional members are checked in one place.
+*/
+#ifndef XFER_BACKEND_CALL_H
+#define XFER_BACKEND_CALL_H
+
+#include "internal.h"
+
+static inline const xfer_backend *xfer_be(const xfer_device *dev) { return dev->rt->backend; }
+
+static inline xfer_code xfer_be_alloc(xfer_device *dev, size_t n, void **buf, xfer_error *err)
+{
+  return xfer_be(dev)->alloc(dev, n, buf, err);
+}
+
+static inline void xfer_be_free(xfer_device *dev, void *buf, size_t n)
+{
+  xfer_be(dev)->free(dev, buf, n);
+}
+
+static inline xfer_code xfer_be_write(xfer_device *dev, void *buf, size_t off, const void *src,
+                                      size_t n, xfer_error *err)
+{
+  return xfer_be(dev)->write(dev, buf, off, src, n, err);
+}
+
+static inline xfer_code xfer_be_read(xfer_device *dev, void *buf, size_t off, void *dst, size_t n,
+                                     xfer_error *err)
+{
+  return xfer_be(dev)->read(dev, buf, off, dst, n, err);
+}
+
+static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off, void *src,
+                                     size_t src_off, size_t n, xfer_error *err)
+{
+  return xfer_be(dev)->copy(dev, dst, dst_off, src, src_off, n, err);
+}
+
+static inline int xfer_be_has_peer(const xfer_device *dev) { return xfer_be(dev)->peer != NULL; }
+static inline int xfer_rt_has_peer(const xfer_runtime *rt)
+{
+  return rt->backend && rt->backend->peer;
+}
+
+static inline xfer_code xfer_be_peer(xfer_device *dst_dev, void *dst, size_t dst_off,
+                                     xfer_device *src_dev, void *src, size_t src_off, size_t n,
+                                     xfer_error *err)
+{
+  return xfer_be(src_dev)->peer(dst_dev, dst, dst_off, src_dev, src, src_off, n, err);
+}
+
+/* Queued moves: a backend without them does the move in full (*queued = 0). */
+static inline xfer_code xfer_be_start(xfer_device *dev, int to_device, void *buf, size_t off,
+                                      void *host, size_t n, int slot, int *queued,
+                                      xfer_error *err)
+{
+  const xfer_backend *be = xfer_be(dev);
+  *queued = 0;
+  if (to_device)
+    return be->write_start ? be->write_start(dev, buf, off, host, n, slot, queued, err)
+                           : be->write(dev, buf, off, host, n, err);
+  return be->read_start ? be->read_start(dev, buf, off, host, n, slot, queued, err)
+                        : be->read(dev, buf, off, host, n, err);
+}
+
+static inline xfer_code xfer_be_finish(xfer_device *dev, int slot, xfer_error *err)
+{
+  return xfer_be(dev)->finish(dev, slot, err);
+}
+
+static inline xfer_code xfer_be_export_fd(xfer_device *dev, void *buf, int *fd, uint64_t *size,
+                                          xfer_error *err)
+{
+  return xfer_be(dev)->export_fd(dev, buf, fd, size, err);
+}
+
+static inline xfer_code xfer_be_import_fd(xfer_device *dev, int fd, uint64_t memory_size,
+                                          size_t n, void **buf, void **handle, xfer_error *err)
+{
+  return xfer_be(dev)->import_fd(dev, fd, memory_size, n, buf, handle, err);
+}
+
+static inline void xfer_be_release_import(xfer_device *dev, void *buf, void *handle)
+{
+  xfer_be(dev)->release_import(dev, buf, handle);
+}
+
+static inline xfer_code xfer_be_copy_imported(xfer_device *dev, void *buf, size_t off,
+                                              void *imported, size_t imported_off, size_t n,
+                                              int into_imported, xfer_error *err)
+{
+  return xfer_be(dev)->copy_imported(dev, buf, off, imported, imported_off, n, into_imported, err);
+}
+
+/* The CPU address of byte `off` of a buffer, or NULL where the CPU cannot use it in place. */
+static inline char *xfer_be_host_address(xfer_device *dev, void *buf, size_t off)
+{
+  const xfer_backend *be = xfer_be(dev);
+  char *base = be->host_address && buf ? be->host_address(dev, buf) : NULL;
+  return base ? base + off : NULL;
+}
+
+static inline int xfer_be_addressable(const xfer_device *dev)
+{
+  return xfer_be(dev)->host_address != NULL;
+}
+
+static inline xfer_code xfer_be_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *total,
+                                       xfer_error *err)
+{
+  const xfer_backend *be = xfer_be(dev);
+  if (!be->memory)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "memory", "%s cannot tell its free memory",
+                        dev->name);
+  return be->memory(dev, free_bytes, total, err);
+}
+
+static inline void xfer_be_host_forget(xfer_runtime *rt, void *base, size_t size)
+{
+  if (rt->opened && rt->backend->host_forget) rt->backend->host_forget(rt, base, size);
+}
+
+#endif

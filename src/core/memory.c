@@ -1,0 +1,499 @@
+/*
+** memory.c -- the caching allocator that owns every buffer: tensors, staging chunks,
+** interop scratch, on every device, host memory included. Each device keeps the segments
+** its driver gave; a freed block goes back to the device's cache, not to the driver.
+** Modelled on PyTorch's CUDA caching allocator: sizes rounded up, a small pool (blocks of
+** at most 1 MiB carved from 2 MiB segments) and a large one, best fit, blocks split and
+** merged again with their free neighbours. Also the settings, empty_cache, the accounting
+** (as torch.cuda.memory_stats), and what the garbage collector of the host application is
+** told: when a driver refuses, and when tensor bytes it cannot see have piled up.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_call.h"
+
+#define SMALL_SIZE ((size_t)1 << 20)      /* the largest block of the small pool */
+#define SMALL_SEGMENT ((size_t)2 << 20)   /* what the small pool asks the driver for */
+#define MID_SIZE ((size_t)10 << 20)       /* large blocks below this share ... */
+#define LARGE_SEGMENT ((size_t)20 << 20)  /* ... segments of this size */
+#define SEGMENT_ROUND ((size_t)2 << 20)   /* larger ones get a segment of their own, rounded */
+#define DEVICE_MIN_BLOCK ((size_t)512)    /* block sizes and offsets on devices */
+#define GC_MIN_THRESHOLD ((uint64_t)64 << 20)
+
+/* Free blocks ordered by (size, segment, offset): the first at least as large as asked is
+** the best fit, and of equal fits the same one comes back each time (its segment's pins
+** and imports with it). */
+typedef struct pool {
+  xfer_block **blocks;
+  size_t n, cap;
+} pool;
+
+typedef struct xfer_allocator {
+  pthread_mutex_t lock;         /* a leaf, but for the driver calls made under it */
+  pool small, large;
+  xfer_segment *segments;
+  size_t min_block;             /* host: a page, so every host block can be pinned in place */
+  xfer_memory_info stats;       /* cached is worked out when asked */
+} xfer_allocator;
+
+/* -- Pools --------------------------------------------------------------------------- */
+
+static int block_before(const xfer_block *x, const xfer_block *y)
+{
+  if (x->size != y->size) return x->size < y->size;
+  if (x->seg != y->seg) return (uintptr_t)x->seg < (uintptr_t)y->seg;
+  return x->offset < y->offset;
+}
+
+/* Index of the first block not before `key`. */
+static size_t pool_lower(const pool *p, const xfer_block *key)
+{
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (block_before(p->blocks[mid], key))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* 0 when there was no room to list it: the block stays in its segment, unlisted, and is
+** found again through its neighbours when they are freed. */
+static int pool_insert(pool *p, xfer_block *b)
+{
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 32;
+    xfer_block **grown = realloc(p->blocks, cap * sizeof *grown);
+    if (!grown) return 0;
+    p->blocks = grown;
+    p->cap = cap;
+  }
+  size_t at = pool_lower(p, b);
+  memmove(&p->blocks[at + 1], &p->blocks[at], (p->n - at) * sizeof p->blocks[0]);
+  p->blocks[at] = b;
+  p->n++;
+  return 1;
+}
+
+static void pool_remove(pool *p, const xfer_block *b)
+{
+  size_t at = pool_lower(p, b);
+  if (at == p->n || p->blocks[at] != b) return; /* unlisted */
+  memmove(&p->blocks[at], &p->blocks[at + 1], (p->n - at - 1) * sizeof p->blocks[0]);
+  p->n--;
+}
+
+static xfer_block *pool_best_fit(pool *p, size_t size)
+{
+  xfer_block key = {.size = size};
+  size_t at = pool_lower(p, &key);
+  if (at == p->n) return NULL;
+  xfer_block *b = p->blocks[at];
+  memmove(&p->blocks[at], &p->blocks[at + 1], (p->n - at - 1) * sizeof p->blocks[0]);
+  p->n--;
+  return b;
+}
+
+static pool *pool_of(xfer_allocator *a, const xfer_segment *seg)
+{
+  return seg->small ? &a->small : &a->large;
+}
+
+/* -- Sizes ----------------------------------------------------------------------------- */
+
+/* 0 when n cannot be rounded without overflowing. */
+static size_t round_size(const xfer_allocator *a, size_t n)
+{
+  if (n > SIZE_MAX - a->min_block) return 0;
+  return (n + a->min_block - 1) / a->min_block * a->min_block;
+}
+
+static size_t segment_size(const xfer_device *dev, size_t size)
+{
+  size_t seg;
+  if (size <= SMALL_SIZE)
+    seg = SMALL_SEGMENT;
+  else if (size < MID_SIZE)
+    seg = LARGE_SEGMENT;
+  else
+    seg = size > SIZE_MAX - SEGMENT_ROUND ? size : (size + SEGMENT_ROUND - 1) / SEGMENT_ROUND * SEGMENT_ROUND;
+  /* a device whose driver caps single allocations gets no more than it asked for */
+  if (dev->max_alloc && seg > dev->max_alloc && size <= dev->max_alloc) seg = size;
+  return seg;
+}
+
+static int caching(const xfer_ctx *ctx) { return __atomic_load_n(&ctx->config.cache, __ATOMIC_RELAXED); }
+
+static uint64_t cache_limit(const xfer_ctx *ctx)
+{
+  return __atomic_load_n(&ctx->config.cache_limit, __ATOMIC_RELAXED);
+}
+
+/* -- Segments ---------------------------------------------------------------------------- */
+
+static void note_peak(uint64_t *peak, uint64_t now)
+{
+  if (now > *peak) *peak = now;
+}
+
+/* A new segment around `buf`, one free block covering it (NULL when out of host memory). */
+static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, void *buf, size_t size,
+                               int small)
+{
+  xfer_segment *seg = calloc(1, sizeof *seg);
+  xfer_block *b = calloc(1, sizeof *b);
+  if (!seg || !b) {
+    free(seg);
+    free(b);
+    return NULL;
+  }
+  seg->dev = dev;
+  seg->buf = buf;
+  seg->size = size;
+  seg->small = small;
+  seg->first = b;
+  seg->next = a->segments;
+  if (a->segments) a->segments->prev = seg;
+  a->segments = seg;
+  b->seg = seg;
+  b->buf = buf;
+  b->size = size;
+  a->stats.reserved += size;
+  a->stats.segments++;
+  note_peak(&a->stats.peak_reserved, a->stats.reserved);
+  return b;
+}
+
+/* Back to the driver, with everything it cost: other runtimes' imports of it first. Its
+** one block is free and out of the pools. */
+static void segment_release(xfer_allocator *a, xfer_segment *seg)
+{
+  if (seg->prev)
+    seg->prev->next = seg->next;
+  else
+    a->segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  xfer_imports_release(seg->imports, &seg->nimports);
+  xfer_be_free(seg->dev, seg->buf, seg->size);
+  a->stats.reserved -= seg->size;
+  a->stats.segments--;
+  a->stats.driver_frees++;
+  free(seg->first);
+  free(seg);
+}
+
+static int segment_is_free(const xfer_segment *seg)
+{
+  return !seg->first->allocated && !seg->first->next;
+}
+
+/* Every segment no block is using goes back to the driver, while more than `keep` bytes
+** are cached. (a->lock held) */
+static void release_cached(xfer_allocator *a, uint64_t keep)
+{
+  xfer_segment *seg = a->segments;
+  while (seg && a->stats.reserved - a->stats.allocated > keep) {
+    xfer_segment *next = seg->next;
+    if (segment_is_free(seg)) {
+      pool_remove(pool_of(a, seg), seg->first);
+      segment_release(a, seg);
+    }
+    seg = next;
+  }
+}
+
+/* The driver's allocation. When it refuses: the cache goes back, the host application
+** collects what it no longer references (unlocked: its collector frees tensors here), the
+** cache goes back again, and the allocation is tried once more -- only if memory did come
+** back, so a refusal with nothing to give stays the first error. (a->lock held) */
+static xfer_code driver_alloc(xfer_allocator *a, xfer_device *dev, size_t size, void **buf,
+                              xfer_error *err)
+{
+  a->stats.driver_allocs++;
+  xfer_code rc = xfer_be_alloc(dev, size, buf, err);
+  if (rc != XFER_E_ALLOC || dev->lost) return rc;
+  uint64_t frees = a->stats.driver_frees;
+  release_cached(a, 0);
+  xfer_ctx *ctx = dev->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  void (*reclaim)(void *) = ctx->reclaim;
+  void *arg = ctx->reclaim_arg;
+  pthread_mutex_unlock(&ctx->lock);
+  if (reclaim) {
+    pthread_mutex_unlock(&a->lock);
+    reclaim(arg);
+    pthread_mutex_lock(&a->lock);
+    release_cached(a, 0);
+  }
+  if (a->stats.driver_frees == frees) return rc;
+  a->stats.oom_retries++;
+  a->stats.driver_allocs++;
+  return xfer_be_alloc(dev, size, buf, err);
+}
+
+/* -- Blocks -------------------------------------------------------------------------------- */
+
+/* Cuts `b` down to `size`, the rest a free block of its own -- where the rest is worth
+** keeping apart (PyTorch's rule: any rest in the small pool, over 1 MiB in the large). */
+static void split(xfer_allocator *a, xfer_block *b, size_t size)
+{
+  size_t rest = b->size - size;
+  if (b->seg->small ? rest < a->min_block : rest <= SMALL_SIZE) return;
+  xfer_block *r = calloc(1, sizeof *r);
+  if (!r) return; /* the block stays larger than asked: no harm */
+  r->seg = b->seg;
+  r->buf = b->buf;
+  r->offset = b->offset + size;
+  r->size = rest;
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = size;
+  pool_insert(pool_of(a, b->seg), r);
+}
+
+/* `b` (free, unlisted) joined with its free neighbours; the joined block. */
+static xfer_block *merge(xfer_allocator *a, xfer_block *b)
+{
+  pool *p = pool_of(a, b->seg);
+  xfer_block *n = b->next;
+  if (n && !n->allocated) {
+    pool_remove(p, n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    free(n);
+  }
+  xfer_block *before = b->prev;
+  if (before && !before->allocated) {
+    pool_remove(p, before);
+    before->size += b->size;
+    before->next = b->next;
+    if (b->next) b->next->prev = before;
+    free(b);
+    b = before;
+  }
+  return b;
+}
+
+xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer_error *err)
+{
+  *out = NULL;
+  if (nbytes == 0) return XFER_E_OK; /* nothing to hold: no block, no driver call */
+  xfer_allocator *a = dev->alloc;
+  size_t size = round_size(a, nbytes);
+  if (!size)
+    return xfer_err_set(err, XFER_E_ALLOC, "alloc", "%zu bytes is more than any device holds",
+                        nbytes);
+  pthread_mutex_lock(&a->lock);
+  if (dev->lost) {
+    release_cached(a, 0);
+    pthread_mutex_unlock(&a->lock);
+    return xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost", dev->name);
+  }
+  int cache = caching(dev->ctx);
+  xfer_block *b = NULL;
+  if (cache && (b = pool_best_fit(size <= SMALL_SIZE ? &a->small : &a->large, size))) {
+    a->stats.cache_hits++;
+  } else {
+    size_t seg_size = cache ? segment_size(dev, size) : size;
+    /* beyond what the driver allows in one allocation: asked as is, so that its refusal
+    ** names the size the caller asked for; within it, never rounded past it */
+    if (dev->max_alloc && size > dev->max_alloc) seg_size = nbytes;
+    void *buf = NULL;
+    xfer_code rc = driver_alloc(a, dev, seg_size, &buf, err);
+    if (!rc && !(b = segment_add(a, dev, buf, seg_size, size <= SMALL_SIZE))) {
+      xfer_be_free(dev, buf, seg_size);
+      a->stats.driver_frees++;
+      rc = xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+    }
+    if (rc) {
+      pthread_mutex_unlock(&a->lock);
+      return rc;
+    }
+    if (b->size < size) size = b->size;
+  }
+  if (cache) split(a, b, size);
+  b->allocated = 1;
+  b->requested = nbytes;
+  a->stats.allocated += b->size;
+  a->stats.in_use += nbytes;
+  a->stats.buffers++;
+  note_peak(&a->stats.peak_allocated, a->stats.allocated);
+  note_peak(&a->stats.peak, a->stats.in_use);
+  pthread_mutex_unlock(&a->lock);
+  *out = b;
+  return XFER_E_OK;
+}
+
+void xfer_mem_free(xfer_block *b)
+{
+  if (!b) return;
+  xfer_segment *seg = b->seg;
+  xfer_device *dev = seg->dev;
+  xfer_allocator *a = dev->alloc;
+  pthread_mutex_lock(&a->lock);
+  a->stats.allocated -= b->size;
+  a->stats.in_use -= b->requested;
+  a->stats.buffers--;
+  b->allocated = 0;
+  b->requested = 0;
+  b = merge(a, b);
+  int cache = caching(dev->ctx) && !dev->lost; /* a lost device's memory is not reused */
+  if (!cache && segment_is_free(seg))
+    segment_release(a, seg);
+  else if (!pool_insert(pool_of(a, seg), b) && segment_is_free(seg))
+    segment_release(a, seg);
+  uint64_t limit = cache_limit(dev->ctx);
+  if (!cache)
+    release_cached(a, 0);
+  else if (limit)
+    release_cached(a, limit);
+  pthread_mutex_unlock(&a->lock);
+}
+
+/* -- Devices and the context ----------------------------------------------------------- */
+
+xfer_code xfer_mem_device_init(xfer_device *dev, int host)
+{
+  xfer_allocator *a = calloc(1, sizeof *a);
+  if (!a) return XFER_E_ALLOC;
+  pthread_mutex_init(&a->lock, NULL);
+  long page = sysconf(_SC_PAGESIZE);
+  a->min_block = host ? (page > 0 ? (size_t)page : 4096) : DEVICE_MIN_BLOCK;
+  dev->alloc = a;
+  return XFER_E_OK;
+}
+
+void xfer_mem_device_fini(xfer_device *dev)
+{
+  xfer_allocator *a = dev->alloc;
+  if (!a) return;
+  pthread_mutex_destroy(&a->lock);
+  free(a->small.blocks);
+  free(a->large.blocks);
+  free(a);
+  dev->alloc = NULL;
+}
+
+void xfer_mem_release_all(xfer_ctx *ctx)
+{
+  /* every device's first: a segment may hold imports into another device's runtime */
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_allocator *a = ctx->devices[d]->alloc;
+    pthread_mutex_lock(&a->lock);
+    release_cached(a, 0);
+    pthread_mutex_unlock(&a->lock);
+  }
+}
+
+void xfer_empty_cache(xfer_ctx *ctx, xfer_device *dev)
+{
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_allocator *a = ctx->devices[d]->alloc;
+    if (dev && ctx->devices[d] != dev) continue;
+    pthread_mutex_lock(&a->lock);
+    release_cached(a, 0);
+    pthread_mutex_unlock(&a->lock);
+  }
+}
+
+void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
+{
+  xfer_allocator *a = dev->alloc;
+  pthread_mutex_lock(&a->lock);
+  *out = a->stats;
+  pthread_mutex_unlock(&a->lock);
+  out->cached = out->reserved - out->allocated;
+}
+
+/* -- Settings ------------------------------------------------------------------------------- */
+
+void xfer_mem_config_init(xfer_ctx *ctx)
+{
+  ctx->config.staging_chunk = (size_t)4 << 20;
+  ctx->config.staging_depth = 3;
+  const char *cache = getenv("XFER_CACHE");
+  ctx->config.cache = !(cache && !strcmp(cache, "0"));
+  ctx->config.cache_limit = 0;
+}
+
+void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
+{
+  out->staging_chunk = __atomic_load_n(&ctx->config.staging_chunk, __ATOMIC_RELAXED);
+  out->staging_depth = __atomic_load_n(&ctx->config.staging_depth, __ATOMIC_RELAXED);
+  out->cache = caching(ctx);
+  out->cache_limit = cache_limit(ctx);
+}
+
+xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
+{
+  if (config->staging_chunk < 4096 || config->staging_chunk > ((size_t)1 << 30))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "staging_chunk must be 4096 to 1073741824 bytes, not %zu",
+                        config->staging_chunk);
+  if (config->staging_depth < 2 || config->staging_depth > 16)
+    return xfer_err_set(err, XFER_E_INVALID, "config", "staging_depth must be 2 to 16, not %d",
+                        config->staging_depth);
+  if (config->cache != 0 && config->cache != 1)
+    return xfer_err_set(err, XFER_E_INVALID, "config", "cache must be 0 or 1, not %d",
+                        config->cache);
+  __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->config.staging_depth, config->staging_depth, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->config.cache, config->cache, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->config.cache_limit, config->cache_limit, __ATOMIC_RELAXED);
+  /* what the new settings no longer allow goes back now */
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_allocator *a = ctx->devices[d]->alloc;
+    pthread_mutex_lock(&a->lock);
+    if (!config->cache)
+      release_cached(a, 0);
+    else if (config->cache_limit)
+      release_cached(a, config->cache_limit);
+    pthread_mutex_unlock(&a->lock);
+  }
+  return XFER_E_OK;
+}
+
+/* -- The host application's collector ---------------------------------------------------- */
+
+void xfer_set_reclaim(xfer_ctx *ctx, void (*reclaim)(void *arg), void *arg)
+{
+  pthread_mutex_lock(&ctx->lock);
+  ctx->reclaim = reclaim;
+  ctx->reclaim_arg = arg;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void xfer_mem_tensor_made(xfer_ctx *ctx, size_t nbytes)
+{
+  __atomic_add_fetch(&ctx->gc_debt, nbytes, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&ctx->tensor_bytes, nbytes, __ATOMIC_RELAXED);
+}
+
+void xfer_mem_tensor_dropped(xfer_ctx *ctx, size_t nbytes)
+{
+  __atomic_sub_fetch(&ctx->tensor_bytes, nbytes, __ATOMIC_RELAXED);
+}
+
+/* Like Lua's own pause: a collection once as many bytes were made as were live after the
+** last one (and never more often than every 64 MiB), so a loop that drops its tensors
+** holds at most about twice what it keeps. */
+int xfer_gc_due(xfer_ctx *ctx)
+{
+  uint64_t debt = __atomic_load_n(&ctx->gc_debt, __ATOMIC_RELAXED);
+  uint64_t live = __atomic_load_n(&ctx->gc_baseline, __ATOMIC_RELAXED);
+  return debt >= (live > GC_MIN_THRESHOLD ? live : GC_MIN_THRESHOLD);
+}
+
+void xfer_gc_done(xfer_ctx *ctx)
+{
+  __atomic_store_n(&ctx->gc_debt, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->gc_baseline, __atomic_load_n(&ctx->tensor_bytes, __ATOMIC_RELAXED),
+                   __ATOMIC_RELAXED);
+}
