@@ -242,6 +242,9 @@ int xfer_job_done(xfer_job *job);
 xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err);
 /* Waits, then drops the job (and its result, unless taken with xfer_job_wait). */
 void xfer_job_release(xfer_job *job);
+/* Drops the job without waiting: a move still running finishes on its thread, which then
+** drops the result (for collectors, which must not wait on a move that may wait on them). */
+void xfer_job_detach(xfer_job *job);
 
 /* -- Observability and settings ------------------------------------------------ */
 

@@ -1,5 +1,6 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
+--   [--pair-size 256M] [--tables host,pairs,staged,to]
 --   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
 --   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
@@ -9,13 +10,17 @@ local bench = require "xfer.bench"
 
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
+local tables_text = "host,pairs,staged,to"
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
   elseif args[i] == "--sizes" then sizes_text = args[i + 1]; i = i + 2
   elseif args[i] == "--pair-size" then pair_text = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST or --pair-size SIZE)") end
+  elseif args[i] == "--tables" then tables_text = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE or --tables LIST)") end
 end
+local wanted = {}
+for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
 local sizes = {}
 for text in sizes_text:gmatch("[^,]+") do sizes[#sizes + 1] = bench.parse_size(text) end
 
@@ -51,7 +56,7 @@ print(xfer.describe())
 print()
 
 -- host -> host: the memcpy every other figure compares with
-do
+if wanted.host then
   local rows = { { "host->host (memcpy)", "size", "GB/s", "us" } }
   for _, n in ipairs(sizes) do
     local s = bench.copy(host, host, n, bench.reps_for(n, 0.3, 10))
@@ -61,7 +66,7 @@ do
   print()
 end
 
-for _, dev in ipairs(xfer.devices()) do
+for _, dev in ipairs(wanted.host and xfer.devices() or {}) do
   if dev ~= host then
     local raw = dev.runtime == "cuda" and run_raw(dev) or nil
     local header = { dev.name .. " (" .. dev.label .. ")", "size", "GB/s", "us", "first us" }
@@ -99,7 +104,7 @@ end
 
 -- Between devices: the default path beside the naive round-trip frameworks make today
 -- (read everything into a fresh host buffer, make a new tensor from it).
-do
+if wanted.pairs then
   local n = bench.parse_size(pair_text)
   local memcpy_s = bench.copy(host, host, n, 5)
   local rows = { { ("device -> device, %s"):format(bench.format_size(n)), "path", "GB/s",
@@ -137,7 +142,7 @@ end
 -- The staged path between every two devices, beside the single pinned hops it is made of
 -- (host -> device and device -> host into tensors xferlua pinned or imported, measured
 -- here) and, where CUDA works, raw cuMemcpy* from pinned memory at the same size.
-do
+if wanted.staged then
   local n = bench.parse_size(pair_text)
   local cfg = xfer.config()
   local hop = {}
@@ -194,4 +199,45 @@ do
     print(("raw pinned (cuMemcpy, the slower direction) at %s: %.2f GB/s"):format(
       bench.format_size(n), raw_pinned))
   end
+end
+
+-- t:to(dev) in a loop (each result freed) beside dst:copy_from(src) into a tensor made
+-- beforehand, for every ordered pair of devices: the call users write against the copy's
+-- ceiling. The first to() after empty_cache() (cold: memory from the driver, pins and
+-- imports made) is shown apart; steady state comes from the caching allocator.
+if wanted.to then
+  local rows = { { "to() vs copy_from", "size", "path", "copy GB/s", "copy us", "to() GB/s",
+                   "to() us", "cold to() us", "to/copy" } }
+  local devs = xfer.devices()
+  for _, n in ipairs({ 4096, bench.parse_size(pair_text) }) do
+    local reps = n <= 65536 and 200 or 7
+    for _, a in ipairs(devs) do
+      for _, b in ipairs(devs) do
+        if a ~= b then
+          local src = xfer.full({ n }, 7, { dtype = "u8", device = a })
+          local dst = xfer.full({ n }, 1, { dtype = "u8", device = b })
+          local path = xfer.plan(src, b).path
+          local ok, copy_s = pcall(bench.time, function() dst:copy_from(src) end, reps)
+          dst:free()
+          xfer.empty_cache()
+          local ok2, to_s, cold = pcall(bench.time, function() src:to(b):free() end, reps)
+          if ok and ok2 then
+            -- bandwidth ratio for large moves, time ratio (lower is better) for small ones
+            local ratio = n <= 65536 and ("%.2fx time"):format(to_s / copy_s)
+                                      or ("%.2fx GB/s"):format(copy_s / to_s)
+            rows[#rows + 1] = { a.name .. " -> " .. b.name, bench.format_size(n), path,
+                                fmt_rate(n, copy_s), fmt_us(copy_s), fmt_rate(n, to_s), fmt_us(to_s),
+                                fmt_us(cold), ratio }
+          else
+            rows[#rows + 1] = { a.name .. " -> " .. b.name, bench.format_size(n), path,
+                                "failed: " .. tostring(ok and to_s or copy_s) }
+          end
+          src:free()
+          collectgarbage()
+        end
+      end
+    end
+  end
+  print()
+  print(bench.table(rows))
 end

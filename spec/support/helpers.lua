@@ -29,7 +29,7 @@ end
 --- For the rest of the running spec, every allocation reaches the driver (caching off,
 --- every cache given back, nothing left for the collector to reclaim): an injected alloc
 --- fault only fails a driver call, and host memory is imported or pinned afresh. Call it
---- inside an `it`; the setting comes back when the spec ends.
+--- inside an `it`, once; the setting comes back when the spec ends.
 function helpers.uncached()
   local saved = xfer.config().cache
   getfenv(2).finally(function() xfer.config({ cache = saved }) end) -- busted's, in the spec's env

@@ -18,7 +18,20 @@ struct xfer_job {
   xfer_error err;
   int done;                     /* set (atomically) when the move has finished */
   int joined;
+  int refs;                     /* the caller's and the thread's (atomic) */
 };
+
+static void job_destroy(xfer_job *job)
+{
+  xfer_tensor_release(job->result);
+  xfer_tensor_release(job->src);
+  free(job);
+}
+
+static void job_unref(xfer_job *job)
+{
+  if (__atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) == 0) job_destroy(job);
+}
 
 /* The source is busy from the start call until the move has ended, so freeing it waits
 ** for the move even when the thread has not taken its hold yet. */
@@ -37,6 +50,7 @@ static void *run_job(void *arg)
   job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
   mark_busy(job->src, -1);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
+  job_unref(job); /* the last one out (this thread, for a detached job) frees it */
   return NULL;
 }
 
@@ -49,6 +63,7 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   xfer_job *job = calloc(1, sizeof *job);
   if (!job) return xfer_err_set(err, XFER_E_ALLOC, "to_async", "out of host memory");
   job->src = xfer_tensor_retain(src);
+  job->refs = 2;
   job->dst = dst_dev;
   if (opts) job->opts = *opts;
   mark_busy(src, 1);
@@ -87,7 +102,13 @@ void xfer_job_release(xfer_job *job)
 {
   if (!job) return;
   join(job);
-  xfer_tensor_release(job->result);
-  xfer_tensor_release(job->src);
-  free(job);
+  job_unref(job);
+}
+
+void xfer_job_detach(xfer_job *job)
+{
+  if (!job) return;
+  if (!job->joined) pthread_detach(job->thread);
+  job->joined = 1;
+  job_unref(job);
 }

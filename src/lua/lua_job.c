@@ -39,7 +39,9 @@ static int job_done(lua_State *L)
 static int job_gc(lua_State *L)
 {
   job_box *box = lua_touserdata(L, 1);
-  if (box && box->job) xfer_job_release(box->job); /* waits for the move: never raises */
+  /* never waits: the collector may run inside a move (the reclaimer) that this job's
+  ** thread is waiting for; a running move finishes on its own and drops its result */
+  if (box && box->job) xfer_job_detach(box->job);
   if (box) box->job = NULL;
   return 0;
 }
