@@ -43,6 +43,7 @@ describe("cuda specifics #cuda", function()
   end)
 
   it("stages when a host buffer cannot be pinned", function()
+    h.uncached() -- host memory CUDA has not registered yet
     each_device(function(dev)
       local t = xfer.tensor(h.random_bytes(3 * 1024 * 1024), { dtype = "u8" })
       xfer.faults.inject({ runtime = "cuda", op = "register", count = 100 })

@@ -79,7 +79,8 @@ describe("memory", function()
       assert.are.equal(before.driver_allocs + 5, mem(dev).driver_allocs, dev.name)
       for i = 1, 5 do list[i]:free() end
       assert.are.equal(before.driver_frees + 5, mem(dev).driver_frees, dev.name)
-      assert.are.equal(0, mem(dev).cached, dev.name)
+      -- nothing new is cached (segments live tensors still use keep their free parts)
+      assert.is_true(mem(dev).cached <= before.cached, dev.name)
     end
   end)
 
