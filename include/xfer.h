@@ -114,6 +114,8 @@ typedef struct xfer_device_info {
   int cc_major, cc_minor; /* CUDA compute capability (0 elsewhere) */
   int has_driver_uuid;
   uint8_t driver_uuid[16]; /* the driver's UUID (Vulkan): opaque fds pass only between equals */
+  const char *backing;   /* the device of another runtime whose memory this one's tensors
+                         ** live in ("cuda:0" for an OpenCL device on NVIDIA's GPU), or "" */
 } xfer_device_info;
 
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);

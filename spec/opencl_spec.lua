@@ -106,6 +106,47 @@ describe("opencl specifics #opencl", function()
     end)
   end)
 
+  -- On NVIDIA's GPU, OpenCL tensors live in memory CUDA allocated (cuMemCreate, exported as
+  -- a POSIX fd, imported by OpenCL): CUDA moves them in one copy, and across GPUs in one
+  -- peer copy.
+  it("keeps tensors in CUDA's memory where CUDA shares the GPU, and moves them there in one copy", function()
+    local backed = {}
+    each_device(function(dev) if dev.backing then backed[#backed + 1] = dev end end)
+    if #backed == 0 then
+      return pending("no OpenCL device here shares its GPU with CUDA")
+    end
+    for _, dev in ipairs(backed) do
+      local cuda = xfer.device(dev.backing)
+      assert.are.equal("cuda", cuda.runtime)
+      assert.are.equal(dev.uuid, cuda.uuid)
+      local bytes = h.random_bytes(3 * 1024 * 1024 + 11)
+      local on_cuda = xfer.tensor(bytes, { dtype = "u8", device = cuda })
+      local plan = xfer.plan(on_cuda, dev)
+      assert.are.equal("interop", plan.path)
+      assert.are.same({ ("%s's memory is %s's, imported into %s"):format(dev.name, cuda.name, dev.name),
+                        ("copy %d bytes on %s"):format(#bytes, cuda.name) }, plan.steps)
+      local there = on_cuda:to(dev)
+      assert.are.equal(bytes, there:tobytes()) -- OpenCL reads what CUDA wrote
+      assert.are.equal(bytes, there:to(cuda):tobytes())
+      assert.are.equal(bytes, there:clone():tobytes()) -- OpenCL's own copy of an import
+      assert.are.equal(bytes, xfer.tensor(bytes, { dtype = "u8", device = dev }):tobytes())
+      -- every other CUDA device reaches it with one peer copy
+      for _, other in ipairs(xfer.devices()) do
+        if other.runtime == "cuda" and other ~= cuda then
+          local p = xfer.plan(there, other)
+          assert.are.equal("interop", p.path)
+          assert.are.equal(("peer copy of %d bytes from %s to %s"):format(#bytes, cuda.name, other.name),
+                           p.steps[#p.steps])
+          assert.are.equal(bytes, there:to(other):to(dev):tobytes())
+        end
+      end
+    end
+    -- XFER_SHARED_MEMORY=0: OpenCL's own memory again
+    local out = h.run("XFER_SHARED_MEMORY=0 " .. h.xferlua() .. " -e 'print(require(\"xfer\").device(\"" ..
+                      backed[1].name .. "\").backing)'")
+    assert.are.equal("nil\n", out)
+  end)
+
   describe("when OpenCL cannot work", function()
     local function opencl_reason(env) return h.runtime_reason("opencl", env) end
 

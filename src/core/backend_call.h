@@ -77,9 +77,26 @@ static inline xfer_code xfer_be_export_fd(xfer_device *dev, void *buf, int *fd, 
 }
 
 static inline xfer_code xfer_be_import_fd(xfer_device *dev, int fd, uint64_t memory_size,
-                                          size_t n, void **buf, void **handle, xfer_error *err)
+                                          size_t n, const char *op, void **buf, void **handle,
+                                          xfer_error *err)
 {
-  return xfer_be(dev)->import_fd(dev, fd, memory_size, n, buf, handle, err);
+  return xfer_be(dev)->import_fd(dev, fd, memory_size, n, op, buf, handle, err);
+}
+
+static inline xfer_code xfer_be_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
+                                             uint64_t *memory_size, xfer_error *err)
+{
+  return xfer_be(dev)->alloc_shared(dev, n, buf, fd, memory_size, err);
+}
+
+static inline void xfer_be_free_shared(xfer_device *dev, void *buf, size_t n)
+{
+  xfer_be(dev)->free_shared(dev, buf, n);
+}
+
+static inline int xfer_be_can_share(const xfer_device *dev)
+{
+  return dev->can_share && xfer_be(dev)->alloc_shared && xfer_be(dev)->free_shared;
 }
 
 static inline void xfer_be_release_import(xfer_device *dev, void *buf, void *handle)

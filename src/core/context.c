@@ -85,6 +85,7 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
     ctx->nruntimes++;
     open_runtime(ctx, i);
   }
+  xfer_mem_link_backing(ctx);
   const char *spec = getenv("XFER_FAULTS");
   if (spec) {
     xfer_code rc = xfer_fault_parse(ctx, spec, err);
@@ -313,6 +314,7 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->cc_minor = dev->cc_minor;
   out->has_driver_uuid = dev->has_driver_uuid;
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
+  out->backing = dev->backing ? dev->backing->name : "";
   uint64_t free_bytes = 0, total = 0;
   xfer_device_lock(dev);
   xfer_code rc = xfer_be_memory(dev, &free_bytes, &total, err);

@@ -17,7 +17,8 @@ typedef struct xfer_runtime xfer_runtime;
 /* One table per runtime. A buffer is whatever the backend says it is (a pointer, a
 ** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
 ** bytes. Optional members are NULL, and the core checks before calling. */
-#define XFER_BACKEND_VERSION 2 /* 2: peer and copy_imported take offsets (blocks of segments) */
+/* 2: peer and copy_imported take offsets (blocks of segments); 3: shared memory, import op */
+#define XFER_BACKEND_VERSION 3
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
@@ -57,16 +58,23 @@ typedef struct xfer_backend {
   xfer_code (*export_fd)(xfer_device *dev, void *buf, int *fd, uint64_t *memory_size,
                          xfer_error *err);
   /* optional, interop: memory another runtime exported, as a buffer `nbytes` long that
-  ** copy_imported takes; `handle` is what release_import needs. Owns `fd` only when it
-  ** succeeds. */
+  ** copy_imported takes (and, imported as a tensor's own memory, every other op); `handle`
+  ** is what release_import needs. `op` names the call for faults and errors ("import", or
+  ** "alloc" when the import is a tensor's allocation). Owns `fd` only when it succeeds. */
   xfer_code (*import_fd)(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
-                         void **buf, void **handle, xfer_error *err);
+                         const char *op, void **buf, void **handle, xfer_error *err);
   void (*release_import)(xfer_device *dev, void *buf, void *handle);
   /* optional, interop: copy n bytes between one of the device's buffers and an imported
   ** one (into_imported: buf -> imported, else imported -> buf), done when it returns */
   xfer_code (*copy_imported)(xfer_device *dev, void *buf, size_t offset, void *imported,
                              size_t imported_offset, size_t n, int into_imported,
                              xfer_error *err);
+  /* optional: memory the other runtimes of its GPU can import (an fd the caller owns, and
+  ** the size of that memory), which this runtime's devices can copy to and from as their
+  ** own and peer-copy across GPUs; freed with free_shared */
+  xfer_code (*alloc_shared)(xfer_device *dev, size_t nbytes, void **buf, int *fd,
+                            uint64_t *memory_size, xfer_error *err);
+  void (*free_shared)(xfer_device *dev, void *buf, size_t nbytes);
   /* optional: the host address of a buffer the CPU can use in place, else NULL */
   void *(*host_address)(xfer_device *dev, void *buf);
   /* optional: host memory [base, base+size) is about to be freed; drop anything the
@@ -109,6 +117,11 @@ struct xfer_device {
   struct xfer_allocator *alloc; /* its caching allocator (memory.c) */
   int lost;                     /* set once the driver says the device is gone */
   int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
+  int can_share;                /* makes memory for others to import (alloc_shared) */
+  /* The device of another runtime on this GPU whose shared memory this device's segments
+  ** live in (an OpenCL device on NVIDIA's GPU: CUDA memory): moves between the two are
+  ** one copy of the backing runtime's, and across GPUs one peer copy. NULL: its own. */
+  struct xfer_device *backing;
   pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
 };
 
@@ -171,6 +184,8 @@ typedef struct xfer_segment {
   void *buf;                    /* the backend's buffer */
   size_t size;
   int small;                    /* of the small pool */
+  void *handle;                 /* a backed segment: its import's handle, and ... */
+  void *backing_buf;            /* ... the memory as its backing device sees it */
   xfer_import imports[XFER_MAX_IMPORTS];
   int nimports;
   struct xfer_block *first;     /* its blocks, in address order */
@@ -194,6 +209,8 @@ void xfer_mem_free(xfer_block *b);
 /* host: blocks are whole pages, so any host block can be pinned or imported in place */
 xfer_code xfer_mem_device_init(xfer_device *dev, int host);
 void xfer_mem_device_fini(xfer_device *dev);
+/* After the runtimes open: which devices keep their memory in another runtime's. */
+void xfer_mem_link_backing(xfer_ctx *ctx);
 /* At close, before the runtimes: every cached segment back to its driver. */
 void xfer_mem_release_all(xfer_ctx *ctx);
 /* Reads XFER_CACHE; the defaults. */
@@ -283,15 +300,19 @@ void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,
 void xfer_stats_clear(xfer_ctx *ctx);
 double xfer_now(void);
 
+/* transfer.c: adds a step to a plan's description. */
+void xfer_plan_step(xfer_plan *plan, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* interop.c: the interop path. */
+void xfer_interop_describe(const xfer_tensor *src, const xfer_device *dst, xfer_plan *plan);
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
 /* The devices besides both ends that an interop move src -> dst uses (the
 ** exporter, or the peer runtime's devices standing for the ends): how many, into out. */
 int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2]);
-/* 1, with the peer runtime's devices for both ends, when src -> dst is a peer copy through
-** exported memory across two GPUs. */
-int xfer_interop_peers(const xfer_device *src, const xfer_device *dst, xfer_device **src_alias,
-                       xfer_device **dst_alias);
 xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
 void xfer_imports_release(xfer_import *imports, int *nimports);
 

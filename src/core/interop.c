@@ -9,6 +9,7 @@
 ** is reached the same way, by importing its memory into the CUDA device of its GPU: the
 ** move is one peer copy.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,6 +38,7 @@ static xfer_device *exporter_for(const xfer_device *dev)
 static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
 {
   if (dev->rt == rt) return (xfer_device *)dev;
+  if (dev->backing && dev->backing->rt == rt && !dev->backing->lost) return dev->backing;
   if (!dev->can_export || dev->lost) return NULL;
   xfer_ctx *ctx = dev->ctx;
   for (size_t d = 0; d < ctx->ndevices; d++) {
@@ -72,23 +74,21 @@ static int peer_route_for(const xfer_device *src, const xfer_device *dst, peer_r
   return 0;
 }
 
+/* One device's memory is the other's (a backed device and its backing): the backing
+** runtime copies between its own buffers. */
+static int backed_pair(const xfer_device *src, const xfer_device *dst)
+{
+  return (src->backing == dst && !dst->lost) || (dst->backing == src && !src->lost);
+}
+
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst)
 {
   peer_route route;
   if (peer_route_for(src, dst, &route)) return 1;
   if (src->rt == dst->rt || !same_gpu(src, dst)) return 0;
+  if (backed_pair(src, dst)) return 1;
   if ((src->can_export && dst->can_import) || (dst->can_export && src->can_import)) return 1;
   return src->can_import && dst->can_import && exporter_for(src) != NULL;
-}
-
-int xfer_interop_peers(const xfer_device *src, const xfer_device *dst, xfer_device **src_alias,
-                       xfer_device **dst_alias)
-{
-  peer_route route;
-  if (!peer_route_for(src, dst, &route)) return 0;
-  *src_alias = route.src;
-  *dst_alias = route.dst;
-  return 1;
 }
 
 int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2])
@@ -99,8 +99,8 @@ int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_de
     out[1] = route.dst;
     return 2;
   }
-  if (src->rt == dst->rt || !same_gpu(src, dst) || src->can_export || dst->can_export ||
-      !src->can_import || !dst->can_import)
+  if (src->rt == dst->rt || !same_gpu(src, dst) || backed_pair(src, dst) || src->can_export ||
+      dst->can_export || !src->can_import || !dst->can_import)
     return 0;
   out[0] = exporter_for(src);
   return out[0] != NULL;
@@ -134,7 +134,7 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   xfer_code rc = xfer_be_export_fd(seg->dev, seg->buf, &fd, &size, err);
   if (rc) return rc;
   void *ibuf = NULL, *handle = NULL;
-  rc = xfer_be_import_fd(importer, fd, size, seg->size, &ibuf, &handle, err);
+  rc = xfer_be_import_fd(importer, fd, size, seg->size, "import", &ibuf, &handle, err);
   if (rc) {
     close(fd);
     return rc;
@@ -147,16 +147,83 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   return XFER_E_OK;
 }
 
+/* -- The plan, in words ----------------------------------------------------------------- */
+
+/* How `alias` (of the peer runtime) reaches `dev`'s tensors, as a step; 1 when it is memory
+** of alias's own. */
+static int describe_view(xfer_plan *plan, const xfer_device *dev, const xfer_device *alias)
+{
+  if (dev == alias) return 1;
+  if (dev->backing == alias) {
+    xfer_plan_step(plan, "%s's memory is %s's, imported into %s", dev->name, alias->name,
+                   dev->name);
+    return 1;
+  }
+  xfer_plan_step(plan, "export %s's buffer, import it into %s once", dev->name, alias->name);
+  return 0;
+}
+
+void xfer_interop_describe(const xfer_tensor *src, const xfer_device *dst, xfer_plan *plan)
+{
+  const xfer_device *from = src->dev;
+  size_t n = src->nbytes;
+  peer_route route;
+  if (peer_route_for(from, dst, &route)) {
+    snprintf(plan->reason, sizeof plan->reason,
+             "%s and %s are two GPUs that %s joins: one peer copy through shared memory, no host",
+             from->name, dst->name, route.src->rt->name);
+    int src_own = describe_view(plan, from, route.src);
+    int dst_own = describe_view(plan, dst, route.dst);
+    if (!src_own && !dst_own)
+      xfer_plan_step(plan, "copy %zu bytes on %s into scratch memory of its own", n,
+                     route.src->name);
+    xfer_plan_step(plan, "peer copy of %zu bytes from %s to %s", n, route.src->name,
+                   route.dst->name);
+    return;
+  }
+  snprintf(plan->reason, sizeof plan->reason,
+           "%s and %s are one GPU: device copies through shared memory, no host", from->name,
+           dst->name);
+  if (backed_pair(from, dst)) {
+    const xfer_device *owner = dst->backing == from ? from : dst;
+    const xfer_device *backed = owner == from ? dst : from;
+    xfer_plan_step(plan, "%s's memory is %s's, imported into %s", backed->name, owner->name,
+                   backed->name);
+    xfer_plan_step(plan, "copy %zu bytes on %s", n, owner->name);
+  } else if (from->can_export && dst->can_import) {
+    xfer_plan_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there",
+                   from->name, dst->name, n);
+  } else if (dst->can_export && from->can_import) {
+    xfer_plan_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there",
+                   dst->name, from->name, n);
+  } else {
+    xfer_plan_step(plan, "copy %zu bytes on %s into exported memory both import once", n,
+                   from->name);
+    xfer_plan_step(plan, "copy them on %s out of it", dst->name);
+  }
+}
+
 /* -- The move ------------------------------------------------------------------------------ */
 
-/* A tensor as the peer runtime's device `alias` sees it: its own buffer, or its segment
-** imported once (the tensor at its own offset in either). */
-static xfer_code peer_view(xfer_tensor *t, xfer_device *alias, void **view, xfer_error *err)
+/* A tensor's memory as the backing device sees it (its own), or NULL. */
+static void *backing_view(const xfer_tensor *t, const xfer_device *alias)
 {
+  return t->dev->backing == alias && t->block ? t->block->seg->backing_buf : NULL;
+}
+
+/* A tensor as the peer runtime's device `alias` sees it: its own buffer, the memory it lives
+** in, or its segment imported once (the tensor at its own offset in each). *own: the memory
+** is alias's own (not an import). */
+static xfer_code peer_view(xfer_tensor *t, xfer_device *alias, void **view, int *own,
+                           xfer_error *err)
+{
+  *own = 1;
   if (t->dev == alias) {
     *view = t->buf;
     return XFER_E_OK;
   }
+  if ((*view = backing_view(t, alias))) return XFER_E_OK;
+  *own = 0;
   return imported(t->block, alias, view, err);
 }
 
@@ -169,10 +236,11 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
   peer_route route;
   if (peer_route_for(from, to, &route)) { /* two GPUs: one peer copy between two views */
     void *src_view = NULL, *dst_view = NULL;
-    rc = peer_view(src, route.src, &src_view, err);
-    if (!rc) rc = peer_view(dst, route.dst, &dst_view, err);
+    int src_own = 0, dst_own = 0;
+    rc = peer_view(src, route.src, &src_view, &src_own, err);
+    if (!rc) rc = peer_view(dst, route.dst, &dst_view, &dst_own, err);
     if (rc) return rc;
-    if (route.src == from || route.dst == to)
+    if (src_own || dst_own)
       return xfer_be_peer(route.dst, dst_view, dst->offset, route.src, src_view, src->offset, n,
                           err);
     /* Both ends imported: a peer copy between two imports ran at 38.6 GB/s on two H200s
@@ -193,6 +261,11 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan",
                         "interop between %s and %s is no longer possible: a device it needs was lost",
                         from->name, to->name);
+  void *backed;
+  if ((backed = backing_view(dst, from))) /* the source's runtime copies into its own memory */
+    return xfer_be_copy(from, backed, dst->offset, src->buf, src->offset, n, err);
+  if ((backed = backing_view(src, to))) /* the target's runtime copies out of its own memory */
+    return xfer_be_copy(to, dst->buf, dst->offset, backed, src->offset, n, err);
   if (from->can_export && to->can_import) { /* the target copies out of the source */
     rc = imported(src->block, to, &view, err);
     return rc ? rc : xfer_be_copy_imported(to, dst->buf, dst->offset, view, src->offset, n, 0, err);

@@ -135,14 +135,62 @@ static uint64_t cache_limit(const xfer_ctx *ctx)
 
 /* -- Segments ---------------------------------------------------------------------------- */
 
+/* What the driver gave for a segment: the buffer the device's runtime uses, and for a
+** device backed by another runtime's memory, that memory and the import's handle. */
+typedef struct seg_memory {
+  void *buf, *handle, *backing_buf;
+} seg_memory;
+
+/* A segment of `dev` in memory its backing device shares: allocated there, imported here
+** (op "alloc", so an alloc fault on the device fails it as it would a plain allocation).
+** Measured on an H200: cuMemCreate + map + export of 256 MiB 3.2 ms, OpenCL's import 0.16. */
+static xfer_code backed_alloc(xfer_device *dev, size_t size, seg_memory *m, xfer_error *err)
+{
+  xfer_device *backing = dev->backing;
+  int fd = -1;
+  uint64_t memory_size = 0;
+  xfer_code rc = xfer_be_alloc_shared(backing, size, &m->backing_buf, &fd, &memory_size, err);
+  if (rc && rc != XFER_E_DEVICE_LOST) { /* the backing runtime's words, as an allocation */
+    rc = XFER_E_ALLOC;
+    if (err) err->code = rc;
+  }
+  if (rc) return rc;
+  rc = xfer_be_import_fd(dev, fd, memory_size, size, "alloc", &m->buf, &m->handle, err);
+  if (rc) {
+    close(fd);
+    xfer_be_free_shared(backing, m->backing_buf, size);
+    m->backing_buf = NULL;
+  }
+  return rc;
+}
+
+static xfer_code raw_alloc(xfer_device *dev, size_t size, seg_memory *m, xfer_error *err)
+{
+  memset(m, 0, sizeof *m);
+  /* beyond the device's largest buffer: its own refusal says so best */
+  if (dev->backing && !dev->backing->lost && !(dev->max_alloc && size > dev->max_alloc))
+    return backed_alloc(dev, size, m, err);
+  return xfer_be_alloc(dev, size, &m->buf, err);
+}
+
+static void raw_free(xfer_device *dev, const seg_memory *m, size_t size)
+{
+  if (!m->backing_buf) {
+    xfer_be_free(dev, m->buf, size);
+    return;
+  }
+  xfer_be_release_import(dev, m->buf, m->handle); /* the importer first, then the memory */
+  xfer_be_free_shared(dev->backing, m->backing_buf, size);
+}
+
 static void note_peak(uint64_t *peak, uint64_t now)
 {
   if (now > *peak) *peak = now;
 }
 
 /* A new segment around `buf`, one free block covering it (NULL when out of host memory). */
-static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, void *buf, size_t size,
-                               int small)
+static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, const seg_memory *m,
+                               size_t size, int small)
 {
   xfer_segment *seg = calloc(1, sizeof *seg);
   xfer_block *b = calloc(1, sizeof *b);
@@ -152,7 +200,9 @@ static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, void *buf, s
     return NULL;
   }
   seg->dev = dev;
-  seg->buf = buf;
+  seg->buf = m->buf;
+  seg->handle = m->handle;
+  seg->backing_buf = m->backing_buf;
   seg->size = size;
   seg->small = small;
   seg->first = b;
@@ -160,7 +210,7 @@ static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, void *buf, s
   if (a->segments) a->segments->prev = seg;
   a->segments = seg;
   b->seg = seg;
-  b->buf = buf;
+  b->buf = m->buf;
   b->size = size;
   a->stats.reserved += size;
   a->stats.segments++;
@@ -178,7 +228,8 @@ static void segment_release(xfer_allocator *a, xfer_segment *seg)
     a->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   xfer_imports_release(seg->imports, &seg->nimports);
-  xfer_be_free(seg->dev, seg->buf, seg->size);
+  seg_memory m = {seg->buf, seg->handle, seg->backing_buf};
+  raw_free(seg->dev, &m, seg->size);
   a->stats.reserved -= seg->size;
   a->stats.segments--;
   a->stats.driver_frees++;
@@ -210,11 +261,11 @@ static void release_cached(xfer_allocator *a, uint64_t keep)
 ** collects what it no longer references (unlocked: its collector frees tensors here), the
 ** cache goes back again, and the allocation is tried once more -- only if memory did come
 ** back, so a refusal with nothing to give stays the first error. (a->lock held) */
-static xfer_code driver_alloc(xfer_allocator *a, xfer_device *dev, size_t size, void **buf,
+static xfer_code driver_alloc(xfer_allocator *a, xfer_device *dev, size_t size, seg_memory *m,
                               xfer_error *err)
 {
   a->stats.driver_allocs++;
-  xfer_code rc = xfer_be_alloc(dev, size, buf, err);
+  xfer_code rc = raw_alloc(dev, size, m, err);
   if (rc != XFER_E_ALLOC || dev->lost) return rc;
   uint64_t frees = a->stats.driver_frees;
   release_cached(a, 0);
@@ -232,7 +283,7 @@ static xfer_code driver_alloc(xfer_allocator *a, xfer_device *dev, size_t size, 
   if (a->stats.driver_frees == frees) return rc;
   a->stats.oom_retries++;
   a->stats.driver_allocs++;
-  return xfer_be_alloc(dev, size, buf, err);
+  return raw_alloc(dev, size, m, err);
 }
 
 /* -- Blocks -------------------------------------------------------------------------------- */
@@ -305,10 +356,10 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
     /* beyond what the driver allows in one allocation: asked as is, so that its refusal
     ** names the size the caller asked for; within it, never rounded past it */
     if (dev->max_alloc && size > dev->max_alloc) seg_size = nbytes;
-    void *buf = NULL;
-    xfer_code rc = driver_alloc(a, dev, seg_size, &buf, err);
-    if (!rc && !(b = segment_add(a, dev, buf, seg_size, size <= SMALL_SIZE))) {
-      xfer_be_free(dev, buf, seg_size);
+    seg_memory m;
+    xfer_code rc = driver_alloc(a, dev, seg_size, &m, err);
+    if (!rc && !(b = segment_add(a, dev, &m, seg_size, size <= SMALL_SIZE))) {
+      raw_free(dev, &m, seg_size);
       a->stats.driver_frees++;
       rc = xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
     }
@@ -358,6 +409,25 @@ void xfer_mem_free(xfer_block *b)
 }
 
 /* -- Devices and the context ----------------------------------------------------------- */
+
+/* After every runtime has opened: a device that imports, and whose GPU has a device of
+** another runtime that makes memory to share (an OpenCL device on NVIDIA's GPU, CUDA), keeps
+** its tensors there -- unless XFER_SHARED_MEMORY=0. */
+void xfer_mem_link_backing(xfer_ctx *ctx)
+{
+  const char *env = getenv("XFER_SHARED_MEMORY");
+  if (env && !strcmp(env, "0")) return;
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_device *dev = ctx->devices[d];
+    if (!dev->can_import || dev->unified || !dev->has_uuid || !xfer_be(dev)->import_fd) continue;
+    for (size_t s = 0; s < ctx->ndevices && !dev->backing; s++) {
+      xfer_device *sharer = ctx->devices[s];
+      if (sharer->rt != dev->rt && xfer_be_can_share(sharer) && sharer->has_uuid &&
+          !memcmp(sharer->uuid, dev->uuid, sizeof dev->uuid))
+        dev->backing = sharer;
+    }
+  }
+}
 
 xfer_code xfer_mem_device_init(xfer_device *dev, int host)
 {

@@ -30,12 +30,7 @@ int xfer_path_parse(const char *name, xfer_path *out)
 
 /* -- Planning ------------------------------------------------------------------------- */
 
-static void add_step(xfer_plan *plan, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void add_step(xfer_plan *plan, const char *fmt, ...)
+void xfer_plan_step(xfer_plan *plan, const char *fmt, ...)
 {
   if (plan->nsteps == XFER_PLAN_MAX_STEPS) return;
   va_list ap;
@@ -110,50 +105,24 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
   switch (plan->path) {
   case XFER_PATH_SAME_DEVICE:
     snprintf(plan->reason, sizeof plan->reason, "source and target are both %s", from);
-    add_step(plan, "copy %zu bytes within %s", n, from);
+    xfer_plan_step(plan, "copy %zu bytes within %s", n, from);
     break;
   case XFER_PATH_SAME_RUNTIME:
     snprintf(plan->reason, sizeof plan->reason, "%s copies between its own devices",
              src->dev->rt->name);
-    add_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
+    xfer_plan_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
     break;
-  case XFER_PATH_INTEROP: {
-    xfer_device *src_alias = NULL, *dst_alias = NULL;
-    if (xfer_interop_peers(src->dev, dst, &src_alias, &dst_alias)) {
-      snprintf(plan->reason, sizeof plan->reason,
-               "%s and %s are two GPUs that %s joins: one peer copy through exported memory, "
-               "no host", from, to, src_alias->rt->name);
-      if (src_alias != src->dev)
-        add_step(plan, "export %s's buffer, import it into %s once", from, src_alias->name);
-      if (dst_alias != dst)
-        add_step(plan, "export %s's buffer, import it into %s once", to, dst_alias->name);
-      if (src_alias != src->dev && dst_alias != dst)
-        add_step(plan, "copy %zu bytes on %s into scratch memory of its own", n, src_alias->name);
-      add_step(plan, "peer copy of %zu bytes from %s to %s", n, src_alias->name, dst_alias->name);
-      break;
-    }
-    snprintf(plan->reason, sizeof plan->reason,
-             "%s and %s are one GPU: device copies through exported memory, no host", from, to);
-    if (src->dev->can_export && dst->can_import)
-      add_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", from, to,
-               n);
-    else if (dst->can_export && src->dev->can_import)
-      add_step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", to, from,
-               n);
-    else {
-      add_step(plan, "copy %zu bytes on %s into exported memory both import once", n, from);
-      add_step(plan, "copy them on %s out of it", to);
-    }
+  case XFER_PATH_INTEROP:
+    xfer_interop_describe(src, dst, plan);
     break;
-  }
   case XFER_PATH_STAGED: {
     size_t chunk = 0;
     int depth = xfer_staged_chunks(src->dev->ctx, n, &chunk);
     snprintf(plan->reason, sizeof plan->reason,
              "%s and %s share no memory: pipelined through %d host chunk%s of %zu bytes", from, to,
              depth, depth == 1 ? "" : "s", chunk);
-    add_step(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
-    add_step(plan, "write each chunk to %s while the next is read", to);
+    xfer_plan_step(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
+    xfer_plan_step(plan, "write each chunk to %s while the next is read", to);
     break;
   }
   default:
@@ -167,14 +136,14 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
       snprintf(plan->reason, sizeof plan->reason, "through host memory between %s and %s", from,
                to);
     if (xfer_be_addressable(dst))
-      add_step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from,
+      xfer_plan_step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from,
                to);
     else if (xfer_be_addressable(src->dev))
-      add_step(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to,
+      xfer_plan_step(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to,
                from);
     else {
-      add_step(plan, "read %zu bytes off %s into host staging", n, from);
-      add_step(plan, "write %zu bytes from host staging to %s", n, to);
+      xfer_plan_step(plan, "read %zu bytes off %s into host staging", n, from);
+      xfer_plan_step(plan, "write %zu bytes from host staging to %s", n, to);
     }
     break;
   }

@@ -129,6 +129,10 @@ static int device_index(lua_State *L)
   } else if (!strcmp(key, "max_alloc")) lua_pushnumber(L, (lua_Number)info.max_alloc);
   else if (!strcmp(key, "platform")) lua_pushstring(L, info.platform);
   else if (!strcmp(key, "pci_bus_id")) lua_pushstring(L, info.pci_bus_id);
+  else if (!strcmp(key, "backing")) {
+    if (!info.backing[0]) return 0;
+    lua_pushstring(L, info.backing);
+  }
   else if (!strcmp(key, "compute_capability")) {
     if (!info.cc_major) return 0;
     lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);

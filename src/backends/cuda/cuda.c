@@ -153,6 +153,7 @@ static void add_device(xfer_runtime *rt, int ordinal)
   api->cuDeviceGetAttribute(&integrated, CU_DEVICE_ATTRIBUTE_INTEGRATED, cd->device);
   dev->unified = integrated;
   dev->can_import = !integrated; /* opaque fds from Vulkan on the same GPU */
+  xfer_cu_shared_probe(dev);
 }
 
 /* Peer access both ways between every pair that can: peer copies then go over NVLink or
@@ -265,19 +266,19 @@ static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, size_t dst_offset,
 /* The driver gets a duplicate: it owns that one once the import succeeds, and the
 ** caller's fd is then ours to close. */
 static xfer_code cuda_import_fd(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
-                                void **buf, void **handle, xfer_error *err)
+                                const char *op, void **buf, void **handle, xfer_error *err)
 {
-  xfer_code rc = xfer_cu_enter(dev, "import", err);
+  xfer_code rc = xfer_cu_enter(dev, op, err);
   if (rc) return rc;
   int given = dup(fd);
-  if (given < 0) return xfer_err_set(err, XFER_E_WRITE, "import", "cannot duplicate the fd");
+  if (given < 0) return xfer_err_set(err, code_for(op), op, "cannot duplicate the fd");
   CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc;
   memset(&desc, 0, sizeof desc);
   desc.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
   desc.handle.fd = given;
   desc.size = memory_size;
   CUexternalMemory ext = NULL;
-  rc = CU(dev, "import", err, cuImportExternalMemory, &ext, &desc);
+  rc = CU(dev, op, err, cuImportExternalMemory, &ext, &desc);
   if (rc) {
     close(given);
     return rc;
@@ -341,6 +342,8 @@ const xfer_backend xfer_backend_cuda = {
   .import_fd = cuda_import_fd,
   .release_import = cuda_release_import,
   .copy_imported = cuda_copy_imported,
+  .alloc_shared = xfer_cu_alloc_shared,
+  .free_shared = xfer_cu_free_shared,
   .host_forget = xfer_cu_host_forget,
   .memory = cuda_memory,
 };

@@ -24,7 +24,9 @@
   X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuMemHostAlloc)               \
   X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuDeviceCanAccessPeer)    \
   X(cuCtxEnablePeerAccess) X(cuGetErrorName) X(cuGetErrorString) X(cuImportExternalMemory)    \
-  X(cuExternalMemoryGetMappedBuffer) X(cuDestroyExternalMemory)
+  X(cuExternalMemoryGetMappedBuffer) X(cuDestroyExternalMemory) X(cuMemCreate) X(cuMemRelease) \
+  X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
+  X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle)
 
 typedef struct cu_api {
   void *lib;
@@ -51,6 +53,7 @@ typedef struct cu_dev {
   CUevent queued[XFER_QUEUE_SLOTS];
   const char *queued_op[XFER_QUEUE_SLOTS];
   int pending[XFER_QUEUE_SLOTS];
+  size_t share_granularity;     /* cuMemCreate's, where shared memory works (else 0) */
 } cu_dev;
 
 /* cuda_load.c */

@@ -67,6 +67,87 @@ static int cl_injected(xfer_device *dev, const char *op, cl_int *rc)
     if (rc_ != CL_SUCCESS) return cl_fail((op), #fn, rc_, injected_, (err));           \
   } while (0)
 
+/* The same, for a step of an op that must not return before a later step has run: sets
+** `code` unless it was set already. */
+#define CL_STEP(code, dev, op, err, fn, ...)                                           \
+  do {                                                                                 \
+    if (!(code)) {                                                                     \
+      cl_int rc_ = CL_SUCCESS;                                                         \
+      int injected_ = cl_injected((dev), (op), &rc_);                                  \
+      if (!injected_) rc_ = api_of(dev)->fn(__VA_ARGS__);                              \
+      if (rc_ != CL_SUCCESS) (code) = cl_fail((op), #fn, rc_, injected_, (err));       \
+    }                                                                                  \
+  } while (0)
+
+/* -- Buffers other runtimes own (cl_khr_external_memory) ------------------------------ */
+
+static void externals_add(cl_dev *cd, cl_mem mem)
+{
+  pthread_mutex_lock(&cd->externals_lock);
+  if (cd->nexternals == cd->externals_cap) {
+    size_t cap = cd->externals_cap ? cd->externals_cap * 2 : 16;
+    cl_mem *grown = realloc(cd->externals, cap * sizeof *grown);
+    if (grown) {
+      cd->externals = grown;
+      cd->externals_cap = cap;
+    }
+  }
+  if (cd->nexternals < cd->externals_cap) cd->externals[cd->nexternals++] = mem;
+  pthread_mutex_unlock(&cd->externals_lock);
+}
+
+static void externals_remove(cl_dev *cd, cl_mem mem)
+{
+  pthread_mutex_lock(&cd->externals_lock);
+  for (size_t i = 0; i < cd->nexternals; i++)
+    if (cd->externals[i] == mem) {
+      cd->externals[i] = cd->externals[--cd->nexternals];
+      break;
+    }
+  pthread_mutex_unlock(&cd->externals_lock);
+}
+
+/* The imported buffers among mems[0..n) (each once), into out; how many. */
+static cl_uint externals_of(cl_dev *cd, const cl_mem *mems, cl_uint n, cl_mem *out)
+{
+  cl_uint found = 0;
+  pthread_mutex_lock(&cd->externals_lock);
+  for (cl_uint m = 0; m < n; m++) {
+    int known = 0, seen = 0;
+    for (size_t i = 0; i < cd->nexternals && !known; i++) known = cd->externals[i] == mems[m];
+    for (cl_uint j = 0; j < found; j++) seen |= out[j] == mems[m];
+    if (known && !seen) out[found++] = mems[m];
+  }
+  pthread_mutex_unlock(&cd->externals_lock);
+  return found;
+}
+
+/* Hands imported buffers to OpenCL for an op (nothing to do for none). */
+static xfer_code externals_acquire(xfer_device *dev, const cl_mem *list, cl_uint n, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  if (!n) return XFER_E_OK;
+  cl_int rc = CL_SUCCESS;
+  int injected = cl_injected(dev, "sync", &rc);
+  if (!injected) rc = cd->acquire(cd->queue, n, list, 0, NULL, NULL);
+  return rc == CL_SUCCESS ? XFER_E_OK
+                          : cl_fail("sync", "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
+}
+
+/* ... and back when it has been queued, waiting for the queue when asked (or when there were
+** any: the other runtime may use them as soon as the move returns). Keeps `code` first. */
+static xfer_code externals_release(xfer_device *dev, const cl_mem *list, cl_uint n, int finish,
+                                   xfer_code code, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  cl_int released = n ? cd->release(cd->queue, n, list, 0, NULL, NULL) : CL_SUCCESS;
+  cl_int finished = n || finish ? api_of(dev)->clFinish(cd->queue) : CL_SUCCESS;
+  if (!code && released != CL_SUCCESS)
+    code = cl_fail("sync", "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
+  if (!code && finished != CL_SUCCESS) code = cl_fail("sync", "clFinish", finished, 0, err);
+  return code;
+}
+
 /* -- Opening: platforms and devices -------------------------------------------------- */
 
 static void info_string(cl_api *api, cl_device_id id, cl_device_info what, char *out, size_t cap)
@@ -144,6 +225,7 @@ static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id i
   }
   cd->id = id;
   pthread_mutex_init(&cd->pins_lock, NULL);
+  pthread_mutex_init(&cd->externals_lock, NULL);
   cd->context = context;
   cd->queue = queue;
   dev->impl = cd;
@@ -261,6 +343,8 @@ static void opencl_close(xfer_runtime *rt)
     if (!cd) continue;
     xfer_cl_unpin_all(dev);
     pthread_mutex_destroy(&cd->pins_lock);
+    pthread_mutex_destroy(&cd->externals_lock);
+    free(cd->externals);
     api->clReleaseCommandQueue(cd->queue);
     api->clReleaseContext(cd->context);
     free(cd);
@@ -326,9 +410,13 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
   if (dev->unified && n >= MAP_MIN)
     return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
   xfer_cl_pin(dev, src, n);
-  CL_CALL(dev, "write", err, clEnqueueWriteBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, src,
-          0, NULL, NULL);
-  return XFER_E_OK;
+  cl_mem mem = buf, ext[1];
+  cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
+  xfer_code code = externals_acquire(dev, ext, next, err);
+  if (code) return code;
+  CL_STEP(code, dev, "write", err, clEnqueueWriteBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset,
+          n, src, 0, NULL, NULL);
+  return externals_release(dev, ext, next, 0, code, err);
 }
 
 static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
@@ -336,9 +424,13 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
 {
   if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
   xfer_cl_pin(dev, dst, n);
-  CL_CALL(dev, "read", err, clEnqueueReadBuffer, cl_of(dev)->queue, buf, CL_TRUE, offset, n, dst,
-          0, NULL, NULL);
-  return XFER_E_OK;
+  cl_mem mem = buf, ext[1];
+  cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
+  xfer_code code = externals_acquire(dev, ext, next, err);
+  if (code) return code;
+  CL_STEP(code, dev, "read", err, clEnqueueReadBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset, n,
+          dst, 0, NULL, NULL);
+  return externals_release(dev, ext, next, 0, code, err);
 }
 
 /* -- Queued moves (the staged pipeline) ---------------------------------------------- */
@@ -351,10 +443,12 @@ static xfer_code queue_move(xfer_device *dev, cl_mem mem, size_t offset, void *h
 {
   *queued = 0;
   const char *op = to_device ? "write" : "read";
-  if (dev->unified)
+  cl_dev *cd = cl_of(dev);
+  cl_mem ext[1];
+  /* an imported buffer is moved in full: the other runtime may use it once the move ends */
+  if (dev->unified || externals_of(cd, &mem, 1, ext))
     return to_device ? opencl_write(dev, mem, offset, host, n, err)
                      : opencl_read(dev, mem, offset, host, n, err);
-  cl_dev *cd = cl_of(dev);
   cl_event done = NULL;
   xfer_cl_pin(dev, host, n);
   if (to_device)
@@ -400,11 +494,13 @@ static xfer_code opencl_finish(xfer_device *dev, int slot, xfer_error *err)
 static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                              size_t src_offset, size_t n, xfer_error *err)
 {
-  cl_command_queue q = cl_of(dev)->queue;
-  CL_CALL(dev, "copy", err, clEnqueueCopyBuffer, q, src, dst, src_offset, dst_offset, n, 0, NULL,
-          NULL);
-  CL_CALL(dev, "copy", err, clFinish, q);
-  return XFER_E_OK;
+  cl_mem mems[2] = {src, dst}, ext[2];
+  cl_uint next = externals_of(cl_of(dev), mems, 2, ext);
+  xfer_code code = externals_acquire(dev, ext, next, err);
+  if (code) return code;
+  CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
+          src_offset, dst_offset, n, 0, NULL, NULL);
+  return externals_release(dev, ext, next, 1, code, err);
 }
 
 /* -- Interop: memory another runtime exported (cl_khr_external_memory_opaque_fd) ------- */
@@ -414,9 +510,10 @@ typedef struct cl_import {
 } cl_import;
 
 /* The driver gets a duplicate, so that the caller's fd is ours to close whatever the
-** driver does with the one it is given. */
+** driver does with the one it is given. The buffer is OpenCL's only between an acquire
+** and a release: it is listed as external, and every op on it hands it over. */
 static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
-                                  void **buf, void **handle, xfer_error *err)
+                                  const char *op, void **buf, void **handle, xfer_error *err)
 {
   (void)memory_size;
   cl_dev *cd = cl_of(dev);
@@ -424,7 +521,7 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
   int given = im ? dup(fd) : -1;
   if (given < 0) {
     free(im);
-    return xfer_err_set(err, XFER_E_WRITE, "import", "cannot duplicate the memory's fd");
+    return xfer_err_set(err, code_for(op), op, "cannot duplicate the memory's fd");
   }
   cl_properties props[] = {
     CL_EXTERNAL_MEMORY_HANDLE_OPAQUE_FD_KHR, (cl_properties)given,
@@ -433,17 +530,18 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
   };
   cl_mem mem = NULL;
   cl_int rc = CL_SUCCESS;
-  int injected = cl_injected(dev, "import", &rc);
+  int injected = cl_injected(dev, op, &rc);
   if (!injected)
     mem = api_of(dev)->create_with_properties(cd->context, props, CL_MEM_READ_WRITE, nbytes, NULL,
                                               &rc);
   if (rc != CL_SUCCESS) {
     close(given);
     free(im);
-    return cl_fail("import", "clCreateBufferWithProperties", rc, injected, err);
+    return cl_fail(op, "clCreateBufferWithProperties", rc, injected, err);
   }
   im->fd = fcntl(given, F_GETFD) == -1 ? -1 : given; /* a driver that took it closed it */
   close(fd);
+  externals_add(cd, mem);
   *buf = mem;
   *handle = im;
   return XFER_E_OK;
@@ -452,6 +550,7 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
 static void opencl_release_import(xfer_device *dev, void *buf, void *handle)
 {
   cl_import *im = handle;
+  externals_remove(cl_of(dev), (cl_mem)buf);
   api_of(dev)->clReleaseMemObject((cl_mem)buf);
   if (im && im->fd >= 0) close(im->fd);
   free(im);
@@ -462,27 +561,19 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset
                                       xfer_error *err)
 {
   cl_dev *cd = cl_of(dev);
-  cl_command_queue q = cd->queue;
-  cl_mem external = imported;
-  cl_int rc = CL_SUCCESS;
-  /* the acquire/release pair hands the memory between OpenCL and the exporter */
-  if (!cl_injected(dev, "sync", &rc)) rc = cd->acquire(q, 1, &external, 0, NULL, NULL);
-  if (rc != CL_SUCCESS) return cl_fail("sync", "clEnqueueAcquireExternalMemObjectsKHR", rc, 1, err);
-  xfer_code code = XFER_E_OK;
-  if (!cl_injected(dev, "copy", &rc))
-    rc = into_imported ? api_of(dev)->clEnqueueCopyBuffer(q, buf, external, offset, imported_offset,
-                                                          n, 0, NULL, NULL)
-                       : api_of(dev)->clEnqueueCopyBuffer(q, external, buf, imported_offset, offset,
-                                                          n, 0, NULL, NULL);
+  cl_mem mems[2] = {imported, buf}, ext[2];
+  /* the acquire/release pair hands the memory between OpenCL and the exporter; the
+  ** device's own buffer too, where it was imported as well */
+  cl_uint next = externals_of(cd, mems, 2, ext);
+  xfer_code code = externals_acquire(dev, ext, next, err);
+  if (code) return code;
+  if (into_imported)
+    CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cd->queue, mems[1], mems[0], offset,
+            imported_offset, n, 0, NULL, NULL);
   else
-    code = cl_fail("copy", "clEnqueueCopyBuffer", rc, 1, err);
-  if (!code && rc != CL_SUCCESS) code = cl_fail("copy", "clEnqueueCopyBuffer", rc, 0, err);
-  cl_int released = cd->release(q, 1, &external, 0, NULL, NULL);
-  cl_int finished = api_of(dev)->clFinish(q);
-  if (!code && released != CL_SUCCESS)
-    code = cl_fail("sync", "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
-  if (!code && finished != CL_SUCCESS) code = cl_fail("sync", "clFinish", finished, 0, err);
-  return code;
+    CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cd->queue, mems[0], mems[1],
+            imported_offset, offset, n, 0, NULL, NULL);
+  return externals_release(dev, ext, next, 1, code, err);
 }
 
 const xfer_backend xfer_backend_opencl = {

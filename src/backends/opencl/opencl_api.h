@@ -53,6 +53,10 @@ typedef struct cl_dev {
   /* the staged pipeline's queued moves: each one's event until it is waited for */
   cl_event queued[XFER_QUEUE_SLOTS];
   const char *queued_op[XFER_QUEUE_SLOTS];
+  cl_mem *externals;            /* buffers imported from another runtime: OpenCL's only
+                                ** between an acquire and a release on the queue */
+  size_t nexternals, externals_cap;
+  pthread_mutex_t externals_lock; /* a leaf lock */
   cl_pin *pins;                 /* host buffers pinned for this device's context */
   size_t npins, pins_cap;
   pthread_mutex_t pins_lock;    /* a leaf lock: host_forget comes from any thread */
