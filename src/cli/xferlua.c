@@ -50,6 +50,8 @@ static void print_usage(FILE *out)
           "  XFER_TRACE=1       print one line per move (path, bytes, time, GB/s)\n"
           "  XFER_CUDA_LIBRARY, XFER_VULKAN_LIBRARY, XFER_OPENCL_LIBRARY  load another driver\n"
           "  XFER_VULKAN_NO_MAP=1  stage or import even where Vulkan tensors could be mapped\n"
+          "  XFER_CACHE=0       no caching allocator: every allocation and free reaches the driver\n"
+          "  XFER_SHARED_MEMORY=0  OpenCL tensors in OpenCL's own memory, not CUDA's\n"
           "\n"
           "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n",
           progname, progname);
