@@ -52,7 +52,7 @@ xfer_code xl_alloc_end(xfer_code rc);
 #define XL_ALLOCATING(L, call) (xl_alloc_begin(L), xl_alloc_end(call))
 /* After a new tensor is boxed: a full collection when the tensor bytes made since the last
 ** one call for it (the collector sees a small userdata, not the memory behind it). */
-void xl_gc_pressure(lua_State *L);
+void xl_gc_pressure(lua_State *L, xfer_tensor *made);
 
 /* lua_device.c */
 void xl_push_device(lua_State *L, xfer_device *dev);

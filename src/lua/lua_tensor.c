@@ -29,14 +29,14 @@ static void box_adopt(lua_State *L, tensor_box *box, xfer_tensor *t)
   xfer_tensor *old = box->t;
   box->t = t;
   if (old) xfer_tensor_release(old);
-  xl_gc_pressure(L);
+  xl_gc_pressure(L, t);
 }
 
 void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
 {
   tensor_box *box = new_box(L);
   box->t = xfer_tensor_retain(t);
-  xl_gc_pressure(L);
+  xl_gc_pressure(L, t);
 }
 
 static tensor_box *to_box(lua_State *L, int idx) { return xl_test_udata(L, idx, XL_TENSOR); }

@@ -52,9 +52,9 @@ static void reclaim(void *arg)
   allocating = L;
 }
 
-void xl_gc_pressure(lua_State *L)
+void xl_gc_pressure(lua_State *L, xfer_tensor *made)
 {
-  xfer_ctx *ctx = xl_ctx(L);
+  xfer_ctx *ctx = xfer_device_ctx(xfer_tensor_device(made)); /* no registry lookup per tensor */
   if (!xfer_gc_due(ctx)) return;
   lua_gc(L, LUA_GCCOLLECT, 0);
   xfer_gc_done(ctx);
