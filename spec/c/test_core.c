@@ -200,6 +200,82 @@ static void test_engine(xfer_ctx *ctx)
   xfer_tensor_release(t);
 }
 
+/* The caching allocator through the C API: blocks reused, split and joined, caching off,
+** the cache given back, the collector's hook called when the driver refuses. */
+static int reclaims;
+static void count_reclaim(void *arg)
+{
+  (void)arg;
+  reclaims++;
+}
+
+static void test_memory(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  xfer_memory_info before, m;
+  xfer_shape small = {1, {4096}}, large = {1, {3 << 20}};
+  xfer_tensor *a, *b;
+  xfer_config saved, cfg, off;
+  xfer_config_get(ctx, &saved);
+  cfg = saved;
+  cfg.cache = 1; /* whatever XFER_CACHE says */
+  CHECK(xfer_config_set(ctx, &cfg, &err) == 0);
+  xfer_empty_cache(ctx, NULL);
+  xfer_device_memory(host, &before);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &small, &a, &err) == 0);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &small, &b, &err) == 0);
+  xfer_device_memory(host, &m);
+  CHECK(m.in_use == before.in_use + 8192 && m.allocated >= m.in_use);
+  CHECK(m.reserved == m.allocated + (m.reserved - m.allocated));
+  CHECK(m.segments <= before.segments + 1); /* two small blocks, at most one new segment */
+  xfer_tensor_release(a);
+  xfer_tensor_release(b);
+  /* the same sizes again: from the cache, no driver call */
+  xfer_device_memory(host, &before);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &large, &a, &err) == 0);
+  xfer_tensor_release(a);
+  xfer_device_memory(host, &before);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &large, &a, &err) == 0);
+  xfer_device_memory(host, &m);
+  CHECK(m.driver_allocs == before.driver_allocs && m.cache_hits == before.cache_hits + 1);
+  xfer_tensor_release(a);
+  /* caching off: one driver allocation and one free per tensor */
+  off = cfg;
+  off.cache = 0;
+  CHECK(xfer_config_set(ctx, &off, &err) == 0);
+  xfer_device_memory(host, &before);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &large, &a, &err) == 0);
+  xfer_tensor_release(a);
+  xfer_device_memory(host, &m);
+  CHECK(m.driver_allocs == before.driver_allocs + 1 && m.driver_frees == before.driver_frees + 1);
+  CHECK(xfer_config_set(ctx, &cfg, &err) == 0);
+  /* a refused allocation: the reclaimer runs; nothing came back, so the refusal stands */
+  xfer_empty_cache(ctx, NULL);
+  xfer_set_reclaim(ctx, count_reclaim, NULL);
+  xfer_fault fault = {.runtime = "host", .op = "alloc", .nth = 1, .count = 1};
+  CHECK(xfer_fault_inject(ctx, &fault, &err) == 0);
+  xfer_device_memory(host, &before);
+  xfer_shape big = {1, {64 << 20}};
+  CHECK(xfer_tensor_empty(host, XFER_U8, &big, &a, &err) == XFER_E_ALLOC && reclaims == 1);
+  xfer_device_memory(host, &m);
+  CHECK(m.oom_retries == before.oom_retries);
+  /* with a cached segment to give back, the retry succeeds and is counted */
+  CHECK(xfer_tensor_empty(host, XFER_U8, &large, &a, &err) == 0);
+  xfer_tensor_release(a);
+  CHECK(xfer_fault_inject(ctx, &fault, &err) == 0);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &big, &a, &err) == 0);
+  xfer_device_memory(host, &m);
+  CHECK(m.oom_retries == before.oom_retries + 1);
+  xfer_tensor_release(a);
+  xfer_set_reclaim(ctx, NULL, NULL);
+  /* given back: nothing cached that no tensor uses */
+  xfer_empty_cache(ctx, host);
+  xfer_device_memory(host, &m);
+  CHECK(m.reserved - m.allocated == m.cached && m.peak_reserved >= m.reserved);
+  CHECK(xfer_config_set(ctx, &saved, &err) == 0);
+}
+
 int main(void)
 {
   xfer_ctx *ctx;
@@ -216,6 +292,7 @@ int main(void)
   test_faults(ctx);
   test_lifetime();
   test_engine(ctx);
+  test_memory(ctx);
   xfer_ctx_release(ctx);
   return check_summary("test_core");
 }
