@@ -134,9 +134,9 @@ static inline xfer_code xfer_be_memory(xfer_device *dev, uint64_t *free_bytes, u
   return be->memory(dev, free_bytes, total, err);
 }
 
-static inline void xfer_be_host_forget(xfer_runtime *rt, void *base, size_t size)
+static inline void xfer_be_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
-  if (rt->opened && rt->backend->host_forget) rt->backend->host_forget(rt, base, size);
+  if (xfer_be(dev)->host_unpin) xfer_be(dev)->host_unpin(dev, base, size, pin);
 }
 
 #endif

@@ -117,7 +117,6 @@ void xfer_ctx_release(xfer_ctx *ctx)
   }
   for (size_t d = 0; d < ctx->ndevices; d++) xfer_device_destroy(ctx->devices[d]);
   free(ctx->devices);
-  xfer_host_registry_clear(ctx);
   xfer_stats_clear(ctx);
   pthread_mutex_destroy(&ctx->lock);
   pthread_cond_destroy(&ctx->idle);

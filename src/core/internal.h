@@ -77,9 +77,10 @@ typedef struct xfer_backend {
   void (*free_shared)(xfer_device *dev, void *buf, size_t nbytes);
   /* optional: the host address of a buffer the CPU can use in place, else NULL */
   void *(*host_address)(xfer_device *dev, void *buf);
-  /* optional: host memory [base, base+size) is about to be freed; drop anything the
-  ** runtime keeps for it (a registration, an import). Called once per runtime. */
-  void (*host_forget)(xfer_runtime *rt, void *base, size_t size);
+  /* optional: the host segment [base, base+size) goes back to the system; undo `pin`, what
+  ** the device made for it and kept with it (xfer_host_pin_keep): a registration, a pin, an
+  ** import. No move uses the segment. */
+  void (*host_unpin)(xfer_device *dev, void *base, size_t size, void *pin);
   /* optional: free and total bytes as the driver reports them now */
   xfer_code (*memory)(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
                       xfer_error *err);
@@ -142,9 +143,7 @@ struct xfer_ctx {
   size_t ndevices, cap;
   xfer_fault_rule faults[XFER_MAX_FAULTS];
   size_t nfaults;
-  struct xfer_host_span *host_spans; /* live host buffers, by address */
-  size_t nhost_spans, host_spans_cap;
-  pthread_mutex_t lock;         /* faults, stats, host registry, busy tensors */
+  pthread_mutex_t lock;         /* faults, stats, busy tensors */
   pthread_cond_t idle;          /* a tensor stopped being busy */
   xfer_stat *stats;
   size_t nstats, stats_cap;
@@ -159,8 +158,8 @@ struct xfer_ctx {
   uint64_t tensor_bytes;        /* tensor bytes live now (atomic) */
 };
 
-/* A live host buffer: runtimes may register or import it, and must let go before it is
-** freed (xfer_backend.host_forget). */
+/* A host segment: runtimes may register or import it in place, and keep what they made
+** with it (xfer_host_pin_keep) until it goes back to the system. */
 typedef struct xfer_host_span {
   char *base;
   size_t size;
@@ -168,6 +167,12 @@ typedef struct xfer_host_span {
 
 /* A segment's memory as another runtime imported it. */
 #define XFER_MAX_IMPORTS 4
+/* What a device made for a host segment (xfer_backend.host_unpin undoes it). */
+#define XFER_MAX_PINS 16
+typedef struct xfer_pin {
+  xfer_device *dev;
+  void *pin;
+} xfer_pin;
 typedef struct xfer_import {
   xfer_device *dev;             /* the importing device */
   void *buf, *handle;
@@ -177,8 +182,8 @@ typedef struct xfer_import {
 
 /* A segment is one driver allocation; blocks are carved from it. What the memory has cost
 ** stays with the segment for as long as the driver's allocation lives: its imports into
-** other runtimes here, and (for host segments) the pins and imports runtimes keep for the
-** span, which they drop in host_forget when the segment goes back to the system. */
+** other runtimes, and (host segments) what runtimes made to use it in place: CUDA's
+** registration, NVIDIA OpenCL's pin, Vulkan's host import. */
 typedef struct xfer_segment {
   xfer_device *dev;
   void *buf;                    /* the backend's buffer */
@@ -188,6 +193,8 @@ typedef struct xfer_segment {
   void *backing_buf;            /* ... the memory as its backing device sees it */
   xfer_import imports[XFER_MAX_IMPORTS];
   int nimports;
+  xfer_pin pins[XFER_MAX_PINS]; /* host segments */
+  int npins;
   struct xfer_block *first;     /* its blocks, in address order */
   struct xfer_segment *prev, *next; /* the device's segments */
 } xfer_segment;
@@ -286,13 +293,16 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
 void *xfer_driver_open(const char *env, const char *library, const char *what, const char **path,
                        xfer_error *err);
 
-/* The registry of live host buffers (host_registry.c). */
-void xfer_host_registry_add(xfer_ctx *ctx, void *base, size_t size);
-/* Tells every runtime to let go of the buffer, then forgets it. */
-void xfer_host_registry_remove(xfer_ctx *ctx, void *base, size_t size);
-/* 1 and the span when [ptr, ptr+n) lies inside one live host buffer, else 0. */
-int xfer_host_registry_find(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
-void xfer_host_registry_clear(xfer_ctx *ctx);
+/* memory.c: host segments, the one registry of host memory runtimes may use in place. */
+/* 1 and the span of the host segment holding [ptr, ptr+n), else 0 (memory xferlua does not
+** own, which a runtime must not keep hold of). */
+int xfer_host_span_of(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
+/* What `dev` made for the host segment at `base` and kept with it, or NULL. */
+void *xfer_host_pin(xfer_ctx *ctx, const char *base, const xfer_device *dev);
+/* Keeps `pin` with the segment at `base` until it goes back to the system (then dev's
+** host_unpin undoes it). 0 when the segment is gone, holds one of dev's already, or has no
+** room: the caller undoes its own. */
+int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin);
 
 /* stats.c: records one move (and traces it when asked). */
 void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,

@@ -35,6 +35,9 @@ typedef struct xfer_allocator {
   pool small, large;
   xfer_segment *segments;
   size_t min_block;             /* host: a page, so every host block can be pinned in place */
+  int host;
+  xfer_segment **by_addr;       /* host: the segments by address, for xfer_host_span_of */
+  size_t naddr, addr_cap;
   xfer_memory_info stats;       /* cached is worked out when asked */
 } xfer_allocator;
 
@@ -188,6 +191,101 @@ static void note_peak(uint64_t *peak, uint64_t now)
   if (now > *peak) *peak = now;
 }
 
+/* -- Host segments by address -------------------------------------------------------- */
+
+/* Index of the first host segment whose base is above `ptr`. */
+static size_t addr_upper(const xfer_allocator *a, const char *ptr)
+{
+  size_t lo = 0, hi = a->naddr;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if ((const char *)a->by_addr[mid]->buf <= ptr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Unlisted when there is no room: runtimes then just don't use it in place. */
+static void addr_insert(xfer_allocator *a, xfer_segment *seg)
+{
+  if (a->naddr == a->addr_cap) {
+    size_t cap = a->addr_cap ? a->addr_cap * 2 : 32;
+    xfer_segment **grown = realloc(a->by_addr, cap * sizeof *grown);
+    if (!grown) return;
+    a->by_addr = grown;
+    a->addr_cap = cap;
+  }
+  size_t at = addr_upper(a, seg->buf);
+  memmove(&a->by_addr[at + 1], &a->by_addr[at], (a->naddr - at) * sizeof a->by_addr[0]);
+  a->by_addr[at] = seg;
+  a->naddr++;
+}
+
+static void addr_remove(xfer_allocator *a, const xfer_segment *seg)
+{
+  size_t at = addr_upper(a, seg->buf);
+  if (at == 0 || a->by_addr[at - 1] != seg) return;
+  memmove(&a->by_addr[at - 1], &a->by_addr[at], (a->naddr - at) * sizeof a->by_addr[0]);
+  a->naddr--;
+}
+
+/* The host segment holding [ptr, ptr+n). (a->lock held) */
+static xfer_segment *host_segment(const xfer_allocator *a, const void *ptr, size_t n)
+{
+  size_t at = addr_upper(a, ptr);
+  if (at == 0) return NULL;
+  xfer_segment *seg = a->by_addr[at - 1];
+  const char *p = ptr, *base = seg->buf;
+  return n <= seg->size && (size_t)(p - base) <= seg->size - n ? seg : NULL;
+}
+
+int xfer_host_span_of(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out)
+{
+  xfer_allocator *a = xfer_host_of(ctx)->alloc;
+  pthread_mutex_lock(&a->lock);
+  xfer_segment *seg = host_segment(a, ptr, n);
+  if (seg) {
+    out->base = seg->buf;
+    out->size = seg->size;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return seg != NULL;
+}
+
+void *xfer_host_pin(xfer_ctx *ctx, const char *base, const xfer_device *dev)
+{
+  xfer_allocator *a = xfer_host_of(ctx)->alloc;
+  void *pin = NULL;
+  pthread_mutex_lock(&a->lock);
+  xfer_segment *seg = host_segment(a, base, 1);
+  for (int i = 0; seg && seg->buf == base && i < seg->npins && !pin; i++)
+    if (seg->pins[i].dev == dev) pin = seg->pins[i].pin;
+  pthread_mutex_unlock(&a->lock);
+  return pin;
+}
+
+int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin)
+{
+  xfer_allocator *a = xfer_host_of(ctx)->alloc;
+  int kept = 0;
+  pthread_mutex_lock(&a->lock);
+  xfer_segment *seg = host_segment(a, base, 1);
+  if (seg && seg->buf == base && seg->npins < XFER_MAX_PINS) {
+    int taken = 0;
+    for (int i = 0; i < seg->npins; i++) taken |= seg->pins[i].dev == dev;
+    if (!taken) {
+      seg->pins[seg->npins].dev = dev;
+      seg->pins[seg->npins].pin = pin;
+      seg->npins++;
+      kept = 1;
+    }
+  }
+  pthread_mutex_unlock(&a->lock);
+  return kept;
+}
+
 /* A new segment around `buf`, one free block covering it (NULL when out of host memory). */
 static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, const seg_memory *m,
                                size_t size, int small)
@@ -209,6 +307,7 @@ static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, const seg_me
   seg->next = a->segments;
   if (a->segments) a->segments->prev = seg;
   a->segments = seg;
+  if (a->host) addr_insert(a, seg);
   b->seg = seg;
   b->buf = m->buf;
   b->size = size;
@@ -228,6 +327,9 @@ static void segment_release(xfer_allocator *a, xfer_segment *seg)
     a->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   xfer_imports_release(seg->imports, &seg->nimports);
+  if (a->host) addr_remove(a, seg);
+  for (int i = 0; i < seg->npins; i++) /* no move uses it: runtimes let go before it is gone */
+    xfer_be_host_unpin(seg->pins[i].dev, seg->buf, seg->size, seg->pins[i].pin);
   seg_memory m = {seg->buf, seg->handle, seg->backing_buf};
   raw_free(seg->dev, &m, seg->size);
   a->stats.reserved -= seg->size;
@@ -436,6 +538,7 @@ xfer_code xfer_mem_device_init(xfer_device *dev, int host)
   pthread_mutex_init(&a->lock, NULL);
   long page = sysconf(_SC_PAGESIZE);
   a->min_block = host ? (page > 0 ? (size_t)page : 4096) : DEVICE_MIN_BLOCK;
+  a->host = host;
   dev->alloc = a;
   return XFER_E_OK;
 }
@@ -447,6 +550,7 @@ void xfer_mem_device_fini(xfer_device *dev)
   pthread_mutex_destroy(&a->lock);
   free(a->small.blocks);
   free(a->large.blocks);
+  free(a->by_addr);
   free(a);
   dev->alloc = NULL;
 }

@@ -179,7 +179,6 @@ static xfer_code cuda_open(xfer_runtime *rt, xfer_error *err)
 {
   cu_api *api = calloc(1, sizeof *api);
   if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
-  pthread_mutex_init(&api->pinned_lock, NULL);
   rt->impl = api;
   xfer_code rc = xfer_cu_load(api, err);
   int count = 0;
@@ -204,14 +203,12 @@ static void cuda_close(xfer_runtime *rt)
   cu_api *api = rt->impl;
   if (!api) return;
   xfer_ctx *ctx = rt->ctx;
-  xfer_cu_unpin_all(rt); /* needs a context: before the devices go */
   for (size_t d = rt->first_device; d < ctx->ndevices; d++) {
     xfer_device *dev = ctx->devices[d];
     if (dev->rt != rt || !dev->impl) continue;
     release_device(api, dev->impl);
     dev->impl = NULL;
   }
-  pthread_mutex_destroy(&api->pinned_lock);
   /* libcuda stays loaded: the driver keeps threads that do not survive unmapping */
   free(api);
   rt->impl = NULL;
@@ -344,6 +341,6 @@ const xfer_backend xfer_backend_cuda = {
   .copy_imported = cuda_copy_imported,
   .alloc_shared = xfer_cu_alloc_shared,
   .free_shared = xfer_cu_free_shared,
-  .host_forget = xfer_cu_host_forget,
+  .host_unpin = xfer_cu_host_unpin,
   .memory = cuda_memory,
 };

@@ -33,10 +33,6 @@ typedef struct cu_api {
 #define XFER_CU_POINTER(name) __typeof__(name) *name;
   XFER_CU_FUNCTIONS(XFER_CU_POINTER)
 #undef XFER_CU_POINTER
-  /* host buffers pinned with cuMemHostRegister, kept until the buffer is freed */
-  xfer_host_span *pinned;
-  size_t npinned, pinned_cap;
-  pthread_mutex_t pinned_lock;  /* moves on several devices and host_forget share it */
 } cu_api;
 
 /* Pinned staging: chunks the CPU fills (or empties) while the GPU copies another. */

@@ -27,39 +27,30 @@ static size_t page_round(size_t n)
 
 /* -- Pinned registrations ----------------------------------------------------------------- */
 
-static int is_pinned(const cu_api *api, const char *base)
+/* A registration is portable, the runtime's not one device's: it is kept with the host
+** segment under the runtime's first device. */
+static xfer_device *registrar(const xfer_device *dev)
 {
-  for (size_t i = 0; i < api->npinned; i++)
-    if (api->pinned[i].base == base) return 1;
-  return 0;
+  return dev->ctx->devices[dev->rt->first_device];
 }
 
-/* 1 when [ptr, ptr+n) lies in a host buffer that is pinned now (pinning it if need be).
-** A registration that fails is no error: the move is staged instead. */
+/* 1 when [ptr, ptr+n) lies in a host segment that is registered now (registering it if need
+** be; the registration stays with the segment). A registration that fails is no error: the
+** move is staged instead. */
 static int pinned(xfer_device *dev, const void *ptr, size_t n)
 {
-  cu_api *api = cu_api_of(dev);
   xfer_host_span span;
-  if (!xfer_host_registry_find(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
-  pthread_mutex_lock(&api->pinned_lock);
-  int ok = is_pinned(api, span.base);
-  if (!ok && api->npinned == api->pinned_cap) {
-    size_t cap = api->pinned_cap ? api->pinned_cap * 2 : 16;
-    xfer_host_span *grown = realloc(api->pinned, cap * sizeof *grown);
-    if (grown) {
-      api->pinned = grown;
-      api->pinned_cap = cap;
-    }
-  }
-  xfer_error ignored;
-  if (!ok && api->npinned < api->pinned_cap &&
-      !CU(dev, "register", &ignored, cuMemHostRegister, span.base, page_round(span.size),
-          CU_MEMHOSTREGISTER_PORTABLE)) {
-    api->pinned[api->npinned++] = span;
-    ok = 1;
-  }
-  pthread_mutex_unlock(&api->pinned_lock);
-  return ok;
+  if (!xfer_host_span_of(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
+  xfer_device *key = registrar(dev);
+  if (xfer_host_pin(dev->ctx, span.base, key)) return 1;
+  xfer_error err;
+  if (CU(dev, "register", &err, cuMemHostRegister, span.base, page_round(span.size),
+         CU_MEMHOSTREGISTER_PORTABLE))
+    /* another move registered it a moment ago: it is pinned all the same */
+    return err.native == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (xfer_host_pin_keep(dev->ctx, span.base, key, span.base)) return 1;
+  cu_api_of(dev)->cuMemHostUnregister(span.base); /* no room to keep it: not kept at all */
+  return 0;
 }
 
 /* Any context will do for unregistering a portable registration: the first device's. */
@@ -74,28 +65,11 @@ static int enter_any(xfer_runtime *rt)
   return 0;
 }
 
-void xfer_cu_host_forget(xfer_runtime *rt, void *base, size_t size)
+void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
   (void)size;
-  cu_api *api = rt->impl;
-  pthread_mutex_lock(&api->pinned_lock);
-  for (size_t i = 0; i < api->npinned; i++) {
-    if (api->pinned[i].base != (char *)base) continue;
-    if (enter_any(rt)) api->cuMemHostUnregister(base);
-    api->pinned[i] = api->pinned[--api->npinned];
-    break;
-  }
-  pthread_mutex_unlock(&api->pinned_lock);
-}
-
-void xfer_cu_unpin_all(xfer_runtime *rt)
-{
-  cu_api *api = rt->impl;
-  if (api->npinned && enter_any(rt))
-    for (size_t i = 0; i < api->npinned; i++) api->cuMemHostUnregister(api->pinned[i].base);
-  free(api->pinned);
-  api->pinned = NULL;
-  api->npinned = api->pinned_cap = 0;
+  (void)pin;
+  if (enter_any(dev->rt)) cu_api_of(dev)->cuMemHostUnregister(base);
 }
 
 /* -- Pinned staging ------------------------------------------------------------------------- */

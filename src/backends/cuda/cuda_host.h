@@ -40,13 +40,12 @@ xfer_code xfer_cu_write_start(xfer_device *dev, void *buf, size_t offset, const 
 xfer_code xfer_cu_read_start(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                              int slot, int *queued, xfer_error *err);
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err);
-void xfer_cu_host_forget(xfer_runtime *rt, void *base, size_t size);
+void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin);
 /* cuda_shared.c: memory other runtimes of the GPU import (xfer_backend.alloc_shared) */
 void xfer_cu_shared_probe(xfer_device *dev);
 xfer_code xfer_cu_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
                                uint64_t *memory_size, xfer_error *err);
 void xfer_cu_free_shared(xfer_device *dev, void *buf, size_t n);
-void xfer_cu_unpin_all(xfer_runtime *rt);
 void xfer_cu_staging_release(cu_api *api, cu_dev *cd);
 
 #endif

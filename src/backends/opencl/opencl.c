@@ -224,7 +224,6 @@ static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id i
     return;
   }
   cd->id = id;
-  pthread_mutex_init(&cd->pins_lock, NULL);
   pthread_mutex_init(&cd->externals_lock, NULL);
   cd->context = context;
   cd->queue = queue;
@@ -341,8 +340,6 @@ static void opencl_close(xfer_runtime *rt)
     xfer_device *dev = ctx->devices[d];
     cl_dev *cd = dev->rt == rt ? dev->impl : NULL;
     if (!cd) continue;
-    xfer_cl_unpin_all(dev);
-    pthread_mutex_destroy(&cd->pins_lock);
     pthread_mutex_destroy(&cd->externals_lock);
     free(cd->externals);
     api->clReleaseCommandQueue(cd->queue);
@@ -410,7 +407,7 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
   if (dev->unified && n >= MAP_MIN)
     return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
   xfer_cl_pin(dev, src, n);
-  cl_mem mem = buf, ext[1];
+  cl_mem mem = buf, ext[1] = {NULL};
   cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
@@ -424,7 +421,7 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
 {
   if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
   xfer_cl_pin(dev, dst, n);
-  cl_mem mem = buf, ext[1];
+  cl_mem mem = buf, ext[1] = {NULL};
   cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
@@ -444,7 +441,7 @@ static xfer_code queue_move(xfer_device *dev, cl_mem mem, size_t offset, void *h
   *queued = 0;
   const char *op = to_device ? "write" : "read";
   cl_dev *cd = cl_of(dev);
-  cl_mem ext[1];
+  cl_mem ext[1] = {NULL};
   /* an imported buffer is moved in full: the other runtime may use it once the move ends */
   if (dev->unified || externals_of(cd, &mem, 1, ext))
     return to_device ? opencl_write(dev, mem, offset, host, n, err)
@@ -494,7 +491,7 @@ static xfer_code opencl_finish(xfer_device *dev, int slot, xfer_error *err)
 static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                              size_t src_offset, size_t n, xfer_error *err)
 {
-  cl_mem mems[2] = {src, dst}, ext[2];
+  cl_mem mems[2] = {src, dst}, ext[2] = {NULL, NULL};
   cl_uint next = externals_of(cl_of(dev), mems, 2, ext);
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
@@ -561,7 +558,7 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset
                                       xfer_error *err)
 {
   cl_dev *cd = cl_of(dev);
-  cl_mem mems[2] = {imported, buf}, ext[2];
+  cl_mem mems[2] = {imported, buf}, ext[2] = {NULL, NULL};
   /* the acquire/release pair hands the memory between OpenCL and the exporter; the
   ** device's own buffer too, where it was imported as well */
   cl_uint next = externals_of(cd, mems, 2, ext);
@@ -589,7 +586,7 @@ const xfer_backend xfer_backend_opencl = {
   .write_start = opencl_write_start,
   .read_start = opencl_read_start,
   .finish = opencl_finish,
-  .host_forget = xfer_cl_host_forget,
+  .host_unpin = xfer_cl_host_unpin,
   .import_fd = opencl_import_fd,
   .release_import = opencl_release_import,
   .copy_imported = opencl_copy_imported,

@@ -33,14 +33,6 @@ typedef struct cl_api {
 #undef XFER_CL_POINTER
 } cl_api;
 
-/* A host buffer xferlua owns, wrapped in a CL_MEM_USE_HOST_PTR buffer that is never used
-** on the device: the wrapping pins its pages, so that moves from and to them run at DMA
-** speed. Kept until the host buffer is freed. */
-typedef struct cl_pin {
-  char *base;
-  size_t size;
-  cl_mem mem;
-} cl_pin;
 
 /* One context and one in-order queue per device, made when the runtime opens. */
 typedef struct cl_dev {
@@ -57,15 +49,12 @@ typedef struct cl_dev {
                                 ** between an acquire and a release on the queue */
   size_t nexternals, externals_cap;
   pthread_mutex_t externals_lock; /* a leaf lock */
-  cl_pin *pins;                 /* host buffers pinned for this device's context */
-  size_t npins, pins_cap;
-  pthread_mutex_t pins_lock;    /* a leaf lock: host_forget comes from any thread */
 } cl_dev;
 
 /* opencl_pin.c: host buffers pinned for a device that does not share memory with the host */
 void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n);
-void xfer_cl_host_forget(xfer_runtime *rt, void *base, size_t size);
-void xfer_cl_unpin_all(xfer_device *dev);
+/* The pin goes when the host segment does (xfer_backend.host_unpin). */
+void xfer_cl_host_unpin(xfer_device *dev, void *base, size_t size, void *pin);
 
 /* Loads libOpenCL.so.1 and resolves XFER_CL_FUNCTIONS; XFER_E_UNAVAILABLE saying why. */
 xfer_code xfer_cl_load(cl_api *api, xfer_error *err);

@@ -340,25 +340,20 @@ static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char 
 
 /* -- Host memory imported in place (VK_EXT_external_memory_host) ------------------------- */
 
-/* The imported host buffer holding [ptr, ptr+n), importing it on first use, or NULL.
-** Only buffers xferlua owns are imported (they outlive the import: host_forget drops it
-** before they are freed); a failed import is no error -- the caller stages instead. */
+/* The imported host segment holding [ptr, ptr+n), importing it on first use, or NULL.
+** Only segments xferlua owns are imported; the import is kept with the segment, which
+** undoes it (host_unpin) before it goes back to the system. A failed import is no error --
+** the caller stages instead. */
 static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
 {
   vk_dev *vd = vk_of(dev);
   VkDeviceSize align = vd->import_alignment;
   xfer_host_span span;
   if (!vd->host_import || vd->tensor_mapped || n < IMPORT_MIN || !align ||
-      !xfer_host_registry_find(dev->ctx, ptr, n, &span) || (uintptr_t)span.base % align)
+      !xfer_host_span_of(dev->ctx, ptr, n, &span) || (uintptr_t)span.base % align)
     return NULL;
-  pthread_mutex_lock(&vd->imports_lock);
-  for (size_t i = 0; i < vd->nimports; i++)
-    if (vd->imports[i].base == span.base) {
-      vk_import *found = &vd->imports[i];
-      pthread_mutex_unlock(&vd->imports_lock);
-      return found;
-    }
-  pthread_mutex_unlock(&vd->imports_lock);
+  const vk_import *known = xfer_host_pin(dev->ctx, span.base, dev);
+  if (known) return known;
   /* whole pages: the last page of a mapping is mapped to its end */
   VkDeviceSize size = (span.size + align - 1) / align * align;
   const VkExternalMemoryHandleTypeFlagBits type =
@@ -375,64 +370,33 @@ static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
     .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
     .handleType = type,
     .pHostPointer = span.base};
+  vk_import *im = malloc(sizeof *im);
   vk_buf b;
-  if (create_buffer(dev, "import", size,
-                    VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                    props.memoryTypeBits, &external, &import, &b, &ignored))
+  if (!im || create_buffer(dev, "import", size,
+                           VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                           props.memoryTypeBits, &external, &import, &b, &ignored)) {
+    free(im);
     return NULL;
-  pthread_mutex_lock(&vd->imports_lock);
-  vk_import *im = NULL;
-  if (vd->nimports == vd->imports_cap) {
-    size_t cap = vd->imports_cap ? vd->imports_cap * 2 : 16;
-    vk_import *grown = realloc(vd->imports, cap * sizeof *grown);
-    if (grown) {
-      vd->imports = grown;
-      vd->imports_cap = cap;
-    }
   }
-  if (vd->nimports < vd->imports_cap) {
-    im = &vd->imports[vd->nimports++];
-    im->base = span.base;
-    im->size = span.size;
-    im->buffer = b.buffer;
-    im->memory = b.memory;
-  }
-  pthread_mutex_unlock(&vd->imports_lock);
-  if (!im) destroy_buffer(vd, &b);
-  return im;
+  im->base = span.base;
+  im->size = span.size;
+  im->buffer = b.buffer;
+  im->memory = b.memory;
+  if (xfer_host_pin_keep(dev->ctx, span.base, dev, im)) return im;
+  destroy_buffer(vd, &b); /* another move imported it a moment ago, or no room to keep it */
+  free(im);
+  return NULL;
 }
 
-static void drop_import(vk_dev *vd, size_t i)
+static void vulkan_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
-  vd->vkDestroyBuffer(vd->device, vd->imports[i].buffer, NULL);
-  vd->vkFreeMemory(vd->device, vd->imports[i].memory, NULL);
-  vd->imports[i] = vd->imports[--vd->nimports];
-}
-
-static void vulkan_host_forget(xfer_runtime *rt, void *base, size_t size)
-{
+  (void)base;
   (void)size;
-  xfer_ctx *ctx = rt->ctx;
-  for (size_t d = rt->first_device; d < ctx->ndevices; d++) {
-    vk_dev *vd = ctx->devices[d]->rt == rt ? ctx->devices[d]->impl : NULL;
-    if (!vd) continue;
-    pthread_mutex_lock(&vd->imports_lock);
-    for (size_t i = 0; i < vd->nimports; i++)
-      if (vd->imports[i].base == (char *)base) {
-        /* no move uses it: the buffer it mirrors is being freed, which waits for moves */
-        drop_import(vd, i);
-        break;
-      }
-    pthread_mutex_unlock(&vd->imports_lock);
-  }
-}
-
-void xfer_vk_drop_imports(vk_dev *vd)
-{
-  while (vd->nimports) drop_import(vd, vd->nimports - 1);
-  free(vd->imports);
-  vd->imports = NULL;
-  vd->imports_cap = 0;
+  vk_dev *vd = vk_of(dev);
+  vk_import *im = pin;
+  vd->vkDestroyBuffer(vd->device, im->buffer, NULL); /* no move uses it: the segment is going */
+  vd->vkFreeMemory(vd->device, im->memory, NULL);
+  free(im);
 }
 
 /* -- Vtable ops -------------------------------------------------------------------------- */
@@ -614,6 +578,6 @@ const xfer_backend xfer_backend_vulkan = {
   .read_start = vulkan_read_start,
   .finish = vulkan_finish,
   .export_fd = vulkan_export_fd,
-  .host_forget = vulkan_host_forget,
+  .host_unpin = vulkan_host_unpin,
   .memory = vulkan_memory,
 };

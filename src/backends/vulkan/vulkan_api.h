@@ -84,9 +84,6 @@ typedef struct vk_dev {
   int tensor_mapped;            /* tensors are host-visible and coherent: map, don't stage */
   int host_import;              /* VK_EXT_external_memory_host enabled */
   VkDeviceSize import_alignment;
-  vk_import *imports;           /* host buffers imported so far */
-  size_t nimports, imports_cap;
-  pthread_mutex_t imports_lock; /* a leaf lock: host_forget comes from any thread */
   int export_fd;                /* VK_KHR_external_memory_fd enabled (for interop) */
   int memory_budget;            /* VK_EXT_memory_budget enabled */
   long long injected;           /* the code an injected fault reports */
@@ -109,9 +106,6 @@ typedef struct vk_buf {
 /* vulkan_load.c */
 xfer_code xfer_vk_load(vk_api *api, xfer_error *err);
 const char *xfer_vk_result_name(VkResult r);
-
-/* vulkan.c */
-void xfer_vk_drop_imports(vk_dev *vd);
 
 /* vulkan_device.c */
 xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err);

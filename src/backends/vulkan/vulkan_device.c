@@ -164,7 +164,6 @@ static VkBufferUsageFlags tensor_usage(void)
 
 static void destroy_device(vk_dev *vd)
 {
-  pthread_mutex_destroy(&vd->imports_lock);
   if (vd->device) {
     if (vd->fence) vd->vkDestroyFence(vd->device, vd->fence, NULL);
     if (vd->pool) vd->vkDestroyCommandPool(vd->device, vd->pool, NULL);
@@ -257,9 +256,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
     return;
   }
   vd->physical = pd;
-  pthread_mutex_init(&vd->imports_lock, NULL);
   if (!find_queue_family(api, pd, &vd->queue_family)) {
-    pthread_mutex_destroy(&vd->imports_lock);
     free(vd); /* no compute or transfer queue: not a device for us */
     return;
   }
@@ -318,7 +315,6 @@ void xfer_vk_close_devices(xfer_runtime *rt)
     vk_dev *vd = dev->rt == rt ? dev->impl : NULL;
     if (!vd) continue;
     vd->vkDeviceWaitIdle(vd->device);
-    xfer_vk_drop_imports(vd);
     vk_staging *st = &vd->staging;
     for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) {
       if (st->fence[s]) vd->vkDestroyFence(vd->device, st->fence[s], NULL);
