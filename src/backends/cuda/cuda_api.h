@@ -21,9 +21,9 @@
   X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree)                                                \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpyPeerAsync)      \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)             \
-  X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuMemHostAlloc)               \
-  X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuDeviceCanAccessPeer)    \
-  X(cuCtxEnablePeerAccess) X(cuGetErrorName) X(cuGetErrorString) X(cuImportExternalMemory)    \
+  X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuMemHostRegister)              \
+  X(cuMemHostUnregister) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)                  \
+  X(cuGetErrorName) X(cuGetErrorString) X(cuImportExternalMemory)                          \
   X(cuExternalMemoryGetMappedBuffer) X(cuDestroyExternalMemory) X(cuMemCreate) X(cuMemRelease) \
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
   X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle)
@@ -35,7 +35,8 @@ typedef struct cu_api {
 #undef XFER_CU_POINTER
 } cu_api;
 
-/* Pinned staging: chunks the CPU fills (or empties) while the GPU copies another. */
+/* Pinned staging: chunks of the host pool the CPU fills (or empties) while the GPU copies
+** another; an event per chunk says when it is free again. */
 #define XFER_CU_STAGING_SLOTS 2
 #define XFER_CU_STAGING_CHUNK (4u << 20)
 
@@ -43,7 +44,6 @@ typedef struct cu_dev {
   CUdevice device;
   CUcontext context;            /* the primary context, retained */
   CUstream stream;
-  void *staging[XFER_CU_STAGING_SLOTS];
   CUevent staged[XFER_CU_STAGING_SLOTS];
   /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
   CUevent queued[XFER_QUEUE_SLOTS];

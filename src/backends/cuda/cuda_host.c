@@ -1,9 +1,10 @@
 /*
 ** cuda_host.c -- moving bytes between host memory and a CUDA device. Small moves are one
-** copy on the device's stream. Large moves from or to a host buffer xferlua owns pin that
-** buffer once (cuMemHostRegister, kept until the buffer is freed) and DMA at pinned speed;
-** large moves from other memory go through two pinned staging chunks, the CPU filling one
-** while the copy engine drains the other: never a pageable DMA on the hot path.
+** copy on the device's stream. Moves from or to a host segment xferlua owns register that
+** segment once (cuMemHostRegister, kept with the segment until it goes back to the system)
+** and DMA at pinned speed; large moves from other memory go through two staging chunks of the
+** host pool (registered the same way), the CPU filling one while the copy engine drains the
+** other: never a pageable DMA on the hot path.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -74,20 +75,38 @@ void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 
 /* -- Pinned staging ------------------------------------------------------------------------- */
 
-/* Made on first use and kept. Its calls are "alloc" for fault injection: a fault aimed
-** at a read or write should fail the copy, not the pool that serves many copies. */
-static xfer_code staging_ready(xfer_device *dev, xfer_error *err)
+/* A move's staging chunks: blocks of the host pool, whose segments are registered on first
+** use and stay so with them, so a chunk costs no registration after the first; handed
+** back when the move has landed. */
+typedef struct chunks {
+  xfer_block *block[XFER_CU_STAGING_SLOTS];
+  char *at[XFER_CU_STAGING_SLOTS];
+} chunks;
+
+static void chunks_give(chunks *c)
+{
+  for (int s = 0; s < XFER_CU_STAGING_SLOTS; s++) xfer_mem_free(c->block[s]);
+}
+
+/* `count` chunks of `len` bytes, and the events that tell when each is free again (made once;
+** "alloc" for fault injection: a fault aimed at a read or write should fail the copy). */
+static xfer_code chunks_take(xfer_device *dev, size_t len, int count, chunks *c, xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
+  xfer_device *host = xfer_host_of(dev->ctx);
   xfer_code rc = XFER_E_OK;
-  for (int s = 0; s < XFER_CU_STAGING_SLOTS && !rc; s++) {
-    if (!cd->staging[s])
-      rc = CU(dev, "alloc", err, cuMemHostAlloc, &cd->staging[s], XFER_CU_STAGING_CHUNK,
-              CU_MEMHOSTALLOC_PORTABLE);
-    if (!rc && !cd->staged[s])
+  memset(c, 0, sizeof *c);
+  for (int s = 0; s < count && !rc; s++) {
+    if (!cd->staged[s])
       rc = CU(dev, "alloc", err, cuEventCreate, &cd->staged[s], CU_EVENT_DISABLE_TIMING);
+    if (!rc) rc = xfer_mem_alloc(host, len, &c->block[s], err);
+    if (!rc) {
+      c->at[s] = (char *)c->block[s]->buf + c->block[s]->offset; /* host blocks are addresses */
+      pinned(dev, c->at[s], len);
+    }
   }
-  return rc; /* whatever was made is kept, for the next try and for release */
+  if (rc) chunks_give(c);
+  return rc;
 }
 
 void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
@@ -98,9 +117,7 @@ void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
   }
   for (int s = 0; s < XFER_CU_STAGING_SLOTS; s++) {
     if (cd->staged[s]) api->cuEventDestroy(cd->staged[s]);
-    if (cd->staging[s]) api->cuMemFreeHost(cd->staging[s]);
     cd->staged[s] = NULL;
-    cd->staging[s] = NULL;
   }
 }
 
@@ -124,30 +141,36 @@ static xfer_code staged_write(xfer_device *dev, CUdeviceptr dst, const char *src
                               xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
-  xfer_code rc = staging_ready(dev, err);
+  chunks c;
+  xfer_code rc = chunks_take(dev, XFER_CU_STAGING_CHUNK, XFER_CU_STAGING_SLOTS, &c, err);
+  if (rc) return rc;
   int used[XFER_CU_STAGING_SLOTS] = {0};
   for (size_t off = 0, k = 0; off < n && !rc; off += chunk_len(n, off), k++) {
     int s = (int)(k % XFER_CU_STAGING_SLOTS);
     size_t len = chunk_len(n, off);
     if (used[s] && (rc = CU(dev, "write", err, cuEventSynchronize, cd->staged[s]))) break;
-    memcpy(cd->staging[s], src + off, len);
-    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst + off, cd->staging[s], len, cd->stream);
+    memcpy(c.at[s], src + off, len);
+    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst + off, c.at[s], len, cd->stream);
     if (!rc) rc = CU(dev, "write", err, cuEventRecord, cd->staged[s], cd->stream);
     used[s] = 1;
   }
-  return settle(dev, "write", rc, err);
+  rc = settle(dev, "write", rc, err);
+  chunks_give(&c); /* every copy out of them has landed */
+  return rc;
 }
 
 static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_t n,
                              xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
-  xfer_code rc = staging_ready(dev, err);
+  chunks c;
+  xfer_code rc = chunks_take(dev, XFER_CU_STAGING_CHUNK, XFER_CU_STAGING_SLOTS, &c, err);
+  if (rc) return rc;
   size_t chunks = (n + XFER_CU_STAGING_CHUNK - 1) / XFER_CU_STAGING_CHUNK;
   /* queue the first chunks, then empty each as the next is queued behind it */
   for (size_t k = 0; k < chunks && k < XFER_CU_STAGING_SLOTS && !rc; k++) {
     size_t off = k * XFER_CU_STAGING_CHUNK;
-    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, cd->staging[k], src + off, chunk_len(n, off),
+    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, c.at[k], src + off, chunk_len(n, off),
             cd->stream);
     if (!rc) rc = CU(dev, "read", err, cuEventRecord, cd->staged[k], cd->stream);
   }
@@ -155,16 +178,18 @@ static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_
     int s = (int)(k % XFER_CU_STAGING_SLOTS);
     size_t off = k * XFER_CU_STAGING_CHUNK;
     if ((rc = CU(dev, "read", err, cuEventSynchronize, cd->staged[s]))) break;
-    memcpy(dst + off, cd->staging[s], chunk_len(n, off));
+    memcpy(dst + off, c.at[s], chunk_len(n, off));
     size_t next = k + XFER_CU_STAGING_SLOTS;
     if (next < chunks) {
       size_t noff = next * XFER_CU_STAGING_CHUNK;
-      rc = CU(dev, "read", err, cuMemcpyDtoHAsync, cd->staging[s], src + noff, chunk_len(n, noff),
+      rc = CU(dev, "read", err, cuMemcpyDtoHAsync, c.at[s], src + noff, chunk_len(n, noff),
               cd->stream);
       if (!rc) rc = CU(dev, "read", err, cuEventRecord, cd->staged[s], cd->stream);
     }
   }
-  return settle(dev, "read", rc, err);
+  rc = settle(dev, "read", rc, err);
+  chunks_give(&c);
+  return rc;
 }
 
 /* -- The vtable's write and read ------------------------------------------------------------- */
@@ -196,15 +221,17 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
   CUstream stream = cu_of(dev)->stream;
   xfer_code rc = xfer_cu_enter(dev, "read", err);
   if (rc) return rc;
-  if (n <= DIRECT_MAX) {
+  if (n <= DIRECT_MAX && !pinned(dev, dst, n)) {
     /* a device-to-host copy into pageable memory waits for a bounce the driver makes;
     ** into a pinned chunk it is one DMA (measured 11.4 against 7.6 us for 4 KiB) */
-    cu_dev *cd = cu_of(dev);
-    xfer_error ignored; /* no pool: a copy straight into pageable memory still works */
-    void *into = staging_ready(dev, &ignored) ? dst : cd->staging[0];
+    chunks c;
+    xfer_error ignored; /* no chunk: a copy straight into pageable memory still works */
+    int staged = !chunks_take(dev, n, 1, &c, &ignored);
+    void *into = staged ? c.at[0] : dst;
     rc = CU(dev, "read", err, cuMemcpyDtoHAsync, into, src, n, stream);
     rc = settle(dev, "read", rc, err);
-    if (!rc && into != dst) memcpy(dst, into, n);
+    if (!rc && staged) memcpy(dst, into, n);
+    if (staged) chunks_give(&c);
     return rc;
   }
   if (pinned(dev, dst, n)) {

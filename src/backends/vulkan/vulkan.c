@@ -216,12 +216,14 @@ static xfer_code copy_now(xfer_device *dev, const char *op, VkBuffer src, VkDevi
 
 /* -- The staging pool ------------------------------------------------------------------- */
 
-/* Made on first use and kept: two host-visible chunks, their command buffers and fences. */
-static xfer_code staging_ready(xfer_device *dev, const char *op, xfer_error *err)
+/* Made on first use and kept: the command buffers and fences of two chunks, and -- on a
+** driver that cannot import host pages, or when the host pool's chunks could not be
+** imported -- two host-visible chunks of the device's own (`with_buffers`). */
+static xfer_code staging_ready(xfer_device *dev, const char *op, int with_buffers, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   vk_staging *st = &vd->staging;
-  if (st->ready) return XFER_E_OK;
+  if (st->ready && (st->buffer[0] || !with_buffers)) return XFER_E_OK;
   const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
                                      VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   uint32_t types = 0, cached = 0;
@@ -236,16 +238,17 @@ static xfer_code staging_ready(xfer_device *dev, const char *op, xfer_error *err
                                        .commandPool = vd->pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                        .commandBufferCount = XFER_VK_STAGING_SLOTS};
-  xfer_code rc = VK(dev, op, err, vkAllocateCommandBuffers, vd->device, &alloc, st->cmd);
+  xfer_code rc = st->cmd[0] ? XFER_E_OK
+                            : VK(dev, op, err, vkAllocateCommandBuffers, vd->device, &alloc, st->cmd);
   for (int s = 0; !rc && s < XFER_VK_STAGING_SLOTS; s++) {
     VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     vk_buf b;
-    rc = VK(dev, op, err, vkCreateFence, vd->device, &fence, NULL, &st->fence[s]);
-    if (!rc)
+    if (!st->fence[s]) rc = VK(dev, op, err, vkCreateFence, vd->device, &fence, NULL, &st->fence[s]);
+    if (!rc && with_buffers && !st->buffer[s])
       rc = create_buffer(dev, op, st->chunk,
                          VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                          cached ? cached : types, NULL, NULL, &b, err);
-    if (!rc) {
+    if (!rc && with_buffers && !st->buffer[s]) {
       st->buffer[s] = b.buffer;
       st->memory[s] = b.memory;
       rc = VK(dev, op, err, vkMapMemory, vd->device, b.memory, 0, VK_WHOLE_SIZE, 0, &st->mapped[s]);
@@ -282,74 +285,18 @@ static xfer_code drain(xfer_device *dev, const char *op, const int *in_flight, x
   return rc;
 }
 
-/* host -> buffer: the CPU fills chunk k+1 while the GPU copies chunk k. */
-static xfer_code staged_write(xfer_device *dev, vk_buf *dst, size_t offset, const char *src,
-                              size_t n, xfer_error *err)
-{
-  xfer_code rc = staging_ready(dev, "write", err);
-  if (rc) return rc;
-  vk_staging *st = &vk_of(dev)->staging;
-  int in_flight[XFER_VK_STAGING_SLOTS] = {0};
-  for (size_t off = 0, k = 0; off < n && !rc; k++) {
-    int s = (int)(k % XFER_VK_STAGING_SLOTS);
-    size_t len = n - off < st->chunk ? n - off : st->chunk;
-    if (in_flight[s]) {
-      in_flight[s] = 0;
-      if ((rc = wait_fence(dev, "write", st->fence[s], err))) break;
-    }
-    memcpy(st->mapped[s], src + off, len);
-    rc = record_copy(dev, "write", st->cmd[s], st->buffer[s], 0, dst->buffer, offset + off, len,
-                     st->fence[s], err);
-    in_flight[s] = !rc;
-    off += len;
-  }
-  return drain(dev, "write", in_flight, rc, err);
-}
-
-/* buffer -> host: the GPU copies chunk k+1 while the CPU empties chunk k. */
-static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char *dst, size_t n,
-                             xfer_error *err)
-{
-  xfer_code rc = staging_ready(dev, "read", err);
-  if (rc) return rc;
-  vk_staging *st = &vk_of(dev)->staging;
-  size_t chunks = (n + st->chunk - 1) / st->chunk;
-  int in_flight[XFER_VK_STAGING_SLOTS] = {0};
-  for (size_t k = 0; k < chunks && k < XFER_VK_STAGING_SLOTS && !rc; k++) {
-    size_t off = k * st->chunk, len = n - off < st->chunk ? n - off : st->chunk;
-    rc = record_copy(dev, "read", st->cmd[k], src->buffer, offset + off, st->buffer[k], 0, len,
-                     st->fence[k], err);
-    in_flight[k] = !rc;
-  }
-  for (size_t k = 0; k < chunks && !rc; k++) {
-    int s = (int)(k % XFER_VK_STAGING_SLOTS);
-    size_t off = k * st->chunk, len = n - off < st->chunk ? n - off : st->chunk;
-    in_flight[s] = 0;
-    if ((rc = wait_fence(dev, "read", st->fence[s], err))) break;
-    memcpy(dst + off, st->mapped[s], len);
-    size_t next = k + XFER_VK_STAGING_SLOTS;
-    if (next < chunks) {
-      size_t noff = next * st->chunk, nlen = n - noff < st->chunk ? n - noff : st->chunk;
-      rc = record_copy(dev, "read", st->cmd[s], src->buffer, offset + noff, st->buffer[s], 0, nlen,
-                       st->fence[s], err);
-      in_flight[s] = !rc;
-    }
-  }
-  return drain(dev, "read", in_flight, rc, err);
-}
-
 /* -- Host memory imported in place (VK_EXT_external_memory_host) ------------------------- */
 
 /* The imported host segment holding [ptr, ptr+n), importing it on first use, or NULL.
 ** Only segments xferlua owns are imported; the import is kept with the segment, which
 ** undoes it (host_unpin) before it goes back to the system. A failed import is no error --
 ** the caller stages instead. */
-static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
+static const vk_import *import_host(xfer_device *dev, const void *ptr, size_t n, size_t min)
 {
   vk_dev *vd = vk_of(dev);
   VkDeviceSize align = vd->import_alignment;
   xfer_host_span span;
-  if (!vd->host_import || vd->tensor_mapped || n < IMPORT_MIN || !align ||
+  if (!vd->host_import || vd->tensor_mapped || n < min || !align ||
       !xfer_host_span_of(dev->ctx, ptr, n, &span) || (uintptr_t)span.base % align)
     return NULL;
   const vk_import *known = xfer_host_pin(dev->ctx, span.base, dev);
@@ -388,6 +335,13 @@ static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
   return NULL;
 }
 
+/* Moves below IMPORT_MIN are staged: a small copy through a chunk costs less than looking
+** the segment up (and importing it, the first time). */
+static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
+{
+  return import_host(dev, ptr, n, IMPORT_MIN);
+}
+
 static void vulkan_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
   (void)base;
@@ -397,6 +351,117 @@ static void vulkan_host_unpin(xfer_device *dev, void *base, size_t size, void *p
   vd->vkDestroyBuffer(vd->device, im->buffer, NULL); /* no move uses it: the segment is going */
   vd->vkFreeMemory(vd->device, im->memory, NULL);
   free(im);
+}
+
+/* A move's staging chunks: blocks of the host pool, imported in place (the import kept
+** with their segment), or -- on a driver that cannot import host pages -- the device's own
+** host-visible pair. Given back when every copy on them has been waited for. */
+typedef struct stage {
+  VkBuffer buffer[XFER_VK_STAGING_SLOTS];
+  VkDeviceSize at[XFER_VK_STAGING_SLOTS];  /* where the chunk starts in `buffer` */
+  char *ptr[XFER_VK_STAGING_SLOTS];        /* ... and in the CPU's view */
+  xfer_block *block[XFER_VK_STAGING_SLOTS];
+  size_t chunk;
+} stage;
+
+static void stage_give(stage *sg)
+{
+  for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) xfer_mem_free(sg->block[s]);
+  memset(sg, 0, sizeof *sg);
+}
+
+static xfer_code stage_take(xfer_device *dev, const char *op, size_t n, stage *sg, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  vk_staging *st = &vd->staging;
+  memset(sg, 0, sizeof *sg);
+  xfer_code rc = staging_ready(dev, op, !vd->host_import, err);
+  if (rc) return rc;
+  if (vd->host_import) {
+    xfer_device *host = xfer_host_of(dev->ctx);
+    sg->chunk = n < st->chunk ? n : st->chunk;
+    int s = 0;
+    for (; s < XFER_VK_STAGING_SLOTS; s++) {
+      xfer_error ignored;
+      if (xfer_mem_alloc(host, sg->chunk, &sg->block[s], &ignored)) break;
+      sg->ptr[s] = (char *)sg->block[s]->buf + sg->block[s]->offset; /* host blocks are addresses */
+      const vk_import *im = import_host(dev, sg->ptr[s], sg->chunk, 0);
+      if (!im) break;
+      sg->buffer[s] = im->buffer;
+      sg->at[s] = (VkDeviceSize)(sg->ptr[s] - im->base);
+    }
+    if (s == XFER_VK_STAGING_SLOTS) return XFER_E_OK;
+    stage_give(sg); /* not importable after all: the device's own chunks */
+    if ((rc = staging_ready(dev, op, 1, err))) return rc;
+  }
+  sg->chunk = st->chunk;
+  for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) {
+    sg->buffer[s] = st->buffer[s];
+    sg->ptr[s] = st->mapped[s];
+  }
+  return XFER_E_OK;
+}
+
+/* host -> buffer: the CPU fills chunk k+1 while the GPU copies chunk k. */
+static xfer_code staged_write(xfer_device *dev, vk_buf *dst, size_t offset, const char *src,
+                              size_t n, xfer_error *err)
+{
+  stage sg;
+  xfer_code rc = stage_take(dev, "write", n, &sg, err);
+  if (rc) return rc;
+  vk_staging *st = &vk_of(dev)->staging;
+  int in_flight[XFER_VK_STAGING_SLOTS] = {0};
+  for (size_t off = 0, k = 0; off < n && !rc; k++) {
+    int s = (int)(k % XFER_VK_STAGING_SLOTS);
+    size_t len = n - off < sg.chunk ? n - off : sg.chunk;
+    if (in_flight[s]) {
+      in_flight[s] = 0;
+      if ((rc = wait_fence(dev, "write", st->fence[s], err))) break;
+    }
+    memcpy(sg.ptr[s], src + off, len);
+    rc = record_copy(dev, "write", st->cmd[s], sg.buffer[s], sg.at[s], dst->buffer, offset + off,
+                     len, st->fence[s], err);
+    in_flight[s] = !rc;
+    off += len;
+  }
+  rc = drain(dev, "write", in_flight, rc, err);
+  stage_give(&sg);
+  return rc;
+}
+
+/* buffer -> host: the GPU copies chunk k+1 while the CPU empties chunk k. */
+static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char *dst, size_t n,
+                             xfer_error *err)
+{
+  stage sg;
+  xfer_code rc = stage_take(dev, "read", n, &sg, err);
+  if (rc) return rc;
+  vk_staging *st = &vk_of(dev)->staging;
+  size_t chunks = (n + sg.chunk - 1) / sg.chunk;
+  int in_flight[XFER_VK_STAGING_SLOTS] = {0};
+  for (size_t k = 0; k < chunks && k < XFER_VK_STAGING_SLOTS && !rc; k++) {
+    size_t off = k * sg.chunk, len = n - off < sg.chunk ? n - off : sg.chunk;
+    rc = record_copy(dev, "read", st->cmd[k], src->buffer, offset + off, sg.buffer[k], sg.at[k],
+                     len, st->fence[k], err);
+    in_flight[k] = !rc;
+  }
+  for (size_t k = 0; k < chunks && !rc; k++) {
+    int s = (int)(k % XFER_VK_STAGING_SLOTS);
+    size_t off = k * sg.chunk, len = n - off < sg.chunk ? n - off : sg.chunk;
+    in_flight[s] = 0;
+    if ((rc = wait_fence(dev, "read", st->fence[s], err))) break;
+    memcpy(dst + off, sg.ptr[s], len);
+    size_t next = k + XFER_VK_STAGING_SLOTS;
+    if (next < chunks) {
+      size_t noff = next * sg.chunk, nlen = n - noff < sg.chunk ? n - noff : sg.chunk;
+      rc = record_copy(dev, "read", st->cmd[s], src->buffer, offset + noff, sg.buffer[s], sg.at[s],
+                       nlen, st->fence[s], err);
+      in_flight[s] = !rc;
+    }
+  }
+  rc = drain(dev, "read", in_flight, rc, err);
+  stage_give(&sg);
+  return rc;
 }
 
 /* -- Vtable ops -------------------------------------------------------------------------- */
