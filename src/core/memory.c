@@ -22,13 +22,40 @@
 #define DEVICE_MIN_BLOCK ((size_t)512)    /* block sizes and offsets on devices */
 #define GC_MIN_THRESHOLD ((uint64_t)64 << 20)
 
+/* An array of pointers kept in an order: the pools' free blocks, the host segments. */
+typedef struct ordered {
+  void **items;
+  size_t n, cap;
+} ordered;
+
+/* 0 when there was no room: the caller says what being unlisted means. */
+static int ordered_insert(ordered *o, size_t at, void *item)
+{
+  if (o->n == o->cap) {
+    size_t cap = o->cap ? o->cap * 2 : 32;
+    void **grown = realloc(o->items, cap * sizeof *grown);
+    if (!grown) return 0;
+    o->items = grown;
+    o->cap = cap;
+  }
+  memmove(&o->items[at + 1], &o->items[at], (o->n - at) * sizeof o->items[0]);
+  o->items[at] = item;
+  o->n++;
+  return 1;
+}
+
+static void *ordered_take(ordered *o, size_t at)
+{
+  void *item = o->items[at];
+  memmove(&o->items[at], &o->items[at + 1], (o->n - at - 1) * sizeof o->items[0]);
+  o->n--;
+  return item;
+}
+
 /* Free blocks ordered by (size, segment, offset): the first at least as large as asked is
 ** the best fit, and of equal fits the same one comes back each time (its segment's pins
 ** and imports with it). */
-typedef struct pool {
-  xfer_block **blocks;
-  size_t n, cap;
-} pool;
+typedef ordered pool;
 
 typedef struct xfer_allocator {
   pthread_mutex_t lock;         /* a leaf, but for the driver calls made under it */
@@ -36,8 +63,7 @@ typedef struct xfer_allocator {
   xfer_segment *segments;
   size_t min_block;             /* host: a page, so every host block can be pinned in place */
   int host;
-  xfer_segment **by_addr;       /* host: the segments by address, for xfer_host_span_of */
-  size_t naddr, addr_cap;
+  ordered by_addr;              /* host: the segments by address, for xfer_host_span_of */
   xfer_memory_info stats;       /* cached is worked out when asked */
 } xfer_allocator;
 
@@ -56,7 +82,7 @@ static size_t pool_lower(const pool *p, const xfer_block *key)
   size_t lo = 0, hi = p->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (block_before(p->blocks[mid], key))
+    if (block_before(p->items[mid], key))
       lo = mid + 1;
     else
       hi = mid;
@@ -66,39 +92,19 @@ static size_t pool_lower(const pool *p, const xfer_block *key)
 
 /* 0 when there was no room to list it: the block stays in its segment, unlisted, and is
 ** found again through its neighbours when they are freed. */
-static int pool_insert(pool *p, xfer_block *b)
-{
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 32;
-    xfer_block **grown = realloc(p->blocks, cap * sizeof *grown);
-    if (!grown) return 0;
-    p->blocks = grown;
-    p->cap = cap;
-  }
-  size_t at = pool_lower(p, b);
-  memmove(&p->blocks[at + 1], &p->blocks[at], (p->n - at) * sizeof p->blocks[0]);
-  p->blocks[at] = b;
-  p->n++;
-  return 1;
-}
+static int pool_insert(pool *p, xfer_block *b) { return ordered_insert(p, pool_lower(p, b), b); }
 
 static void pool_remove(pool *p, const xfer_block *b)
 {
   size_t at = pool_lower(p, b);
-  if (at == p->n || p->blocks[at] != b) return; /* unlisted */
-  memmove(&p->blocks[at], &p->blocks[at + 1], (p->n - at - 1) * sizeof p->blocks[0]);
-  p->n--;
+  if (at < p->n && p->items[at] == b) ordered_take(p, at); /* else unlisted */
 }
 
 static xfer_block *pool_best_fit(pool *p, size_t size)
 {
   xfer_block key = {.size = size};
   size_t at = pool_lower(p, &key);
-  if (at == p->n) return NULL;
-  xfer_block *b = p->blocks[at];
-  memmove(&p->blocks[at], &p->blocks[at + 1], (p->n - at - 1) * sizeof p->blocks[0]);
-  p->n--;
-  return b;
+  return at < p->n ? ordered_take(p, at) : NULL;
 }
 
 static pool *pool_of(xfer_allocator *a, const xfer_segment *seg)
@@ -196,10 +202,10 @@ static void note_peak(uint64_t *peak, uint64_t now)
 /* Index of the first host segment whose base is above `ptr`. */
 static size_t addr_upper(const xfer_allocator *a, const char *ptr)
 {
-  size_t lo = 0, hi = a->naddr;
+  size_t lo = 0, hi = a->by_addr.n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if ((const char *)a->by_addr[mid]->buf <= ptr)
+    if ((const char *)((xfer_segment *)a->by_addr.items[mid])->buf <= ptr)
       lo = mid + 1;
     else
       hi = mid;
@@ -210,25 +216,13 @@ static size_t addr_upper(const xfer_allocator *a, const char *ptr)
 /* Unlisted when there is no room: runtimes then just don't use it in place. */
 static void addr_insert(xfer_allocator *a, xfer_segment *seg)
 {
-  if (a->naddr == a->addr_cap) {
-    size_t cap = a->addr_cap ? a->addr_cap * 2 : 32;
-    xfer_segment **grown = realloc(a->by_addr, cap * sizeof *grown);
-    if (!grown) return;
-    a->by_addr = grown;
-    a->addr_cap = cap;
-  }
-  size_t at = addr_upper(a, seg->buf);
-  memmove(&a->by_addr[at + 1], &a->by_addr[at], (a->naddr - at) * sizeof a->by_addr[0]);
-  a->by_addr[at] = seg;
-  a->naddr++;
+  ordered_insert(&a->by_addr, addr_upper(a, seg->buf), seg);
 }
 
 static void addr_remove(xfer_allocator *a, const xfer_segment *seg)
 {
   size_t at = addr_upper(a, seg->buf);
-  if (at == 0 || a->by_addr[at - 1] != seg) return;
-  memmove(&a->by_addr[at - 1], &a->by_addr[at], (a->naddr - at) * sizeof a->by_addr[0]);
-  a->naddr--;
+  if (at > 0 && a->by_addr.items[at - 1] == seg) ordered_take(&a->by_addr, at - 1);
 }
 
 /* The host segment holding [ptr, ptr+n). (a->lock held) */
@@ -236,7 +230,7 @@ static xfer_segment *host_segment(const xfer_allocator *a, const void *ptr, size
 {
   size_t at = addr_upper(a, ptr);
   if (at == 0) return NULL;
-  xfer_segment *seg = a->by_addr[at - 1];
+  xfer_segment *seg = a->by_addr.items[at - 1];
   const char *p = ptr, *base = seg->buf;
   return n <= seg->size && (size_t)(p - base) <= seg->size - n ? seg : NULL;
 }
@@ -548,9 +542,9 @@ void xfer_mem_device_fini(xfer_device *dev)
   xfer_allocator *a = dev->alloc;
   if (!a) return;
   pthread_mutex_destroy(&a->lock);
-  free(a->small.blocks);
-  free(a->large.blocks);
-  free(a->by_addr);
+  free(a->small.items);
+  free(a->large.items);
+  free(a->by_addr.items);
   free(a);
   dev->alloc = NULL;
 }

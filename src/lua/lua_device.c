@@ -3,6 +3,7 @@
 ** its context, plus xfer.devices() and xfer.device(name).
 */
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "binding.h"
@@ -77,32 +78,30 @@ static void push_uuid(lua_State *L, const uint8_t *u)
   lua_pushstring(L, text);
 }
 
-static void set_count(lua_State *L, const char *key, uint64_t value)
-{
-  lua_pushnumber(L, (lua_Number)value);
-  lua_setfield(L, -2, key);
-}
-
 /* xfer.memory(dev): the device's caching allocator, as torch.cuda.memory_stats counts it. */
 static int l_memory(lua_State *L)
 {
+  static const struct {
+    const char *key;
+    size_t offset;
+  } counts[] = {
+#define XL_COUNT(name) {#name, offsetof(xfer_memory_info, name)}
+    XL_COUNT(in_use), XL_COUNT(peak), XL_COUNT(allocated), XL_COUNT(peak_allocated),
+    XL_COUNT(reserved), XL_COUNT(peak_reserved), XL_COUNT(cached), XL_COUNT(buffers),
+    XL_COUNT(segments), XL_COUNT(driver_allocs), XL_COUNT(driver_frees), XL_COUNT(cache_hits),
+    XL_COUNT(oom_retries),
+#undef XL_COUNT
+  };
   xfer_device *dev = xl_check_device(L, 1, "memory");
   xfer_memory_info m;
   xfer_device_memory(dev, &m);
-  lua_createtable(L, 0, 13);
-  set_count(L, "in_use", m.in_use);
-  set_count(L, "peak", m.peak);
-  set_count(L, "allocated", m.allocated);
-  set_count(L, "peak_allocated", m.peak_allocated);
-  set_count(L, "reserved", m.reserved);
-  set_count(L, "peak_reserved", m.peak_reserved);
-  set_count(L, "cached", m.cached);
-  set_count(L, "buffers", m.buffers);
-  set_count(L, "segments", m.segments);
-  set_count(L, "driver_allocs", m.driver_allocs);
-  set_count(L, "driver_frees", m.driver_frees);
-  set_count(L, "cache_hits", m.cache_hits);
-  set_count(L, "oom_retries", m.oom_retries);
+  lua_createtable(L, 0, (int)(sizeof counts / sizeof counts[0]));
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    uint64_t value;
+    memcpy(&value, (const char *)&m + counts[i].offset, sizeof value);
+    lua_pushnumber(L, (lua_Number)value);
+    lua_setfield(L, -2, counts[i].key);
+  }
   return 1;
 }
 
