@@ -86,7 +86,7 @@ describe("vulkan specifics #vulkan", function()
     each_device(function(dev)
       -- in a child process: a lost device cannot come back in this one
       assert.are.equal("false\tdevice_lost\tVK_ERROR_DEVICE_LOST\n" ..
-                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n",
+                       "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n0\t0\n",
                        h.lose_device(dev, -4))
     end)
   end)

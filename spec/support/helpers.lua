@@ -98,7 +98,7 @@ end
 --- In a fresh xferlua: makes a copy on `dev` fail with driver code `native` (one that
 --- loses the device), then tries three more uses of it and one host move. Returns what
 --- it printed: "false\t<code>\t<native name>" and one "<ok>\t<code>" per use, then the
---- host move's result.
+--- host move's result, then the device's reserved and cached bytes once its tensor is freed.
 function helpers.lose_device(dev, native)
   local script = ([[
     local xfer = require "xfer"
@@ -113,7 +113,9 @@ function helpers.lose_device(dev, native)
       local ok2, e2 = pcall(use)
       print(ok2, e2.code)
     end
-    print(xfer.arange(2):to("host"):totable()[2])]]):format(dev.name, dev.runtime, native)
+    print(xfer.arange(2):to("host"):totable()[2])
+    t:free() -- the last block on the lost device: its memory goes, nothing is cached
+    print(xfer.memory(dev).reserved, xfer.memory(dev).cached)]]):format(dev.name, dev.runtime, native)
   local out, code = helpers.run(helpers.xferlua() .. " -e '" .. script .. "'")
   assert(code == 0, out)
   return out
