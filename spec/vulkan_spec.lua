@@ -87,7 +87,7 @@ describe("vulkan specifics #vulkan", function()
       -- in a child process: a lost device cannot come back in this one
       assert.are.equal("false\tdevice_lost\tVK_ERROR_DEVICE_LOST\n" ..
                        "false\tdevice_lost\nfalse\tdevice_lost\nfalse\tdevice_lost\n1\n0\t0\n",
-                       h.lose_device(dev, -4))
+                       h.lose_device(dev, -4, true))
     end)
   end)
 

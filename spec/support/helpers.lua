@@ -98,8 +98,9 @@ end
 --- In a fresh xferlua: makes a copy on `dev` fail with driver code `native` (one that
 --- loses the device), then tries three more uses of it and one host move. Returns what
 --- it printed: "false\t<code>\t<native name>" and one "<ok>\t<code>" per use, then the
---- host move's result, then the device's reserved and cached bytes once its tensor is freed.
-function helpers.lose_device(dev, native)
+--- host move's result; with `memory`, then the device's reserved and cached bytes once its
+--- tensor is freed.
+function helpers.lose_device(dev, native, memory)
   local script = ([[
     local xfer = require "xfer"
     local dev = xfer.device("%s")
@@ -114,8 +115,10 @@ function helpers.lose_device(dev, native)
       print(ok2, e2.code)
     end
     print(xfer.arange(2):to("host"):totable()[2])
-    t:free() -- the last block on the lost device: its memory goes, nothing is cached
-    print(xfer.memory(dev).reserved, xfer.memory(dev).cached)]]):format(dev.name, dev.runtime, native)
+    if %s then
+      t:free() -- the last block on the lost device: its memory goes, nothing is cached
+      print(xfer.memory(dev).reserved, xfer.memory(dev).cached)
+    end]]):format(dev.name, dev.runtime, native, memory and "true" or "false")
   local out, code = helpers.run(helpers.xferlua() .. " -e '" .. script .. "'")
   assert(code == 0, out)
   return out
