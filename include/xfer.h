@@ -34,6 +34,8 @@ typedef struct xfer_error {
   char op[16];           /* phase that failed: alloc read write copy ... or the API call */
   char from[32];         /* device the data came from ("" when none) */
   char to[32];           /* device the data was going to ("" when none) */
+  char device[32];       /* the device whose call failed: an end, or one a move used on its
+                         ** way (host staging, the GPU that shares its memory) ("" when none) */
   long long native;      /* the driver's own code (errno for host, CUresult, VkResult...) */
   char native_name[48];  /* its symbolic name: "ENOMEM", "CUDA_ERROR_ILLEGAL_ADDRESS" */
   int retryable;         /* 1 when trying again may succeed */

@@ -93,6 +93,36 @@ describe("fault injection (host)", function()
     assert.are.equal("host", e.to)
   end)
 
+  it("a move's own allocation that fails names the device it was made on, not the target", function()
+    local a, b
+    for _, x in ipairs(xfer.devices()) do
+      for _, y in ipairs(xfer.devices()) do
+        if not a and x ~= y and x ~= host and y ~= host and xfer.plan(xfer.empty({ 1 }, { device = x }), y,
+                                                                     { via = "staged" }) then
+          a, b = x, y
+        end
+      end
+    end
+    if not a then return pending("fewer than two devices besides host here") end
+    local t = xfer.full({ 4096 }, 5, { dtype = "u8", device = a })
+    h.uncached() -- host staging memory from the driver, which the fault fails
+    for _, via in ipairs({ "host", "staged" }) do
+      local before = xfer.memory(host)
+      xfer.faults.inject({ runtime = "host", op = "alloc" })
+      local e = h.raises("alloc", t.to, t, b, { via = via })
+      assert.are.equal("alloc", e.op, via)
+      assert.are.equal(a.name, e.from, via)
+      assert.are.equal(b.name, e.to, via)
+      assert.are.equal("host", e.device, via)
+      assert.are.equal(("Failed to allocate memory on host for a move of 4096 bytes from %s to %s: " ..
+                        "ENOMEM (12): Cannot allocate memory [injected fault]"):format(a.name, b.name), e.message)
+      local after = xfer.memory(host) -- nothing counted that was never allocated
+      assert.are.equal(before.in_use, after.in_use, via)
+      assert.are.equal(before.buffers, after.buffers, via)
+    end
+    assert.are.same(t:totable({ flat = true }), xfer.full({ 4096 }, 5, { dtype = "u8" }):totable({ flat = true }))
+  end)
+
   it("nth skips matching calls and count fails several", function()
     local t = xfer.arange(4)
     xfer.faults.inject({ runtime = "host", op = "copy", nth = 2, count = 2 })

@@ -116,6 +116,7 @@ local function device_matrix(dev)
         assert.are.equal(case.op, e.op)
         assert.are.equal(case.from, e.from)
         assert.are.equal(case.to, e.to)
+        assert.are.equal(dev.name, e.device) -- the device whose call failed
         assert.is_true(e.injected)
         assert.are.equal("number", type(e.native))
         assert.are_not.equal(0, e.native)

@@ -10,9 +10,16 @@
 
 static inline const xfer_backend *xfer_be(const xfer_device *dev) { return dev->rt->backend; }
 
+/* A failed call names its device in the error, unless a call inside it named one first. */
+static inline xfer_code xfer_be_blame(const xfer_device *dev, xfer_code rc, xfer_error *err)
+{
+  if (rc && err && !err->device[0]) xfer_copy_text(err->device, sizeof err->device, dev->name);
+  return rc;
+}
+
 static inline xfer_code xfer_be_alloc(xfer_device *dev, size_t n, void **buf, xfer_error *err)
 {
-  return xfer_be(dev)->alloc(dev, n, buf, err);
+  return xfer_be_blame(dev, xfer_be(dev)->alloc(dev, n, buf, err), err);
 }
 
 static inline void xfer_be_free(xfer_device *dev, void *buf, size_t n)
@@ -23,19 +30,19 @@ static inline void xfer_be_free(xfer_device *dev, void *buf, size_t n)
 static inline xfer_code xfer_be_write(xfer_device *dev, void *buf, size_t off, const void *src,
                                       size_t n, xfer_error *err)
 {
-  return xfer_be(dev)->write(dev, buf, off, src, n, err);
+  return xfer_be_blame(dev, xfer_be(dev)->write(dev, buf, off, src, n, err), err);
 }
 
 static inline xfer_code xfer_be_read(xfer_device *dev, void *buf, size_t off, void *dst, size_t n,
                                      xfer_error *err)
 {
-  return xfer_be(dev)->read(dev, buf, off, dst, n, err);
+  return xfer_be_blame(dev, xfer_be(dev)->read(dev, buf, off, dst, n, err), err);
 }
 
 static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off, void *src,
                                      size_t src_off, size_t n, xfer_error *err)
 {
-  return xfer_be(dev)->copy(dev, dst, dst_off, src, src_off, n, err);
+  return xfer_be_blame(dev, xfer_be(dev)->copy(dev, dst, dst_off, src, src_off, n, err), err);
 }
 
 static inline int xfer_be_has_peer(const xfer_device *dev) { return xfer_be(dev)->peer != NULL; }
@@ -48,7 +55,9 @@ static inline xfer_code xfer_be_peer(xfer_device *dst_dev, void *dst, size_t dst
                                      xfer_device *src_dev, void *src, size_t src_off, size_t n,
                                      xfer_error *err)
 {
-  return xfer_be(src_dev)->peer(dst_dev, dst, dst_off, src_dev, src, src_off, n, err);
+  return xfer_be_blame(src_dev,
+                       xfer_be(src_dev)->peer(dst_dev, dst, dst_off, src_dev, src, src_off, n, err),
+                       err);
 }
 
 /* Queued moves: a backend without them does the move in full (*queued = 0). */
@@ -57,36 +66,40 @@ static inline xfer_code xfer_be_start(xfer_device *dev, int to_device, void *buf
                                       xfer_error *err)
 {
   const xfer_backend *be = xfer_be(dev);
+  xfer_code rc;
   *queued = 0;
   if (to_device)
-    return be->write_start ? be->write_start(dev, buf, off, host, n, slot, queued, err)
-                           : be->write(dev, buf, off, host, n, err);
-  return be->read_start ? be->read_start(dev, buf, off, host, n, slot, queued, err)
+    rc = be->write_start ? be->write_start(dev, buf, off, host, n, slot, queued, err)
+                         : be->write(dev, buf, off, host, n, err);
+  else
+    rc = be->read_start ? be->read_start(dev, buf, off, host, n, slot, queued, err)
                         : be->read(dev, buf, off, host, n, err);
+  return xfer_be_blame(dev, rc, err);
 }
 
 static inline xfer_code xfer_be_finish(xfer_device *dev, int slot, xfer_error *err)
 {
-  return xfer_be(dev)->finish(dev, slot, err);
+  return xfer_be_blame(dev, xfer_be(dev)->finish(dev, slot, err), err);
 }
 
 static inline xfer_code xfer_be_export_fd(xfer_device *dev, void *buf, int *fd, uint64_t *size,
                                           xfer_error *err)
 {
-  return xfer_be(dev)->export_fd(dev, buf, fd, size, err);
+  return xfer_be_blame(dev, xfer_be(dev)->export_fd(dev, buf, fd, size, err), err);
 }
 
 static inline xfer_code xfer_be_import_fd(xfer_device *dev, int fd, uint64_t memory_size,
                                           size_t n, const char *op, void **buf, void **handle,
                                           xfer_error *err)
 {
-  return xfer_be(dev)->import_fd(dev, fd, memory_size, n, op, buf, handle, err);
+  return xfer_be_blame(dev, xfer_be(dev)->import_fd(dev, fd, memory_size, n, op, buf, handle, err),
+                       err);
 }
 
 static inline xfer_code xfer_be_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
                                              uint64_t *memory_size, xfer_error *err)
 {
-  return xfer_be(dev)->alloc_shared(dev, n, buf, fd, memory_size, err);
+  return xfer_be_blame(dev, xfer_be(dev)->alloc_shared(dev, n, buf, fd, memory_size, err), err);
 }
 
 static inline void xfer_be_free_shared(xfer_device *dev, void *buf, size_t n)
@@ -108,7 +121,9 @@ static inline xfer_code xfer_be_copy_imported(xfer_device *dev, void *buf, size_
                                               void *imported, size_t imported_off, size_t n,
                                               int into_imported, xfer_error *err)
 {
-  return xfer_be(dev)->copy_imported(dev, buf, off, imported, imported_off, n, into_imported, err);
+  return xfer_be_blame(
+      dev, xfer_be(dev)->copy_imported(dev, buf, off, imported, imported_off, n, into_imported, err),
+      err);
 }
 
 /* The CPU address of byte `off` of a buffer, or NULL where the CPU cannot use it in place. */

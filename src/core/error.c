@@ -76,16 +76,23 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
   xfer_copy_text(err->to, sizeof err->to, t);
   char cause[sizeof err->message];
   memcpy(cause, err->message, sizeof cause);
-  const char *op = err->op;
-  if (!strcmp(op, "read"))
-    put_message(err, "Failed to read a tensor off %s on the way to %s: %s", f, t, cause);
-  else if (!strcmp(op, "write"))
-    put_message(err, "Failed to write a tensor to %s on the way from %s: %s", t, f, cause);
+  const char *op = err->op, *d = err->device;
+  /* a device the move used on its way (host staging, the GPU whose memory an end lives in) */
+  int between = d[0] && strcmp(d, f) && strcmp(d, t);
+  if (!strcmp(op, "alloc") && (between || (from && d[0] && !strcmp(d, f) && strcmp(d, t))))
+    put_message(err, "Failed to allocate memory on %s for a move of %zu bytes from %s to %s: %s",
+                d, nbytes, f, t, cause);
   else if (!strcmp(op, "alloc") && !from)
     put_message(err, "Failed to allocate %zu bytes on %s: %s", nbytes, t, cause);
   else if (!strcmp(op, "alloc"))
     put_message(err, "Failed to allocate %zu bytes on %s for a tensor from %s: %s", nbytes, t,
                 f, cause);
+  else if (between)
+    put_message(err, "Failed to %s a tensor from %s to %s (on %s): %s", op, f, t, d, cause);
+  else if (!strcmp(op, "read"))
+    put_message(err, "Failed to read a tensor off %s on the way to %s: %s", f, t, cause);
+  else if (!strcmp(op, "write"))
+    put_message(err, "Failed to write a tensor to %s on the way from %s: %s", t, f, cause);
   else
     put_message(err, "Failed to %s a tensor from %s to %s: %s", op, f, t, cause);
 }

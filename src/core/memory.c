@@ -435,13 +435,15 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   xfer_allocator *a = dev->alloc;
   size_t size = round_size(a, nbytes);
   if (!size)
-    return xfer_err_set(err, XFER_E_ALLOC, "alloc", "%zu bytes is more than any device holds",
-                        nbytes);
+    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_ALLOC, "alloc",
+                                           "%zu bytes is more than any device holds", nbytes),
+                         err);
   pthread_mutex_lock(&a->lock);
   if (dev->lost) {
     release_cached(a, 0);
     pthread_mutex_unlock(&a->lock);
-    return xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost", dev->name);
+    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost",
+                                           dev->name), err);
   }
   int cache = caching(dev->ctx);
   xfer_block *b = NULL;
@@ -461,7 +463,7 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
     }
     if (rc) {
       pthread_mutex_unlock(&a->lock);
-      return rc;
+      return xfer_be_blame(dev, rc, err);
     }
     if (b->size < size) size = b->size;
   }

@@ -24,7 +24,7 @@ static void error_metatable(lua_State *L)
 void xl_push_error(lua_State *L, const xfer_error *err)
 {
   error_metatable(L);
-  lua_createtable(L, 0, 9);
+  lua_createtable(L, 0, 10);
   lua_pushstring(L, xfer_code_name(err->code));
   lua_setfield(L, -2, "code");
   lua_pushstring(L, err->op);
@@ -33,6 +33,8 @@ void xl_push_error(lua_State *L, const xfer_error *err)
   lua_setfield(L, -2, "from");
   lua_pushstring(L, err->to);
   lua_setfield(L, -2, "to");
+  lua_pushstring(L, err->device);
+  lua_setfield(L, -2, "device");
   lua_pushnumber(L, (lua_Number)err->native);
   lua_setfield(L, -2, "native");
   lua_pushstring(L, err->native_name);
@@ -160,6 +162,7 @@ static int make_error(lua_State *L)
     {"op", offsetof(xfer_error, op), sizeof err.op},
     {"from", offsetof(xfer_error, from), sizeof err.from},
     {"to", offsetof(xfer_error, to), sizeof err.to},
+    {"device", offsetof(xfer_error, device), sizeof err.device},
     {"native_name", offsetof(xfer_error, native_name), sizeof err.native_name},
     {"message", offsetof(xfer_error, message), sizeof err.message},
   };
