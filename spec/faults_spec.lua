@@ -195,9 +195,30 @@ describe("fault injection (host)", function()
     end)
 
     it("rejects a malformed rule when xfer is required", function()
-      local out, code = h.run("XFER_FAULTS=host " .. h.xferlua() .. [[ -e 'require "xfer"']])
-      assert.are.equal(1, code)
-      assert.is_truthy(out:find("xferlua: XFER_FAULTS: bad fault rule 'host' (expected runtime:op[:nth[:count[:native]]], such as host:read:1)", 1, true), out)
+      for _, rule in ipairs({ "host", "host:read:0", "host:read:4294967297", "host:read:2147483648",
+                              "host:read:1:-1", "host:read:x", "host:read:1:1:99999999999999999999" }) do
+        local out, code = h.run("XFER_FAULTS=" .. rule .. " " .. h.xferlua() .. [[ -e 'require "xfer"']])
+        assert.are.equal(1, code, rule)
+        assert.is_truthy(out:find("xferlua: XFER_FAULTS: bad fault rule '" .. rule .. "' (expected " ..
+          "runtime:op[:nth[:count[:native]]], nth and count from 1 to 2147483647, such as host:read:1)", 1, true), out)
+      end
+      local out = h.run("XFER_FAULTS=host:read:2147483647 " .. h.xferlua() ..
+                        [[ -e 'print(require("xfer").faults.list()[1].nth)']])
+      assert.are.equal("2147483647\n", out)
+    end)
+  end)
+
+  describe("switches in the environment", function()
+    it("take 0 or 1 and refuse anything else", function()
+      for _, name in ipairs({ "XFER_TRACE", "XFER_CACHE", "XFER_SHARED_MEMORY", "XFER_VULKAN_NO_MAP" }) do
+        for _, value in ipairs({ "yes", "2", "on" }) do
+          local out, code = h.run(name .. "=" .. value .. " " .. h.xferlua() .. [[ -e 'require "xfer"']])
+          assert.are.equal(1, code, name .. "=" .. value)
+          assert.is_truthy(out:find(("xferlua: %s must be 0 or 1, not '%s'"):format(name, value), 1, true), out)
+        end
+        local _, code = h.run(name .. "=0 " .. h.xferlua() .. [[ -e 'require "xfer"']])
+        assert.are.equal(0, code, name .. "=0")
+      end
     end)
   end)
 end)

@@ -13,6 +13,10 @@ end
 
 --- Times fn(): returns the median seconds of `reps` runs and the first (cold) run's.
 function bench.time(fn, reps)
+  if type(fn) ~= "function" then xfer.arg_error(1, "bench.time", "function", fn, 2) end
+  if reps ~= nil and (type(reps) ~= "number" or reps < 1 or reps % 1 ~= 0) then
+    xfer.arg_error(2, "bench.time", "whole number of runs >= 1", reps, 2)
+  end
   reps = reps or 10
   local t0 = xfer.clock()
   fn()
@@ -36,8 +40,12 @@ function bench.gbps(bytes, seconds) return bytes / seconds / 1e9 end
 
 --- "4K", "64M", "1G" -> bytes
 function bench.parse_size(text)
+  if type(text) ~= "string" then xfer.arg_error(1, "bench.parse_size", "string", text, 2) end
   local n, unit = text:match("^(%d+)([KMG]?)$")
-  if not n then error("bad size '" .. text .. "' (expected a number with K, M or G)") end
+  if not n then
+    error(xfer.error({ code = "invalid", op = "bench.parse_size",
+                       message = "bad size '" .. text .. "' (expected a number with K, M or G)" }), 2)
+  end
   return tonumber(n) * ({ [""] = 1, K = 2^10, M = 2^20, G = 2^30 })[unit]
 end
 
@@ -50,6 +58,9 @@ end
 
 --- A plain-text table: rows of cells, the first row the header.
 function bench.table(rows)
+  local ok = type(rows) == "table"
+  for _, row in ipairs(ok and rows or {}) do ok = ok and type(row) == "table" end
+  if not ok then xfer.arg_error(1, "bench.table", "list of rows (lists of cells)", rows, 2) end
   local widths = {}
   for _, row in ipairs(rows) do
     for i, cell in ipairs(row) do widths[i] = math.max(widths[i] or 0, #tostring(cell)) end

@@ -15,22 +15,52 @@ end
 --- passed to opts.log (default: a line on stderr; false: silent). Returns the new tensor and
 --- the list of failed attempts {path, code, op, message, retryable}; raises the last error
 --- when every path failed.
-function xfer.transfer(t, dev, opts)
-  opts = opts or {}
+local paths_known = { same_device = true, same_runtime = true, interop = true, staged = true,
+                      host = true }
+
+local function invalid(message)
+  error(xfer.error({ code = "invalid", op = "transfer", message = "transfer: " .. message }), 3)
+end
+
+local function check_options(opts)
+  if type(opts) ~= "table" then invalid("options must be a table, not a " .. type(opts)) end
   for key in pairs(opts) do
     if key ~= "fallback" and key ~= "retries" and key ~= "log" then
-      error(xfer.error({ code = "invalid", op = "transfer",
-                         message = "transfer: unknown option '" .. tostring(key) ..
-                                   "' (known: fallback, retries, log)" }), 2)
+      invalid("unknown option '" .. tostring(key) .. "' (known: fallback, retries, log)")
     end
   end
+  local paths = opts.fallback
+  if paths ~= nil then
+    if type(paths) ~= "table" or #paths == 0 then invalid("fallback must be a list of paths") end
+    for i, path in ipairs(paths) do
+      if type(path) ~= "string" or not paths_known[path] then
+        invalid(format("fallback[%d] is %s, not a path (same_device, same_runtime, interop, " ..
+                       "staged or host)", i, type(path) == "string" and "'" .. path .. "'" or "a " .. type(path)))
+      end
+    end
+  end
+  local retries = opts.retries
+  if retries ~= nil and (type(retries) ~= "number" or retries < 0 or retries % 1 ~= 0 or
+                         retries ~= retries or retries == math.huge) then
+    invalid("retries must be a whole number >= 0, not " ..
+            (type(retries) == "number" and tostring(retries) or "a " .. type(retries)))
+  end
+  local log = opts.log
+  if log ~= nil and log ~= false and type(log) ~= "function" then
+    invalid("log must be a function or false, not a " .. type(log))
+  end
+end
+
+function xfer.transfer(t, dev, opts)
+  if not xfer.is_tensor(t) then xfer.arg_error(1, "transfer", "xfer.Tensor", t, 2) end
+  if not xfer.is_device(dev) and type(dev) ~= "string" then
+    xfer.arg_error(2, "transfer", "xfer.Device or device name", dev, 2)
+  end
+  opts = opts or {}
+  check_options(opts)
   local paths = opts.fallback or { xfer.plan(t, dev).path, "host" }
   local retries = opts.retries or 0
   local log = opts.log == nil and default_log or opts.log or function() end
-  if type(paths) ~= "table" or #paths == 0 then
-    error(xfer.error({ code = "invalid", op = "transfer",
-                       message = "transfer: fallback must be a list of paths" }), 2)
-  end
   local attempts, last = {}, nil
   for _, path in ipairs(paths) do
     local applies, why = pcall(xfer.plan, t, dev, { via = path })

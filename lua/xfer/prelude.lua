@@ -4,9 +4,17 @@ local xfer = ...
 
 local format, concat = string.format, table.concat
 
+--- Raises the xfer.Error the C side raises for a bad argument, `level` frames up.
+function xfer.arg_error(arg, fname, expected, got, level)
+  error(xfer.error({ code = "invalid", op = fname,
+                     message = format("bad argument #%d to '%s' (%s expected, got %s)", arg, fname,
+                                      expected, type(got)) }), (level or 1) + 1)
+end
+
 --- The explicit fallback: read `t` into host memory, then write it to `dev`.
 -- Same as t:to(dev, {via = "host"}); raises the same error objects.
 function xfer.host_roundtrip(t, dev)
+  if not xfer.is_tensor(t) then xfer.arg_error(1, "host_roundtrip", "xfer.Tensor", t, 2) end
   return t:to(dev, { via = "host" })
 end
 
@@ -15,7 +23,11 @@ local function gib(bytes)
 end
 
 --- A report of every runtime and its devices, as `xferlua --devices` prints it.
-function xfer.describe()
+function xfer.describe(...)
+  if select("#", ...) > 0 then
+    error(xfer.error({ code = "invalid", op = "describe",
+                       message = format("describe takes no arguments (got %d)", select("#", ...)) }), 2)
+  end
   local lines, devices = {}, xfer.devices()
   for _, rt in ipairs(xfer.runtimes()) do
     if rt.available then

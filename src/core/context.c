@@ -70,17 +70,46 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
   if (!rt->available) snprintf(rt->reason, sizeof rt->reason, "no %s device found", rt->name);
 }
 
+/* The switches xferlua reads from the environment: unset or empty is the default, "0" off,
+** "1" on, and anything else ("yes", "2") an error, not a guess. */
+static const struct {
+  const char *name;
+  int def;
+} env_flags[] = {
+  {"XFER_TRACE", 0}, {"XFER_CACHE", 1}, {"XFER_SHARED_MEMORY", 1}, {"XFER_VULKAN_NO_MAP", 0},
+};
+
+int xfer_env_flag(const char *name)
+{
+  const char *v = getenv(name);
+  for (size_t i = 0; i < sizeof env_flags / sizeof env_flags[0]; i++)
+    if (!strcmp(env_flags[i].name, name)) return v && *v ? !strcmp(v, "1") : env_flags[i].def;
+  return 0;
+}
+
+static xfer_code check_env_flags(xfer_error *err)
+{
+  for (size_t i = 0; i < sizeof env_flags / sizeof env_flags[0]; i++) {
+    const char *v = getenv(env_flags[i].name);
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+      return xfer_err_set(err, XFER_E_INVALID, "open", "%s must be 0 or 1, not '%.40s'",
+                          env_flags[i].name, v);
+  }
+  return XFER_E_OK;
+}
+
 xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
 {
   *out = NULL;
+  xfer_code bad = check_env_flags(err);
+  if (bad) return bad;
   xfer_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory");
   ctx->refs = 1;
   pthread_mutex_init(&ctx->lock, NULL);
   pthread_cond_init(&ctx->idle, NULL);
   xfer_mem_config_init(ctx);
-  const char *trace = getenv("XFER_TRACE");
-  ctx->trace = trace && *trace && strcmp(trace, "0");
+  ctx->trace = xfer_env_flag("XFER_TRACE");
   for (size_t i = 0; i < XFER_RUNTIMES; i++) {
     ctx->nruntimes++;
     open_runtime(ctx, i);

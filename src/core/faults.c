@@ -3,6 +3,8 @@
 ** Backends ask xfer_fault_hit() before each driver call and, on a hit, report the
 ** failure through the same code a real failure takes.
 */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,18 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
   return XFER_E_OK;
 }
 
+/* A whole number of `text` in [lo, hi], in *out; 0 when it is not one (or out of range:
+** strtol would otherwise clip, and a cast to int wrap 4294967297 to 1). */
+static int parse_whole(const char *text, int base, long long lo, long long hi, long long *out)
+{
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, base);
+  if (*text == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
 /* One rule "runtime:op[:nth[:count[:native]]]" of `len` characters. */
 static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_error *err)
 {
@@ -72,25 +86,19 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
   char *rest = text;
   while (rest && nfields < 5) field[nfields++] = strsep(&rest, ":");
   xfer_fault fault = {.nth = 1, .count = 1};
-  char *end = NULL;
+  long long nth = 1, count = 1;
   int bad = nfields < 2 || rest != NULL || strlen(field[0]) >= sizeof fault.runtime ||
             strlen(field[1]) >= sizeof fault.op;
-  if (!bad && field[2]) {
-    fault.nth = (int)strtol(field[2], &end, 10);
-    bad = *field[2] == '\0' || *end != '\0';
-  }
-  if (!bad && field[3]) {
-    fault.count = (int)strtol(field[3], &end, 10);
-    bad = *field[3] == '\0' || *end != '\0';
-  }
-  if (!bad && field[4]) {
-    fault.native = strtoll(field[4], &end, 0);
-    bad = *field[4] == '\0' || *end != '\0';
-  }
+  if (!bad && field[2]) bad = !parse_whole(field[2], 10, 1, INT_MAX, &nth);
+  if (!bad && field[3]) bad = !parse_whole(field[3], 10, 1, INT_MAX, &count);
+  if (!bad && field[4]) bad = !parse_whole(field[4], 0, LLONG_MIN, LLONG_MAX, &fault.native);
   if (bad)
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "bad fault rule '%.*s' (expected runtime:op[:nth[:count[:native]]], "
-                        "such as host:read:1)", (int)len, rule);
+                        "nth and count from 1 to %d, such as host:read:1)", (int)len, rule,
+                        INT_MAX);
+  fault.nth = (int)nth;
+  fault.count = (int)count;
   snprintf(fault.runtime, sizeof fault.runtime, "%s", field[0]); /* lengths checked above */
   snprintf(fault.op, sizeof fault.op, "%s", field[1]);
   return xfer_fault_inject(ctx, &fault, err);

@@ -245,6 +245,11 @@ struct xfer_tensor {
 static inline xfer_device *xfer_host_of(const xfer_ctx *ctx) { return ctx->devices[0]; }
 static inline int xfer_is_host(const xfer_device *dev) { return dev == dev->ctx->devices[0]; }
 
+/* An on/off switch from the environment (XFER_TRACE, XFER_CACHE, XFER_SHARED_MEMORY,
+** XFER_VULKAN_NO_MAP): its default when unset, else 1 for "1" (xfer_ctx_open refuses other
+** values). */
+int xfer_env_flag(const char *name);
+
 /* Copies text into dst of cap bytes, cut short to fit, always terminated. */
 void xfer_copy_text(char *dst, size_t cap, const char *src);
 

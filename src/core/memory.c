@@ -513,8 +513,7 @@ void xfer_mem_free(xfer_block *b)
 ** its tensors there -- unless XFER_SHARED_MEMORY=0. */
 void xfer_mem_link_backing(xfer_ctx *ctx)
 {
-  const char *env = getenv("XFER_SHARED_MEMORY");
-  if (env && !strcmp(env, "0")) return;
+  if (!xfer_env_flag("XFER_SHARED_MEMORY")) return;
   for (size_t d = 0; d < ctx->ndevices; d++) {
     xfer_device *dev = ctx->devices[d];
     if (!dev->can_import || dev->unified || !dev->has_uuid || !xfer_be(dev)->import_fd) continue;
@@ -588,8 +587,7 @@ void xfer_mem_config_init(xfer_ctx *ctx)
 {
   ctx->config.staging_chunk = (size_t)4 << 20;
   ctx->config.staging_depth = 3;
-  const char *cache = getenv("XFER_CACHE");
-  ctx->config.cache = !(cache && !strcmp(cache, "0"));
+  ctx->config.cache = xfer_env_flag("XFER_CACHE");
   ctx->config.cache_limit = 0;
 }
 

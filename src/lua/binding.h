@@ -36,6 +36,13 @@ XL_NORETURN void xl_raise_code(lua_State *L, xfer_code code, const char *op, con
 XL_NORETURN void xl_arg_error(lua_State *L, int arg, const char *fname, const char *what);
 void xl_open_error(lua_State *L, int module);
 
+/* Raises `invalid` when a function that takes no arguments is given some (xfer.stats("json")
+** must not look as if it did something with them). */
+void xl_no_args(lua_State *L, const char *fname);
+
+/* __newindex of userdata whose fields are read-only (tensors, devices): an xfer.Error. */
+int xl_read_only(lua_State *L);
+
 /* Option tables: NULL-terminated list of the keys `fname` understands. */
 void xl_check_options(lua_State *L, int idx, const char *fname, const char *const *keys);
 /* Field `key` of the options at `idx` as a string, or `def` when absent. */
@@ -58,6 +65,7 @@ void xl_gc_pressure(lua_State *L, xfer_tensor *made);
 void xl_push_device(lua_State *L, xfer_device *dev);
 /* An xfer.Device or a device name at `idx`. */
 xfer_device *xl_check_device(lua_State *L, int idx, const char *fname);
+int xl_is_device(lua_State *L, int idx);
 void xl_open_device(lua_State *L, int module);
 
 /* lua_tensor.c */

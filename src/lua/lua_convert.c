@@ -21,8 +21,11 @@ void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const ch
   double v;
   if (lua_type(L, idx) == LUA_TNUMBER)
     v = lua_tonumber(L, idx);
-  else if (lua_type(L, idx) == LUA_TBOOLEAN)
+  else if (lua_type(L, idx) == LUA_TBOOLEAN && dtype == XFER_BOOL)
     v = lua_toboolean(L, idx) ? 1.0 : 0.0;
+  else if (lua_type(L, idx) == LUA_TBOOLEAN) /* true is no number: say which was meant */
+    xl_raise_code(L, XFER_E_INVALID, "convert", "element%s is a boolean, expected a number for %s",
+                  where, xfer_dtype_name(dtype));
   else
     xl_raise_code(L, XFER_E_INVALID, "convert", "element%s is a %s, expected a number or boolean",
                   where, luaL_typename(L, idx));

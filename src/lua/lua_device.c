@@ -35,7 +35,12 @@ xfer_device *xl_check_device(lua_State *L, int idx, const char *fname)
   if (lua_type(L, idx) == LUA_TSTRING) {
     xfer_device *dev;
     xfer_error err;
-    if (xfer_device_find(xl_ctx(L), lua_tostring(L, idx), &dev, &err)) xl_raise(L, &err);
+    size_t len;
+    const char *name = lua_tolstring(L, idx, &len);
+    if (strlen(name) != len) /* "host\0x" must not pass for "host" */
+      xl_raise_code(L, XFER_E_INVALID, fname, "bad argument #%d to '%s' (a device name with a NUL "
+                    "byte)", idx, fname);
+    if (xfer_device_find(xl_ctx(L), name, &dev, &err)) xl_raise(L, &err);
     return dev;
   }
   device_box *box = to_device_box(L, idx);
@@ -151,6 +156,7 @@ static int device_index(lua_State *L)
 
 static int l_devices(lua_State *L)
 {
+  xl_no_args(L, "devices");
   xfer_ctx *ctx = xl_ctx(L);
   size_t n = xfer_device_count(ctx);
   lua_createtable(L, (int)n, 0);
@@ -182,15 +188,26 @@ static void device_metatable(lua_State *L)
   lua_setfield(L, -2, "__tostring");
   lua_pushcfunction(L, device_index);
   lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, xl_read_only);
+  lua_setfield(L, -2, "__newindex");
   lua_pushliteral(L, XL_DEVICE);
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);
 }
 
+int xl_is_device(lua_State *L, int idx) { return xl_test_udata(L, idx, XL_DEVICE) != NULL; }
+
+static int l_is_device(lua_State *L)
+{
+  lua_pushboolean(L, xl_is_device(L, 1));
+  return 1;
+}
+
 void xl_open_device(lua_State *L, int module)
 {
   static const luaL_Reg fns[] = {
-    {"devices", l_devices}, {"device", l_device}, {"memory", l_memory}, {NULL, NULL},
+    {"devices", l_devices}, {"device", l_device}, {"memory", l_memory},
+    {"is_device", l_is_device}, {NULL, NULL},
   };
   device_metatable(L);
   lua_pushvalue(L, module);

@@ -110,9 +110,31 @@ const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *
   if (lua_type(L, -1) != LUA_TSTRING)
     xl_raise_code(L, XFER_E_INVALID, fname, "%s: option '%s' must be a string, not a %s", fname,
                   key, luaL_typename(L, -1));
-  const char *s = lua_tostring(L, -1);
+  size_t len;
+  const char *s = lua_tolstring(L, -1, &len);
+  if (strlen(s) != len) /* "bool\0x" must not pass for "bool" */
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option '%s' contains a NUL byte", fname, key);
   lua_pop(L, 1); /* the options table still holds the string */
   return s;
+}
+
+void xl_no_args(lua_State *L, const char *fname)
+{
+  if (lua_gettop(L) > 0)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s takes no arguments (got %d)", fname,
+                  lua_gettop(L));
+}
+
+int xl_read_only(lua_State *L)
+{
+  const char *what = luaL_typename(L, 1);
+  if (lua_getmetatable(L, 1)) {
+    lua_getfield(L, -1, "__name");
+    if (lua_isstring(L, -1)) what = lua_tostring(L, -1);
+  }
+  const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2);
+  xl_raise_code(L, XFER_E_INVALID, "newindex", "%s fields are read-only: cannot set '%s'%s", what,
+                key, strcmp(what, XL_TENSOR) ? "" : " (methods of your own go in xfer.Tensor)");
 }
 
 static int error_tostring(lua_State *L)

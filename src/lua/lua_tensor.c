@@ -84,12 +84,24 @@ static xfer_device *host_device(lua_State *L)
   return dev;
 }
 
-static xfer_device *opt_device(lua_State *L, int opts)
+static xfer_device *opt_device(lua_State *L, int opts, const char *fname)
 {
   if (lua_isnoneornil(L, opts)) return host_device(L);
   lua_getfield(L, opts, "device");
-  xfer_device *dev =
-      lua_isnil(L, -1) ? host_device(L) : xl_check_device(L, lua_gettop(L), "device");
+  int type = lua_type(L, -1);
+  lua_pop(L, 1);
+  if (type == LUA_TNIL) return host_device(L);
+  if (type == LUA_TSTRING) { /* a name, NUL-checked like every string option */
+    const char *name = xl_opt_string(L, opts, fname, "device", "host");
+    lua_pushstring(L, name);
+  } else {
+    lua_getfield(L, opts, "device");
+    if (!xl_is_device(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, fname,
+                    "%s: option 'device' must be an xfer.Device or a device name, not a %s", fname,
+                    luaL_typename(L, -1));
+  }
+  xfer_device *dev = xl_check_device(L, lua_gettop(L), fname);
   lua_pop(L, 1);
   return dev;
 }
@@ -200,7 +212,7 @@ static int l_tensor(lua_State *L)
     xl_arg_error(L, 1, "tensor", "table of values, byte string or number");
   xl_check_options(L, 2, "tensor", keys);
   xfer_dtype dtype = opt_dtype(L, 2, "tensor");
-  xfer_device *dev = opt_device(L, 2);
+  xfer_device *dev = opt_device(L, 2, "tensor");
   tensor_box *box = new_box(L);
   if (type == LUA_TSTRING)
     tensor_from_string(L, box, dtype, dev);
@@ -217,7 +229,7 @@ static int make_filled(lua_State *L, const char *fname, int opts, int value, int
   xl_check_shape(L, 1, fname, &shape);
   xl_check_options(L, opts, fname, keys);
   xfer_dtype dtype = opt_dtype(L, opts, fname);
-  xfer_device *dev = opt_device(L, opts);
+  xfer_device *dev = opt_device(L, opts, fname);
   uint64_t elem[2] = {0, 0}; /* room for the largest element, zero bits */
   if (value) xl_store_value(L, value, dtype, elem, "");
   tensor_box *box = new_box(L);
@@ -259,7 +271,7 @@ static int l_arange(lua_State *L)
     xl_raise_code(L, XFER_E_INVALID, "arange", "arange: %.0f elements is too many", count);
   xfer_shape shape = {1, {count > 0 ? (int64_t)count : 0}};
   xfer_dtype dtype = opt_dtype(L, opts, "arange");
-  xfer_device *dev = opt_device(L, opts);
+  xfer_device *dev = opt_device(L, opts, "arange");
   tensor_box *box = new_box(L);
   box_empty(L, box, host_device(L), dtype, &shape);
   char *dst = xfer_tensor_host_data(box->t);
@@ -481,6 +493,8 @@ void xl_tensor_metatable(lua_State *L)
   lua_setfield(L, -2, "__tostring");
   lua_pushcfunction(L, t_len);
   lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, xl_read_only);
+  lua_setfield(L, -2, "__newindex");
   lua_pushliteral(L, XL_TENSOR);
   lua_setfield(L, -2, "__name");
   /* the methods are xfer.Tensor, so scripts can add their own (as torch users did) */
@@ -493,11 +507,17 @@ void xl_tensor_metatable(lua_State *L)
   lua_pop(L, 1);
 }
 
+static int l_is_tensor(lua_State *L)
+{
+  lua_pushboolean(L, to_box(L, 1) != NULL);
+  return 1;
+}
+
 void xl_open_tensor(lua_State *L, int module)
 {
   static const luaL_Reg constructors[] = {
     {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"full", l_full},
-    {"arange", l_arange}, {"plan", l_plan}, {NULL, NULL},
+    {"arange", l_arange}, {"plan", l_plan}, {"is_tensor", l_is_tensor}, {NULL, NULL},
   };
   xl_tensor_metatable(L);
   luaL_getmetatable(L, XL_TENSOR);

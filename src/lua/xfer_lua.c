@@ -2,6 +2,7 @@
 ** xfer_lua.c -- the `xfer` module: its context (one per Lua state, kept in the
 ** registry), runtimes, fault injection, and the Lua files shipped inside the binding.
 */
+#include <limits.h>
 #include <string.h>
 #include <time.h>
 
@@ -110,6 +111,7 @@ int xfer_lua_set_context(lua_State *L, xfer_ctx *ctx)
 
 static int l_runtimes(lua_State *L)
 {
+  xl_no_args(L, "runtimes");
   xfer_ctx *ctx = xl_ctx(L);
   size_t n = xfer_runtime_count(ctx);
   lua_createtable(L, (int)n, 0);
@@ -135,6 +137,7 @@ static int l_runtimes(lua_State *L)
 
 static int l_stats(lua_State *L)
 {
+  xl_no_args(L, "stats");
   xfer_ctx *ctx = xl_ctx(L);
   xfer_stat stats[256];
   size_t n = xfer_stats(ctx, stats, sizeof stats / sizeof stats[0]);
@@ -161,6 +164,7 @@ static int l_stats(lua_State *L)
 
 static int l_stats_reset(lua_State *L)
 {
+  xl_no_args(L, "stats_reset");
   xfer_stats_reset(xl_ctx(L));
   return 0;
 }
@@ -242,6 +246,8 @@ static void copy_name_field(lua_State *L, const char *key, char *dst, size_t cap
                   key, luaL_typename(L, -1));
   size_t len;
   const char *s = lua_tolstring(L, -1, &len);
+  if (strlen(s) != len)
+    xl_raise_code(L, XFER_E_INVALID, "inject", "faults.inject: '%s' contains a NUL byte", key);
   if (len >= cap)
     xl_raise_code(L, XFER_E_INVALID, "inject", "faults.inject: '%s' is too long: '%s'", key, s);
   memcpy(dst, s, len + 1);
@@ -254,9 +260,11 @@ static int int_field(lua_State *L, const char *key, int def)
   int v = def;
   if (!lua_isnil(L, -1)) {
     lua_Number n = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || n != (lua_Number)(int)n)
-      xl_raise_code(L, XFER_E_INVALID, "inject", "faults.inject: '%s' must be a whole number",
-                    key);
+    /* range first: converting a double beyond int is undefined */
+    if (lua_type(L, -1) != LUA_TNUMBER || !(n >= INT_MIN && n <= INT_MAX) || n != (lua_Number)(int)n)
+      xl_raise_code(L, XFER_E_INVALID, "inject",
+                    "faults.inject: '%s' must be a whole number from %d to %d", key, INT_MIN,
+                    INT_MAX);
     v = (int)n;
   }
   lua_pop(L, 1);
@@ -283,12 +291,14 @@ static int l_faults_inject(lua_State *L)
 
 static int l_faults_clear(lua_State *L)
 {
+  xl_no_args(L, "faults.clear");
   xfer_fault_clear(xl_ctx(L));
   return 0;
 }
 
 static int l_faults_list(lua_State *L)
 {
+  xl_no_args(L, "faults.list");
   xfer_fault rules[64];
   size_t n = xfer_fault_list(xl_ctx(L), rules, sizeof rules / sizeof rules[0]);
   lua_createtable(L, (int)n, 0);
@@ -362,6 +372,7 @@ static void preload_embedded(lua_State *L)
 /* Seconds on a monotonic clock, for timing moves (os.clock is CPU time). */
 static int l_clock(lua_State *L)
 {
+  xl_no_args(L, "clock");
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);

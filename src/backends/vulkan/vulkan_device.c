@@ -271,8 +271,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
     failed = "finding a device-local memory type for buffers";
   /* XFER_VULKAN_NO_MAP=1: stage or import even where tensors could be mapped, so those
   ** paths can be measured and tested on a CPU device too */
-  const char *no_map = getenv("XFER_VULKAN_NO_MAP");
-  if (no_map && !strcmp(no_map, "1")) vd->tensor_mapped = 0;
+  if (xfer_env_flag("XFER_VULKAN_NO_MAP")) vd->tensor_mapped = 0;
   xfer_error err;
   xfer_device *dev = failed ? NULL : xfer_runtime_add_device(rt, &err);
   if (!dev) {
