@@ -315,6 +315,14 @@ xfer_code xfer_fault_parse(xfer_ctx *ctx, const char *spec, xfer_error *err);
 void xfer_fault_clear(xfer_ctx *ctx);
 /* Rules not yet used up; copies at most `max` into `out` and returns how many there are. */
 size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max);
+/* Torture, curl-style: every fallible driver call is counted; the k-th from now fails (0:
+** none), as an injected fault of its runtime and op. Also XFER_FAIL_AT=k at open. */
+void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k);
+/* Fallible driver calls since the last xfer_fault_fail_at (or since the context opened). */
+uint64_t xfer_fault_calls(xfer_ctx *ctx);
+/* 1, with the runtime and op of the call and nth = its number, once fail_at has failed one. */
+int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out);
+
 /* The ops a fault may name, NULL-terminated. */
 const char *const *xfer_fault_ops(void);
 

@@ -123,6 +123,37 @@ describe("fault injection (host)", function()
     assert.are.same(t:totable({ flat = true }), xfer.full({ 4096 }, 5, { dtype = "u8" }):totable({ flat = true }))
   end)
 
+  it("fail_at fails exactly the k-th fallible call, counting every call, and says which", function()
+    local t = xfer.arange(1024)
+    xfer.faults.fail_at(0) -- counting only
+    t:clone():to(host)
+    local calls = xfer.faults.calls()
+    assert.is_true(calls >= 2)
+    assert.is_nil(xfer.faults.failed())
+    for k = 1, calls do
+      collectgarbage() -- nothing for a refused allocation to reclaim: it must fail
+      collectgarbage()
+      xfer.faults.fail_at(k)
+      local ok, e = pcall(function() return t:clone():to(host) end)
+      local failed = xfer.faults.failed()
+      assert.is_false(ok, "call " .. k)
+      assert.are.equal(k, failed.call)
+      assert.are.equal("host", failed.runtime)
+      assert.are.equal(failed.op, e.op)
+      assert.are.equal("host", e.device)
+      assert.is_true(e.injected)
+    end
+    xfer.faults.fail_at(0)
+    assert.are.equal(1024, #t:clone():to(host))
+    local out = h.run("XFER_FAIL_AT=1 " .. h.xferlua() ..
+                      [[ -e 'local x = require "xfer"; print(pcall(x.zeros, { 2 }))']])
+    assert.is_truthy(out:find("^false\tFailed to allocate 8 bytes on host"), out)
+    local _, code = h.run("XFER_FAIL_AT=-1 " .. h.xferlua() .. [[ -e 'require "xfer"']])
+    assert.are.equal(1, code)
+    h.raises("invalid", xfer.faults.fail_at, -1)
+    h.raises("invalid", xfer.faults.fail_at, 1.5)
+  end)
+
   it("nth skips matching calls and count fails several", function()
     local t = xfer.arange(4)
     xfer.faults.inject({ runtime = "host", op = "copy", nth = 2, count = 2 })

@@ -2,6 +2,7 @@
 ** context.c -- the context: which runtimes opened, their devices, memory accounting,
 ** and the context's lifetime (reference counted, so tensors outlive a closed binding).
 */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,19 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
     open_runtime(ctx, i);
   }
   xfer_mem_link_backing(ctx);
+  const char *at = getenv("XFER_FAIL_AT");
+  if (at && *at) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long k = strtoull(at, &end, 10);
+    if (*end || errno == ERANGE || at[0] == '-') {
+      xfer_err_set(err, XFER_E_INVALID, "open", "XFER_FAIL_AT must be a call number >= 0, not '%.40s'",
+                   at);
+      xfer_ctx_release(ctx);
+      return XFER_E_INVALID;
+    }
+    xfer_fault_fail_at(ctx, k);
+  }
   const char *spec = getenv("XFER_FAULTS");
   if (spec) {
     xfer_code rc = xfer_fault_parse(ctx, spec, err);

@@ -138,10 +138,49 @@ size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max)
   return n;
 }
 
+/* -- Failing the k-th call (torture) ---------------------------------------------- */
+
+void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k)
+{
+  pthread_mutex_lock(&ctx->lock);
+  memset(&ctx->failed, 0, sizeof ctx->failed);
+  __atomic_store_n(&ctx->fault_calls, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->fail_at, k, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+uint64_t xfer_fault_calls(xfer_ctx *ctx)
+{
+  return __atomic_load_n(&ctx->fault_calls, __ATOMIC_RELAXED);
+}
+
+int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out)
+{
+  pthread_mutex_lock(&ctx->lock);
+  *out = ctx->failed;
+  pthread_mutex_unlock(&ctx->lock);
+  return out->nth > 0;
+}
+
+/* The call fail_at names: counted here, on every fallible call, from any thread. */
+static int fail_at_hit(xfer_ctx *ctx, const char *runtime, const char *op)
+{
+  uint64_t call = __atomic_add_fetch(&ctx->fault_calls, 1, __ATOMIC_RELAXED);
+  if (call != __atomic_load_n(&ctx->fail_at, __ATOMIC_RELAXED)) return 0;
+  pthread_mutex_lock(&ctx->lock);
+  xfer_copy_text(ctx->failed.runtime, sizeof ctx->failed.runtime, runtime);
+  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, op);
+  ctx->failed.nth = call > INT_MAX ? INT_MAX : (int)call;
+  ctx->failed.count = 1;
+  pthread_mutex_unlock(&ctx->lock);
+  return 1;
+}
+
 int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native)
 {
   int hit = 0;
   *native = 0;
+  if (fail_at_hit(ctx, runtime, op)) return 1;
   if (!__atomic_load_n(&ctx->nfaults, __ATOMIC_ACQUIRE)) return 0; /* the common case */
   pthread_mutex_lock(&ctx->lock); /* the staged path calls from two threads */
   for (size_t i = 0; i < ctx->nfaults; i++) {

@@ -143,6 +143,9 @@ struct xfer_ctx {
   size_t ndevices, cap;
   xfer_fault_rule faults[XFER_MAX_FAULTS];
   size_t nfaults;
+  uint64_t fault_calls;         /* fallible driver calls since the last fail_at (atomic) */
+  uint64_t fail_at;             /* that call fails (0: none) (atomic) */
+  xfer_fault failed;            /* what fail_at failed: runtime, op, nth = the call (ctx->lock) */
   pthread_mutex_t lock;         /* faults, stats, busy tensors */
   pthread_cond_t idle;          /* a tensor stopped being busy */
   xfer_stat *stats;

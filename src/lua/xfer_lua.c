@@ -3,6 +3,7 @@
 ** registry), runtimes, fault injection, and the Lua files shipped inside the binding.
 */
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -321,10 +322,47 @@ static int l_faults_list(lua_State *L)
   return 1;
 }
 
+/* faults.fail_at(k): the k-th fallible driver call from now fails (0: none). */
+static int l_faults_fail_at(lua_State *L)
+{
+  lua_Number k = lua_tonumber(L, 1);
+  if (lua_type(L, 1) != LUA_TNUMBER || !(k >= 0 && k <= 9007199254740992.0) || k != floor(k))
+    xl_raise_code(L, XFER_E_INVALID, "fail_at",
+                  "bad argument #1 to 'fail_at' (a call number >= 0 expected, got %s)",
+                  lua_type(L, 1) == LUA_TNUMBER ? lua_tostring(L, 1) : luaL_typename(L, 1));
+  xfer_fault_fail_at(xl_ctx(L), (uint64_t)k);
+  return 0;
+}
+
+static int l_faults_calls(lua_State *L)
+{
+  xl_no_args(L, "faults.calls");
+  lua_pushnumber(L, (lua_Number)xfer_fault_calls(xl_ctx(L)));
+  return 1;
+}
+
+/* faults.failed(): {runtime, op, call} of the call fail_at failed, or nil. */
+static int l_faults_failed(lua_State *L)
+{
+  xl_no_args(L, "faults.failed");
+  xfer_fault f;
+  if (!xfer_fault_failed(xl_ctx(L), &f)) return 0;
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, f.runtime);
+  lua_setfield(L, -2, "runtime");
+  lua_pushstring(L, f.op);
+  lua_setfield(L, -2, "op");
+  lua_pushinteger(L, f.nth);
+  lua_setfield(L, -2, "call");
+  return 1;
+}
+
 static void open_faults(lua_State *L, int module)
 {
   static const luaL_Reg fns[] = {
-    {"inject", l_faults_inject}, {"clear", l_faults_clear}, {"list", l_faults_list}, {NULL, NULL},
+    {"inject", l_faults_inject}, {"clear", l_faults_clear}, {"list", l_faults_list},
+    {"fail_at", l_faults_fail_at}, {"calls", l_faults_calls}, {"failed", l_faults_failed},
+    {NULL, NULL},
   };
   lua_newtable(L);
   luaL_register(L, NULL, fns);

@@ -1,0 +1,210 @@
+-- scripts/torture.lua -- torture, curl-style: each scenario runs once to count its fallible
+-- driver calls N, then N more times with call k = 1..N failed (xfer.faults.fail_at), and
+-- every run is checked: nothing crashed; the failure surfaced as an xfer.Error naming the
+-- op and the runtime of the call that failed (or the move recovered, bytes right); sources
+-- byte for byte as they were; every device's memory and the process's open fds back to
+-- where they were. Usage (scripts/torture runs it):
+--   xferlua scripts/torture.lua [--stride S] [--verbose] spec/torture/<scenario>.lua ...
+-- --stride S fails every S-th call only (a bounded run for CI).
+local xfer = require "xfer"
+
+local stride, verbose, files = 1, false, {}
+local args = { ... }
+local i = 1
+while i <= #args do
+  if args[i] == "--stride" then
+    stride = tonumber(args[i + 1])
+    assert(stride and stride >= 1 and stride % 1 == 0, "--stride takes a whole number >= 1")
+    i = i + 2
+  elseif args[i] == "--verbose" then
+    verbose, i = true, i + 1
+  else
+    files[#files + 1], i = args[i], i + 1
+  end
+end
+assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--verbose] SCENARIO.lua ...")
+
+-- This process's open fds: /proc/self opened here is this process (in a shell it would be
+-- the shell's).
+local pid = (function()
+  local f = io.open("/proc/self/stat")
+  local n = f and f:read("*n")
+  if f then f:close() end
+  return n
+end)()
+
+-- This process's open fds and what each is ("7 -> /dev/dri/renderD128"); the pipe of the
+-- listing itself is left out, and so is an fd closed while it was listed (no target).
+local function open_fds()
+  local p = io.popen("cd /proc/" .. tostring(pid) .. "/fd && for f in *; do " ..
+                     "printf '%s -> %s\\n' \"$f\" \"$(readlink \"$f\")\"; done 2>/dev/null")
+  local fds = {}
+  for line in p:lines() do
+    if not line:find("pipe:", 1, true) and not line:find(" -> $") then fds[line] = true end
+  end
+  p:close()
+  return fds
+end
+
+-- What must come back after every run: each device's memory (with the caches given back)
+-- and the open file descriptors (interop fds, driver handles).
+local function snapshot()
+  -- compiled traces keep constants of the values they were recorded on (seen: five tensors
+  -- of one run alive after every collection, none with -joff or after jit.flush)
+  if jit then jit.flush() end
+  collectgarbage()
+  collectgarbage()
+  xfer.empty_cache()
+  local s = { fds = open_fds() }
+  for _, dev in ipairs(xfer.devices()) do
+    local m = xfer.memory(dev)
+    s[dev.name] = { in_use = m.in_use, allocated = m.allocated, reserved = m.reserved,
+                    buffers = m.buffers }
+  end
+  return s
+end
+
+local function differences(before, after)
+  local out = {}
+  for fd in pairs(after.fds) do
+    if not before.fds[fd] then out[#out + 1] = "an fd opened and not closed: " .. fd end
+  end
+  for _, dev in ipairs(xfer.devices()) do
+    for _, key in ipairs({ "in_use", "allocated", "reserved", "buffers" }) do
+      local a, b = before[dev.name][key], after[dev.name][key]
+      if a ~= b then out[#out + 1] = ("%s %s %.0f -> %.0f"):format(dev.name, key, a, b) end
+    end
+  end
+  return out
+end
+
+local byte_cache = {}
+
+-- The scenario's side: T.try runs a fallible step, T.source keeps a source's bytes,
+-- T.expect compares a result with the bytes it must hold.
+local function new_T()
+  local T = { devices = xfer.devices(), host = xfer.device("host"), errors = {}, problems = {},
+              sources = {} }
+  function T.try(what, fn, ...)
+    local ok, result = pcall(fn, ...)
+    if not ok then T.errors[#T.errors + 1] = { what = what, e = result } end
+    return ok, result
+  end
+  function T.source(t)
+    local ok, bytes = T.try("reading a source", t.tobytes, t)
+    if ok then T.sources[#T.sources + 1] = { t = t, bytes = bytes } end
+    return t
+  end
+  function T.expect(bytes, t, what)
+    local ok, got = pcall(t.tobytes, t)
+    if not ok then
+      T.errors[#T.errors + 1] = { what = what .. " (reading the result)", e = got }
+    elseif got ~= bytes then
+      T.problems[#T.problems + 1] = "wrong bytes: " .. what
+    end
+  end
+  function T.bytes(n, seed)
+    local key = n .. ":" .. seed
+    if not byte_cache[key] then -- made once: a run is short, a megabyte string is not
+      local parts = {}
+      for j = 1, n do parts[j] = string.char((j * 131 + seed * 17) % 251) end
+      byte_cache[key] = table.concat(parts)
+    end
+    return byte_cache[key]
+  end
+  return T
+end
+
+local function device_runtime(name)
+  if name == nil or name == "" then return nil end
+  local ok, dev = pcall(xfer.device, name)
+  return ok and dev.runtime or nil
+end
+
+-- Checks one run; returns its problems and whether the failure surfaced as an error.
+local function check(T, ok, raised, failed)
+  local problems = {}
+  for _, p in ipairs(T.problems) do problems[#problems + 1] = p end
+  if not ok then problems[#problems + 1] = "the scenario raised: " .. tostring(raised) end
+  for _, rec in ipairs(T.errors) do
+    local e = rec.e
+    if not xfer.is_error(e) then
+      problems[#problems + 1] = rec.what .. ": not an xfer.Error: " .. tostring(e)
+    elseif not failed then
+      problems[#problems + 1] = rec.what .. ": failed with no call failed: " .. e.message
+    elseif not e.injected or e.op ~= failed.op or device_runtime(e.device) ~= failed.runtime then
+      problems[#problems + 1] = ("%s: blames %s on %s (%s), but the call that failed was %s on %s: %s")
+        :format(rec.what, e.op, e.device, tostring(device_runtime(e.device)), failed.op,
+                failed.runtime, e.message)
+    end
+  end
+  if #T.errors > 1 then
+    problems[#problems + 1] = ("one failed call surfaced %d times"):format(#T.errors)
+  end
+  for _, s in ipairs(T.sources) do
+    local read_ok, bytes = pcall(s.t.tobytes, s.t)
+    if not read_ok then
+      problems[#problems + 1] = "a source cannot be read after the run: " .. tostring(bytes)
+    elseif bytes ~= s.bytes then
+      problems[#problems + 1] = "a source changed"
+    end
+  end
+  return problems, #T.errors > 0
+end
+
+-- One run with call k failed (0: none), in a function of its own so that nothing it made is
+-- still referenced when the next snapshot is taken. Returns its problems, the call that
+-- failed (or nil), whether an error surfaced, and how many fallible calls the run made.
+local function one_run(scenario, k)
+  local base = snapshot()
+  xfer.faults.fail_at(k)
+  local T = new_T()
+  local ok, raised = pcall(scenario.run, T)
+  local failed, calls = xfer.faults.failed(), xfer.faults.calls()
+  xfer.faults.fail_at(0)
+  local problems, seen = check(T, ok, raised, failed)
+  T, raised = nil, nil
+  for _, d in ipairs(differences(base, snapshot())) do problems[#problems + 1] = "leaked: " .. d end
+  return problems, failed, seen, calls
+end
+
+local total_problems = 0
+for _, file in ipairs(files) do
+  local scenario = dofile(file)
+  local name = scenario.name or file
+  local function report(k, list)
+    for _, p in ipairs(list) do
+      io.write(("%s: call %s: %s\n"):format(name, tostring(k), p))
+      total_problems = total_problems + 1
+    end
+  end
+  -- the counting run, which must itself leave nothing behind
+  local problems, _, _, calls = one_run(scenario, 0)
+  report(0, problems)
+  local runs, surfaced, recovered, missed, by_op = 0, 0, 0, 0, {}
+  for k = 1, calls, stride do
+    local failed, seen
+    problems, failed, seen = one_run(scenario, k)
+    runs = runs + 1
+    if not failed then
+      missed = missed + 1 -- threads ran in another order: fewer calls this time
+    else
+      local key = failed.runtime .. ":" .. failed.op
+      by_op[key] = (by_op[key] or 0) + 1
+      if seen then surfaced = surfaced + 1 else recovered = recovered + 1 end
+    end
+    if verbose then
+      io.write(("%s: call %d: %s%s\n"):format(name, k, failed and (failed.runtime .. ":" .. failed.op) or "-",
+                                               seen and " surfaced" or " no error"))
+    end
+    report(k, problems)
+  end
+  local ops = {}
+  for key, n in pairs(by_op) do ops[#ops + 1] = key .. " " .. n end
+  table.sort(ops)
+  io.write(("torture %s: %d calls, %d runs (stride %d): %d surfaced as errors, %d recovered " ..
+            "(bytes right), %d with no call failed; faults by runtime:op: %s\n")
+           :format(name, calls, runs, stride, surfaced, recovered, missed, table.concat(ops, ", ")))
+end
+io.write(("torture: %d problem%s\n"):format(total_problems, total_problems == 1 and "" or "s"))
+os.exit(total_problems == 0 and 0 or 1, true) -- closing the state frees the context (LeakSanitizer)
