@@ -53,9 +53,7 @@ end
 
 function xfer.transfer(t, dev, opts)
   if not xfer.is_tensor(t) then xfer.arg_error(1, "transfer", "xfer.Tensor", t, 2) end
-  if not xfer.is_device(dev) and type(dev) ~= "string" then
-    xfer.arg_error(2, "transfer", "xfer.Device or device name", dev, 2)
-  end
+  dev = xfer.check_device(dev, 2, "transfer", 2)
   opts = opts or {}
   check_options(opts)
   local paths = opts.fallback or { xfer.plan(t, dev).path, "host" }

@@ -11,11 +11,28 @@ function xfer.arg_error(arg, fname, expected, got, level)
                                       expected, type(got)) }), (level or 1) + 1)
 end
 
+--- The device `dev` names (an xfer.Device or a name) for argument #arg of `fname`, or an
+--- xfer.Error that names `fname`, raised `level` frames up.
+function xfer.check_device(dev, arg, fname, level)
+  if xfer.is_device(dev) then return dev end
+  if type(dev) ~= "string" then xfer.arg_error(arg, fname, "xfer.Device or device name", dev, (level or 1) + 1) end
+  local ok, found = pcall(xfer.device, dev)
+  if ok then return found end
+  local e = {}
+  for k, v in pairs(found) do e[k] = v end
+  -- xfer.device's words, said of this function's argument
+  local msg = found.message:gsub("^device: ", "", 1)
+  msg = msg:gsub("^bad argument #1 to 'device'", format("bad argument #%d to '%s'", arg, fname), 1)
+  if not msg:find(fname, 1, true) then msg = fname .. ": " .. msg end
+  e.op, e.message = fname, msg
+  error(xfer.error(e), (level or 1) + 1)
+end
+
 --- The explicit fallback: read `t` into host memory, then write it to `dev`.
 -- Same as t:to(dev, {via = "host"}); raises the same error objects.
 function xfer.host_roundtrip(t, dev)
   if not xfer.is_tensor(t) then xfer.arg_error(1, "host_roundtrip", "xfer.Tensor", t, 2) end
-  return t:to(dev, { via = "host" })
+  return t:to(xfer.check_device(dev, 2, "host_roundtrip", 2), { via = "host" })
 end
 
 local function gib(bytes)

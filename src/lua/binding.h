@@ -90,7 +90,8 @@ void xl_table_store(lua_State *L, int idx, const xfer_shape *shape, xfer_dtype d
 void xl_push_values(lua_State *L, xfer_dtype dtype, const xfer_shape *shape, const void *src,
                     int flat);
 /* One Lua value (number or boolean) at `idx` stored as dtype at dst, or raises. */
-void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const char *where);
+void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const char *fname,
+                    const char *where);
 /* A shape: a table of whole numbers >= 0, or one number for a 1-D shape. */
 void xl_check_shape(lua_State *L, int idx, const char *fname, xfer_shape *shape);
 

@@ -16,7 +16,8 @@ static void format_where(char *buf, size_t cap, const int64_t *index, int depth)
     used += (size_t)snprintf(buf + used, cap - used, "[%lld]", (long long)index[i] + 1);
 }
 
-void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const char *where)
+void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const char *fname,
+                    const char *where)
 {
   double v;
   if (lua_type(L, idx) == LUA_TNUMBER)
@@ -24,16 +25,16 @@ void xl_store_value(lua_State *L, int idx, xfer_dtype dtype, void *dst, const ch
   else if (lua_type(L, idx) == LUA_TBOOLEAN && dtype == XFER_BOOL)
     v = lua_toboolean(L, idx) ? 1.0 : 0.0;
   else if (lua_type(L, idx) == LUA_TBOOLEAN) /* true is no number: say which was meant */
-    xl_raise_code(L, XFER_E_INVALID, "convert", "element%s is a boolean, expected a number for %s",
-                  where, xfer_dtype_name(dtype));
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: element%s is a boolean, expected a number for %s",
+                  fname, where, xfer_dtype_name(dtype));
   else
-    xl_raise_code(L, XFER_E_INVALID, "convert", "element%s is a %s, expected a number or boolean",
-                  where, luaL_typename(L, idx));
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: element%s is a %s, expected a number or boolean",
+                  fname, where, luaL_typename(L, idx));
   xfer_error err;
   if (xfer_value_store(dtype, v, dst, &err)) {
     char why[sizeof err.message];
     snprintf(why, sizeof why, "%s", err.message);
-    xl_raise_code(L, XFER_E_INVALID, "convert", "element%s: %s", where, why);
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: element%s: %s", fname, where, why);
   }
 }
 
@@ -43,7 +44,7 @@ void xl_table_shape(lua_State *L, int idx, xfer_shape *shape)
   lua_pushvalue(L, idx);
   while (lua_istable(L, -1)) {
     if (shape->ndim == XFER_MAX_DIMS)
-      xl_raise_code(L, XFER_E_INVALID, "tensor", "nested table deeper than %d dimensions",
+      xl_raise_code(L, XFER_E_INVALID, "tensor", "tensor: nested table deeper than %d dimensions",
                     XFER_MAX_DIMS);
     size_t n = lua_objlen(L, -1);
     shape->dims[shape->ndim++] = (int64_t)n;
@@ -64,7 +65,7 @@ static void store_level(lua_State *L, const xfer_shape *shape, int depth, int64_
   if ((int64_t)lua_objlen(L, -1) != want) {
     format_where(where, sizeof where, index, depth);
     xl_raise_code(L, XFER_E_INVALID, "tensor",
-                  "ragged nested table: element%s has %d entries where %lld were expected",
+                  "tensor: ragged nested table: element%s has %d entries where %lld were expected",
                   depth ? where : "s at the top", (int)lua_objlen(L, -1), (long long)want);
   }
   for (index[depth] = 0; index[depth] < want; index[depth]++) {
@@ -73,7 +74,7 @@ static void store_level(lua_State *L, const xfer_shape *shape, int depth, int64_
       if (!lua_istable(L, -1)) {
         format_where(where, sizeof where, index, depth + 1);
         xl_raise_code(L, XFER_E_INVALID, "tensor",
-                      "ragged nested table: element%s is a %s where a table of %lld was expected",
+                      "tensor: ragged nested table: element%s is a %s where a table of %lld was expected",
                       where, luaL_typename(L, -1), (long long)shape->dims[depth + 1]);
       }
       store_level(L, shape, depth + 1, index, dtype, dst);
@@ -81,11 +82,11 @@ static void store_level(lua_State *L, const xfer_shape *shape, int depth, int64_
       if (lua_istable(L, -1)) {
         format_where(where, sizeof where, index, depth + 1);
         xl_raise_code(L, XFER_E_INVALID, "tensor",
-                      "ragged nested table: element%s is a table where a number was expected",
+                      "tensor: ragged nested table: element%s is a table where a number was expected",
                       where);
       }
       format_where(where, sizeof where, index, depth + 1);
-      xl_store_value(L, -1, dtype, *dst, where);
+      xl_store_value(L, -1, dtype, *dst, "tensor", where);
       *dst += esize;
     }
     lua_pop(L, 1);
@@ -171,4 +172,9 @@ void xl_check_shape(lua_State *L, int idx, const char *fname, xfer_shape *shape)
     shape->dims[i] = (int64_t)d;
     lua_pop(L, 1);
   }
+  double elements = 1; /* a product that overflows size_t is refused here, naming fname */
+  for (int i = 0; i < shape->ndim; i++) elements *= (double)shape->dims[i];
+  if (elements > 9.0e15)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: a shape of %.4g elements is more than memory holds",
+                  fname, elements);
 }

@@ -40,8 +40,14 @@ xfer_device *xl_check_device(lua_State *L, int idx, const char *fname)
     if (strlen(name) != len) /* "host\0x" must not pass for "host" */
       xl_raise_code(L, XFER_E_INVALID, fname, "bad argument #%d to '%s' (a device name with a NUL "
                     "byte)", idx, fname);
-    if (xfer_device_find(xl_ctx(L), name, &dev, &err)) xl_raise(L, &err);
-    return dev;
+    if (xfer_device_find(xl_ctx(L), name, &dev, &err) == XFER_E_OK) return dev;
+    if (strcmp(fname, "device")) { /* "to: unknown device 'gpu' (devices here: ...)" */
+      char why[sizeof err.message - 64];
+      memcpy(why, err.message, sizeof why - 1);
+      why[sizeof why - 1] = '\0';
+      snprintf(err.message, sizeof err.message, "%.40s: %s", fname, why);
+    }
+    xl_raise(L, &err);
   }
   device_box *box = to_device_box(L, idx);
   if (box && box->dev) return box->dev;

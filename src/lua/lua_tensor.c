@@ -199,7 +199,7 @@ static void tensor_from_values(lua_State *L, tensor_box *box, xfer_dtype dtype, 
   if (lua_istable(L, 1))
     xl_table_store(L, 1, &given, dtype, dst);
   else
-    xl_store_value(L, 1, dtype, dst, "");
+    xl_store_value(L, 1, dtype, dst, "tensor", "");
   box_move_to(L, box, dev);
 }
 
@@ -231,7 +231,7 @@ static int make_filled(lua_State *L, const char *fname, int opts, int value, int
   xfer_dtype dtype = opt_dtype(L, opts, fname);
   xfer_device *dev = opt_device(L, opts, fname);
   uint64_t elem[2] = {0, 0}; /* room for the largest element, zero bits */
-  if (value) xl_store_value(L, value, dtype, elem, "");
+  if (value) xl_store_value(L, value, dtype, elem, fname, "");
   tensor_box *box = new_box(L);
   box_empty(L, box, dev, dtype, &shape);
   xfer_error err;
@@ -278,7 +278,7 @@ static int l_arange(lua_State *L)
   size_t esize = xfer_dtype_size(dtype);
   for (int64_t i = 0; i < shape.dims[0]; i++) {
     lua_pushnumber(L, start + (double)i * step);
-    xl_store_value(L, -1, dtype, dst + (size_t)i * esize, "");
+    xl_store_value(L, -1, dtype, dst + (size_t)i * esize, "arange", "");
     lua_pop(L, 1);
   }
   box_move_to(L, box, dev);
