@@ -1,0 +1,226 @@
+-- scripts/fuzz.lua -- a seeded random caller of the whole Lua API: sequences of creations,
+-- moves (to, copy_from, clone, to_async, xfer.transfer) by every path, frees, injected
+-- faults, collections and setting changes over every device, each result checked against a
+-- model kept in Lua strings. Usage (scripts/fuzz runs it):
+--   xferlua scripts/fuzz.lua SEED STEPS [--verbose]
+-- Exits non-zero, printing the seed, the step and what went wrong, at the first check that
+-- fails: wrong bytes, a changed source, an error that is not an xfer.Error, an error where
+-- none was injected or expected, or memory not back where it started.
+local xfer = require "xfer"
+
+local seed, steps = tonumber(arg and arg[1] or ...), tonumber(arg and arg[2] or select(2, ...))
+local verbose = (arg and arg[3] or select(3, ...)) == "--verbose"
+assert(seed and steps, "usage: xferlua scripts/fuzz.lua SEED STEPS [--verbose]")
+math.randomseed(seed)
+local rand = math.random
+
+local devices = xfer.devices()
+local host = xfer.device("host")
+local paths = { "auto", "auto", "auto", "same_device", "same_runtime", "interop", "staged", "host" }
+local dtypes = { u8 = 1, i16 = 2, f32 = 4, u32 = 4, f64 = 8, i64 = 8 }
+local dtype_names = { "u8", "i16", "f32", "u32", "f64", "i64" }
+local fault_ops = { "alloc", "read", "write", "copy", "import", "export", "register", "sync", "peer" }
+local runtimes = {}
+for _, dev in ipairs(devices) do runtimes[dev.runtime] = true end
+local runtime_list = {}
+for r in pairs(runtimes) do runtime_list[#runtime_list + 1] = r end
+table.sort(runtime_list)
+
+local live = {}   -- { t = tensor, bytes = its bytes or false (unknown after a failed copy) }
+local step = 0
+local counts = {}
+
+local function fail(text)
+  io.stderr:write(("fuzz seed %d step %d: %s\n"):format(seed, step, text))
+  os.exit(1, true)
+end
+
+local function count(what) counts[what] = (counts[what] or 0) + 1 end
+
+local function pick(list) return list[rand(#list)] end
+
+local function random_bytes(n)
+  local parts = {}
+  for i = 1, n do parts[i] = string.char(rand(0, 255)) end
+  return table.concat(parts)
+end
+
+-- Byte patterns that are valid for every dtype here: floats must not be NaN (NaN compares
+-- unequal, and conversions may canonicalise it), so f32/f64 get bytes from small integers.
+local function tensor_bytes(dtype, numel)
+  if dtype == "f32" or dtype == "f64" then
+    local values = {}
+    for i = 1, numel do values[i] = rand(-1000, 1000) end
+    local ok, t = pcall(xfer.tensor, values, { dtype = dtype })
+    if not ok then return nil end
+    local b = t:tobytes()
+    t:free()
+    return b
+  end
+  return random_bytes(numel * dtypes[dtype])
+end
+
+local function random_shape()
+  local r = rand(100)
+  if r <= 5 then return {} end                          -- a scalar
+  if r <= 10 then return { 0 } end                      -- nothing
+  if r <= 20 then return { rand(1, 3) * 1024 * 256 + rand(0, 7) } end -- a megabyte or so
+  local shape = {}
+  for i = 1, rand(1, 3) do shape[i] = rand(1, 40) end
+  return shape
+end
+
+local function numel_of(shape)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return n
+end
+
+-- Runs fn; an error must be an xfer.Error, and while no fault is injected, one of the codes
+-- `expected` allows. Returns ok and the result.
+local faulted = false
+local function call(what, expected, fn, ...)
+  local ok, result = pcall(fn, ...)
+  if ok then return true, result end
+  if not xfer.is_error(result) then fail(what .. ": not an xfer.Error: " .. tostring(result)) end
+  count("error " .. result.code)
+  if not faulted and not (expected and expected[result.code]) then
+    fail(what .. ": failed with no fault injected: " .. result.message)
+  end
+  return false, result
+end
+
+local function check(entry, what)
+  if entry.t.freed or not entry.bytes then return end
+  local ok, bytes = call("reading " .. what, nil, entry.t.tobytes, entry.t)
+  if ok and bytes ~= entry.bytes then fail("wrong bytes: " .. what .. " " .. tostring(entry.t)) end
+end
+
+local function random_live()
+  if #live == 0 then return nil end
+  return live[rand(#live)]
+end
+
+local ops = {
+  create = function()
+    local dtype, shape, dev = pick(dtype_names), random_shape(), pick(devices)
+    local bytes = tensor_bytes(dtype, numel_of(shape))
+    if not bytes then return end
+    local ok, t = call("create", nil, xfer.tensor, bytes, { dtype = dtype, shape = shape, device = dev })
+    if ok then live[#live + 1] = { t = t, bytes = bytes } end
+  end,
+  to = function()
+    local e = random_live()
+    if not e or e.t.freed then return end
+    local dev, via = pick(devices), pick(paths)
+    local ok, moved = call("to", { unsupported = true }, e.t.to, e.t, dev, { via = via })
+    if ok then live[#live + 1] = { t = moved, bytes = e.bytes } end
+    check(e, "a source after to")
+  end,
+  copy_from = function()
+    local a, b = random_live(), random_live()
+    if not a or not b or a.t.freed or b.t.freed then return end
+    local same = a.t.dtype == b.t.dtype and table.concat(a.t.shape, ",") == table.concat(b.t.shape, ",")
+    local ok = call("copy_from", { unsupported = true, invalid = not same }, a.t.copy_from, a.t, b.t,
+                    { via = pick(paths) })
+    if ok then a.bytes = b.bytes elseif same and faulted then a.bytes = false end
+    check(b, "a source after copy_from")
+  end,
+  clone = function()
+    local e = random_live()
+    if not e or e.t.freed then return end
+    local ok, c = call("clone", nil, e.t.clone, e.t)
+    if ok then live[#live + 1] = { t = c, bytes = e.bytes } end
+  end,
+  async = function()
+    local e = random_live()
+    if not e or e.t.freed then return end
+    local ok, job = call("to_async", nil, e.t.to_async, e.t, pick(devices))
+    if not ok then return end
+    if rand(3) == 1 then e.t:free() end -- free waits for the move
+    local waited, moved = call("wait", nil, job.wait, job)
+    if waited then live[#live + 1] = { t = moved, bytes = e.bytes } end
+  end,
+  transfer = function()
+    local e = random_live()
+    if not e or e.t.freed then return end
+    local ok, moved = call("transfer", nil, xfer.transfer, e.t, pick(devices),
+                           { fallback = { "interop", "staged", "host" }, retries = rand(0, 1), log = false })
+    if ok then live[#live + 1] = { t = moved, bytes = e.bytes } end
+  end,
+  free = function()
+    local i = rand(math.max(#live, 1))
+    local e = live[i]
+    if not e then return end
+    e.t:free()
+    local ok, err = pcall(e.t.tobytes, e.t)
+    if ok or not xfer.is_error(err) or err.code ~= "freed" then fail("a freed tensor did not raise freed") end
+    table.remove(live, i)
+  end,
+  drop = function() -- to the collector
+    if #live > 0 then table.remove(live, rand(#live)) end
+  end,
+  gc = function() collectgarbage(rand(2) == 1 and "collect" or "step") end,
+  check = function()
+    local e = random_live()
+    if e then check(e, "a live tensor") end
+  end,
+  fault = function()
+    xfer.faults.inject({ runtime = pick(runtime_list), op = pick(fault_ops), nth = rand(1, 4),
+                         count = rand(1, 2) })
+    faulted = true
+  end,
+  clear_faults = function()
+    xfer.faults.clear()
+    faulted = false
+  end,
+  config = function()
+    local r = rand(4)
+    if r == 1 then xfer.config({ staging_chunk = pick({ 4096, 65536, 1024 * 1024, 4 * 1024 * 1024 }),
+                                 staging_depth = rand(2, 4) })
+    elseif r == 2 then xfer.config({ cache = rand(2) == 1 })
+    elseif r == 3 then xfer.config({ cache_limit = pick({ 0, 1, 4 * 1024 * 1024 }) })
+    else xfer.empty_cache(rand(2) == 1 and pick(devices) or nil) end
+  end,
+}
+local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
+                  drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3 }
+local bag = {}
+for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
+table.sort(bag)
+
+-- where memory starts
+collectgarbage()
+collectgarbage()
+xfer.empty_cache()
+local base = {}
+for _, dev in ipairs(devices) do base[dev.name] = xfer.memory(dev).in_use end
+
+for s = 1, steps do
+  step = s
+  local op = pick(bag)
+  if verbose then io.write(("step %d: %s (%d live)\n"):format(s, op, #live)) end
+  count(op)
+  ops[op]()
+end
+
+-- every check once more, then everything back
+xfer.faults.clear()
+faulted = false
+for _, e in ipairs(live) do check(e, "a live tensor at the end") end
+live = nil
+xfer.config({ staging_chunk = 4 * 1024 * 1024, staging_depth = 3, cache = true, cache_limit = 0 })
+collectgarbage()
+collectgarbage()
+xfer.empty_cache()
+for _, dev in ipairs(devices) do
+  local m = xfer.memory(dev)
+  if m.in_use ~= base[dev.name] then
+    fail(("%s: %d bytes in use at the end, %d at the start"):format(dev.name, m.in_use, base[dev.name]))
+  end
+end
+local summary = {}
+for k, v in pairs(counts) do summary[#summary + 1] = k .. " " .. v end
+table.sort(summary)
+io.write(("fuzz seed %d: %d steps, no problem (%s)\n"):format(seed, steps, table.concat(summary, ", ")))
+os.exit(0, true)
