@@ -179,6 +179,9 @@ static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer c
                          .commandBufferCount = 1,
                          .pCommandBuffers = &cmd};
   if (!rc) rc = VK(dev, op, err, vkQueueSubmit, vd->queue, 1, &submit, fence);
+  /* begun but not submitted: back to the initial state, or the next begin finds it still
+  ** recording (the validation layer's VUID-vkBeginCommandBuffer-commandBuffer-00049) */
+  if (rc) vd->vkResetCommandBuffer(cmd, 0);
   return rc;
 }
 

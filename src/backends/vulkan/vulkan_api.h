@@ -26,7 +26,8 @@
   X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory) X(vkCreateCommandPool)          \
   X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkBeginCommandBuffer)           \
   X(vkEndCommandBuffer) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)            \
-  X(vkDestroyFence) X(vkWaitForFences) X(vkGetFenceStatus) X(vkResetFences) X(vkDeviceWaitIdle)
+  X(vkDestroyFence) X(vkWaitForFences) X(vkGetFenceStatus) X(vkResetFences) X(vkDeviceWaitIdle) \
+  X(vkResetCommandBuffer)
 
 /* Device entry points that exist only with their extension; NULL otherwise. */
 #define XFER_VK_DEVICE_OPTIONAL(X) X(vkGetMemoryHostPointerPropertiesEXT) X(vkGetMemoryFdKHR)
