@@ -10,7 +10,7 @@
 #include "internal.h"
 
 /* Below this, a page-aligned heap block is cheaper than a mapping of its own. */
-#define MAP_THRESHOLD (256u * 1024u)
+#define MAP_THRESHOLD ((size_t)256 * 1024)
 
 static size_t page_size(void)
 {

@@ -494,10 +494,9 @@ void xfer_mem_free(xfer_block *b)
   b->requested = 0;
   b = merge(a, b);
   int cache = caching(dev->ctx) && !dev->lost; /* a lost device's memory is not reused */
-  if (!cache && segment_is_free(seg))
-    segment_release(a, seg);
-  else if (!pool_insert(pool_of(a, seg), b) && segment_is_free(seg))
-    segment_release(a, seg);
+  /* a whole segment goes back when caching is off, or when its block cannot be listed */
+  int listed = cache || !segment_is_free(seg) ? pool_insert(pool_of(a, seg), b) : 0;
+  if (!listed && segment_is_free(seg)) segment_release(a, seg);
   uint64_t limit = cache_limit(dev->ctx);
   if (!cache)
     release_cached(a, 0);

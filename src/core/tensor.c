@@ -9,7 +9,7 @@
 #include "backend_call.h"
 
 /* Fill and compare work in host chunks of this size, never a whole-tensor copy. */
-#define CHUNK_BYTES (1u << 20)
+#define CHUNK_BYTES ((size_t)1 << 20)
 
 xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
 {
@@ -165,6 +165,7 @@ static xfer_code check_size(const xfer_tensor *t, size_t nbytes, const char *op,
 
 xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error *err)
 {
+  if (!t) return xfer_tensor_check(t, "read", err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_check(t, "read", err);
   if (!rc) rc = check_size(t, nbytes, "read", err);
@@ -178,6 +179,7 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
 
 xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err)
 {
+  if (!t) return xfer_tensor_check(t, "write", err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_check(t, "write", err);
   if (!rc) rc = check_size(t, nbytes, "write", err);
@@ -191,6 +193,7 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
 
 xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
 {
+  if (!t) return xfer_tensor_check(t, "write", err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_check(t, "write", err);
   xfer_device_unlock(t->dev); /* taken again below, around the writes */

@@ -308,11 +308,19 @@ static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
       code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "no OpenCL platform: %s (%d)",
                           xfer_cl_error_name(rc), rc);
   }
-  named_platform *platforms = code ? NULL : calloc(n, sizeof *platforms);
-  cl_platform_id *ids = code ? NULL : calloc(n, sizeof *ids);
-  if (!code && (!platforms || !ids))
-    code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
-  if (!code && (rc = api->clGetPlatformIDs(n, ids, NULL)) != CL_SUCCESS)
+  if (code || n == 0) { /* n == 0 is CL_PLATFORM_NOT_FOUND_KHR, said above */
+    opencl_close(rt);
+    return code ? code : XFER_E_UNAVAILABLE;
+  }
+  named_platform *platforms = calloc(n, sizeof *platforms);
+  cl_platform_id *ids = calloc(n, sizeof *ids);
+  if (!platforms || !ids) {
+    free(platforms);
+    free(ids);
+    opencl_close(rt);
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  }
+  if ((rc = api->clGetPlatformIDs(n, ids, NULL)) != CL_SUCCESS)
     code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "clGetPlatformIDs failed: %s (%d)",
                         xfer_cl_error_name(rc), rc);
   /* platforms in name order: the ICD loader's order follows the file system's */
