@@ -52,6 +52,8 @@ static void print_usage(FILE *out)
           "  XFER_VULKAN_NO_MAP=1  stage or import even where Vulkan tensors could be mapped\n"
           "  XFER_CACHE=0       no caching allocator: every allocation and free reaches the driver\n"
           "  XFER_SHARED_MEMORY=0  OpenCL tensors in OpenCL's own memory, not CUDA's\n"
+          "  XFER_FAIL_AT=k     fail the k-th fallible driver call (torture)\n"
+          "  (switches take 0 or 1; anything else is refused)\n"
           "\n"
           "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n",
           progname, progname);
