@@ -86,6 +86,7 @@ typedef struct xfer_runtime_info {
   int available;
   const char *reason;    /* why not available ("" when available) */
   size_t device_count;
+  uint64_t objects;      /* driver objects it holds now for tensors, segments and pins */
 } xfer_runtime_info;
 
 size_t xfer_runtime_count(const xfer_ctx *ctx);

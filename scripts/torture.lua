@@ -55,7 +55,8 @@ local function snapshot()
   collectgarbage()
   collectgarbage()
   xfer.empty_cache()
-  local s = { fds = open_fds() }
+  local s = { fds = open_fds(), objects = {} }
+  for _, rt in ipairs(xfer.runtimes()) do s.objects[rt.name] = rt.objects end
   for _, dev in ipairs(xfer.devices()) do
     local m = xfer.memory(dev)
     s[dev.name] = { in_use = m.in_use, allocated = m.allocated, reserved = m.reserved,
@@ -68,6 +69,9 @@ local function differences(before, after)
   local out = {}
   for fd in pairs(after.fds) do
     if not before.fds[fd] then out[#out + 1] = "an fd opened and not closed: " .. fd end
+  end
+  for name, n in pairs(after.objects) do -- buffers, memory, imports, pins, registrations
+    if n ~= before.objects[name] then out[#out + 1] = ("%s driver objects %d -> %d"):format(name, before.objects[name], n) end
   end
   for _, dev in ipairs(xfer.devices()) do
     for _, key in ipairs({ "in_use", "allocated", "reserved", "buffers" }) do

@@ -103,6 +103,25 @@ describe("memory", function()
     assert.are.equal(m.reserved, m.allocated + m.cached)
   end)
 
+  it("counts the driver objects it holds, and gives them all back with the cache", function()
+    local function objects(runtime)
+      for _, r in ipairs(xfer.runtimes()) do if r.name == runtime then return r.objects end end
+    end
+    for _, dev in ipairs(xfer.devices()) do
+      if dev ~= host then
+        collectgarbage()
+        collectgarbage()
+        xfer.empty_cache(dev)
+        local before = objects(dev.runtime)
+        local t = xfer.full({ 3 * MiB }, 1, { dtype = "u8", device = dev })
+        assert.is_true(objects(dev.runtime) > before, dev.name)
+        t:free()
+        xfer.empty_cache(dev)
+        assert.are.equal(before, objects(dev.runtime), dev.name)
+      end
+    end
+  end)
+
   it("keeps no more than cache_limit cached on a device", function()
     if caching_pending() then return end
     local saved = xfer.config().cache_limit

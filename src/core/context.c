@@ -181,6 +181,7 @@ xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info 
   out->available = rt->available;
   out->reason = rt->reason;
   out->device_count = rt->ndevices;
+  out->objects = __atomic_load_n(&rt->objects, __ATOMIC_RELAXED);
   return XFER_E_OK;
 }
 

@@ -97,6 +97,7 @@ struct xfer_runtime {
   char reason[512];
   void *impl;                   /* the backend's own state */
   size_t first_device, ndevices;
+  uint64_t objects;             /* driver objects held now (xfer_objects; atomic) */
 };
 
 struct xfer_device {
@@ -243,6 +244,14 @@ struct xfer_tensor {
 };
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
+
+/* Backends count the driver objects a tensor, a segment or a pin holds (buffers, memory,
+** imports, registrations) -- not those a device makes once and keeps (queues, pools, events,
+** fences) -- so that a test can see every one given back. */
+static inline void xfer_objects(xfer_runtime *rt, int delta)
+{
+  __atomic_add_fetch(&rt->objects, (uint64_t)(int64_t)delta, __ATOMIC_RELAXED);
+}
 
 /* The host device: the host runtime opens first, with its one device. */
 static inline xfer_device *xfer_host_of(const xfer_ctx *ctx) { return ctx->devices[0]; }

@@ -129,6 +129,8 @@ static int l_runtimes(lua_State *L)
     lua_setfield(L, -2, "reason");
     lua_pushinteger(L, (lua_Integer)info.device_count);
     lua_setfield(L, -2, "devices");
+    lua_pushnumber(L, (lua_Number)info.objects);
+    lua_setfield(L, -2, "objects");
     lua_rawseti(L, -2, (int)i + 1);
   }
   return 1;

@@ -33,7 +33,10 @@ void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n)
                                            span.size, span.base, &rc);
   /* a failed pin is no error: the move runs from pageable memory; one another move made a
   ** moment ago, or no room to keep it, is dropped */
-  if (rc == CL_SUCCESS && !xfer_host_pin_keep(dev->ctx, span.base, dev, mem))
+  if (rc != CL_SUCCESS) return;
+  if (xfer_host_pin_keep(dev->ctx, span.base, dev, mem))
+    xfer_objects(dev->rt, 1);
+  else
     api_of(dev)->clReleaseMemObject(mem);
 }
 
@@ -41,5 +44,6 @@ void xfer_cl_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
   (void)base;
   (void)size;
+  xfer_objects(dev->rt, -1);
   api_of(dev)->clReleaseMemObject((cl_mem)pin);
 }
