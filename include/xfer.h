@@ -117,11 +117,17 @@ typedef struct xfer_device_info {
   int cc_major, cc_minor; /* CUDA compute capability (0 elsewhere) */
   int has_driver_uuid;
   uint8_t driver_uuid[16]; /* the driver's UUID (Vulkan): opaque fds pass only between equals */
+  int closed;            /* xfer_device_close'd, not opened again yet */
   const char *backing;   /* the device of another runtime whose memory this one's tensors
                          ** live in ("cuda:0" for an OpenCL device on NVIDIA's GPU), or "" */
 } xfer_device_info;
 
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);
+/* Gives back everything the device holds -- its tensors' memory (they raise XFER_E_CLOSED
+** from then on; releasing them stays harmless), its cache, the driver objects they held --
+** once the moves using it have ended. xfer_device_find opens it again. Not the host. */
+xfer_code xfer_device_close(xfer_device *dev, xfer_error *err);
+int xfer_device_is_closed(const xfer_device *dev);
 xfer_ctx *xfer_device_ctx(const xfer_device *dev);
 
 /* A device's caching allocator, as torch.cuda.memory_stats counts it. Tensors hold blocks

@@ -12,7 +12,7 @@
   XFER_ERRDEF(WRITE, "write", "writing a tensor to its device failed")       \
   XFER_ERRDEF(ALLOC, "alloc", "allocating device memory failed")             \
   XFER_ERRDEF(FREED, "freed", "attempt to use a freed tensor")               \
-  XFER_ERRDEF(CLOSED, "closed", "attempt to use a closed context")           \
+  XFER_ERRDEF(CLOSED, "closed", "attempt to use a closed device")            \
   XFER_ERRDEF(INVALID, "invalid", "invalid argument")                        \
   XFER_ERRDEF(UNSUPPORTED, "unsupported", "operation not supported")         \
   XFER_ERRDEF(UNAVAILABLE, "unavailable", "runtime or device unavailable")   \

@@ -107,14 +107,14 @@ local ops = {
     local bytes = tensor_bytes(dtype, numel_of(shape))
     if not bytes then return end
     local ok, t = call("create", nil, xfer.tensor, bytes, { dtype = dtype, shape = shape, device = dev })
-    if ok then live[#live + 1] = { t = t, bytes = bytes } end
+    if ok then live[#live + 1] = { t = t, bytes = bytes, dev = dev } end
   end,
   to = function()
     local e = random_live()
     if not e or e.t.freed then return end
     local dev, via = pick(devices), pick(paths)
     local ok, moved = call("to", { unsupported = true }, e.t.to, e.t, dev, { via = via })
-    if ok then live[#live + 1] = { t = moved, bytes = e.bytes } end
+    if ok then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev } end
     check(e, "a source after to")
   end,
   copy_from = function()
@@ -130,23 +130,25 @@ local ops = {
     local e = random_live()
     if not e or e.t.freed then return end
     local ok, c = call("clone", nil, e.t.clone, e.t)
-    if ok then live[#live + 1] = { t = c, bytes = e.bytes } end
+    if ok then live[#live + 1] = { t = c, bytes = e.bytes, dev = e.dev } end
   end,
   async = function()
     local e = random_live()
     if not e or e.t.freed then return end
-    local ok, job = call("to_async", nil, e.t.to_async, e.t, pick(devices))
+    local dev = pick(devices)
+    local ok, job = call("to_async", nil, e.t.to_async, e.t, dev)
     if not ok then return end
     if rand(3) == 1 then e.t:free() end -- free waits for the move
     local waited, moved = call("wait", nil, job.wait, job)
-    if waited then live[#live + 1] = { t = moved, bytes = e.bytes } end
+    if waited then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev } end
   end,
   transfer = function()
     local e = random_live()
     if not e or e.t.freed then return end
-    local ok, moved = call("transfer", nil, xfer.transfer, e.t, pick(devices),
+    local dev = pick(devices)
+    local ok, moved = call("transfer", nil, xfer.transfer, e.t, dev,
                            { fallback = { "interop", "staged", "host" }, retries = rand(0, 1), log = false })
-    if ok then live[#live + 1] = { t = moved, bytes = e.bytes } end
+    if ok then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev } end
   end,
   free = function()
     local i = rand(math.max(#live, 1))
@@ -174,6 +176,23 @@ local ops = {
     xfer.faults.clear()
     faulted = false
   end,
+  close = function() -- a device closed: its tensors raise closed; opened again by name
+    local dev = pick(devices)
+    if dev == host then return end
+    local ok, err = pcall(dev.close, dev)
+    if not ok then fail("close: " .. tostring(err)) end
+    for i = #live, 1, -1 do
+      local e = live[i]
+      if not e.t.freed and e.dev == dev then
+        local read_ok, rerr = pcall(e.t.tobytes, e.t)
+        if read_ok or not xfer.is_error(rerr) or rerr.code ~= "closed" then
+          fail("a tensor of a closed device did not raise closed")
+        end
+        table.remove(live, i)
+      end
+    end
+    xfer.device(dev.name)
+  end,
   config = function()
     local r = rand(4)
     if r == 1 then xfer.config({ staging_chunk = pick({ 4096, 65536, 1024 * 1024, 4 * 1024 * 1024 }),
@@ -184,7 +203,7 @@ local ops = {
   end,
 }
 local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
-                  drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3 }
+                  drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1 }
 local bag = {}
 for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
 table.sort(bag)

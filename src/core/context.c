@@ -316,6 +316,7 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
   for (size_t d = 0; d < ctx->ndevices; d++)
     if (!strcmp(ctx->devices[d]->name, name)) {
       *out = ctx->devices[d];
+      __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE); /* asked for by name: open */
       return XFER_E_OK;
     }
   /* "cuda" alone means its first device */
@@ -324,6 +325,7 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
     if (strcmp(rt->name, name)) continue;
     if (rt->ndevices) {
       *out = ctx->devices[rt->first_device];
+      __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE);
       return XFER_E_OK;
     }
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "device", "no %s device: %s", name,
@@ -358,6 +360,7 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->has_driver_uuid = dev->has_driver_uuid;
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
   out->backing = dev->backing ? dev->backing->name : "";
+  out->closed = xfer_device_is_closed(dev);
   uint64_t free_bytes = 0, total = 0;
   xfer_device_lock(dev);
   xfer_code rc = xfer_be_memory(dev, &free_bytes, &total, err);
@@ -372,3 +375,49 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
 }
 
 xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
+
+/* -- Closing a device ---------------------------------------------------------------- */
+
+int xfer_device_is_closed(const xfer_device *dev)
+{
+  return __atomic_load_n(&dev->closed, __ATOMIC_ACQUIRE);
+}
+
+xfer_code xfer_device_close(xfer_device *dev, xfer_error *err)
+{
+  xfer_ctx *ctx = dev->ctx;
+  if (xfer_is_host(dev))
+    return xfer_err_set(err, XFER_E_INVALID, "close", "host memory cannot be closed");
+  /* the device's lock: no move runs on it now, and one that waits for it finds it closed */
+  xfer_device_lock(dev);
+  pthread_mutex_lock(&ctx->lock);
+  __atomic_store_n(&dev->closed, 1, __ATOMIC_RELEASE);
+  size_t n = 0;
+  for (xfer_tensor *t = dev->tensors; t; t = t->next_on_dev) n++;
+  xfer_block **blocks = n ? calloc(n, sizeof *blocks) : NULL;
+  size_t nblocks = 0, bytes = 0;
+  for (xfer_tensor *t = dev->tensors; t; t = t->next_on_dev) {
+    t->closed = 1;
+    if (blocks && t->block && !t->freed) {
+      blocks[nblocks++] = t->block;
+      bytes += t->nbytes;
+      t->block = NULL;
+      t->buf = NULL;
+    }
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  /* out of the context's lock: the allocator's comes first where both are taken */
+  for (size_t i = 0; i < nblocks; i++) xfer_mem_free(blocks[i]);
+  free(blocks);
+  xfer_mem_tensor_dropped(ctx, bytes);
+  xfer_empty_cache(ctx, dev);
+  xfer_mem_host_unpin_device(ctx, dev); /* its imports and pins of host memory too */
+  xfer_mem_drop_imports_by(ctx, dev);   /* and of other devices' memory */
+  xfer_device_unlock(dev);
+  /* without room to list them, the tensors keep their blocks until freed: said, not hidden */
+  if (n && !blocks)
+    return xfer_err_set(err, XFER_E_ALLOC, "close",
+                        "%s is closed, but out of host memory its tensors keep theirs until freed",
+                        dev->name);
+  return XFER_E_OK;
+}

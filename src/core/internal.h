@@ -118,6 +118,8 @@ struct xfer_device {
   void *impl;
   struct xfer_allocator *alloc; /* its caching allocator (memory.c) */
   int lost;                     /* set once the driver says the device is gone */
+  int closed;                   /* dev:close(): its memory given back; xfer_device_find opens it */
+  struct xfer_tensor *tensors;  /* its live tensors, for close (ctx->lock) */
   int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
   int can_share;                /* makes memory for others to import (alloc_shared) */
   /* The device of another runtime on this GPU whose shared memory this device's segments
@@ -220,6 +222,10 @@ void xfer_mem_free(xfer_block *b);
 /* host: blocks are whole pages, so any host block can be pinned or imported in place */
 xfer_code xfer_mem_device_init(xfer_device *dev, int host);
 void xfer_mem_device_fini(xfer_device *dev);
+/* Undoes what `dev` made for host segments, and its imports of other devices' segments (a
+** closing device). */
+void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev);
+void xfer_mem_drop_imports_by(xfer_ctx *ctx, xfer_device *dev);
 /* After the runtimes open: which devices keep their memory in another runtime's. */
 void xfer_mem_link_backing(xfer_ctx *ctx);
 /* At close, before the runtimes: every cached segment back to its driver. */
@@ -240,6 +246,8 @@ struct xfer_tensor {
   void *buf;                    /* block->buf, and the tensor starts at `offset` in it */
   size_t offset;
   int freed;
+  int closed;                   /* its device was closed: its memory went with it */
+  struct xfer_tensor *prev_on_dev, *next_on_dev; /* dev->tensors (ctx->lock) */
   int busy;                     /* moves using it now: free() waits for them (ctx->lock) */
 };
 

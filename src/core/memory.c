@@ -280,6 +280,46 @@ int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *
   return kept;
 }
 
+/* Everything `dev` made for host segments (its imports or pins of them) is undone: the device
+** is closing. (No move uses the device: its lock is held.) */
+void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
+{
+  xfer_allocator *a = xfer_host_of(ctx)->alloc;
+  pthread_mutex_lock(&a->lock);
+  for (xfer_segment *seg = a->segments; seg; seg = seg->next) {
+    int kept = 0;
+    for (int i = 0; i < seg->npins; i++) {
+      if (seg->pins[i].dev == dev)
+        xfer_be_host_unpin(dev, seg->buf, seg->size, seg->pins[i].pin);
+      else
+        seg->pins[kept++] = seg->pins[i];
+    }
+    seg->npins = kept;
+  }
+  pthread_mutex_unlock(&a->lock);
+}
+
+/* Every import `dev` made of another device's segment is released: the device is closing.
+** (A move that uses an import holds the importer's lock, which the closer holds.) */
+void xfer_mem_drop_imports_by(xfer_ctx *ctx, xfer_device *dev)
+{
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_allocator *a = ctx->devices[d]->alloc;
+    pthread_mutex_lock(&a->lock);
+    for (xfer_segment *seg = a->segments; seg; seg = seg->next) {
+      int kept = 0;
+      for (int i = 0; i < seg->nimports; i++) {
+        if (seg->imports[i].dev == dev)
+          xfer_be_release_import(dev, seg->imports[i].buf, seg->imports[i].handle);
+        else
+          seg->imports[kept++] = seg->imports[i];
+      }
+      seg->nimports = kept;
+    }
+    pthread_mutex_unlock(&a->lock);
+  }
+}
+
 /* A new segment around `buf`, one free block covering it (NULL when out of host memory). */
 static xfer_block *segment_add(xfer_allocator *a, xfer_device *dev, const seg_memory *m,
                                size_t size, int small)
@@ -443,6 +483,12 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
     release_cached(a, 0);
     pthread_mutex_unlock(&a->lock);
     return xfer_be_blame(dev, xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost",
+                                           dev->name), err);
+  }
+  if (xfer_device_is_closed(dev)) {
+    pthread_mutex_unlock(&a->lock);
+    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_CLOSED, "alloc", "device %s is closed "
+                                           "(xfer.device(\"%s\") opens it again)", dev->name,
                                            dev->name), err);
   }
   int cache = caching(dev->ctx);

@@ -15,6 +15,10 @@ xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *er
 {
   if (!t || t->freed)
     return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a freed tensor");
+  if (__atomic_load_n(&t->closed, __ATOMIC_ACQUIRE))
+    return xfer_err_set(err, XFER_E_CLOSED, op,
+                        "attempt to use a tensor of a closed device (%s closed since it was made)",
+                        t->dev->name);
   if (t->dev->lost)
     return xfer_err_set(err, XFER_E_DEVICE_LOST, op, "device %s was lost", t->dev->name);
   return XFER_E_OK;
@@ -67,6 +71,11 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
   t->offset = t->block ? t->block->offset : 0;
   xfer_mem_tensor_made(dev->ctx, t->nbytes);
   xfer_ctx_retain(dev->ctx);
+  pthread_mutex_lock(&dev->ctx->lock); /* listed, so that closing the device finds it */
+  t->next_on_dev = dev->tensors;
+  if (dev->tensors) dev->tensors->prev_on_dev = t;
+  dev->tensors = t;
+  pthread_mutex_unlock(&dev->ctx->lock);
   *out = t;
   return XFER_E_OK;
 }
@@ -111,14 +120,22 @@ void xfer_tensor_free(xfer_tensor *t)
   while (t->busy) pthread_cond_wait(&ctx->idle, &ctx->lock);
   int was_freed = t->freed;
   t->freed = 1;
-  pthread_mutex_unlock(&ctx->lock);
-  if (was_freed) return;
-  /* no device lock: the block goes back to the cache, which has a lock of its own (so a
-  ** collector that frees tensors in the middle of a move takes no lock out of order) */
-  xfer_mem_free(t->block);
-  xfer_mem_tensor_dropped(ctx, t->nbytes);
+  xfer_block *block = t->block; /* NULL once its device was closed: given back then */
   t->block = NULL;
   t->buf = NULL;
+  if (!was_freed) { /* off its device's list */
+    xfer_device *dev = t->dev;
+    if (t->prev_on_dev) t->prev_on_dev->next_on_dev = t->next_on_dev;
+    else if (dev->tensors == t) dev->tensors = t->next_on_dev;
+    if (t->next_on_dev) t->next_on_dev->prev_on_dev = t->prev_on_dev;
+    t->prev_on_dev = t->next_on_dev = NULL;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  if (was_freed || !block) return;
+  /* no device lock: the block goes back to the cache, which has a lock of its own (so a
+  ** collector that frees tensors in the middle of a move takes no lock out of order) */
+  xfer_mem_free(block);
+  xfer_mem_tensor_dropped(ctx, t->nbytes);
 }
 
 void xfer_tensor_release(xfer_tensor *t)

@@ -157,6 +157,9 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_transfer_
   if (rc) return rc;
   if (dst->lost)
     return xfer_err_set(err, XFER_E_DEVICE_LOST, "plan", "device %s was lost", dst->name);
+  if (xfer_device_is_closed(dst))
+    return xfer_err_set(err, XFER_E_CLOSED, "plan", "device %s is closed (xfer.device(\"%s\") "
+                        "opens it again)", dst->name, dst->name);
   xfer_path via = opts ? opts->via : XFER_PATH_AUTO;
   char why[200];
   if (via != XFER_PATH_AUTO) {

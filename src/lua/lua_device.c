@@ -116,6 +116,18 @@ static int l_memory(lua_State *L)
   return 1;
 }
 
+/* dev:close(): the device's memory and driver objects back; xfer.device(name) opens it. */
+static int l_close(lua_State *L)
+{
+  xfer_device *dev = xl_check_device(L, 1, "close");
+  if (lua_gettop(L) > 1)
+    xl_raise_code(L, XFER_E_INVALID, "close", "close takes no arguments but the device (got %d)",
+                  lua_gettop(L) - 1);
+  xfer_error err;
+  if (xfer_device_close(dev, &err)) xl_raise(L, &err);
+  return 0;
+}
+
 static int device_index(lua_State *L)
 {
   xfer_device *dev = xl_check_device(L, 1, "index");
@@ -125,6 +137,10 @@ static int device_index(lua_State *L)
   if (!key) return 0;
   if (!strcmp(key, "memory")) { /* method: dev:memory() == xfer.memory(dev) */
     lua_pushcfunction(L, l_memory);
+    return 1;
+  }
+  if (!strcmp(key, "close")) {
+    lua_pushcfunction(L, l_close);
     return 1;
   }
   if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
@@ -149,6 +165,7 @@ static int device_index(lua_State *L)
   }
   else if (!strcmp(key, "vendor")) lua_pushstring(L, info.vendor);
   else if (!strcmp(key, "unified")) lua_pushboolean(L, info.unified);
+  else if (!strcmp(key, "closed")) lua_pushboolean(L, info.closed);
   else if (!strcmp(key, "uuid")) {
     if (!info.has_uuid) return 0;
     push_uuid(L, info.uuid);
