@@ -58,8 +58,16 @@ local ok2, err2 = pcall(t.clone, t)
 print(("   using a freed tensor: %s, code %s: %s"):format(tostring(ok2), err2.code, tostring(err2)))
 collectgarbage()
 for _, d in ipairs(devices) do
-  print(("   %s: %d bytes in use by live tensors"):format(d.name, xfer.memory(d).in_use))
+  local m = xfer.memory(d)
+  print(("   %s: %d bytes in use by live tensors, %d held from the driver for reuse"):format(
+    d.name, m.in_use, m.cached))
 end
+-- a freed tensor's memory goes back to its device's cache: the next to() of the same size
+-- asks the driver for nothing (xfer.empty_cache() gives the cache back)
+local before = xfer.memory(dev).driver_allocs
+for _ = 1, 3 do src:to(dev):free() end
+print(("   three to(%s) in a row, driver allocations made: %d"):format(dev.name,
+  xfer.memory(dev).driver_allocs - before))
 
 print("\n8. What moved (xfer.stats()):")
 for _, s in ipairs(xfer.stats()) do
