@@ -397,7 +397,7 @@ xfer_code xfer_device_close(xfer_device *dev, xfer_error *err)
   xfer_block **blocks = n ? calloc(n, sizeof *blocks) : NULL;
   size_t nblocks = 0, bytes = 0;
   for (xfer_tensor *t = dev->tensors; t; t = t->next_on_dev) {
-    t->closed = 1;
+    __atomic_store_n(&t->closed, 1, __ATOMIC_RELEASE);
     if (blocks && t->block && !t->freed) {
       blocks[nblocks++] = t->block;
       bytes += t->nbytes;

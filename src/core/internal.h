@@ -222,6 +222,10 @@ void xfer_mem_free(xfer_block *b);
 /* host: blocks are whole pages, so any host block can be pinned or imported in place */
 xfer_code xfer_mem_device_init(xfer_device *dev, int host);
 void xfer_mem_device_fini(xfer_device *dev);
+/* A segment's imports, under its allocator's lock: `importer`'s view of it or NULL (*room:
+** whether another import would fit), and one more kept (0 when there was no room). */
+void *xfer_mem_import_find(xfer_segment *seg, const xfer_device *importer, int *room);
+int xfer_mem_import_keep(xfer_segment *seg, xfer_device *importer, void *buf, void *handle);
 /* Undoes what `dev` made for host segments, and its imports of other devices' segments (a
 ** closing device). */
 void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev);

@@ -116,17 +116,15 @@ void xfer_imports_release(xfer_import *imports, int *nimports)
 
 /* The segment of block `b` as `importer` sees it: from the segment's imports, or exported
 ** and imported now. The fd is closed exactly once on every failure; after a successful
-** import it is the importer's. The segment is safe to change here: its device is locked by
-** the move, and only moves that hold it import. */
+** import it is the importer's. Two moves never import one segment into one device at once:
+** both would hold the segment's device; the list itself is the allocator's (memory.c), which
+** a closing device edits too. */
 static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out, xfer_error *err)
 {
   xfer_segment *seg = b->seg;
-  for (int i = 0; i < seg->nimports; i++)
-    if (seg->imports[i].dev == importer) {
-      *out = seg->imports[i].buf;
-      return XFER_E_OK;
-    }
-  if (seg->nimports == XFER_MAX_IMPORTS)
+  int room = 0;
+  if ((*out = xfer_mem_import_find(seg, importer, &room))) return XFER_E_OK;
+  if (!room)
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "import", "a buffer is imported at most %d times",
                         XFER_MAX_IMPORTS);
   int fd = -1;
@@ -139,10 +137,11 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
     close(fd);
     return rc;
   }
-  seg->imports[seg->nimports].dev = importer;
-  seg->imports[seg->nimports].buf = ibuf;
-  seg->imports[seg->nimports].handle = handle;
-  seg->nimports++;
+  if (!xfer_mem_import_keep(seg, importer, ibuf, handle)) { /* filled up meanwhile */
+    xfer_be_release_import(importer, ibuf, handle);
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "import", "a buffer is imported at most %d times",
+                        XFER_MAX_IMPORTS);
+  }
   *out = ibuf;
   return XFER_E_OK;
 }

@@ -299,6 +299,28 @@ void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
   pthread_mutex_unlock(&a->lock);
 }
 
+void *xfer_mem_import_find(xfer_segment *seg, const xfer_device *importer, int *room)
+{
+  xfer_allocator *a = seg->dev->alloc;
+  void *buf = NULL;
+  pthread_mutex_lock(&a->lock);
+  for (int i = 0; i < seg->nimports && !buf; i++)
+    if (seg->imports[i].dev == importer) buf = seg->imports[i].buf;
+  *room = seg->nimports < XFER_MAX_IMPORTS;
+  pthread_mutex_unlock(&a->lock);
+  return buf;
+}
+
+int xfer_mem_import_keep(xfer_segment *seg, xfer_device *importer, void *buf, void *handle)
+{
+  xfer_allocator *a = seg->dev->alloc;
+  pthread_mutex_lock(&a->lock);
+  int kept = seg->nimports < XFER_MAX_IMPORTS;
+  if (kept) seg->imports[seg->nimports++] = (xfer_import){importer, buf, handle};
+  pthread_mutex_unlock(&a->lock);
+  return kept;
+}
+
 /* Every import `dev` made of another device's segment is released: the device is closing.
 ** (A move that uses an import holds the importer's lock, which the closer holds.) */
 void xfer_mem_drop_imports_by(xfer_ctx *ctx, xfer_device *dev)
