@@ -94,6 +94,14 @@ local function new_T()
     if not ok then T.errors[#T.errors + 1] = { what = what, e = result } end
     return ok, result
   end
+  -- a move from one device to another: a failure must also name both ends
+  function T.move(from, to, what, fn, ...)
+    local ok, result = pcall(fn, ...)
+    if not ok then
+      T.errors[#T.errors + 1] = { what = what, e = result, from = from.name, to = to.name }
+    end
+    return ok, result
+  end
   function T.source(t)
     local ok, bytes = T.try("reading a source", t.tobytes, t)
     if ok then T.sources[#T.sources + 1] = { t = t, bytes = bytes } end
@@ -140,6 +148,9 @@ local function check(T, ok, raised, failed)
       problems[#problems + 1] = ("%s: blames %s on %s (%s), but the call that failed was %s on %s: %s")
         :format(rec.what, e.op, e.device, tostring(device_runtime(e.device)), failed.op,
                 failed.runtime, e.message)
+    elseif rec.from and (e.from ~= rec.from or e.to ~= rec.to) then
+      problems[#problems + 1] = ("%s: names the move %s -> %s: %s"):format(rec.what, e.from, e.to,
+                                                                          e.message)
     end
   end
   if #T.errors > 1 then

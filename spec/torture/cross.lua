@@ -19,10 +19,10 @@ return {
             for _, via in ipairs({ "auto", "host", "staged", "interop" }) do
               local what = ("%s -> %s via %s"):format(a.name, b.name, via)
               if via == "auto" or pcall(xfer.plan, src, b, { via = via }) then
-                local moved_ok, there = T.try(what, src.to, src, b, { via = via })
+                local moved_ok, there = T.move(a, b, what, src.to, src, b, { via = via })
                 if moved_ok then T.expect(bytes, there, what) end
                 local made, dst = T.try("empty on " .. b.name, xfer.empty, { n }, { dtype = "u8", device = b })
-                if made and T.try(what .. " (copy_from)", dst.copy_from, dst, src, { via = via }) then
+                if made and T.move(a, b, what .. " (copy_from)", dst.copy_from, dst, src, { via = via }) then
                   T.expect(bytes, dst, what .. " (copy_from)")
                 end
               end
