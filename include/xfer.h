@@ -146,6 +146,8 @@ typedef struct xfer_memory_info {
   uint64_t driver_frees;   /* allocations given back to the driver so far */
   uint64_t cache_hits;     /* blocks served from the cache, no driver call */
   uint64_t oom_retries;    /* allocations retried after the driver refused one */
+  uint64_t objects;        /* driver objects the device holds: buffers, memory, imports, its
+                           ** registrations of host memory (not queues, pools, events) */
 } xfer_memory_info;
 
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out);

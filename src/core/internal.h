@@ -122,6 +122,8 @@ struct xfer_device {
   struct xfer_tensor *tensors;  /* its live tensors, for close (ctx->lock) */
   int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
   int can_share;                /* makes memory for others to import (alloc_shared) */
+  uint64_t objects;             /* driver objects it holds now, its pins of host memory
+                                ** included (xfer_objects; atomic) */
   /* The device of another runtime on this GPU whose shared memory this device's segments
   ** live in (an OpenCL device on NVIDIA's GPU: CUDA memory): moves between the two are
   ** one copy of the backing runtime's, and across GPUs one peer copy. NULL: its own. */
@@ -257,12 +259,14 @@ struct xfer_tensor {
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
 
-/* Backends count the driver objects a tensor, a segment or a pin holds (buffers, memory,
+/* Backends count the driver objects a tensor, a segment or a pin holds, on the device that made
+** them and its runtime (buffers, memory,
 ** imports, registrations) -- not those a device makes once and keeps (queues, pools, events,
 ** fences) -- so that a test can see every one given back. */
-static inline void xfer_objects(xfer_runtime *rt, int delta)
+static inline void xfer_objects(xfer_device *dev, int delta)
 {
-  __atomic_add_fetch(&rt->objects, (uint64_t)(int64_t)delta, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&dev->objects, (uint64_t)(int64_t)delta, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&dev->rt->objects, (uint64_t)(int64_t)delta, __ATOMIC_RELAXED);
 }
 
 /* The host device: the host runtime opens first, with its one device. */

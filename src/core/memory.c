@@ -646,6 +646,7 @@ void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
   *out = a->stats;
   pthread_mutex_unlock(&a->lock);
   out->cached = out->reserved - out->allocated;
+  out->objects = __atomic_load_n(&dev->objects, __ATOMIC_RELAXED);
 }
 
 /* -- Settings ------------------------------------------------------------------------------- */

@@ -222,7 +222,7 @@ static xfer_code cuda_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_er
   CUdeviceptr ptr = 0;
   if (!rc) rc = CU(dev, "alloc", err, cuMemAlloc, &ptr, nbytes);
   if (!rc) *buf = (void *)(uintptr_t)ptr;
-  if (!rc) xfer_objects(dev->rt, 1);
+  if (!rc) xfer_objects(dev, 1);
   return rc;
 }
 
@@ -230,7 +230,7 @@ static void cuda_free(xfer_device *dev, void *buf, size_t nbytes)
 {
   (void)nbytes;
   cu_api *api = cu_api_of(dev);
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   if (api->cuCtxSetCurrent(cu_of(dev)->context) == CUDA_SUCCESS)
     api->cuMemFree((CUdeviceptr)(uintptr_t)buf);
 }
@@ -294,14 +294,14 @@ static xfer_code cuda_import_fd(xfer_device *dev, int fd, uint64_t memory_size, 
   close(fd);
   *buf = (void *)(uintptr_t)ptr;
   *handle = ext;
-  xfer_objects(dev->rt, 1);
+  xfer_objects(dev, 1);
   return XFER_E_OK;
 }
 
 static void cuda_release_import(xfer_device *dev, void *buf, void *handle)
 {
   cu_api *api = cu_api_of(dev);
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   if (api->cuCtxSetCurrent(cu_of(dev)->context) != CUDA_SUCCESS) return;
   api->cuMemFree(xfer_cu_ptr(buf)); /* a mapped buffer is freed like any allocation */
   api->cuDestroyExternalMemory((CUexternalMemory)handle);

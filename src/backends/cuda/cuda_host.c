@@ -50,7 +50,7 @@ static int pinned(xfer_device *dev, const void *ptr, size_t n)
     /* another move registered it a moment ago: it is pinned all the same */
     return err.native == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   if (xfer_host_pin_keep(dev->ctx, span.base, key, span.base)) {
-    xfer_objects(dev->rt, 1);
+    xfer_objects(dev, 1);
     return 1;
   }
   cu_api_of(dev)->cuMemHostUnregister(span.base); /* no room to keep it: not kept at all */
@@ -73,7 +73,7 @@ void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
   (void)size;
   (void)pin;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   if (enter_any(dev->rt)) cu_api_of(dev)->cuMemHostUnregister(base);
 }
 

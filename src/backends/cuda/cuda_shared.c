@@ -103,7 +103,7 @@ xfer_code xfer_cu_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
   api->cuMemRelease(handle); /* the mapping keeps the memory alive until it is unmapped */
   *buf = (void *)(uintptr_t)ptr;
   *memory_size = size;
-  xfer_objects(dev->rt, 1);
+  xfer_objects(dev, 1);
   return XFER_E_OK;
 }
 
@@ -112,7 +112,7 @@ void xfer_cu_free_shared(xfer_device *dev, void *buf, size_t n)
   cu_api *api = cu_api_of(dev);
   cu_dev *cd = cu_of(dev);
   if (!buf) return;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   if (api->cuCtxSetCurrent(cd->context) != CUDA_SUCCESS) return;
   size_t size = shared_size(cd, n);
   CUdeviceptr ptr = xfer_cu_ptr(buf);

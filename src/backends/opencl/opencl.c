@@ -377,14 +377,14 @@ static xfer_code opencl_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_
   cl_mem mem = NULL;
   CL_CREATE(dev, "alloc", err, mem, clCreateBuffer, cl_of(dev)->context, flags, nbytes, NULL);
   *buf = mem;
-  xfer_objects(dev->rt, 1);
+  xfer_objects(dev, 1);
   return XFER_E_OK;
 }
 
 static void opencl_free(xfer_device *dev, void *buf, size_t nbytes)
 {
   (void)nbytes;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   api_of(dev)->clReleaseMemObject((cl_mem)buf);
 }
 
@@ -549,7 +549,7 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
   im->fd = fcntl(given, F_GETFD) == -1 ? -1 : given; /* a driver that took it closed it */
   close(fd);
   externals_add(cd, mem);
-  xfer_objects(dev->rt, 1);
+  xfer_objects(dev, 1);
   *buf = mem;
   *handle = im;
   return XFER_E_OK;
@@ -558,7 +558,7 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
 static void opencl_release_import(xfer_device *dev, void *buf, void *handle)
 {
   cl_import *im = handle;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   externals_remove(cl_of(dev), (cl_mem)buf);
   api_of(dev)->clReleaseMemObject((cl_mem)buf);
   if (im && im->fd >= 0) close(im->fd);

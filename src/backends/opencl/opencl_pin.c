@@ -35,7 +35,7 @@ void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n)
   ** moment ago, or no room to keep it, is dropped */
   if (rc != CL_SUCCESS) return;
   if (xfer_host_pin_keep(dev->ctx, span.base, dev, mem))
-    xfer_objects(dev->rt, 1);
+    xfer_objects(dev, 1);
   else
     api_of(dev)->clReleaseMemObject(mem);
 }
@@ -44,6 +44,6 @@ void xfer_cl_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
 {
   (void)base;
   (void)size;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   api_of(dev)->clReleaseMemObject((cl_mem)pin);
 }

@@ -150,14 +150,14 @@ static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_
     return rc;
   }
   *out = b;
-  xfer_objects(dev->rt, 1);
+  xfer_objects(dev, 1);
   return XFER_E_OK;
 }
 
 static void vulkan_free(xfer_device *dev, void *buf, size_t nbytes)
 {
   (void)nbytes;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   destroy_buffer(vk_of(dev), buf);
   free(buf);
 }
@@ -335,7 +335,7 @@ static const vk_import *import_host(xfer_device *dev, const void *ptr, size_t n,
   im->buffer = b.buffer;
   im->memory = b.memory;
   if (xfer_host_pin_keep(dev->ctx, span.base, dev, im)) {
-    xfer_objects(dev->rt, 1);
+    xfer_objects(dev, 1);
     return im;
   }
   destroy_buffer(vd, &b); /* another move imported it a moment ago, or no room to keep it */
@@ -356,7 +356,7 @@ static void vulkan_host_unpin(xfer_device *dev, void *base, size_t size, void *p
   (void)size;
   vk_dev *vd = vk_of(dev);
   vk_import *im = pin;
-  xfer_objects(dev->rt, -1);
+  xfer_objects(dev, -1);
   vd->vkDestroyBuffer(vd->device, im->buffer, NULL); /* no move uses it: the segment is going */
   vd->vkFreeMemory(vd->device, im->memory, NULL);
   free(im);
