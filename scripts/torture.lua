@@ -4,11 +4,13 @@
 -- op and the runtime of the call that failed (or the move recovered, bytes right); sources
 -- byte for byte as they were; every device's memory and the process's open fds back to
 -- where they were. Usage (scripts/torture runs it):
---   xferlua scripts/torture.lua [--stride S] [--verbose] spec/torture/<scenario>.lua ...
--- --stride S fails every S-th call only (a bounded run for CI).
+--   xferlua scripts/torture.lua [--stride S] [--deadline SECONDS] [--verbose] spec/torture/<scenario>.lua ...
+-- --stride S fails every S-th call only (a bounded run for CI); --deadline stops starting new
+-- runs once that many seconds have passed, and says how many of the runs it made (a bounded
+-- run where the machine's time is short: the GPU machine).
 local xfer = require "xfer"
 
-local stride, verbose, files = 1, false, {}
+local stride, verbose, files, deadline = 1, false, {}, nil
 local args = { ... }
 local i = 1
 while i <= #args do
@@ -16,13 +18,17 @@ while i <= #args do
     stride = tonumber(args[i + 1])
     assert(stride and stride >= 1 and stride % 1 == 0, "--stride takes a whole number >= 1")
     i = i + 2
+  elseif args[i] == "--deadline" then
+    deadline = tonumber(args[i + 1])
+    assert(deadline and deadline > 0, "--deadline takes a number of seconds > 0")
+    deadline, i = os.time() + deadline, i + 2
   elseif args[i] == "--verbose" then
     verbose, i = true, i + 1
   else
     files[#files + 1], i = args[i], i + 1
   end
 end
-assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--verbose] SCENARIO.lua ...")
+assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--deadline SECONDS] [--verbose] SCENARIO.lua ...")
 
 -- This process's open fds: /proc/self opened here is this process (in a shell it would be
 -- the shell's).
@@ -197,7 +203,9 @@ for _, file in ipairs(files) do
   local problems, _, _, calls = one_run(scenario, 0)
   report(0, problems)
   local runs, surfaced, recovered, missed, by_op = 0, 0, 0, 0, {}
+  local started, planned, cut = os.time(), math.floor((calls - 1) / stride) + 1, false
   for k = 1, calls, stride do
+    if deadline and os.time() >= deadline then cut = true break end
     local failed, seen
     problems, failed, seen = one_run(scenario, k)
     runs = runs + 1
@@ -220,6 +228,8 @@ for _, file in ipairs(files) do
   io.write(("torture %s: %d calls, %d runs (stride %d): %d surfaced as errors, %d recovered " ..
             "(bytes right), %d with no call failed; faults by runtime:op: %s\n")
            :format(name, calls, runs, stride, surfaced, recovered, missed, table.concat(ops, ", ")))
+  io.write(("torture %s: %d s, %s\n"):format(name, os.time() - started, cut and
+    ("stopped by --deadline after %d of its %d runs"):format(runs, planned) or "every run made"))
 end
 io.write(("torture: %d problem%s\n"):format(total_problems, total_problems == 1 and "" or "s"))
 os.exit(total_problems == 0 and 0 or 1, true) -- closing the state frees the context (LeakSanitizer)

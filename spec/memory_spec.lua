@@ -131,11 +131,13 @@ describe("memory", function()
     finally(function() xfer.config({ cache_limit = saved }) end)
     for _, dev in ipairs(xfer.devices()) do
       if dev ~= host then
+        -- what stays cached now lies in segments that live tensors use too: not given back
+        xfer.empty_cache(dev)
+        local unreleasable = mem(dev).cached
         xfer.config({ cache_limit = 1 })
         local t = xfer.empty({ 12 * MiB }, { dtype = "u8", device = dev })
-        local frees = mem(dev).driver_frees
         t:free()
-        assert.is_true(mem(dev).cached <= 1 or mem(dev).driver_frees > frees, dev.name)
+        assert.is_true(mem(dev).cached <= math.max(1, unreleasable), dev.name)
         xfer.config({ cache_limit = 0 })
       end
     end

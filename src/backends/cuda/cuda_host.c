@@ -50,7 +50,7 @@ static int pinned(xfer_device *dev, const void *ptr, size_t n)
     /* another move registered it a moment ago: it is pinned all the same */
     return err.native == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   if (xfer_host_pin_keep(dev->ctx, span.base, key, span.base)) {
-    xfer_objects(dev, 1);
+    xfer_objects(key, 1); /* the registrar's: host_unpin is called on it */
     return 1;
   }
   cu_api_of(dev)->cuMemHostUnregister(span.base); /* no room to keep it: not kept at all */
