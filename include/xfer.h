@@ -108,8 +108,6 @@ typedef struct xfer_device_info {
   const char *vendor;    /* ("" when unknown) */
   uint64_t total_memory; /* bytes */
   uint64_t max_alloc;    /* the largest single buffer the driver allows, bytes */
-  int has_free_memory;   /* whether the driver can tell free memory */
-  uint64_t free_memory;  /* bytes, as the driver reports it now */
   int unified;           /* shares memory with the host */
   int has_uuid;
   uint8_t uuid[16];      /* physical device UUID: equal UUIDs are the same GPU */
@@ -122,7 +120,11 @@ typedef struct xfer_device_info {
                          ** live in ("cuda:0" for an OpenCL device on NVIDIA's GPU), or "" */
 } xfer_device_info;
 
+/* What the device is, as found when it opened: no driver call (it does not fail). */
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);
+/* The device's free memory in bytes, asked of the driver now: XFER_E_UNSUPPORTED where the
+** driver cannot tell (OpenCL), or the driver's error. */
+xfer_code xfer_device_free_memory(xfer_device *dev, uint64_t *free_bytes, xfer_error *err);
 /* Gives back everything the device holds -- its tensors' memory (they raise XFER_E_CLOSED
 ** from then on; releasing them stays harmless), its cache, the driver objects they held --
 ** once the moves using it have ended. xfer_device_find opens it again. Not the host. */
@@ -258,6 +260,10 @@ void xfer_job_release(xfer_job *job);
 /* Drops the job without waiting: a move still running finishes on its thread, which then
 ** drops the result (for collectors, which must not wait on a move that may wait on them). */
 void xfer_job_detach(xfer_job *job);
+/* Waits until no move started with xfer_transfer_start is running, detached ones included
+** (they give their memory back when they end): then every byte a finished move held is
+** accounted for. */
+void xfer_synchronize(xfer_ctx *ctx);
 
 /* -- Observability and settings ------------------------------------------------ */
 

@@ -20,6 +20,22 @@ describe("asynchronous transfers", function()
     assert.are.equal(bytes, job:wait():tobytes()) -- again: the same result
   end)
 
+  it("synchronize waits for moves whose jobs were dropped unwaited; then their memory is back", function()
+    for _, dev in ipairs(xfer.devices()) do
+      local src = xfer.tensor(h.random_bytes(3 * 1024 * 1024 + 5), { dtype = "u8" })
+      collectgarbage()
+      collectgarbage()
+      xfer.synchronize()
+      local before = xfer.memory(dev).in_use
+      for _ = 1, 4 do src:to_async(dev) end -- the jobs are garbage at once
+      collectgarbage()
+      collectgarbage() -- their __gc detaches them: the moves run on
+      xfer.synchronize()
+      assert.are.equal(before, xfer.memory(dev).in_use, dev.name)
+      src:free()
+    end
+  end)
+
   it("runs many at once between every pair of devices, byte for byte", function()
     local jobs, expected = {}, {}
     local devs = xfer.devices()

@@ -76,7 +76,7 @@ end
 -- Functions that take nothing refuse whatever they are given.
 local no_args = {
   { "devices", xfer.devices }, { "runtimes", xfer.runtimes }, { "stats", xfer.stats },
-  { "stats_reset", xfer.stats_reset }, { "clock", xfer.clock }, { "describe", xfer.describe },
+  { "stats_reset", xfer.stats_reset }, { "clock", xfer.clock }, { "synchronize", xfer.synchronize }, { "describe", xfer.describe },
   { "faults.calls", xfer.faults.calls }, { "faults.failed", xfer.faults.failed },
   { "faults.clear", xfer.faults.clear }, { "faults.list", xfer.faults.list },
 }

@@ -361,17 +361,20 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
   out->backing = dev->backing ? dev->backing->name : "";
   out->closed = xfer_device_is_closed(dev);
-  uint64_t free_bytes = 0, total = 0;
-  xfer_device_lock(dev);
-  xfer_code rc = xfer_be_memory(dev, &free_bytes, &total, err);
-  xfer_device_unlock(dev);
-  if (rc && rc != XFER_E_UNSUPPORTED) return rc;
-  if (!rc) { /* unsupported: the driver cannot tell, and free_memory stays unknown */
-    out->has_free_memory = 1;
-    out->free_memory = free_bytes;
-    if (total) out->total_memory = total;
-  }
+  (void)err;
   return XFER_E_OK;
+}
+
+/* A driver call, made only when asked (dev.free_memory): a device's other fields are what it
+** found at open, so reading dev.name never fails nor costs a driver call. */
+xfer_code xfer_device_free_memory(xfer_device *dev, uint64_t *free_bytes, xfer_error *err)
+{
+  uint64_t total = 0;
+  *free_bytes = 0;
+  xfer_device_lock(dev);
+  xfer_code rc = xfer_be_memory(dev, free_bytes, &total, err);
+  xfer_device_unlock(dev);
+  return rc;
 }
 
 xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }

@@ -152,7 +152,8 @@ struct xfer_ctx {
   uint64_t fail_at;             /* that call fails (0: none) (atomic) */
   xfer_fault failed;            /* what fail_at failed: runtime, op, nth = the call (ctx->lock) */
   pthread_mutex_t lock;         /* faults, stats, busy tensors */
-  pthread_cond_t idle;          /* a tensor stopped being busy */
+  pthread_cond_t idle;          /* a tensor stopped being busy, or a job ended */
+  int jobs_running;             /* started moves whose threads have not ended (ctx->lock) */
   xfer_stat *stats;
   size_t nstats, stats_cap;
   int trace;

@@ -10,6 +10,7 @@
 
 struct xfer_job {
   pthread_t thread;
+  xfer_ctx *ctx;                /* the thread's reference: it counts itself out at its end */
   xfer_tensor *src;
   xfer_device *dst;
   xfer_transfer_opts opts;
@@ -44,14 +45,32 @@ static void mark_busy(xfer_tensor *t, int by)
   pthread_mutex_unlock(&ctx->lock);
 }
 
+static void jobs_running(xfer_ctx *ctx, int by)
+{
+  pthread_mutex_lock(&ctx->lock);
+  ctx->jobs_running += by;
+  if (by < 0) pthread_cond_broadcast(&ctx->idle);
+  pthread_mutex_unlock(&ctx->lock);
+}
+
 static void *run_job(void *arg)
 {
   xfer_job *job = arg;
+  xfer_ctx *ctx = job->ctx;
   job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
   mark_busy(job->src, -1);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
   job_unref(job); /* the last one out (this thread, for a detached job) frees it */
+  jobs_running(ctx, -1); /* after: a detached job's result is given back by now */
+  xfer_ctx_release(ctx);
   return NULL;
+}
+
+void xfer_synchronize(xfer_ctx *ctx)
+{
+  pthread_mutex_lock(&ctx->lock);
+  while (ctx->jobs_running > 0) pthread_cond_wait(&ctx->idle, &ctx->lock);
+  pthread_mutex_unlock(&ctx->lock);
 }
 
 xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
@@ -65,10 +84,14 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   job->src = xfer_tensor_retain(src);
   job->refs = 2;
   job->dst = dst_dev;
+  job->ctx = xfer_ctx_retain(src->dev->ctx);
   if (opts) job->opts = *opts;
   mark_busy(src, 1);
+  jobs_running(job->ctx, 1);
   if (pthread_create(&job->thread, NULL, run_job, job)) {
     mark_busy(src, -1);
+    jobs_running(job->ctx, -1);
+    xfer_ctx_release(job->ctx);
     xfer_tensor_release(job->src);
     free(job);
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "to_async", "cannot start a transfer thread");

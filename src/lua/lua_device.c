@@ -150,8 +150,11 @@ static int device_index(lua_State *L)
   else if (!strcmp(key, "label")) lua_pushstring(L, info.label);
   else if (!strcmp(key, "total_memory")) lua_pushnumber(L, (lua_Number)info.total_memory);
   else if (!strcmp(key, "free_memory")) {
-    if (!info.has_free_memory) return 0;
-    lua_pushnumber(L, (lua_Number)info.free_memory);
+    uint64_t free_bytes;
+    xfer_code rc = xfer_device_free_memory(dev, &free_bytes, &err);
+    if (rc == XFER_E_UNSUPPORTED) return 0; /* the driver cannot tell */
+    if (rc) xl_raise(L, &err);
+    lua_pushnumber(L, (lua_Number)free_bytes);
   } else if (!strcmp(key, "max_alloc")) lua_pushnumber(L, (lua_Number)info.max_alloc);
   else if (!strcmp(key, "platform")) lua_pushstring(L, info.platform);
   else if (!strcmp(key, "pci_bus_id")) lua_pushstring(L, info.pci_bus_id);

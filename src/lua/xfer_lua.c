@@ -180,6 +180,14 @@ static int l_empty_cache(lua_State *L)
   return 0;
 }
 
+/* xfer.synchronize(): waits for every move started with to_async, detached ones too. */
+static int l_synchronize(lua_State *L)
+{
+  xl_no_args(L, "synchronize");
+  xfer_synchronize(xl_ctx(L));
+  return 0;
+}
+
 static int l_trace(lua_State *L)
 {
   if (lua_type(L, 1) != LUA_TBOOLEAN) xl_arg_error(L, 1, "trace", "boolean");
@@ -424,7 +432,7 @@ int luaopen_xfer(lua_State *L)
   static const luaL_Reg fns[] = {
     {"runtimes", l_runtimes}, {"clock", l_clock}, {"stats", l_stats},
     {"stats_reset", l_stats_reset}, {"trace", l_trace}, {"config", l_config},
-    {"empty_cache", l_empty_cache}, {NULL, NULL},
+    {"empty_cache", l_empty_cache}, {"synchronize", l_synchronize}, {NULL, NULL},
   };
   lua_newtable(L);
   int module = lua_gettop(L);
