@@ -244,11 +244,14 @@ describe("memory", function()
     end
     local rules = #xfer.faults.list()
     local moved = src:to(b)
-    assert.are.equal(bytes, moved:tobytes())
     for _, rule in ipairs(xfer.faults.list()) do
       assert.are.equal(100, rule.count, ("%s %s was called moving %s -> %s"):format(
         rule.runtime, rule.op, a.name, b.name))
     end
     assert.are.equal(rules, #xfer.faults.list())
+    -- read back with the faults gone: reading to the host may import host pages (Vulkan's
+    -- host-pointer import, op "import" too), which is not the move's doing
+    xfer.faults.clear()
+    assert.are.equal(bytes, moved:tobytes())
   end)
 end)
