@@ -95,7 +95,8 @@ xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info 
 
 size_t xfer_device_count(const xfer_ctx *ctx);
 xfer_device *xfer_device_at(xfer_ctx *ctx, size_t index);
-/* "host", "cuda:0", ... An unknown name is XFER_E_INVALID naming the devices there are. */
+/* "host" (or "cpu"), "cuda:0", "cuda" (its first device), ... An unknown name is
+** XFER_E_INVALID naming the devices there are. */
 xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
                            xfer_error *err);
 

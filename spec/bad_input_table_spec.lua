@@ -47,6 +47,7 @@ local function cases()
         [3] = { ["-1"] = 1, ["1.5"] = 1, ["2^62"] = 1, ["nil"] = 1, ["{}"] = 1 }, [4] = { ["nil"] = 1, ["{}"] = 1 } } },
     { "plan", xfer.plan, { t, host, {} }, { [2] = DEV, [3] = { ["nil"] = 1, ["{}"] = 1 } } },
     { "device", xfer.device, { "host" }, {} },
+    { "devices", xfer.devices, { "host" }, { [1] = { ["nil"] = 1, ["{}"] = 1 } } },
     { "memory", xfer.memory, { host }, { [1] = DEV } },
     { "empty_cache", xfer.empty_cache, { host }, { [1] = { ["nil"] = 1, ["a device"] = 1 } } },
     { "config", xfer.config, { {} }, { [1] = { ["nil"] = 1, ["{}"] = 1 } } },
@@ -75,7 +76,7 @@ end
 
 -- Functions that take nothing refuse whatever they are given.
 local no_args = {
-  { "devices", xfer.devices }, { "runtimes", xfer.runtimes }, { "stats", xfer.stats },
+  { "runtimes", xfer.runtimes }, { "stats", xfer.stats },
   { "stats_reset", xfer.stats_reset }, { "clock", xfer.clock }, { "synchronize", xfer.synchronize }, { "describe", xfer.describe },
   { "faults.calls", xfer.faults.calls }, { "faults.failed", xfer.faults.failed },
   { "faults.clear", xfer.faults.clear }, { "faults.list", xfer.faults.list },

@@ -313,6 +313,7 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
                            xfer_error *err)
 {
   *out = NULL;
+  if (!strcmp(name, "cpu")) name = "host"; /* what PyTorch users call it */
   for (size_t d = 0; d < ctx->ndevices; d++)
     if (!strcmp(ctx->devices[d]->name, name)) {
       *out = ctx->devices[d];

@@ -55,6 +55,31 @@ void xl_table_shape(lua_State *L, int idx, xfer_shape *shape)
   lua_pop(L, 1);
 }
 
+/* The table at the top of the stack has the keys 1..want and no other: a key beyond the
+** length (a hole before it) or a non-integer key is refused, named. */
+static void check_keys(lua_State *L, int64_t want, const int64_t *index, int depth)
+{
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    lua_pop(L, 1);
+    lua_Number k = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+    if (!(k >= 1 && k <= (lua_Number)want && k == (lua_Number)(int64_t)k)) {
+      char where[96], key[64];
+      format_where(where, sizeof where, index, depth);
+      if (lua_type(L, -1) == LUA_TSTRING)
+        snprintf(key, sizeof key, "'%.40s'", lua_tostring(L, -1));
+      else if (lua_type(L, -1) == LUA_TNUMBER)
+        snprintf(key, sizeof key, "%.17g", k);
+      else
+        snprintf(key, sizeof key, "a %s", luaL_typename(L, -1));
+      xl_raise_code(L, XFER_E_INVALID, "tensor",
+                    "tensor: the table%s has the key %s: a tensor's table holds the elements 1..%lld "
+                    "and nothing else (a hole, or a named field?)",
+                    depth ? where : "", key, (long long)want);
+    }
+  }
+}
+
 /* Stores the table at the top of the stack, at nesting level `depth`. */
 static void store_level(lua_State *L, const xfer_shape *shape, int depth, int64_t *index,
                         xfer_dtype dtype, char **dst)
@@ -68,8 +93,14 @@ static void store_level(lua_State *L, const xfer_shape *shape, int depth, int64_
                   "tensor: ragged nested table: element%s has %d entries where %lld were expected",
                   depth ? where : "s at the top", (int)lua_objlen(L, -1), (long long)want);
   }
+  check_keys(L, want, index, depth);
   for (index[depth] = 0; index[depth] < want; index[depth]++) {
     lua_rawgeti(L, -1, (int)index[depth] + 1);
+    if (lua_isnil(L, -1)) {
+      format_where(where, sizeof where, index, depth + 1);
+      xl_raise_code(L, XFER_E_INVALID, "tensor", "tensor: element%s is missing (a hole in the table)",
+                    where);
+    }
     if (depth + 1 < shape->ndim) {
       if (!lua_istable(L, -1)) {
         format_where(where, sizeof where, index, depth + 1);

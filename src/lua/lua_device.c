@@ -180,15 +180,71 @@ static int device_index(lua_State *L)
   return 1;
 }
 
+/* The runtime a devices() filter names ("cpu" is the host's): an unknown one is refused,
+** naming those there are. */
+static const char *filter_runtime(lua_State *L, int idx)
+{
+  size_t len;
+  const char *name = lua_tolstring(L, idx, &len);
+  if (strlen(name) != len)
+    xl_raise_code(L, XFER_E_INVALID, "devices", "devices: a runtime name with a NUL byte");
+  if (!strcmp(name, "cpu")) return "host";
+  xfer_ctx *ctx = xl_ctx(L);
+  char known[128] = "";
+  size_t used = 0;
+  for (size_t r = 0; r < xfer_runtime_count(ctx); r++) {
+    xfer_runtime_info info;
+    xfer_error err;
+    if (xfer_runtime_get(ctx, r, &info, &err)) continue;
+    if (!strcmp(info.name, name)) return info.name;
+    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", r ? ", " : "", info.name);
+    if (used >= sizeof known) used = sizeof known - 1;
+  }
+  xl_raise_code(L, XFER_E_INVALID, "devices", "devices: unknown runtime '%s' (runtimes: %s, or cpu)",
+                name, known);
+}
+
+/* xfer.devices([filter]): every device, or those of one runtime ("cuda"), or those matching
+** a table {runtime = "opencl", unified = true}. */
 static int l_devices(lua_State *L)
 {
-  xl_no_args(L, "devices");
+  static const char *const keys[] = {"runtime", "unified", NULL};
+  const char *runtime = NULL;
+  int unified = -1; /* -1: either */
+  if (lua_gettop(L) > 1)
+    xl_raise_code(L, XFER_E_INVALID, "devices", "devices takes at most one argument (got %d)",
+                  lua_gettop(L));
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    runtime = filter_runtime(L, 1);
+  } else if (lua_istable(L, 1)) {
+    xl_check_options(L, 1, "devices", keys);
+    lua_getfield(L, 1, "runtime");
+    if (lua_type(L, -1) == LUA_TSTRING) runtime = filter_runtime(L, lua_gettop(L));
+    else if (!lua_isnil(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, "devices", "devices: filter 'runtime' must be a string, not a %s",
+                    luaL_typename(L, -1));
+    lua_getfield(L, 1, "unified");
+    if (lua_type(L, -1) == LUA_TBOOLEAN) unified = lua_toboolean(L, -1);
+    else if (!lua_isnil(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, "devices", "devices: filter 'unified' must be a boolean, not a %s",
+                    luaL_typename(L, -1));
+    lua_pop(L, 2);
+  } else if (!lua_isnoneornil(L, 1)) {
+    xl_arg_error(L, 1, "devices", "runtime name or filter table");
+  }
   xfer_ctx *ctx = xl_ctx(L);
   size_t n = xfer_device_count(ctx);
+  int found = 0;
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
-    xl_push_device(L, xfer_device_at(ctx, i));
-    lua_rawseti(L, -2, (int)i + 1);
+    xfer_device *dev = xfer_device_at(ctx, i);
+    xfer_device_info info;
+    xfer_error err;
+    if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
+    if (runtime && strcmp(runtime, info.runtime)) continue;
+    if (unified >= 0 && unified != (info.unified != 0)) continue;
+    xl_push_device(L, dev);
+    lua_rawseti(L, -2, ++found);
   }
   return 1;
 }
