@@ -173,8 +173,10 @@ xfer_code xfer_tensor_from_bytes(xfer_device *dev, xfer_dtype dtype, const xfer_
 xfer_tensor *xfer_tensor_retain(xfer_tensor *t);
 /* Drops a reference; the last one frees the buffer and the tensor. Never fails. */
 void xfer_tensor_release(xfer_tensor *t);
-/* Frees the device buffer now; idempotent. Every later use returns XFER_E_FREED. */
-void xfer_tensor_free(xfer_tensor *t);
+/* Frees the device buffer now; idempotent. Every later use returns XFER_E_FREED. A tensor
+** whose memory views still use is not freed: XFER_E_IN_USE (free the views first, or let
+** them go: the memory goes back with the last of them). A view's free drops the view. */
+xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err);
 int xfer_tensor_is_freed(const xfer_tensor *t);
 /* XFER_E_OK for a usable tensor; XFER_E_FREED ("attempt to use a freed tensor") or
 ** XFER_E_DEVICE_LOST otherwise, with `op` naming what was attempted. */
@@ -189,12 +191,32 @@ xfer_device *xfer_tensor_device(const xfer_tensor *t);
 /* Writes "f32[2,3]" ("f32[]" for a scalar) into buf; returns the length it needed. */
 size_t xfer_shape_format(xfer_dtype dtype, const xfer_shape *shape, char *buf, size_t cap);
 
-/* The tensor's bytes where the CPU can use them in place (host tensors), else NULL. */
+/* Views share a tensor's memory (no copy): `shape`, `strides` (in elements, >= 0) and the
+** `first` element, counted in the memory of the tensor that owns it (t's own base when t is
+** a view). Every element must lie inside that memory. The view holds a reference to it. */
+xfer_code xfer_tensor_view(xfer_tensor *t, const xfer_shape *shape, const int64_t *strides,
+                           int64_t first, xfer_tensor **out, xfer_error *err);
+const int64_t *xfer_tensor_strides(const xfer_tensor *t);
+/* 1 when its elements lie packed in row-major order (what moves need without packing). */
+int xfer_tensor_is_contiguous(const xfer_tensor *t);
+/* The first element's index in the owner's memory (0 for what alloc makes). */
+size_t xfer_tensor_first(const xfer_tensor *t);
+/* One element (xfer_dtype_size bytes), at 0-based `index` (n = its dimensions): one small
+** read or write of the device, never a whole copy. */
+xfer_code xfer_tensor_get(xfer_tensor *t, const int64_t *index, int n, void *elem,
+                          xfer_error *err);
+xfer_code xfer_tensor_set(xfer_tensor *t, const int64_t *index, int n, const void *elem,
+                          xfer_error *err);
+
+/* The tensor's first element where the CPU can use it in place (host tensors), else NULL;
+** a non-contiguous view's elements lie where its strides say. */
 void *xfer_tensor_host_data(xfer_tensor *t);
 
-/* Copies the tensor's bytes out to host memory `dst` (nbytes must equal its size). */
+/* Copies the tensor's bytes out to host memory `dst` (nbytes must equal its size), packed
+** in row-major order (a view's elements gathered by its strides). */
 xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error *err);
-/* Overwrites the tensor's bytes from host memory `src` (nbytes must equal its size). */
+/* Overwrites the tensor's bytes from host memory `src` (nbytes must equal its size; a view's
+** elements scattered by its strides). */
 xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err);
 /* Sets every element to the element at `elem` (xfer_dtype_size bytes). */
 xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err);

@@ -16,6 +16,7 @@
   XFER_ERRDEF(INVALID, "invalid", "invalid argument")                        \
   XFER_ERRDEF(UNSUPPORTED, "unsupported", "operation not supported")         \
   XFER_ERRDEF(UNAVAILABLE, "unavailable", "runtime or device unavailable")   \
-  XFER_ERRDEF(DEVICE_LOST, "device_lost", "the device was lost")
+  XFER_ERRDEF(DEVICE_LOST, "device_lost", "the device was lost")            \
+  XFER_ERRDEF(IN_USE, "in_use", "the tensor's memory is in use by its views")
 
 #endif

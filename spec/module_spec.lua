@@ -112,7 +112,7 @@ describe("xfer module", function()
 
     it("lists the codes", function()
       assert.are.same({ "read", "write", "alloc", "freed", "closed", "invalid", "unsupported",
-                        "unavailable", "device_lost" }, xfer.codes)
+                        "unavailable", "device_lost", "in_use" }, xfer.codes)
     end)
   end)
 

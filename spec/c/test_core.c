@@ -79,8 +79,8 @@ static void test_tensors(xfer_ctx *ctx)
   xfer_memory_info mem;
   xfer_device_memory(host, &mem);
   uint64_t in_use = mem.in_use;
-  xfer_tensor_free(u);
-  xfer_tensor_free(u); /* idempotent */
+  CHECK(xfer_tensor_free(u, &err) == XFER_E_OK);
+  CHECK(xfer_tensor_free(u, &err) == XFER_E_OK); /* idempotent */
   xfer_device_memory(host, &mem);
   CHECK(mem.in_use == in_use - 24);
   CHECK(xfer_tensor_read(u, back, sizeof back, &err) == XFER_E_FREED);

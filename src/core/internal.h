@@ -249,9 +249,16 @@ struct xfer_tensor {
   xfer_dtype dtype;
   xfer_shape shape;
   size_t numel, nbytes;
-  xfer_block *block;            /* NULL for 0 bytes */
-  void *buf;                    /* block->buf, and the tensor starts at `offset` in it */
+  xfer_block *block;            /* NULL for 0 bytes, and for views (their base holds it) */
+  void *buf;                    /* block->buf, and element [0,...,0] is at byte `offset` */
   size_t offset;
+  int64_t strides[XFER_MAX_DIMS]; /* in elements; packed (row-major) for what alloc makes */
+  int contiguous;               /* strides packed: its elements are nbytes from `offset` */
+  size_t first;                 /* the view's offset in elements within its base's memory */
+  struct xfer_tensor *base;     /* a view's tensor that owns the memory (a reference); NULL
+                                ** for an owner */
+  int views;                    /* an owner's live views: free() is refused while any
+                                ** (ctx->lock) */
   int freed;
   int closed;                   /* its device was closed: its memory went with it */
   struct xfer_tensor *prev_on_dev, *next_on_dev; /* dev->tensors (ctx->lock) */
@@ -318,6 +325,11 @@ void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_t
 void xfer_hold_drop(xfer_hold *h);
 
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+/* view.c: packed (row-major) strides for a shape, whether strides are packed, and a view's
+** elements packed into host memory or scattered from it (device locked, tensor checked). */
+void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);
+int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides);
+xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err);
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);
 

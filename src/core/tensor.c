@@ -15,6 +15,9 @@ xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *er
 {
   if (!t || t->freed)
     return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a freed tensor");
+  if (t->base && __atomic_load_n(&t->base->freed, __ATOMIC_ACQUIRE))
+    return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a view of a freed tensor");
+  if (t->base) t = t->base; /* a view lives and dies with its base's memory */
   if (__atomic_load_n(&t->closed, __ATOMIC_ACQUIRE))
     return xfer_err_set(err, XFER_E_CLOSED, op,
                         "attempt to use a tensor of a closed device (%s closed since it was made)",
@@ -61,6 +64,8 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
   t->shape = *shape;
   t->numel = numel;
   t->nbytes = numel * xfer_dtype_size(dtype);
+  xfer_packed_strides(shape, t->strides);
+  t->contiguous = 1;
   rc = xfer_mem_alloc(dev, t->nbytes, &t->block, err);
   if (rc) {
     xfer_err_frame(err, from, dev, t->nbytes);
@@ -110,14 +115,39 @@ xfer_tensor *xfer_tensor_retain(xfer_tensor *t)
   return t;
 }
 
-void xfer_tensor_free(xfer_tensor *t)
+/* A view's free: the view reads as freed, and its base may be freed once no view is left. */
+static void view_free(xfer_tensor *v)
 {
-  if (!t) return;
+  xfer_ctx *ctx = v->dev->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  while (v->busy) pthread_cond_wait(&ctx->idle, &ctx->lock);
+  int was_freed = v->freed;
+  v->freed = 1;
+  v->buf = NULL;
+  if (!was_freed) v->base->views--;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
+{
+  if (!t) return XFER_E_OK;
+  if (t->base) {
+    view_free(t);
+    return XFER_E_OK;
+  }
   xfer_ctx *ctx = t->dev->ctx;
   /* moves using it (on other threads) finish first; from here on it reads as freed, so a
   ** move that starts now fails its check instead of using memory on its way out */
   pthread_mutex_lock(&ctx->lock);
   while (t->busy) pthread_cond_wait(&ctx->idle, &ctx->lock);
+  if (t->views && !t->freed) {
+    int views = t->views;
+    pthread_mutex_unlock(&ctx->lock);
+    return xfer_err_set(err, XFER_E_IN_USE, "free", "free: %d view%s of this tensor use%s its "
+                        "memory: free %s first (or let %s be collected; the memory goes back "
+                        "with the last)", views, views == 1 ? "" : "s", views == 1 ? "s" : "",
+                        views == 1 ? "it" : "them", views == 1 ? "it" : "them");
+  }
   int was_freed = t->freed;
   t->freed = 1;
   xfer_block *block = t->block; /* NULL once its device was closed: given back then */
@@ -131,19 +161,22 @@ void xfer_tensor_free(xfer_tensor *t)
     t->prev_on_dev = t->next_on_dev = NULL;
   }
   pthread_mutex_unlock(&ctx->lock);
-  if (was_freed || !block) return;
+  if (was_freed || !block) return XFER_E_OK;
   /* no device lock: the block goes back to the cache, which has a lock of its own (so a
   ** collector that frees tensors in the middle of a move takes no lock out of order) */
   xfer_mem_free(block);
   xfer_mem_tensor_dropped(ctx, t->nbytes);
+  return XFER_E_OK;
 }
 
 void xfer_tensor_release(xfer_tensor *t)
 {
   if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   xfer_ctx *ctx = t->dev->ctx;
-  xfer_tensor_free(t);
+  xfer_tensor *base = t->base;
+  xfer_tensor_free(t, NULL); /* the last reference: no view holds it */
   free(t);
+  xfer_tensor_release(base); /* a view's base, once the view is gone */
   xfer_ctx_release(ctx);
 }
 
@@ -187,7 +220,8 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
   xfer_code rc = xfer_tensor_check(t, "read", err);
   if (!rc) rc = check_size(t, nbytes, "read", err);
   if (!rc && nbytes) {
-    rc = xfer_be_read(t->dev, t->buf, t->offset, dst, nbytes, err);
+    rc = t->contiguous ? xfer_be_read(t->dev, t->buf, t->offset, dst, nbytes, err)
+                       : xfer_view_move(t, dst, 1, err);
     if (rc) xfer_err_frame(err, t->dev, xfer_host_of(t->dev->ctx), nbytes);
   }
   xfer_device_unlock(t->dev);
@@ -201,7 +235,8 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
   xfer_code rc = xfer_tensor_check(t, "write", err);
   if (!rc) rc = check_size(t, nbytes, "write", err);
   if (!rc && nbytes) {
-    rc = xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err);
+    rc = t->contiguous ? xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err)
+                       : xfer_view_move(t, (char *)src, 0, err);
     if (rc) xfer_err_frame(err, xfer_host_of(t->dev->ctx), t->dev, nbytes);
   }
   xfer_device_unlock(t->dev);
@@ -216,6 +251,14 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   xfer_device_unlock(t->dev); /* taken again below, around the writes */
   if (rc || t->nbytes == 0) return rc;
   size_t esize = xfer_dtype_size(t->dtype);
+  if (!t->contiguous) { /* a view: its elements scattered from a packed pattern */
+    char *packed = malloc(t->nbytes);
+    if (!packed) return xfer_err_set(err, XFER_E_ALLOC, "write", "out of host memory");
+    for (size_t off = 0; off < t->nbytes; off += esize) memcpy(packed + off, elem, esize);
+    rc = xfer_tensor_write(t, packed, t->nbytes, err);
+    free(packed);
+    return rc;
+  }
   size_t chunk = t->nbytes < CHUNK_BYTES ? t->nbytes : CHUNK_BYTES / esize * esize;
   char *pattern = malloc(chunk);
   if (!pattern) return xfer_err_set(err, XFER_E_ALLOC, "write", "out of host memory");
@@ -258,6 +301,16 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
   if (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim ||
       memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims[0] * (size_t)a->shape.ndim))
     return XFER_E_OK;
+  if (!a->contiguous || !b->contiguous) { /* views: both packed on the host, compared */
+    char *pa = malloc(a->nbytes ? a->nbytes : 1), *pb = malloc(b->nbytes ? b->nbytes : 1);
+    rc = pa && pb ? XFER_E_OK : xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
+    if (!rc) rc = xfer_tensor_read(a, pa, a->nbytes, err);
+    if (!rc) rc = xfer_tensor_read(b, pb, b->nbytes, err);
+    *equal = !rc && memcmp(pa, pb, a->nbytes) == 0;
+    free(pa);
+    free(pb);
+    return rc;
+  }
   char *scratch = malloc(2 * CHUNK_BYTES);
   if (!scratch) return xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
   int same = 1;

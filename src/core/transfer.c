@@ -5,6 +5,7 @@
 */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend_call.h"
@@ -239,10 +240,38 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
   return rc;
 }
 
+/* A non-contiguous view packed into a new host tensor: the fallback that moves views until
+** the backends copy rectangles themselves (one read of the view's span or of its runs). */
+static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor **out, xfer_error *err)
+{
+  xfer_device *host = xfer_host_of(src->dev->ctx);
+  xfer_code rc = xfer_tensor_alloc(host, src->dtype, &src->shape, src->dev, out, err);
+  if (rc) return rc;
+  void *bytes = xfer_be_host_address(host, (*out)->buf, (*out)->offset);
+  if (src->nbytes) rc = xfer_tensor_read(src, bytes, src->nbytes, err);
+  if (rc) {
+    xfer_tensor_release(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
 xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
+  if (src && !src->contiguous) { /* a view's layout never changes: no lock to read it */
+    xfer_tensor *packed;
+    xfer_code rc = pack_on_host(src, &packed, err); /* checks src under its device's lock */
+    if (rc) return rc;
+    if (xfer_is_host(dst_dev) && (!opts || opts->via == XFER_PATH_AUTO)) {
+      *out = packed; /* packed on the host: that is the move */
+      return XFER_E_OK;
+    }
+    rc = xfer_transfer_to(packed, dst_dev, opts, out, err);
+    xfer_tensor_release(packed);
+    return rc;
+  }
   xfer_hold hold;
   xfer_hold_take(&hold, src, dst_dev, NULL);
   xfer_path path = XFER_PATH_HOST;
@@ -276,6 +305,29 @@ static xfer_code check_same_layout(const xfer_tensor *dst, const xfer_tensor *sr
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                              xfer_error *err)
 {
+  if (src && dst && (!src->contiguous || !dst->contiguous)) {
+    /* views: the source packed on the host (or read packed), scattered into the target (the
+    ** reads and writes check both under their devices' locks) */
+    xfer_code rc = check_same_layout(dst, src, err);
+    if (rc) return rc;
+    xfer_tensor *packed = NULL;
+    if (!src->contiguous) rc = pack_on_host(src, &packed, err);
+    if (!rc && dst->contiguous) rc = xfer_transfer_copy(dst, packed, opts, err);
+    if (!rc && !dst->contiguous) {
+      xfer_tensor *from = packed ? packed : src;
+      void *bytes = from->nbytes ? xfer_be_host_address(from->dev, from->buf, from->offset) : NULL;
+      char *scratch = NULL;
+      if (!bytes && from->nbytes) { /* a contiguous device source: read it packed first */
+        bytes = scratch = malloc(from->nbytes);
+        rc = scratch ? xfer_tensor_read(from, scratch, from->nbytes, err)
+                     : xfer_err_set(err, XFER_E_ALLOC, "copy", "out of host memory");
+      }
+      if (!rc && from->nbytes) rc = xfer_tensor_write(dst, bytes, from->nbytes, err);
+      free(scratch);
+    }
+    xfer_tensor_release(packed);
+    return rc;
+  }
   /* checked under the locks: another thread may be freeing either tensor */
   xfer_hold hold;
   xfer_hold_take(&hold, src, dst->dev, dst);

@@ -9,16 +9,33 @@
 #include "binding.h"
 
 static int error_tostring(lua_State *L);
+static int error_concat(lua_State *L);
 
 static void error_metatable(lua_State *L)
 {
   if (luaL_newmetatable(L, XL_ERROR)) {
     lua_pushcfunction(L, error_tostring);
     lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, error_concat);
+    lua_setfield(L, -2, "__concat");
     lua_pushliteral(L, XL_ERROR);
     lua_setfield(L, -2, "__name");
   }
   lua_pop(L, 1);
+}
+
+/* "script.lua:12": the line of the script that called into xferlua -- the innermost Lua
+** function that is not xferlua's own Lua (lua/xfer/...) -- or "?" from C alone. */
+static void push_where(lua_State *L)
+{
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
+    if (!strncmp(ar.source, "@lua/xfer/", 10)) continue;
+    lua_pushfstring(L, "%s:%d", ar.short_src, ar.currentline);
+    return;
+  }
+  lua_pushliteral(L, "?");
 }
 
 void xl_push_error(lua_State *L, const xfer_error *err)
@@ -45,6 +62,8 @@ void xl_push_error(lua_State *L, const xfer_error *err)
   lua_setfield(L, -2, "injected");
   lua_pushstring(L, err->message);
   lua_setfield(L, -2, "message");
+  push_where(L);
+  lua_setfield(L, -2, "where");
   luaL_getmetatable(L, XL_ERROR);
   lua_setmetatable(L, -2);
 }
@@ -151,6 +170,26 @@ static int has_metatable(lua_State *L, int idx, const char *name)
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
+}
+
+/* "prefix: " .. e and e .. "": the message stands for the error, as tostring(e) does. */
+static int error_concat(lua_State *L)
+{
+  for (int i = 1; i <= 2; i++) {
+    if (lua_istable(L, i) && has_metatable(L, i, XL_ERROR)) {
+      lua_getfield(L, i, "message");
+      if (!lua_isstring(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushliteral(L, "xfer error");
+      }
+    } else if (lua_type(L, i) == LUA_TSTRING || lua_type(L, i) == LUA_TNUMBER) {
+      lua_pushvalue(L, i);
+    } else {
+      return luaL_error(L, "attempt to concatenate an xfer.Error with a %s", luaL_typename(L, i));
+    }
+  }
+  lua_concat(L, 2);
+  return 1;
 }
 
 void *xl_test_udata(lua_State *L, int idx, const char *name)

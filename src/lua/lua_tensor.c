@@ -401,7 +401,8 @@ static int m_equals(lua_State *L)
 
 static int m_free(lua_State *L)
 {
-  xfer_tensor_free(xl_check_tensor(L, 1, "free"));
+  xfer_error err;
+  if (xfer_tensor_free(xl_check_tensor(L, 1, "free"), &err)) xl_raise(L, &err);
   return 0;
 }
 
