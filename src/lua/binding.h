@@ -39,6 +39,8 @@ void xl_open_error(lua_State *L, int module);
 /* Raises `invalid` when a function that takes no arguments is given some (xfer.stats("json")
 ** must not look as if it did something with them). */
 void xl_no_args(lua_State *L, const char *fname);
+/* The same for a method: nothing after its first `n` arguments (the tensor). */
+void xl_no_args_after(lua_State *L, int n, const char *fname);
 
 /* __newindex of userdata whose fields are read-only (tensors, devices): an xfer.Error. */
 int xl_read_only(lua_State *L);
@@ -73,6 +75,14 @@ xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname);
 void xl_open_tensor(lua_State *L, int module);
 /* Creates the xfer.Tensor metatable unless this state has it. */
 void xl_tensor_metatable(lua_State *L);
+/* An empty tensor userdata pushed first (so that nothing leaks if Lua runs out of memory),
+** then given a new tensor whose reference it takes over. */
+void *xl_new_tensor_box(lua_State *L);
+void xl_tensor_box_adopt(lua_State *L, void *box, xfer_tensor *t);
+/* lua_view.c: views, elements, in-place writes (methods of xfer.Tensor, at `methods`) */
+void xl_view_methods(lua_State *L, int methods);
+/* t[i] and t[{...}]: the element or view an index names; 0 when `key` is no index */
+int xl_tensor_index(lua_State *L, xfer_tensor *t, int key);
 
 /* The {via=...} options of a move at `idx` (absent: the planner chooses). */
 void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_opts *out);

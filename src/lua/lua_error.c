@@ -137,6 +137,13 @@ const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *
   return s;
 }
 
+void xl_no_args_after(lua_State *L, int n, const char *fname)
+{
+  if (lua_gettop(L) > n)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s takes no arguments (got %d)", fname,
+                  lua_gettop(L) - n);
+}
+
 void xl_no_args(lua_State *L, const char *fname)
 {
   if (lua_gettop(L) > 0)

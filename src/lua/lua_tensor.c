@@ -32,6 +32,9 @@ static void box_adopt(lua_State *L, tensor_box *box, xfer_tensor *t)
   xl_gc_pressure(L, t);
 }
 
+void *xl_new_tensor_box(lua_State *L) { return new_box(L); }
+void xl_tensor_box_adopt(lua_State *L, void *box, xfer_tensor *t) { box_adopt(L, box, t); }
+
 void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
 {
   tensor_box *box = new_box(L);
@@ -354,7 +357,8 @@ static int l_plan(lua_State *L)
 ** left on the stack so that the GC frees it. */
 static const char *host_bytes(lua_State *L, xfer_tensor *t)
 {
-  const char *in_place = xfer_tensor_host_data(t);
+  /* in place when its elements lie packed in host memory; a view's are gathered */
+  const char *in_place = xfer_tensor_is_contiguous(t) ? xfer_tensor_host_data(t) : NULL;
   if (in_place || xfer_tensor_nbytes(t) == 0) return in_place;
   tensor_box *box = new_box(L);
   xfer_tensor *copy;
@@ -444,6 +448,8 @@ static int t_index(lua_State *L)
   lua_pushvalue(L, 2);
   lua_rawget(L, lua_upvalueindex(1)); /* methods */
   if (!lua_isnil(L, -1)) return 1;
+  lua_pop(L, 1);
+  if (lua_type(L, 2) != LUA_TSTRING) return xl_tensor_index(L, t, 2); /* t[i], t[{...}] */
   const char *key = lua_tostring(L, 2);
   if (!key) return 0;
   if (!strcmp(key, "freed")) {
@@ -451,10 +457,24 @@ static int t_index(lua_State *L)
     return 1;
   }
   if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "ndim") &&
-      strcmp(key, "numel") && strcmp(key, "nbytes") && strcmp(key, "device"))
+      strcmp(key, "numel") && strcmp(key, "nbytes") && strcmp(key, "device") &&
+      strcmp(key, "strides") && strcmp(key, "offset"))
     return 0;
   check_live(L, 1, key);
   const xfer_shape *shape = xfer_tensor_shape(t);
+  if (!strcmp(key, "strides")) { /* in elements, as torch counts them */
+    const int64_t *strides = xfer_tensor_strides(t);
+    lua_createtable(L, shape->ndim, 0);
+    for (int i = 0; i < shape->ndim; i++) {
+      lua_pushnumber(L, (lua_Number)strides[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+  }
+  if (!strcmp(key, "offset")) { /* the first element within the memory it shares */
+    lua_pushnumber(L, (lua_Number)xfer_tensor_first(t));
+    return 1;
+  }
   if (!strcmp(key, "dtype"))
     lua_pushstring(L, xfer_dtype_name(xfer_tensor_dtype(t)));
   else if (!strcmp(key, "ndim"))
@@ -501,6 +521,7 @@ void xl_tensor_metatable(lua_State *L)
   /* the methods are xfer.Tensor, so scripts can add their own (as torch users did) */
   lua_newtable(L);
   luaL_register(L, NULL, methods);
+  xl_view_methods(L, lua_gettop(L));
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "methods");
   lua_pushcclosure(L, t_index, 1);

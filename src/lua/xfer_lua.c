@@ -391,7 +391,8 @@ static void open_faults(lua_State *L, int module)
 /* Embedded files that add to `xfer` itself: run with the module table as argument. */
 static int extends_module(const char *name)
 {
-  return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback");
+  return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
+         !strcmp(name, "xfer.format");
 }
 
 static void run_prelude(lua_State *L, int module)
