@@ -259,8 +259,8 @@ static int64_t slice_index(lua_State *L, int idx, int64_t size, int dim, const c
 }
 
 /* t:slice{e1, e2, ...}: per dimension, a number (that entry, the dimension dropped), {a, b}
-** (entries a..b, both included; negative counts from the end), {a} (entry a, kept), or {}
-** / nothing (all of it). */
+** (entries a..b, both included; negative counts from the end), {a, b, step} (every step-th
+** of them), {a} (entry a, kept), or {} / nothing (all of it). */
 static int slice(lua_State *L, xfer_tensor *t, int spec, const char *fname)
 {
   struct layout v;
@@ -279,22 +279,28 @@ static int slice(lua_State *L, xfer_tensor *t, int spec, const char *fname)
       drop[d] = 1;
     } else if (lua_istable(L, e)) {
       int parts = (int)lua_objlen(L, e);
-      if (parts > 2)
-        xl_raise_code(L, XFER_E_INVALID, fname, "%s: entry %d has %d numbers ({a, b} at most)",
-                      fname, d + 1, parts);
+      if (parts > 3)
+        xl_raise_code(L, XFER_E_INVALID, fname, "%s: entry %d has %d numbers ({a, b, step} at "
+                      "most)", fname, d + 1, parts);
       if (parts > 0) {
         lua_rawgeti(L, e, 1);
         int64_t a = slice_index(L, -1, size, d, fname);
         int64_t b = a;
-        if (parts == 2) {
+        if (parts >= 2) {
           lua_rawgeti(L, e, 2);
           b = slice_index(L, -1, size, d, fname);
+        }
+        int64_t step = 1;
+        if (parts == 3) {
+          lua_rawgeti(L, e, 3);
+          step = whole(L, -1, fname, "a step", 1, size ? size : 1);
         }
         if (b < a)
           xl_raise_code(L, XFER_E_INVALID, fname, "%s: entry %d runs from %lld back to %lld",
                         fname, d + 1, (long long)a, (long long)b);
         v.first += (a - 1) * v.strides[d];
-        v.shape.dims[d] = b - a + 1;
+        v.shape.dims[d] = (b - a) / step + 1;
+        v.strides[d] *= step;
       }
     } else if (!lua_isnil(L, e)) {
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: entry %d is a %s (a number, {a, b} or {})",
