@@ -67,6 +67,11 @@ int xfer_dtype_is_float(xfer_dtype dtype);
 xfer_code xfer_value_store(xfer_dtype dtype, double value, void *dst, xfer_error *err);
 /* The element at `src` as a double (exact except i64/u64 beyond 2^53). */
 double xfer_value_load(xfer_dtype dtype, const void *src);
+/* n elements of `from` at src stored as `to` at dst, each as xfer_value_store stores a
+** value (integers to integers exactly). XFER_E_INVALID naming the first element (1-based)
+** that does not fit. */
+xfer_code xfer_convert(xfer_dtype to, void *dst, xfer_dtype from, const void *src, size_t n,
+                       xfer_error *err);
 
 /* -- Context, runtimes, devices ---------------------------------------------- */
 
@@ -241,6 +246,9 @@ int xfer_path_parse(const char *name, xfer_path *out);
 
 typedef struct xfer_transfer_opts {
   xfer_path via;          /* XFER_PATH_AUTO, or a path to force */
+  int convert;            /* 1: the new tensor is of `dtype` (xfer_transfer_to) */
+  xfer_dtype dtype;       /* converted on the host: the move passes the host (via AUTO or
+                          ** HOST; any other path is XFER_E_UNSUPPORTED) */
 } xfer_transfer_opts;
 
 #define XFER_PLAN_MAX_STEPS 6
@@ -259,8 +267,9 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst_dev,
 ** and `src` is untouched. */
 xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev,
                            const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err);
-/* Fills `dst` from `src` (same dtype and shape, any devices). On failure `src` is
-** untouched; `dst` may hold part of the data. */
+/* Fills `dst` from `src` (same shape, any devices). Between dtypes, converted on the host as
+** xfer_convert does (the move passes the host). On failure `src` is untouched; `dst` may
+** hold part of the data. */
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src,
                              const xfer_transfer_opts *opts, xfer_error *err);
 

@@ -73,7 +73,7 @@ static void test_tensors(xfer_ctx *ctx)
   float seven = 7;
   CHECK(xfer_tensor_fill(u, &seven, &err) == 0);
   CHECK(xfer_tensor_equal(t, u, &equal, &err) == 0 && !equal);
-  CHECK(xfer_transfer_copy(u, t, &(xfer_transfer_opts){XFER_PATH_HOST}, &err) == 0);
+  CHECK(xfer_transfer_copy(u, t, &(xfer_transfer_opts){.via = XFER_PATH_HOST}, &err) == 0);
   CHECK(xfer_tensor_equal(t, u, &equal, &err) == 0 && equal);
 
   xfer_memory_info mem;
@@ -103,7 +103,7 @@ static void test_plan(xfer_ctx *ctx)
   CHECK(xfer_transfer_plan(t, host, NULL, &plan, &err) == 0);
   CHECK(plan.path == XFER_PATH_SAME_DEVICE && plan.nsteps == 1);
   CHECK_STR(plan.steps[0], "copy 16 bytes within host");
-  xfer_transfer_opts staged = {XFER_PATH_STAGED};
+  xfer_transfer_opts staged = {.via = XFER_PATH_STAGED};
   CHECK(xfer_transfer_plan(t, host, &staged, &plan, &err) == XFER_E_UNSUPPORTED);
   xfer_path p;
   CHECK(xfer_path_parse("interop", &p) == 0 && p == XFER_PATH_INTEROP);
@@ -138,7 +138,7 @@ static void test_faults(xfer_ctx *ctx)
   xfer_memory_info before, after;
   xfer_device_memory(host, &before);
   CHECK(xfer_fault_parse(ctx, "host:read", &err) == 0);
-  CHECK(xfer_transfer_to(t, host, &(xfer_transfer_opts){XFER_PATH_HOST}, &u, &err) == XFER_E_READ);
+  CHECK(xfer_transfer_to(t, host, &(xfer_transfer_opts){.via = XFER_PATH_HOST}, &u, &err) == XFER_E_READ);
   CHECK(u == NULL);
   CHECK_STR(err.op, "read");
   CHECK_STR(err.from, "host");

@@ -196,3 +196,85 @@ double xfer_value_load(xfer_dtype dtype, const void *src)
   default: return NAN;
   }
 }
+
+/* Integers to integers exactly (no detour through double, which loses 64-bit values). */
+static int load_integer(xfer_dtype dtype, const void *src, int64_t *as_signed, uint64_t *as_unsigned)
+{
+  union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+          uint64_t u64; int64_t i64; } v;
+  memcpy(&v, src, xfer_dtype_size(dtype));
+  switch (dtype) { /* returns 1 for a negative value (in *as_signed) */
+  case XFER_I8: *as_signed = v.i8; break;
+  case XFER_I16: *as_signed = v.i16; break;
+  case XFER_I32: *as_signed = v.i32; break;
+  case XFER_I64: *as_signed = v.i64; break;
+  case XFER_U8: *as_unsigned = v.u8; return 0;
+  case XFER_BOOL: *as_unsigned = v.u8 != 0; return 0;
+  case XFER_U16: *as_unsigned = v.u16; return 0;
+  case XFER_U32: *as_unsigned = v.u32; return 0;
+  default: *as_unsigned = v.u64; return 0;
+  }
+  if (*as_signed < 0) return 1;
+  *as_unsigned = (uint64_t)*as_signed;
+  return 0;
+}
+
+static xfer_code store_whole(xfer_dtype dtype, int negative, int64_t s, uint64_t u, void *dst,
+                             xfer_error *err)
+{
+  static const uint64_t max[XFER_DTYPE__COUNT] = {
+    [XFER_I8] = INT8_MAX, [XFER_I16] = INT16_MAX, [XFER_I32] = INT32_MAX, [XFER_I64] = INT64_MAX,
+    [XFER_U8] = UINT8_MAX, [XFER_U16] = UINT16_MAX, [XFER_U32] = UINT32_MAX,
+    [XFER_U64] = UINT64_MAX, [XFER_BOOL] = 1,
+  };
+  static const int64_t min[XFER_DTYPE__COUNT] = {
+    [XFER_I8] = INT8_MIN, [XFER_I16] = INT16_MIN, [XFER_I32] = INT32_MIN, [XFER_I64] = INT64_MIN,
+  };
+  if (negative ? s < min[dtype] : u > max[dtype]) {
+    if (negative)
+      return xfer_err_set(err, XFER_E_INVALID, "convert", "value %lld is out of range for %s (%s)",
+                          (long long)s, xfer_dtype_name(dtype), dtype_range[dtype]);
+    return xfer_err_set(err, XFER_E_INVALID, "convert", "value %llu is out of range for %s (%s)",
+                        (unsigned long long)u, xfer_dtype_name(dtype), dtype_range[dtype]);
+  }
+  int64_t v = negative ? s : (int64_t)u;
+  switch (dtype) {
+  case XFER_I8: { int8_t x = (int8_t)v; memcpy(dst, &x, 1); break; }
+  case XFER_I16: { int16_t x = (int16_t)v; memcpy(dst, &x, 2); break; }
+  case XFER_I32: { int32_t x = (int32_t)v; memcpy(dst, &x, 4); break; }
+  case XFER_I64: memcpy(dst, &v, 8); break;
+  case XFER_U8: case XFER_BOOL: { uint8_t x = (uint8_t)u; memcpy(dst, &x, 1); break; }
+  case XFER_U16: { uint16_t x = (uint16_t)u; memcpy(dst, &x, 2); break; }
+  case XFER_U32: { uint32_t x = (uint32_t)u; memcpy(dst, &x, 4); break; }
+  default: memcpy(dst, &u, 8); break;
+  }
+  return XFER_E_OK;
+}
+
+xfer_code xfer_convert(xfer_dtype to, void *dst, xfer_dtype from, const void *src, size_t n,
+                       xfer_error *err)
+{
+  size_t in = xfer_dtype_size(from), out = xfer_dtype_size(to);
+  int whole = !xfer_dtype_is_float(from) && !xfer_dtype_is_float(to);
+  for (size_t i = 0; i < n; i++) {
+    const char *p = (const char *)src + i * in;
+    char *q = (char *)dst + i * out;
+    xfer_code rc;
+    if (whole) {
+      int64_t s = 0;
+      uint64_t u = 0;
+      int negative = load_integer(from, p, &s, &u);
+      rc = store_whole(to, negative, s, u, q, err);
+    } else {
+      rc = xfer_value_store(to, xfer_value_load(from, p), q, err);
+    }
+    if (rc) { /* which element: "element 7: value 300 is out of range for u8 (0 to 255)" */
+      char why[sizeof err->message];
+      memcpy(why, err->message, sizeof why);
+      xfer_err_set(err, rc, "convert", "%s to %s: element %zu: %s", xfer_dtype_name(from),
+                   xfer_dtype_name(to), i + 1, why);
+      return rc;
+    }
+  }
+  return XFER_E_OK;
+}

@@ -256,10 +256,75 @@ static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor **out, xfer_error *e
   return rc;
 }
 
+/* A new host tensor holding src's elements as `dtype`: src read packed to the host (in place
+** when it lies there), converted element by element. */
+static xfer_code convert_on_host(xfer_tensor *src, xfer_dtype dtype, xfer_tensor **out,
+                                 xfer_error *err)
+{
+  xfer_device *host = xfer_host_of(src->dev->ctx);
+  xfer_tensor *packed = NULL;
+  xfer_code rc = XFER_E_OK;
+  if (!xfer_is_host(src->dev) || !src->contiguous) rc = pack_on_host(src, &packed, err);
+  xfer_tensor *from = packed ? packed : src;
+  if (!rc) rc = xfer_tensor_check(from, "convert", err);
+  if (!rc) rc = xfer_tensor_alloc(host, dtype, &src->shape, src->dev, out, err);
+  if (!rc && src->numel) {
+    const void *in = xfer_be_host_address(host, from->buf, from->offset);
+    void *converted = xfer_be_host_address(host, (*out)->buf, (*out)->offset);
+    rc = xfer_convert(dtype, converted, src->dtype, in, src->numel, err);
+    if (rc) {
+      xfer_tensor_release(*out);
+      *out = NULL;
+    }
+  }
+  xfer_tensor_release(packed);
+  return rc;
+}
+
+/* The ends of a converting move on its error: a conversion's own error is framed ("Failed to
+** convert a tensor from a to b: f32 to u8: element 3: ..."); a read on the way already says
+** what failed, and only gets the move's ends. */
+static xfer_code convert_failed(xfer_code rc, xfer_error *err, const xfer_device *from,
+                                const xfer_device *to, size_t nbytes)
+{
+  if (!err) return rc;
+  if (!strcmp(err->op, "convert")) {
+    xfer_err_frame(err, from, to, nbytes);
+  } else if (strcmp(err->op, "plan") && strcmp(err->op, "copy")) {
+    snprintf(err->from, sizeof err->from, "%s", from->name);
+    snprintf(err->to, sizeof err->to, "%s", to->name);
+  }
+  return rc;
+}
+
+/* A dtype change passes the host: only the host path (or the planner's choice) allows it. */
+static xfer_code check_convert_path(const xfer_transfer_opts *opts, const char *op, xfer_error *err)
+{
+  if (!opts || opts->via == XFER_PATH_AUTO || opts->via == XFER_PATH_HOST) return XFER_E_OK;
+  return xfer_err_set(err, XFER_E_UNSUPPORTED, op, "a dtype change is made on the host: the move "
+                      "passes the host, which via = \"%s\" forbids (via = \"host\", or none)",
+                      xfer_path_name(opts->via));
+}
+
 xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
+  if (src && opts && opts->convert && opts->dtype != src->dtype) {
+    if ((unsigned)opts->dtype >= XFER_DTYPE__COUNT)
+      return xfer_err_set(err, XFER_E_INVALID, "convert", "unknown dtype %d", (int)opts->dtype);
+    xfer_tensor *converted;
+    xfer_code rc = check_convert_path(opts, "plan", err);
+    if (!rc) rc = convert_on_host(src, opts->dtype, &converted, err);
+    if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
+    if (xfer_is_host(dst_dev)) {
+      *out = converted;
+      return XFER_E_OK;
+    }
+    rc = xfer_transfer_to(converted, dst_dev, NULL, out, err);
+    xfer_tensor_release(converted);
+    return rc;
+  }
   if (src && !src->contiguous) { /* a view's layout never changes: no lock to read it */
     xfer_tensor *packed;
     xfer_code rc = pack_on_host(src, &packed, err); /* checks src under its device's lock */
@@ -288,27 +353,37 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   return XFER_E_OK;
 }
 
-static xfer_code check_same_layout(const xfer_tensor *dst, const xfer_tensor *src,
-                                   xfer_error *err)
+static xfer_code check_same_shape(const xfer_tensor *dst, const xfer_tensor *src,
+                                  xfer_error *err)
 {
-  if (dst->dtype == src->dtype && dst->shape.ndim == src->shape.ndim &&
+  if (dst->shape.ndim == src->shape.ndim &&
       !memcmp(dst->shape.dims, src->shape.dims, sizeof dst->shape.dims[0] * (size_t)dst->shape.ndim))
     return XFER_E_OK;
   char want[96], got[96];
   xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
   xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
   return xfer_err_set(err, XFER_E_INVALID, "copy",
-                      "copy_from needs one dtype and shape at both ends: target %s, source %s",
-                      want, got);
+                      "copy_from needs one shape at both ends: target %s, source %s", want, got);
 }
+
 
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                              xfer_error *err)
 {
+  if (src && dst && src->dtype != dst->dtype) { /* converted on the host, then copied */
+    xfer_tensor *converted;
+    xfer_code rc = check_same_shape(dst, src, err);
+    if (!rc) rc = check_convert_path(opts, "copy", err);
+    if (!rc) rc = convert_on_host(src, dst->dtype, &converted, err);
+    if (rc) return convert_failed(rc, err, src->dev, dst->dev, src->nbytes);
+    rc = xfer_transfer_copy(dst, converted, NULL, err);
+    xfer_tensor_release(converted);
+    return rc;
+  }
   if (src && dst && (!src->contiguous || !dst->contiguous)) {
     /* views: the source packed on the host (or read packed), scattered into the target (the
     ** reads and writes check both under their devices' locks) */
-    xfer_code rc = check_same_layout(dst, src, err);
+    xfer_code rc = check_same_shape(dst, src, err);
     if (rc) return rc;
     xfer_tensor *packed = NULL;
     if (!src->contiguous) rc = pack_on_host(src, &packed, err);
@@ -334,7 +409,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   xfer_path path = XFER_PATH_HOST;
   xfer_code rc = xfer_tensor_check(dst, "copy", err);
   if (!rc) rc = xfer_tensor_check(src, "copy", err);
-  if (!rc) rc = check_same_layout(dst, src, err);
+  if (!rc) rc = check_same_shape(dst, src, err);
   if (!rc && dst != src) rc = choose(src, dst->dev, opts, &path, err);
   if (!rc && dst != src) rc = run(path, src, dst, err);
   xfer_hold_drop(&hold);

@@ -111,9 +111,19 @@ static xfer_device *opt_device(lua_State *L, int opts, const char *fname)
 
 void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
 {
-  static const char *const keys[] = {"via", NULL};
+  static const char *const keys[] = {"via", "dtype", NULL};
   xl_check_options(L, opts, fname, keys);
   const char *via = xl_opt_string(L, opts, fname, "via", "auto");
+  const char *dtype = xl_opt_string(L, opts, fname, "dtype", NULL);
+  memset(out, 0, sizeof *out);
+  if (dtype) {
+    if (!strcmp(fname, "copy_from"))
+      xl_raise_code(L, XFER_E_INVALID, fname, "copy_from: the target's dtype is the dtype "
+                    "(no 'dtype' option)");
+    if (xfer_dtype_parse(dtype, &out->dtype))
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: unknown dtype '%s'", fname, dtype);
+    out->convert = 1;
+  }
   out->via = XFER_PATH_AUTO;
   if (strcmp(via, "auto") && xfer_path_parse(via, &out->via))
     xl_raise_code(L, XFER_E_INVALID, fname,
@@ -300,6 +310,30 @@ static int m_to(lua_State *L)
   xfer_tensor *moved;
   xfer_error err;
   if (XL_ALLOCATING(L, xfer_transfer_to(t, dev, &opts, &moved, &err))) xl_raise(L, &err);
+  box_adopt(L, box, moved);
+  return 1;
+}
+
+/* t:to_dtype(name): a new tensor of that dtype on t's device (converted on the host). */
+static int m_to_dtype(lua_State *L)
+{
+  xfer_tensor *t = check_live(L, 1, "to_dtype");
+  size_t len;
+  const char *name = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &len) : NULL;
+  if (!name) xl_arg_error(L, 2, "to_dtype", "dtype name");
+  xl_no_args_after(L, 2, "to_dtype");
+  xfer_transfer_opts opts;
+  memset(&opts, 0, sizeof opts);
+  if (strlen(name) != len)
+    xl_raise_code(L, XFER_E_INVALID, "to_dtype", "to_dtype: a dtype name with a NUL byte");
+  if (xfer_dtype_parse(name, &opts.dtype))
+    xl_raise_code(L, XFER_E_INVALID, "to_dtype", "to_dtype: unknown dtype '%s'", name);
+  opts.convert = 1;
+  tensor_box *box = new_box(L);
+  xfer_tensor *moved;
+  xfer_error err;
+  if (XL_ALLOCATING(L, xfer_transfer_to(t, xfer_tensor_device(t), &opts, &moved, &err)))
+    xl_raise(L, &err);
   box_adopt(L, box, moved);
   return 1;
 }
@@ -500,7 +534,7 @@ static int t_index(lua_State *L)
 void xl_tensor_metatable(lua_State *L)
 {
   static const luaL_Reg methods[] = {
-    {"to", m_to}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
+    {"to", m_to}, {"to_dtype", m_to_dtype}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
     {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free},
     {"to_async", xl_to_async}, {NULL, NULL},
   };
