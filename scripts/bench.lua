@@ -1,6 +1,6 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
---   [--pair-size 256M] [--tables host,pairs,staged,to]
+--   [--pair-size 256M] [--tables host,pairs,staged,to,strided]
 --   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
 --   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
@@ -10,7 +10,7 @@ local bench = require "xfer.bench"
 
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
-local tables_text = "host,pairs,staged,to"
+local tables_text = "host,pairs,staged,to,strided"
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
@@ -240,4 +240,41 @@ if wanted.to then
   end
   print()
   print(bench.table(rows))
+end
+
+-- strided: every other row of a matrix of --pair-size bytes (rows of 16 KiB), moved
+-- host -> device and device -> host as a view, beside making it contiguous first and moving
+-- that (what a user without views would do); bandwidth counts the bytes of the view.
+if wanted.strided then
+  local n = bench.parse_size(pair_text)
+  local cols = 4096 -- f32: 16 KiB rows
+  local rows_n = math.max(2, math.floor(n / (cols * 4)))
+  local view_bytes = math.floor(rows_n / 2) * cols * 4
+  local out = { { ("every other row of f32[%d,%d]"):format(rows_n, cols), "view bytes", "view GB/s",
+                  "view ms", "contiguous() then to GB/s", "ms" } }
+  for _, dev in ipairs(xfer.devices()) do
+    if dev ~= host then
+      for _, dir in ipairs({ "h2d", "d2h" }) do
+        local from, to = host, dev
+        if dir == "d2h" then from, to = dev, host end
+        local m = xfer.zeros({ rows_n, cols }, { device = from })
+        local v = m:slice({ { 1, -1, 2 } })
+        local reps = bench.reps_for(view_bytes, 0.5, 2)
+        local ok, s = pcall(bench.time, function() v:to(to):free() end, reps)
+        local ok2, s2 = pcall(bench.time, function()
+          local c = v:contiguous()
+          c:to(to):free()
+          if c ~= v then c:free() end
+        end, reps)
+        out[#out + 1] = { from.name .. " -> " .. to.name, bench.format_size(view_bytes),
+                          ok and fmt_rate(view_bytes, s) or "failed", ok and ("%.2f"):format(s * 1e3) or tostring(s),
+                          ok2 and fmt_rate(view_bytes, s2) or "failed", ok2 and ("%.2f"):format(s2 * 1e3) or tostring(s2) }
+        v:free() -- the view first: memory that views use cannot be freed
+        m:free()
+        collectgarbage()
+      end
+    end
+  end
+  print()
+  print(bench.table(out))
 end

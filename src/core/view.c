@@ -176,14 +176,16 @@ xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error
     return each_run(t, &run, io_run, &m, err); /* a driver call per run */
   /* the covering span through host memory: read, pack or scatter, and (scattering) written
   ** back whole -- under the device's lock, so no other move of ours writes it meanwhile */
-  char *scratch = malloc(span);
-  if (!scratch) return xfer_err_set(err, XFER_E_ALLOC, to_packed ? "read" : "write",
-                                    "out of host memory for a %zu-byte span", span);
-  m.strided = scratch;
-  xfer_code rc = xfer_be_read(t->dev, t->buf, t->offset, scratch, span, err);
+  /* the span's host memory from the host's cache: its pages are reused, not faulted in anew */
+  xfer_device *host = xfer_host_of(t->dev->ctx);
+  xfer_block *scratch;
+  xfer_code rc = xfer_mem_alloc(host, span, &scratch, err);
+  if (rc) return rc;
+  m.strided = xfer_be_host_address(host, scratch->buf, scratch->offset);
+  rc = xfer_be_read(t->dev, t->buf, t->offset, m.strided, span, err);
   if (!rc) rc = each_run(t, &run, copy_run, &m, err);
-  if (!rc && !to_packed) rc = xfer_be_write(t->dev, t->buf, t->offset, scratch, span, err);
-  free(scratch);
+  if (!rc && !to_packed) rc = xfer_be_write(t->dev, t->buf, t->offset, m.strided, span, err);
+  xfer_mem_free(scratch);
   return rc;
 }
 
