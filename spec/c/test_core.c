@@ -153,6 +153,48 @@ static void test_faults(xfer_ctx *ctx)
   xfer_tensor_release(t);
 }
 
+/* Views, elements and a dtype change through the C API. */
+static void test_views(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  int32_t values[6] = {0, 1, 2, 3, 4, 5}, back[6];
+  xfer_shape shape = {2, {2, 3}};
+  xfer_tensor *t, *v, *w;
+  CHECK(xfer_tensor_from_bytes(host, XFER_I32, &shape, values, sizeof values, &t, &err) == 0);
+  CHECK(xfer_tensor_is_contiguous(t) && xfer_tensor_strides(t)[0] == 3);
+  /* the transpose: shape 3x2, strides 1 and 3 */
+  xfer_shape tshape = {2, {3, 2}};
+  int64_t tstrides[2] = {1, 3};
+  CHECK(xfer_tensor_view(t, &tshape, tstrides, 0, &v, &err) == 0);
+  CHECK(!xfer_tensor_is_contiguous(v));
+  CHECK(xfer_tensor_read(v, back, sizeof back, &err) == 0);
+  CHECK(back[0] == 0 && back[1] == 3 && back[2] == 1 && back[5] == 5);
+  int32_t elem = 0;
+  CHECK(xfer_tensor_get(v, (int64_t[]){2, 1}, 2, &elem, &err) == 0 && elem == 5);
+  elem = -1;
+  CHECK(xfer_tensor_set(v, (int64_t[]){0, 1}, 2, &elem, &err) == 0);
+  CHECK(xfer_tensor_get(t, (int64_t[]){1, 0}, 2, &elem, &err) == 0 && elem == -1);
+  CHECK(xfer_tensor_get(t, (int64_t[]){2, 0}, 2, &elem, &err) == XFER_E_INVALID);
+  /* a view past the end is refused; freeing memory a view uses is refused */
+  CHECK(xfer_tensor_view(t, &tshape, tstrides, 1, &w, &err) == XFER_E_INVALID);
+  CHECK(xfer_tensor_free(t, &err) == XFER_E_IN_USE);
+  /* moved as a packed f64 tensor */
+  xfer_tensor *moved;
+  xfer_transfer_opts to_f64 = {.convert = 1, .dtype = XFER_F64};
+  CHECK(xfer_transfer_to(v, host, &to_f64, &moved, &err) == 0);
+  CHECK(xfer_tensor_dtype(moved) == XFER_F64 && xfer_tensor_is_contiguous(moved));
+  double d[6];
+  CHECK(xfer_tensor_read(moved, d, sizeof d, &err) == 0 && d[1] == -1 && d[2] == 1);
+  xfer_tensor_release(moved);
+  CHECK(xfer_tensor_free(v, &err) == 0 && xfer_tensor_free(t, &err) == 0);
+  xfer_tensor_release(v);
+  xfer_tensor_release(t);
+  uint8_t small[2];
+  CHECK(xfer_convert(XFER_U8, small, XFER_I32, (int32_t[]){7, 256}, 2, &err) == XFER_E_INVALID);
+  CHECK_STR(err.message, "i32 to u8: element 2: value 256 is out of range for u8 (0 to 255)");
+}
+
 /* The context outlives its opener while tensors hold it. */
 static void test_lifetime(void)
 {
@@ -290,6 +332,7 @@ int main(void)
   test_tensors(ctx);
   test_plan(ctx);
   test_faults(ctx);
+  test_views(ctx);
   test_lifetime();
   test_engine(ctx);
   test_memory(ctx);
