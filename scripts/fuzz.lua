@@ -120,11 +120,62 @@ local ops = {
   copy_from = function()
     local a, b = random_live(), random_live()
     if not a or not b or a.t.freed or b.t.freed then return end
-    local same = a.t.dtype == b.t.dtype and table.concat(a.t.shape, ",") == table.concat(b.t.shape, ",")
+    local same_shape = table.concat(a.t.shape, ",") == table.concat(b.t.shape, ",")
+    local same = a.t.dtype == b.t.dtype and same_shape
+    -- another dtype converts on the host (values that do not fit: invalid); other paths say
+    -- unsupported for a conversion
     local ok = call("copy_from", { unsupported = true, invalid = not same }, a.t.copy_from, a.t, b.t,
                     { via = pick(paths) })
-    if ok then a.bytes = b.bytes elseif same and faulted then a.bytes = false end
+    if ok and same then
+      a.bytes = b.bytes
+    elseif ok then -- what the host's conversion makes of the model's bytes
+      local made, host_t = pcall(xfer.tensor, b.bytes, { dtype = b.t.dtype, shape = b.t.shape })
+      local conv_ok, converted = false, nil
+      if made then conv_ok, converted = pcall(host_t.to_dtype, host_t, a.t.dtype) end
+      local read_ok, bytes = false, nil
+      if conv_ok then read_ok, bytes = pcall(converted.tobytes, converted) end
+      a.bytes = read_ok and bytes or false
+      count("convert")
+    elseif same_shape and faulted then
+      a.bytes = false
+    end
     check(b, "a source after copy_from")
+  end,
+  -- a view (rows of dimension 1, or dimension 1 and 2 swapped) read and moved at once, and
+  -- dropped: views alias their base, which the model does not follow
+  view = function()
+    local e = random_live()
+    if not e or e.t.freed or not e.bytes or #e.t.shape == 0 or e.t.shape[1] == 0 then return end
+    local shape, n = e.t.shape, #e.bytes
+    local row = n / shape[1]
+    local ok, v, want
+    if #shape >= 2 and shape[2] > 0 and rand(2) == 1 then
+      ok, v = call("transpose", nil, e.t.transpose, e.t, 1, 2)
+      local inner = row / shape[2]
+      local parts = {}
+      for j = 1, shape[2] do
+        for i = 1, shape[1] do
+          local at = ((i - 1) * shape[2] + (j - 1)) * inner
+          parts[#parts + 1] = e.bytes:sub(at + 1, at + inner)
+        end
+      end
+      want = table.concat(parts)
+    else
+      local first = rand(shape[1])
+      local len = rand(0, shape[1] - first + 1)
+      ok, v = call("narrow", nil, e.t.narrow, e.t, 1, first, len)
+      want = e.bytes:sub((first - 1) * row + 1, (first - 1 + len) * row)
+    end
+    if not ok then return end
+    local read_ok, bytes = call("reading a view", nil, v.tobytes, v)
+    if read_ok and bytes ~= want then fail("wrong bytes: a view of " .. tostring(e.t)) end
+    local moved_ok, moved = call("moving a view", { unsupported = true }, v.to, v, pick(devices), { via = pick(paths) })
+    if moved_ok then
+      local got_ok, got = call("reading a moved view", nil, moved.tobytes, moved)
+      if got_ok and got ~= want then fail("wrong bytes: a view of " .. tostring(e.t) .. " moved") end
+    end
+    v:free()
+    count("view")
   end,
   clone = function()
     local e = random_live()
@@ -203,7 +254,8 @@ local ops = {
   end,
 }
 local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
-                  drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1 }
+                  drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1,
+                  view = 6 }
 local bag = {}
 for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
 table.sort(bag)

@@ -237,7 +237,10 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
   if (!rc && nbytes) {
     rc = t->contiguous ? xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err)
                        : xfer_view_move(t, (char *)src, 0, err);
-    if (rc) xfer_err_frame(err, xfer_host_of(t->dev->ctx), t->dev, nbytes);
+    /* a view's scatter reads its span first: a failed read is a read off the device */
+    int reading = rc && err && !strcmp(err->op, "read");
+    xfer_device *host = xfer_host_of(t->dev->ctx);
+    if (rc) xfer_err_frame(err, reading ? t->dev : host, reading ? host : t->dev, nbytes);
   }
   xfer_device_unlock(t->dev);
   return rc;
@@ -303,8 +306,12 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     return XFER_E_OK;
   if (!a->contiguous || !b->contiguous) { /* views: both packed on the host, compared */
     char *pa = malloc(a->nbytes ? a->nbytes : 1), *pb = malloc(b->nbytes ? b->nbytes : 1);
-    rc = pa && pb ? XFER_E_OK : xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
-    if (!rc) rc = xfer_tensor_read(a, pa, a->nbytes, err);
+    if (!pa || !pb) {
+      free(pa);
+      free(pb);
+      return xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
+    }
+    rc = xfer_tensor_read(a, pa, a->nbytes, err);
     if (!rc) rc = xfer_tensor_read(b, pb, b->nbytes, err);
     *equal = !rc && memcmp(pa, pb, a->nbytes) == 0;
     free(pa);

@@ -281,16 +281,16 @@ static xfer_code convert_on_host(xfer_tensor *src, xfer_dtype dtype, xfer_tensor
   return rc;
 }
 
-/* The ends of a converting move on its error: a conversion's own error is framed ("Failed to
-** convert a tensor from a to b: f32 to u8: element 3: ..."); a read on the way already says
-** what failed, and only gets the move's ends. */
+/* The ends of a converting or packing move on its error: a conversion's own error is framed
+** ("Failed to convert a tensor from a to b: f32 to u8: element 3: ..."); a read or write on
+** the way (through the host) already says what failed, and only gets the move's ends. */
 static xfer_code convert_failed(xfer_code rc, xfer_error *err, const xfer_device *from,
                                 const xfer_device *to, size_t nbytes)
 {
   if (!err) return rc;
   if (!strcmp(err->op, "convert")) {
     xfer_err_frame(err, from, to, nbytes);
-  } else if (strcmp(err->op, "plan") && strcmp(err->op, "copy")) {
+  } else {
     snprintf(err->from, sizeof err->from, "%s", from->name);
     snprintf(err->to, sizeof err->to, "%s", to->name);
   }
@@ -323,19 +323,19 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
     }
     rc = xfer_transfer_to(converted, dst_dev, NULL, out, err);
     xfer_tensor_release(converted);
-    return rc;
+    return rc ? convert_failed(rc, err, src->dev, dst_dev, src->nbytes) : rc;
   }
   if (src && !src->contiguous) { /* a view's layout never changes: no lock to read it */
     xfer_tensor *packed;
     xfer_code rc = pack_on_host(src, &packed, err); /* checks src under its device's lock */
-    if (rc) return rc;
+    if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
     if (xfer_is_host(dst_dev) && (!opts || opts->via == XFER_PATH_AUTO)) {
       *out = packed; /* packed on the host: that is the move */
       return XFER_E_OK;
     }
     rc = xfer_transfer_to(packed, dst_dev, opts, out, err);
     xfer_tensor_release(packed);
-    return rc;
+    return rc ? convert_failed(rc, err, src->dev, dst_dev, src->nbytes) : rc;
   }
   xfer_hold hold;
   xfer_hold_take(&hold, src, dst_dev, NULL);
@@ -378,7 +378,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
     if (rc) return convert_failed(rc, err, src->dev, dst->dev, src->nbytes);
     rc = xfer_transfer_copy(dst, converted, NULL, err);
     xfer_tensor_release(converted);
-    return rc;
+    return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
   }
   if (src && dst && (!src->contiguous || !dst->contiguous)) {
     /* views: the source packed on the host (or read packed), scattered into the target (the
@@ -401,7 +401,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
       free(scratch);
     }
     xfer_tensor_release(packed);
-    return rc;
+    return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
   }
   /* checked under the locks: another thread may be freeing either tensor */
   xfer_hold hold;
