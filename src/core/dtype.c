@@ -201,10 +201,10 @@ double xfer_value_load(xfer_dtype dtype, const void *src)
 static int load_integer(xfer_dtype dtype, const void *src, int64_t *as_signed, uint64_t *as_unsigned)
 {
   union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
-          uint64_t u64; int64_t i64; } v;
+          uint64_t u64; int64_t i64; } v = {.u64 = 0};
   memcpy(&v, src, xfer_dtype_size(dtype));
   switch (dtype) { /* returns 1 for a negative value (in *as_signed) */
-  case XFER_I8: *as_signed = v.i8; break;
+  case XFER_I8: *as_signed = (int64_t)(v.u8 ^ 0x80) - 0x80; break; /* the i8 value, sign kept */
   case XFER_I16: *as_signed = v.i16; break;
   case XFER_I32: *as_signed = v.i32; break;
   case XFER_I64: *as_signed = v.i64; break;

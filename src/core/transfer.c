@@ -310,7 +310,8 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
-  if (src && opts && opts->convert && opts->dtype != src->dtype) {
+  if (!src) return xfer_tensor_check(src, "plan", err); /* before src->dev is touched */
+  if (opts && opts->convert && opts->dtype != src->dtype) {
     if ((unsigned)opts->dtype >= XFER_DTYPE__COUNT)
       return xfer_err_set(err, XFER_E_INVALID, "convert", "unknown dtype %d", (int)opts->dtype);
     xfer_tensor *converted;
@@ -325,7 +326,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
     xfer_tensor_release(converted);
     return rc ? convert_failed(rc, err, src->dev, dst_dev, src->nbytes) : rc;
   }
-  if (src && !src->contiguous) { /* a view's layout never changes: no lock to read it */
+  if (!src->contiguous) { /* a view's layout never changes: no lock to read it */
     xfer_tensor *packed;
     xfer_code rc = pack_on_host(src, &packed, err); /* checks src under its device's lock */
     if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
@@ -370,7 +371,8 @@ static xfer_code check_same_shape(const xfer_tensor *dst, const xfer_tensor *src
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                              xfer_error *err)
 {
-  if (src && dst && src->dtype != dst->dtype) { /* converted on the host, then copied */
+  if (!src || !dst) return xfer_tensor_check(NULL, "copy", err); /* before either is touched */
+  if (src->dtype != dst->dtype) { /* converted on the host, then copied */
     xfer_tensor *converted;
     xfer_code rc = check_same_shape(dst, src, err);
     if (!rc) rc = check_convert_path(opts, "copy", err);
@@ -380,7 +382,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
     xfer_tensor_release(converted);
     return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
   }
-  if (src && dst && (!src->contiguous || !dst->contiguous)) {
+  if (!src->contiguous || !dst->contiguous) {
     /* views: the source packed on the host (or read packed), scattered into the target (the
     ** reads and writes check both under their devices' locks) */
     xfer_code rc = check_same_shape(dst, src, err);

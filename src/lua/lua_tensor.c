@@ -318,9 +318,9 @@ static int m_to(lua_State *L)
 static int m_to_dtype(lua_State *L)
 {
   xfer_tensor *t = check_live(L, 1, "to_dtype");
-  size_t len;
-  const char *name = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &len) : NULL;
-  if (!name) xl_arg_error(L, 2, "to_dtype", "dtype name");
+  if (lua_type(L, 2) != LUA_TSTRING) xl_arg_error(L, 2, "to_dtype", "dtype name");
+  size_t len = 0;
+  const char *name = lua_tolstring(L, 2, &len);
   xl_no_args_after(L, 2, "to_dtype");
   xfer_transfer_opts opts;
   memset(&opts, 0, sizeof opts);

@@ -95,11 +95,13 @@ static void new_shape(lua_State *L, int idx, const char *fname, size_t numel, xf
     shape->dims[i] = d;
   }
   if (infer >= 0) {
-    if (known == 0 || numel % known)
+    if (known != 0 && numel % known == 0) {
+      shape->dims[infer] = (int64_t)(numel / known);
+      known = numel;
+    } else {
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: %zu elements do not divide into that shape",
                     fname, numel);
-    shape->dims[infer] = (int64_t)(numel / known);
-    known = numel;
+    }
   }
   if (known != numel)
     xl_raise_code(L, XFER_E_INVALID, fname, "%s: a shape of %zu elements for a tensor of %zu",
