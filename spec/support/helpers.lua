@@ -29,10 +29,18 @@ end
 --- For the rest of the running spec, every allocation reaches the driver (caching off,
 --- every cache given back, nothing left for the collector to reclaim): an injected alloc
 --- fault only fails a driver call, and host memory is imported or pinned afresh. Call it
---- inside an `it`, once; the setting comes back when the spec ends.
+--- inside an `it` (again is harmless, as in a loop over devices); the setting comes back when
+--- the spec ends.
+local restoring = false -- a restore is registered: a second call in one spec keeps it
 function helpers.uncached()
-  local saved = xfer.config().cache
-  getfenv(2).finally(function() xfer.config({ cache = saved }) end) -- busted's, in the spec's env
+  if not restoring then
+    local saved = xfer.config().cache
+    restoring = true
+    getfenv(2).finally(function() -- busted's, in the spec's env
+      xfer.config({ cache = saved })
+      restoring = false
+    end)
+  end
   collectgarbage()
   collectgarbage()
   xfer.config({ cache = false })
