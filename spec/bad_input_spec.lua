@@ -150,12 +150,7 @@ local cases = {
 
 describe("bad input", function()
   after_each(function() xfer.faults.clear() end)
-  for _, case in ipairs(cases) do
-    it(case[1], function()
-      local e = h.raises("invalid", case[2])
-      assert.are.equal(case[3], e.message)
-    end)
-  end
+  h.each_invalid(cases)
 
   it("leaves no tensor memory behind", function()
     local host = xfer.device("host")

@@ -75,12 +75,7 @@ describe("elements", function()
         "write: part of a non-contiguous tensor: write all of it, or a view of the part (t:narrow, t:slice)" },
       { "write a number", function() return t:write(5) end, "bad argument #2 to 'write' (string or table expected, got number)" },
     }
-    for _, case in ipairs(cases) do
-      it(case[1], function()
-        local e = h.raises("invalid", case[2])
-        assert.are.equal(case[3], e.message)
-      end)
-    end
+    h.each_invalid(cases)
 
     it("a freed tensor says freed", function()
       local u = xfer.arange(4)

@@ -189,12 +189,7 @@ describe("views", function()
       { "t[i] out of range", function() return t[3] end, "index: the index must be a whole number in 1..2, not 3" },
       { "t[1.5]", function() return t[1.5] end, "index: the index must be a whole number in 1..2, not 1.5" },
     }
-    for _, case in ipairs(cases) do
-      it(case[1], function()
-        local e = h.raises("invalid", case[2])
-        assert.are.equal(case[3], e.message)
-      end)
-    end
+    h.each_invalid(cases)
 
     it("views of a freed tensor say freed", function()
       local u = xfer.arange(4)

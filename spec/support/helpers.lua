@@ -12,6 +12,18 @@ function helpers.raises(code, fn, ...)
   return e
 end
 
+--- One spec per case {name, fn, message}: fn() raises an `invalid` xfer.Error with exactly
+--- that message. Call it inside a describe block.
+function helpers.each_invalid(cases)
+  local env = getfenv(2) -- busted's it and assert, in the spec file's env
+  for _, case in ipairs(cases) do
+    env.it(case[1], function()
+      local e = helpers.raises("invalid", case[2])
+      env.assert.are.equal(case[3], e.message)
+    end)
+  end
+end
+
 --- `n` random bytes.
 function helpers.random_bytes(n)
   local parts = {}

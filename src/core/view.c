@@ -209,28 +209,31 @@ static xfer_code element_at(const xfer_tensor *t, const int64_t *index, int n, s
   return XFER_E_OK;
 }
 
+/* One element read (get) or written (set), under the device's lock. */
+static xfer_code element_io(xfer_tensor *t, const int64_t *index, int n, void *elem, int writing,
+                            xfer_error *err)
+{
+  const char *op = writing ? "set" : "get";
+  if (!t) return xfer_tensor_check(t, op, err);
+  xfer_device_lock(t->dev);
+  size_t at = 0;
+  xfer_code rc = xfer_tensor_check(t, op, err);
+  if (!rc) rc = element_at(t, index, n, &at, op, err);
+  size_t esize = xfer_dtype_size(t->dtype);
+  if (!rc) rc = writing ? xfer_be_write(t->dev, t->buf, at, elem, esize, err)
+                        : xfer_be_read(t->dev, t->buf, at, elem, esize, err);
+  xfer_device_unlock(t->dev);
+  return rc;
+}
+
 xfer_code xfer_tensor_get(xfer_tensor *t, const int64_t *index, int n, void *elem,
                           xfer_error *err)
 {
-  if (!t) return xfer_tensor_check(t, "get", err);
-  xfer_device_lock(t->dev);
-  size_t at = 0;
-  xfer_code rc = xfer_tensor_check(t, "get", err);
-  if (!rc) rc = element_at(t, index, n, &at, "get", err);
-  if (!rc) rc = xfer_be_read(t->dev, t->buf, at, elem, xfer_dtype_size(t->dtype), err);
-  xfer_device_unlock(t->dev);
-  return rc;
+  return element_io(t, index, n, elem, 0, err);
 }
 
 xfer_code xfer_tensor_set(xfer_tensor *t, const int64_t *index, int n, const void *elem,
                           xfer_error *err)
 {
-  if (!t) return xfer_tensor_check(t, "set", err);
-  xfer_device_lock(t->dev);
-  size_t at = 0;
-  xfer_code rc = xfer_tensor_check(t, "set", err);
-  if (!rc) rc = element_at(t, index, n, &at, "set", err);
-  if (!rc) rc = xfer_be_write(t->dev, t->buf, at, elem, xfer_dtype_size(t->dtype), err);
-  xfer_device_unlock(t->dev);
-  return rc;
+  return element_io(t, index, n, (void *)elem, 1, err);
 }
