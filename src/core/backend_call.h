@@ -39,6 +39,21 @@ static inline xfer_code xfer_be_read(xfer_device *dev, void *buf, size_t off, vo
   return xfer_be_blame(dev, xfer_be(dev)->read(dev, buf, off, dst, n, err), err);
 }
 
+static inline int xfer_be_has_rows(const xfer_device *dev)
+{
+  return xfer_be(dev)->read_rows && xfer_be(dev)->write_rows;
+}
+
+static inline xfer_code xfer_be_rows(xfer_device *dev, void *buf, size_t off, size_t pitch,
+                                     size_t run, size_t rows, void *host, int writing,
+                                     xfer_error *err)
+{
+  const xfer_backend *be = xfer_be(dev);
+  return xfer_be_blame(dev, writing ? be->write_rows(dev, buf, off, pitch, run, rows, host, err)
+                                    : be->read_rows(dev, buf, off, pitch, run, rows, host, err),
+                       err);
+}
+
 static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off, void *src,
                                      size_t src_off, size_t n, xfer_error *err)
 {

@@ -18,7 +18,7 @@ typedef struct xfer_runtime xfer_runtime;
 ** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
 ** bytes. Optional members are NULL, and the core checks before calling. */
 /* 2: peer and copy_imported take offsets (blocks of segments); 3: shared memory, import op */
-#define XFER_BACKEND_VERSION 3
+#define XFER_BACKEND_VERSION 4
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
@@ -37,6 +37,14 @@ typedef struct xfer_backend {
   /* buffer -> host memory */
   xfer_code (*read)(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                     xfer_error *err);
+  /* optional, a view's rows: `rows` runs of `run` bytes, the first at `offset` and each
+  ** `pitch` bytes after the one before, between the buffer and packed host memory in one
+  ** driver call (pitch >= run, below 2^31). NULL: the core moves the covering span through
+  ** the host, or run by run. */
+  xfer_code (*read_rows)(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                         size_t rows, void *dst, xfer_error *err);
+  xfer_code (*write_rows)(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                          size_t rows, const void *src, xfer_error *err);
   /* buffer -> buffer on one device */
   xfer_code (*copy)(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                     size_t src_offset, size_t n, xfer_error *err);

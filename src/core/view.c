@@ -1,9 +1,10 @@
 /*
 ** view.c -- views: tensors that share another's memory with a shape, strides (in elements)
 ** and a first element of their own, and the strided reads and writes that pack a view's
-** elements into host memory and scatter them back. A move of a non-contiguous view packs it
-** on the host first (transfer.c): the documented fallback until the backends get rectangle
-** copies of their own.
+** elements into host memory and scatter them back: in place where the CPU maps the memory,
+** by the backend's rectangle copies where it has them (CUDA, OpenCL), else through the
+** covering span or run by run. A move of a non-contiguous view packs it on the host first
+** (transfer.c).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,46 @@ static xfer_code io_run(void *arg, size_t at, size_t k, xfer_error *err)
   return xfer_be_write(m->t->dev, m->t->buf, m->t->offset + at, m->packed + k * m->run, m->run, err);
 }
 
+/* The view as slabs of rows: each slab `rows` runs of `run` bytes, `pitch` bytes apart (the
+** innermost dimension that is not packed); the slabs in packed order, each a driver call of
+** the backend's read_rows/write_rows. 0 when the layout is no such thing (a stride of 0, a
+** pitch the drivers refuse). */
+static int rows_layout(const xfer_tensor *t, size_t run, size_t *pitch, size_t *rows, int *outer)
+{
+  size_t esize = xfer_dtype_size(t->dtype);
+  int inner = t->shape.ndim;
+  int64_t packed = 1;
+  while (inner > 0 && (t->shape.dims[inner - 1] == 1 || t->strides[inner - 1] == packed)) {
+    packed *= t->shape.dims[inner - 1];
+    inner--;
+  }
+  if (inner == 0) return 0;
+  *outer = inner - 1;
+  *rows = (size_t)t->shape.dims[inner - 1];
+  *pitch = (size_t)t->strides[inner - 1] * esize;
+  return *pitch >= run && *pitch < ((size_t)1 << 31);
+}
+
+static xfer_code rows_move(mover *m, size_t pitch, size_t rows, int outer, xfer_error *err)
+{
+  xfer_tensor *t = m->t;
+  int64_t index[XFER_MAX_DIMS] = {0};
+  size_t slab = rows * m->run, esize = xfer_dtype_size(t->dtype);
+  size_t count = t->nbytes / slab;
+  for (size_t k = 0; k < count; k++) {
+    int64_t at = 0;
+    for (int i = 0; i < outer; i++) at += index[i] * t->strides[i];
+    xfer_code rc = xfer_be_rows(t->dev, t->buf, t->offset + (size_t)at * esize, pitch, m->run,
+                                rows, m->packed + k * slab, !m->to_packed, err);
+    if (rc) return rc;
+    for (int i = outer; i-- > 0;) {
+      if (++index[i] < t->shape.dims[i]) break;
+      index[i] = 0;
+    }
+  }
+  return XFER_E_OK;
+}
+
 /* Packs the view's elements into `packed` (to_packed) or scatters them from it. The caller
 ** holds the device's lock and has checked the tensor. */
 xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err)
@@ -171,6 +212,10 @@ xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error
   size_t esize = xfer_dtype_size(t->dtype);
   m.strided = xfer_be_host_address(t->dev, t->buf, t->offset);
   if (m.strided) return each_run(t, &run, copy_run, &m, err);
+  size_t pitch, rows;
+  int outer;
+  if (xfer_be_has_rows(t->dev) && rows_layout(t, run, &pitch, &rows, &outer))
+    return rows_move(&m, pitch, rows, outer, err); /* the driver's rectangle copies */
   size_t span = (size_t)extent_of(&t->shape, t->strides) * esize;
   if (run >= RUN_CALL_MIN || span > SPAN_WASTE_MAX * t->nbytes)
     return each_run(t, &run, io_run, &m, err); /* a driver call per run */

@@ -20,6 +20,7 @@
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)              \
   X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree)                                                \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemcpyPeerAsync)      \
+  X(cuMemcpy2DAsync)                                                                        \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)             \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuMemHostRegister)              \
   X(cuMemHostUnregister) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)                  \

@@ -245,6 +245,53 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
   return staged_read(dev, src, dst, n, err);
 }
 
+/* -- A view's rows ----------------------------------------------------------------------------- */
+
+/* `rows` runs of `run` bytes, `pitch` apart on the device, packed in host memory: one
+** cuMemcpy2DAsync (into pinned memory one DMA; pageable memory the driver bounces). */
+static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                           size_t rows, void *host, int to_device, xfer_error *err)
+{
+  const char *op = to_device ? "write" : "read";
+  xfer_code rc = xfer_cu_enter(dev, op, err);
+  if (rc) return rc;
+  (void)pinned(dev, host, run * rows); /* registered when its host segment is large enough */
+  CUDA_MEMCPY2D copy;
+  memset(&copy, 0, sizeof copy);
+  CUdeviceptr at = xfer_cu_ptr(buf) + offset;
+  if (to_device) {
+    copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+    copy.srcHost = host;
+    copy.srcPitch = run;
+    copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.dstDevice = at;
+    copy.dstPitch = pitch;
+  } else {
+    copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = at;
+    copy.srcPitch = pitch;
+    copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+    copy.dstHost = host;
+    copy.dstPitch = run;
+  }
+  copy.WidthInBytes = run;
+  copy.Height = rows;
+  rc = CU(dev, op, err, cuMemcpy2DAsync, &copy, cu_of(dev)->stream);
+  return settle(dev, op, rc, err);
+}
+
+xfer_code xfer_cu_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                            size_t rows, void *dst, xfer_error *err)
+{
+  return rows_move(dev, buf, offset, pitch, run, rows, dst, 0, err);
+}
+
+xfer_code xfer_cu_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
+                             size_t run, size_t rows, const void *src, xfer_error *err)
+{
+  return rows_move(dev, buf, offset, pitch, run, rows, (void *)src, 1, err);
+}
+
 /* -- Queued moves (the staged pipeline) ------------------------------------------------------ */
 
 /* A large move from or to pinned memory is queued on the stream with an event behind it;

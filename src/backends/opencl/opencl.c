@@ -440,6 +440,40 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
   return externals_release(dev, ext, next, 0, code, err);
 }
 
+/* A view's rows in one rectangle copy: clEnqueue{Read,Write}BufferRect with the buffer's rows
+** `pitch` apart and the host's packed. */
+static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                           size_t rows, void *host, int to_device, xfer_error *err)
+{
+  const char *op = to_device ? "write" : "read";
+  xfer_cl_pin(dev, host, run * rows);
+  cl_mem mem = buf, ext[1] = {NULL};
+  cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
+  xfer_code code = externals_acquire(dev, ext, next, err);
+  if (code) return code;
+  const size_t origin[3] = {offset % pitch, offset / pitch, 0}, at_host[3] = {0, 0, 0};
+  const size_t region[3] = {run, rows, 1};
+  if (to_device)
+    CL_STEP(code, dev, op, err, clEnqueueWriteBufferRect, cl_of(dev)->queue, mem, CL_TRUE, origin,
+            at_host, region, pitch, 0, run, 0, host, 0, NULL, NULL);
+  else
+    CL_STEP(code, dev, op, err, clEnqueueReadBufferRect, cl_of(dev)->queue, mem, CL_TRUE, origin,
+            at_host, region, pitch, 0, run, 0, host, 0, NULL, NULL);
+  return externals_release(dev, ext, next, 0, code, err);
+}
+
+static xfer_code opencl_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
+                                  size_t run, size_t rows, void *dst, xfer_error *err)
+{
+  return rows_move(dev, buf, offset, pitch, run, rows, dst, 0, err);
+}
+
+static xfer_code opencl_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
+                                   size_t run, size_t rows, const void *src, xfer_error *err)
+{
+  return rows_move(dev, buf, offset, pitch, run, rows, (void *)src, 1, err);
+}
+
 /* -- Queued moves (the staged pipeline) ---------------------------------------------- */
 
 /* A read or write enqueued without blocking, its event kept for finish. On a device that
@@ -594,6 +628,8 @@ const xfer_backend xfer_backend_opencl = {
   .free = opencl_free,
   .write = opencl_write,
   .read = opencl_read,
+  .read_rows = opencl_read_rows,
+  .write_rows = opencl_write_rows,
   .copy = opencl_copy,
   .write_start = opencl_write_start,
   .read_start = opencl_read_start,
