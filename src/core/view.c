@@ -2,7 +2,7 @@
 ** view.c -- views: tensors that share another's memory with a shape, strides (in elements)
 ** and a first element of their own, and the strided reads and writes that pack a view's
 ** elements into host memory and scatter them back: in place where the CPU maps the memory,
-** by the backend's rectangle copies where it has them (CUDA, OpenCL), else through the
+** by the backend's rectangle copies where it has them (CUDA, OpenCL, Vulkan), else through the
 ** covering span or run by run. A move of a non-contiguous view packs it on the host first
 ** (transfer.c).
 */

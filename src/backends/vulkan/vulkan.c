@@ -164,17 +164,17 @@ static void vulkan_free(xfer_device *dev, void *buf, size_t nbytes)
 
 /* -- Submission ------------------------------------------------------------------------ */
 
-static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer cmd, VkBuffer src,
-                             VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
-                             VkDeviceSize n, VkFence fence, xfer_error *err)
+/* Records the copy of `count` regions from src to dst and submits it behind `fence`. */
+static xfer_code record_regions(xfer_device *dev, const char *op, VkCommandBuffer cmd, VkBuffer src,
+                                VkBuffer dst, const VkBufferCopy *regions, uint32_t count,
+                                VkFence fence, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
   xfer_code rc = VK(dev, op, err, vkBeginCommandBuffer, cmd, &begin);
   if (rc) return rc;
-  VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = n};
-  vd->vkCmdCopyBuffer(cmd, src, dst, 1, &region);
+  vd->vkCmdCopyBuffer(cmd, src, dst, count, regions);
   rc = VK(dev, op, err, vkEndCommandBuffer, cmd);
   if (!rc) rc = VK(dev, op, err, vkResetFences, vd->device, 1, &fence);
   VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
@@ -185,6 +185,14 @@ static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer c
   ** recording (the validation layer's VUID-vkBeginCommandBuffer-commandBuffer-00049) */
   if (rc) vd->vkResetCommandBuffer(cmd, 0);
   return rc;
+}
+
+static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer cmd, VkBuffer src,
+                             VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
+                             VkDeviceSize n, VkFence fence, xfer_error *err)
+{
+  VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = n};
+  return record_regions(dev, op, cmd, src, dst, &region, 1, fence, err);
 }
 
 /* Waits for a submitted copy. On a GPU the fence is polled for a while first:
@@ -509,6 +517,83 @@ static xfer_code vulkan_read(xfer_device *dev, void *buf, size_t offset, void *d
   return staged_read(dev, src, offset, dst, n, err);
 }
 
+/* -- A view's rows ------------------------------------------------------------------------ */
+
+/* Regions for `rows` rows: on the tensor's side `pitch` apart from `offset`, on the host
+** buffer's side packed from `host_at`. */
+static void fill_regions(VkBufferCopy *r, size_t rows, size_t offset, size_t pitch, size_t run,
+                         VkDeviceSize host_at, int to_device)
+{
+  for (size_t i = 0; i < rows; i++) {
+    VkDeviceSize tensor_at = offset + i * pitch, packed_at = host_at + i * run;
+    r[i] = (VkBufferCopy){.srcOffset = to_device ? packed_at : tensor_at,
+                          .dstOffset = to_device ? tensor_at : packed_at,
+                          .size = run};
+  }
+}
+
+/* One vkCmdCopyBuffer with a region a row: straight to or from the host memory where the
+** driver imports it, else through a staging chunk a group of rows at a time. */
+static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                           size_t rows, char *host, int to_device, xfer_error *err)
+{
+  const char *op = to_device ? "write" : "read";
+  vk_dev *vd = vk_of(dev);
+  vk_buf *tensor = buf;
+  size_t n = run * rows;
+  if (tensor->mapped) { /* memory the CPU shares: a memcpy a row */
+    if (vk_injected(dev, op))
+      return vk_fail(dev, op, "vkMapMemory", (VkResult)vd->injected, 1, err);
+    for (size_t i = 0; i < rows; i++) {
+      char *at = (char *)tensor->mapped + offset + i * pitch;
+      if (to_device) memcpy(at, host + i * run, run);
+      else memcpy(host + i * run, at, run);
+    }
+    return XFER_E_OK;
+  }
+  const vk_import *im = imported(dev, host, n);
+  stage sg;
+  xfer_code rc = XFER_E_OK;
+  if (!im && (rc = stage_take(dev, op, n, &sg, err))) return rc;
+  size_t group = im ? rows : sg.chunk / run; /* rows a submission moves */
+  if (group == 0) { /* a row longer than a staging chunk: the plain moves, a row each */
+    stage_give(&sg);
+    for (size_t i = 0; i < rows && !rc; i++)
+      rc = to_device ? vulkan_write(dev, buf, offset + i * pitch, host + i * run, run, err)
+                     : vulkan_read(dev, buf, offset + i * pitch, host + i * run, run, err);
+    return rc;
+  }
+  VkBufferCopy *regions = malloc(group * sizeof *regions);
+  if (!regions) rc = xfer_err_set(err, XFER_E_ALLOC, op, "out of host memory");
+  for (size_t first = 0; first < rows && !rc; first += group) {
+    size_t count = rows - first < group ? rows - first : group;
+    char *packed = host + first * run;
+    VkBuffer other = im ? im->buffer : sg.buffer[0];
+    VkDeviceSize other_at = im ? (VkDeviceSize)(packed - im->base) : sg.at[0];
+    fill_regions(regions, count, offset + first * pitch, pitch, run, other_at, to_device);
+    if (!im && to_device) memcpy(sg.ptr[0], packed, count * run);
+    VkBuffer src = to_device ? other : tensor->buffer, dst = to_device ? tensor->buffer : other;
+    rc = record_regions(dev, op, vd->cmd, src, dst, regions, (uint32_t)count, vd->fence, err);
+    if (!rc) rc = wait_fence(dev, op, vd->fence, err);
+    if (!rc && !im && !to_device) memcpy(packed, sg.ptr[0], count * run);
+  }
+  free(regions);
+  if (!im) stage_give(&sg);
+  return rc;
+}
+
+static xfer_code vulkan_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
+                                  size_t run, size_t rows, void *dst, xfer_error *err)
+{
+  return rows_move(dev, buf, offset, pitch, run, rows, dst, 0, err);
+}
+
+static xfer_code vulkan_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
+                                   size_t run, size_t rows, const void *src, xfer_error *err)
+{
+  return rows_move(dev, buf, offset, pitch, run, rows, (char *)src, 1, err);
+}
+
 /* -- Queued moves (the staged pipeline) -------------------------------------------------- */
 
 static xfer_code queued_ready(xfer_device *dev, vk_queued *q, const char *op, xfer_error *err)
@@ -647,6 +732,8 @@ const xfer_backend xfer_backend_vulkan = {
   .free = vulkan_free,
   .write = vulkan_write,
   .read = vulkan_read,
+  .read_rows = vulkan_read_rows,
+  .write_rows = vulkan_write_rows,
   .copy = vulkan_copy,
   .write_start = vulkan_write_start,
   .read_start = vulkan_read_start,
