@@ -54,6 +54,15 @@ static inline xfer_code xfer_be_rows(xfer_device *dev, void *buf, size_t off, si
                        err);
 }
 
+static inline xfer_code xfer_be_copy_rows(xfer_device *dev, void *dst, size_t dst_off,
+                                          size_t dst_pitch, void *src, size_t src_off,
+                                          size_t src_pitch, size_t run, size_t rows,
+                                          xfer_error *err)
+{
+  return xfer_be_blame(dev, xfer_be(dev)->copy_rows(dev, dst, dst_off, dst_pitch, src, src_off,
+                                                    src_pitch, run, rows, err), err);
+}
+
 static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off, void *src,
                                      size_t src_off, size_t n, xfer_error *err)
 {

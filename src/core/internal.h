@@ -45,6 +45,12 @@ typedef struct xfer_backend {
                          size_t rows, void *dst, xfer_error *err);
   xfer_code (*write_rows)(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
                           size_t rows, const void *src, xfer_error *err);
+  /* optional, a view's rows within the device: `rows` runs of `run` bytes from src (each
+  ** src_pitch after the one before) to dst (each dst_pitch apart), done when it returns --
+  ** a view packed (dst_pitch = run) or scattered (src_pitch = run) without leaving it */
+  xfer_code (*copy_rows)(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
+                         void *src, size_t src_offset, size_t src_pitch, size_t run,
+                         size_t rows, xfer_error *err);
   /* buffer -> buffer on one device */
   xfer_code (*copy)(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                     size_t src_offset, size_t n, xfer_error *err);
@@ -338,6 +344,12 @@ void xfer_hold_drop(xfer_hold *h);
 void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);
 int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides);
 xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err);
+/* Whether a view can be packed or scattered on its own device (copy_rows, a layout of rows),
+** and doing it between the view and `packed`, a contiguous tensor on the same device
+** (device locked, both checked). */
+int xfer_view_on_device(const xfer_tensor *t);
+xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_packed,
+                                xfer_error *err);
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);
 

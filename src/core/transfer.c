@@ -240,8 +240,8 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
   return rc;
 }
 
-/* A non-contiguous view packed into a new host tensor: the fallback that moves views until
-** the backends copy rectangles themselves (one read of the view's span or of its runs). */
+/* A non-contiguous view packed into a new host tensor (its rows read by the backend's
+** rectangle copies, or its span, or its runs). */
 static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor **out, xfer_error *err)
 {
   xfer_device *host = xfer_host_of(src->dev->ctx);
@@ -253,6 +253,51 @@ static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor **out, xfer_error *e
     xfer_tensor_release(*out);
     *out = NULL;
   }
+  return rc;
+}
+
+/* A non-contiguous view packed into a new tensor on its own device, by the backend's copies
+** of rows (nothing leaves the device). */
+static xfer_code pack_on_device(xfer_tensor *src, xfer_tensor **out, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_alloc(src->dev, src->dtype, &src->shape, src->dev, out, err);
+  if (rc) return rc;
+  xfer_device_lock(src->dev);
+  rc = xfer_tensor_check(src, "copy", err);
+  if (!rc) rc = xfer_view_device_move(src, *out, 1, err);
+  xfer_device_unlock(src->dev);
+  if (rc) {
+    xfer_tensor_release(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+/* A view packed where its move to `to` is cheapest: on the host when it goes there (the
+** backend's rectangle reads: one pass), else on its own device when the backend copies rows
+** there (then one contiguous move, on any path), else on the host. */
+static xfer_code pack(xfer_tensor *src, const xfer_device *to, xfer_tensor **out, xfer_error *err)
+{
+  if (!xfer_is_host(to) && xfer_view_on_device(src)) return pack_on_device(src, out, err);
+  return pack_on_host(src, out, err);
+}
+
+/* `from` (contiguous, any device) scattered into the view `dst` on dst's device: `from` moved
+** there first when it lives elsewhere, then the backend's copies of rows. */
+static xfer_code scatter_on_device(xfer_tensor *dst, xfer_tensor *from, xfer_error *err)
+{
+  xfer_tensor *there = NULL;
+  xfer_code rc = XFER_E_OK;
+  if (from->dev != dst->dev) rc = xfer_transfer_to(from, dst->dev, NULL, &there, err);
+  xfer_tensor *packed = there ? there : from;
+  if (!rc) {
+    xfer_device_lock(dst->dev);
+    rc = xfer_tensor_check(dst, "copy", err);
+    if (!rc) rc = xfer_tensor_check(packed, "copy", err);
+    if (!rc) rc = xfer_view_device_move(dst, packed, 0, err);
+    xfer_device_unlock(dst->dev);
+  }
+  xfer_tensor_release(there);
   return rc;
 }
 
@@ -328,10 +373,10 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   }
   if (!src->contiguous) { /* a view's layout never changes: no lock to read it */
     xfer_tensor *packed;
-    xfer_code rc = pack_on_host(src, &packed, err); /* checks src under its device's lock */
+    xfer_code rc = pack(src, dst_dev, &packed, err); /* checks src under its device's lock */
     if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
-    if (xfer_is_host(dst_dev) && (!opts || opts->via == XFER_PATH_AUTO)) {
-      *out = packed; /* packed on the host: that is the move */
+    if (packed->dev == dst_dev && (!opts || opts->via == XFER_PATH_AUTO)) {
+      *out = packed; /* packed where it was to go: that is the move */
       return XFER_E_OK;
     }
     rc = xfer_transfer_to(packed, dst_dev, opts, out, err);
@@ -388,10 +433,14 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
     xfer_code rc = check_same_shape(dst, src, err);
     if (rc) return rc;
     xfer_tensor *packed = NULL;
-    if (!src->contiguous) rc = pack_on_host(src, &packed, err);
+    if (!src->contiguous) rc = pack(src, dst->dev, &packed, err);
     if (!rc && dst->contiguous) rc = xfer_transfer_copy(dst, packed, opts, err);
-    if (!rc && !dst->contiguous) {
-      xfer_tensor *from = packed ? packed : src;
+    xfer_tensor *from = packed ? packed : src;
+    if (!rc && !dst->contiguous && !xfer_is_host(from->dev) && xfer_view_on_device(dst)) {
+      /* from a device: moved to dst's device whole, scattered there (host data is scattered
+      ** straight from the host, by the rectangle writes) */
+      rc = scatter_on_device(dst, from, err);
+    } else if (!rc && !dst->contiguous) {
       void *bytes = from->nbytes ? xfer_be_host_address(from->dev, from->buf, from->offset) : NULL;
       char *scratch = NULL;
       if (!bytes && from->nbytes) { /* a contiguous device source: read it packed first */

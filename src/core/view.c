@@ -1,10 +1,10 @@
 /*
 ** view.c -- views: tensors that share another's memory with a shape, strides (in elements)
 ** and a first element of their own, and the strided reads and writes that pack a view's
-** elements into host memory and scatter them back: in place where the CPU maps the memory,
-** by the backend's rectangle copies where it has them (CUDA, OpenCL, Vulkan), else through the
-** covering span or run by run. A move of a non-contiguous view packs it on the host first
-** (transfer.c).
+** elements into host memory and scatter them back (in place where the CPU maps the memory,
+** by the backend's rectangle copies where it has them, else through the covering span or run
+** by run), or pack and scatter them within their device (the backend's copy_rows). Which a
+** move takes is transfer.c's choice.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -180,17 +180,19 @@ static int rows_layout(const xfer_tensor *t, size_t run, size_t *pitch, size_t *
   return *pitch >= run && *pitch < ((size_t)1 << 31);
 }
 
-static xfer_code rows_move(mover *m, size_t pitch, size_t rows, int outer, xfer_error *err)
+/* Calls fn(arg, byte offset of the slab's first run from the view's first element, k) for
+** each slab of `rows` runs, in packed order. */
+typedef xfer_code (*slab_fn)(void *arg, size_t at, size_t k, xfer_error *err);
+
+static xfer_code each_slab(const xfer_tensor *t, int outer, size_t slab, slab_fn fn, void *arg,
+                           xfer_error *err)
 {
-  xfer_tensor *t = m->t;
   int64_t index[XFER_MAX_DIMS] = {0};
-  size_t slab = rows * m->run, esize = xfer_dtype_size(t->dtype);
-  size_t count = t->nbytes / slab;
+  size_t esize = xfer_dtype_size(t->dtype), count = t->nbytes / slab;
   for (size_t k = 0; k < count; k++) {
     int64_t at = 0;
     for (int i = 0; i < outer; i++) at += index[i] * t->strides[i];
-    xfer_code rc = xfer_be_rows(t->dev, t->buf, t->offset + (size_t)at * esize, pitch, m->run,
-                                rows, m->packed + k * slab, !m->to_packed, err);
+    xfer_code rc = fn(arg, (size_t)at * esize, k, err);
     if (rc) return rc;
     for (int i = outer; i-- > 0;) {
       if (++index[i] < t->shape.dims[i]) break;
@@ -198,6 +200,54 @@ static xfer_code rows_move(mover *m, size_t pitch, size_t rows, int outer, xfer_
     }
   }
   return XFER_E_OK;
+}
+
+typedef struct slabs {
+  mover *m;
+  xfer_tensor *packed; /* on the device (device moves), else NULL */
+  size_t pitch, rows;
+} slabs;
+
+static xfer_code host_slab(void *arg, size_t at, size_t k, xfer_error *err)
+{
+  slabs *s = arg;
+  xfer_tensor *t = s->m->t;
+  size_t slab = s->rows * s->m->run;
+  return xfer_be_rows(t->dev, t->buf, t->offset + at, s->pitch, s->m->run, s->rows,
+                      s->m->packed + k * slab, !s->m->to_packed, err);
+}
+
+static xfer_code device_slab(void *arg, size_t at, size_t k, xfer_error *err)
+{
+  slabs *s = arg;
+  xfer_tensor *t = s->m->t, *p = s->packed;
+  size_t run = s->m->run, at_packed = p->offset + k * s->rows * run;
+  if (s->m->to_packed)
+    return xfer_be_copy_rows(t->dev, p->buf, at_packed, run, t->buf, t->offset + at, s->pitch,
+                             run, s->rows, err);
+  return xfer_be_copy_rows(t->dev, t->buf, t->offset + at, s->pitch, p->buf, at_packed, run, run,
+                           s->rows, err);
+}
+
+int xfer_view_on_device(const xfer_tensor *t)
+{
+  size_t run, pitch, rows;
+  int outer;
+  each_run(t, &run, NULL, NULL, NULL); /* the run size only */
+  return !xfer_is_host(t->dev) && xfer_be(t->dev)->copy_rows && t->numel &&
+         rows_layout(t, run, &pitch, &rows, &outer);
+}
+
+xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_packed,
+                                xfer_error *err)
+{
+  mover m = {.t = t, .to_packed = to_packed};
+  slabs s = {.m = &m, .packed = packed};
+  int outer;
+  each_run(t, &m.run, NULL, NULL, err);
+  if (!rows_layout(t, m.run, &s.pitch, &s.rows, &outer))
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "copy", "the view is no layout of rows");
+  return each_slab(t, outer, s.rows * m.run, device_slab, &s, err);
 }
 
 /* Packs the view's elements into `packed` (to_packed) or scatters them from it. The caller
@@ -214,8 +264,10 @@ xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error
   if (m.strided) return each_run(t, &run, copy_run, &m, err);
   size_t pitch, rows;
   int outer;
-  if (xfer_be_has_rows(t->dev) && rows_layout(t, run, &pitch, &rows, &outer))
-    return rows_move(&m, pitch, rows, outer, err); /* the driver's rectangle copies */
+  if (xfer_be_has_rows(t->dev) && rows_layout(t, run, &pitch, &rows, &outer)) {
+    slabs s = {.m = &m, .pitch = pitch, .rows = rows}; /* the driver's rectangle copies */
+    return each_slab(t, outer, rows * run, host_slab, &s, err);
+  }
   size_t span = (size_t)extent_of(&t->shape, t->strides) * esize;
   if (run >= RUN_CALL_MIN || span > SPAN_WASTE_MAX * t->nbytes)
     return each_run(t, &run, io_run, &m, err); /* a driver call per run */

@@ -247,6 +247,28 @@ static xfer_code cuda_copy(xfer_device *dev, void *dst, size_t dst_offset, void 
   return rc;
 }
 
+/* A view's rows within the device: one cuMemcpy2DAsync. */
+static xfer_code cuda_copy_rows(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
+                                void *src, size_t src_offset, size_t src_pitch, size_t run,
+                                size_t rows, xfer_error *err)
+{
+  CUstream s = cu_of(dev)->stream;
+  CUDA_MEMCPY2D copy;
+  memset(&copy, 0, sizeof copy);
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = xfer_cu_ptr(src) + src_offset;
+  copy.srcPitch = src_pitch;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = xfer_cu_ptr(dst) + dst_offset;
+  copy.dstPitch = dst_pitch;
+  copy.WidthInBytes = run;
+  copy.Height = rows;
+  xfer_code rc = xfer_cu_enter(dev, "copy", err);
+  if (!rc) rc = CU(dev, "copy", err, cuMemcpy2DAsync, &copy, s);
+  if (!rc) rc = CU(dev, "copy", err, cuStreamSynchronize, s);
+  return rc;
+}
+
 static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, size_t dst_offset,
                            xfer_device *src_dev, void *src, size_t src_offset, size_t n,
                            xfer_error *err)
@@ -337,6 +359,7 @@ const xfer_backend xfer_backend_cuda = {
   .read = xfer_cu_read,
   .read_rows = xfer_cu_read_rows,
   .write_rows = xfer_cu_write_rows,
+  .copy_rows = cuda_copy_rows,
   .write_start = xfer_cu_write_start,
   .read_start = xfer_cu_read_start,
   .finish = xfer_cu_finish,

@@ -544,6 +544,31 @@ static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
   return externals_release(dev, ext, next, 1, code, err);
 }
 
+/* A view's rows within the device: one clEnqueueCopyBufferRect. */
+static xfer_code opencl_copy_rows(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
+                                  void *src, size_t src_offset, size_t src_pitch, size_t run,
+                                  size_t rows, xfer_error *err)
+{
+  cl_mem mems[2] = {src, dst}, ext[2] = {NULL, NULL};
+  cl_uint next = externals_of(cl_of(dev), mems, 2, ext);
+  xfer_code code = externals_acquire(dev, ext, next, err);
+  if (code) return code;
+  if (mems[0] != mems[1]) {
+    const size_t from[3] = {src_offset % src_pitch, src_offset / src_pitch, 0};
+    const size_t to[3] = {dst_offset % dst_pitch, dst_offset / dst_pitch, 0};
+    const size_t region[3] = {run, rows, 1};
+    CL_STEP(code, dev, "copy", err, clEnqueueCopyBufferRect, cl_of(dev)->queue, mems[0], mems[1],
+            from, to, region, src_pitch, 0, dst_pitch, 0, 0, NULL, NULL);
+  } else {
+    /* two blocks of one cached segment: a rectangle copy within one buffer needs equal pitches
+    ** (CL_INVALID_VALUE otherwise), so a copy a row, all queued before the one wait */
+    for (size_t i = 0; i < rows && !code; i++)
+      CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
+              src_offset + i * src_pitch, dst_offset + i * dst_pitch, run, 0, NULL, NULL);
+  }
+  return externals_release(dev, ext, next, 1, code, err);
+}
+
 /* -- Interop: memory another runtime exported (cl_khr_external_memory_opaque_fd) ------- */
 
 typedef struct cl_import {
@@ -630,6 +655,7 @@ const xfer_backend xfer_backend_opencl = {
   .read = opencl_read,
   .read_rows = opencl_read_rows,
   .write_rows = opencl_write_rows,
+  .copy_rows = opencl_copy_rows,
   .copy = opencl_copy,
   .write_start = opencl_write_start,
   .read_start = opencl_read_start,

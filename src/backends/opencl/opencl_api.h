@@ -17,7 +17,7 @@
   X(clCreateContext) X(clReleaseContext) X(clCreateCommandQueue)                     \
   X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject)                   \
   X(clEnqueueReadBuffer) X(clEnqueueWriteBuffer) X(clEnqueueCopyBuffer)              \
-  X(clEnqueueReadBufferRect) X(clEnqueueWriteBufferRect)                              \
+  X(clEnqueueReadBufferRect) X(clEnqueueWriteBufferRect) X(clEnqueueCopyBufferRect)     \
   X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)                      \
   X(clGetExtensionFunctionAddressForPlatform) X(clWaitForEvents) X(clReleaseEvent)
 

@@ -582,6 +582,24 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   return rc;
 }
 
+/* A view's rows within the device: one vkCmdCopyBuffer with a region a row. */
+static xfer_code vulkan_copy_rows(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
+                                  void *src, size_t src_offset, size_t src_pitch, size_t run,
+                                  size_t rows, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  VkBufferCopy *regions = malloc((rows ? rows : 1) * sizeof *regions);
+  if (!regions) return xfer_err_set(err, XFER_E_ALLOC, "copy", "out of host memory");
+  for (size_t i = 0; i < rows; i++)
+    regions[i] = (VkBufferCopy){.srcOffset = src_offset + i * src_pitch,
+                                .dstOffset = dst_offset + i * dst_pitch, .size = run};
+  xfer_code rc = record_regions(dev, "copy", vd->cmd, ((vk_buf *)src)->buffer,
+                                ((vk_buf *)dst)->buffer, regions, (uint32_t)rows, vd->fence, err);
+  if (!rc) rc = wait_fence(dev, "copy", vd->fence, err);
+  free(regions);
+  return rc;
+}
+
 static xfer_code vulkan_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
                                   size_t run, size_t rows, void *dst, xfer_error *err)
 {
@@ -734,6 +752,7 @@ const xfer_backend xfer_backend_vulkan = {
   .read = vulkan_read,
   .read_rows = vulkan_read_rows,
   .write_rows = vulkan_write_rows,
+  .copy_rows = vulkan_copy_rows,
   .copy = vulkan_copy,
   .write_start = vulkan_write_start,
   .read_start = vulkan_read_start,
