@@ -119,6 +119,24 @@ describe("views", function()
     end
   end)
 
+  it("packs a view on its own device when it goes to another device (nothing strided crosses)", function()
+    for _, a in ipairs(xfer.devices()) do
+      for _, b in ipairs(xfer.devices()) do
+        if a ~= host and b ~= host and a ~= b then
+          local v = xfer.arange(120, { dtype = "i32", device = a }):view(SHAPE):transpose(1, 3)
+          xfer.stats_reset()
+          local moved = v:to(b)
+          local stats = xfer.stats()
+          assert.are.equal(v:tobytes(), moved:tobytes())
+          assert.are.equal(1, #stats, a.name .. " -> " .. b.name)
+          assert.are.equal(a.name, stats[1].from) -- straight from a, not through the host
+          assert.are.equal(b.name, stats[1].to)
+          assert.are.equal(v.nbytes, stats[1].bytes) -- the view's bytes, packed
+        end
+      end
+    end
+  end)
+
   it("moves views asynchronously too", function()
     for _, a in ipairs(xfer.devices()) do
       local v = xfer.arange(120, { dtype = "i32", device = a }):view(SHAPE):transpose(1, 3)
