@@ -3,7 +3,7 @@
 ** tensor in C, hands both to a Lua state, lets a script move the tensor (catching an
 ** injected failure and falling back), and reads the result back in C.
 **
-**   cc embed.c $(pkg-config --cflags --libs xfer luajit) -o embed   (after cmake --install)
+**   cc embed.c $(pkg-config --cflags --libs xferlua) -o embed       (after cmake --install)
 **   build/xfer_embed [script.lua]                                   (built with the project)
 */
 #include <stdio.h>

@@ -15,6 +15,12 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility: what this header declares is its API, the
+** only symbols it exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define XFER_VERSION "0.1.0"
 #define XFER_MAX_DIMS 8
 
@@ -372,6 +378,10 @@ int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out);
 
 /* The ops a fault may name, NULL-terminated. */
 const char *const *xfer_fault_ops(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

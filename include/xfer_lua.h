@@ -19,6 +19,12 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility: what this header declares is its API, the
+** only symbols it exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* The module opener: returns the `xfer` table. Safe to call more than once per state. */
 int luaopen_xfer(lua_State *L);
 /* Registers luaopen_xfer in package.preload["xfer"]. */
@@ -30,6 +36,10 @@ int xfer_lua_set_context(lua_State *L, xfer_ctx *ctx);
 void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t);
 /* The tensor at `idx` or NULL (no reference taken). */
 xfer_tensor *xfer_lua_to_tensor(lua_State *L, int idx);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
