@@ -1,6 +1,7 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
---   [--pair-size 256M] [--tables host,pairs,staged,to,strided]
+--   [--pair-size 256M] [--tables host,pairs,staged,to,strided] [--json]
+--   --json prints one JSON document instead: {version, inventory, tables = [{header, rows}]}.
 --   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
 --   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
@@ -11,13 +12,15 @@ local bench = require "xfer.bench"
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local tables_text = "host,pairs,staged,to,strided"
+local json = false
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
   elseif args[i] == "--sizes" then sizes_text = args[i + 1]; i = i + 2
   elseif args[i] == "--pair-size" then pair_text = args[i + 1]; i = i + 2
   elseif args[i] == "--tables" then tables_text = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE or --tables LIST)") end
+  elseif args[i] == "--json" then json = true; i = i + 1
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --tables LIST or --json)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
@@ -25,6 +28,20 @@ local sizes = {}
 for text in sizes_text:gmatch("[^,]+") do sizes[#sizes + 1] = bench.parse_size(text) end
 
 local host = xfer.device("host")
+
+-- a table of figures: printed, or kept for the JSON document (--json)
+local emitted = {}
+local function emit(rows)
+  if json then
+    local body = {}
+    for r = 2, #rows do body[#body + 1] = rows[r] end
+    emitted[#emitted + 1] = { header = rows[1], rows = body }
+  else
+    print()
+    print(bench.table(rows))
+  end
+end
+local function say(text) if not json then print(text) end end
 
 -- Raw CUDA figures: raw[direction][memory][bytes] = seconds
 local function run_raw(dev)
@@ -51,9 +68,8 @@ end
 
 local function fmt_us(s) return s and ("%.1f"):format(s * 1e6) or "-" end
 
-print(("xferlua %s benchmark -- %s"):format(xfer.version, os.date("!%Y-%m-%d %H:%M UTC")))
-print(xfer.describe())
-print()
+say(("xferlua %s benchmark -- %s"):format(xfer.version, os.date("!%Y-%m-%d %H:%M UTC")))
+say(xfer.describe())
 
 -- host -> host: the memcpy every other figure compares with
 if wanted.host then
@@ -62,8 +78,7 @@ if wanted.host then
     local s = bench.copy(host, host, n, bench.reps_for(n, 0.3, 10))
     rows[#rows + 1] = { "", bench.format_size(n), fmt_rate(n, s), fmt_us(s) }
   end
-  print(bench.table(rows))
-  print()
+  emit(rows)
 end
 
 for _, dev in ipairs(wanted.host and xfer.devices() or {}) do
@@ -97,8 +112,7 @@ for _, dev in ipairs(wanted.host and xfer.devices() or {}) do
         end
       end
     end
-    print(bench.table(rows))
-    print()
+    emit(rows)
   end
 end
 
@@ -135,8 +149,8 @@ if wanted.pairs then
       end
     end
   end
-  print(bench.table(rows))
-  print(("memcpy of the same bytes: %s GB/s"):format(fmt_rate(n, memcpy_s)))
+  emit(rows)
+  say(("memcpy of the same bytes: %s GB/s"):format(fmt_rate(n, memcpy_s)))
 end
 
 -- The staged path between every two devices, beside the single pinned hops it is made of
@@ -193,10 +207,9 @@ if wanted.staged then
       end
     end
   end
-  print()
-  print(bench.table(rows))
+  emit(rows)
   if raw_pinned then
-    print(("raw pinned (cuMemcpy, the slower direction) at %s: %.2f GB/s"):format(
+    say(("raw pinned (cuMemcpy, the slower direction) at %s: %.2f GB/s"):format(
       bench.format_size(n), raw_pinned))
   end
 end
@@ -238,8 +251,7 @@ if wanted.to then
       end
     end
   end
-  print()
-  print(bench.table(rows))
+  emit(rows)
 end
 
 -- strided: every other row of a matrix of --pair-size bytes (rows of 16 KiB), moved
@@ -275,6 +287,10 @@ if wanted.strided then
       end
     end
   end
-  print()
-  print(bench.table(out))
+  emit(out)
+end
+
+if json then
+  print(xfer.json({ version = xfer.version, date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+                    inventory = xfer.inventory(), tables = emitted }, { indent = 1 }))
 end

@@ -35,9 +35,10 @@ static void print_usage(FILE *out)
           "              such as -jv or -jdump).\n"
           "  -O[opt]     Control LuaJIT optimizations (as luajit -O).\n"
           "  -i          Enter interactive mode after running the script.\n"
-          "  -v          Show version information.\n"
+          "  -v, --version  Show version information.\n"
           "  -E          Ignore the environment variables LUA_INIT, LUA_PATH and LUA_CPATH.\n"
-          "  --devices   List every runtime (available, or why not) and every device.\n"
+          "  --devices   List every runtime (available, or why not) and every device;\n"
+          "              with --json, as JSON (xfer.json(xfer.inventory())).\n"
           "  -h, --help  Show this help.\n"
           "  --          Stop handling options.\n"
           "  -           Execute stdin and stop handling options.\n"
@@ -206,19 +207,20 @@ static int dojitopt(lua_State *L, const char *opts)
   return status;
 }
 
-static int print_devices(lua_State *L)
+static int print_devices(lua_State *L, int json)
 {
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "xfer");
-  int status = docall(L, 1, 1);
+  static const char *const report_text =
+    "local xfer = require 'xfer'\n"
+    "return 'xferlua ' .. xfer.version .. '\\n' .. xfer.describe()";
+  static const char *const report_json =
+    "local xfer = require 'xfer'\n"
+    "return xfer.json(xfer.inventory(), {indent = 2})";
+  const char *chunk = json ? report_json : report_text;
+  int status = luaL_loadbuffer(L, chunk, strlen(chunk), "=--devices");
+  if (status == 0) status = docall(L, 0, 1);
   if (status == 0) {
-    lua_getfield(L, -1, "describe");
-    lua_remove(L, -2);
-    status = docall(L, 0, 1);
-    if (status == 0) {
-      printf("xferlua %s\n%s\n", XFER_VERSION, lua_tostring(L, -1));
-      lua_pop(L, 1);
-    }
+    printf("%s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
   }
   report(L, status);
   return status;
@@ -329,7 +331,7 @@ static void dotty(lua_State *L)
 
 typedef struct cli {
   int script;          /* index of the script in argv, or 0 */
-  int interactive, version, no_env, devices, help, has_e;
+  int interactive, version, no_env, devices, json, help, has_e;
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -343,6 +345,8 @@ static void scan_args(char **argv, int argc, cli *c)
     if (!strcmp(a, "--")) { i++; break; }
     if (!strcmp(a, "-")) break;
     if (!strcmp(a, "--devices")) c->devices = 1;
+    else if (!strcmp(a, "--json")) c->json = 1;
+    else if (!strcmp(a, "--version")) c->version = 1;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
     else if (!strcmp(a, "-i")) c->interactive = c->version = 1;
     else if (!strcmp(a, "-v")) c->version = 1;
@@ -394,7 +398,7 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (!c.no_env && handle_init(L)) return 1;
   create_arg_table(L, argv, argc, c.script ? c.script : argc);
   if (c.version) print_version();
-  if (c.devices && print_devices(L)) return 1;
+  if (c.devices && print_devices(L, c.json)) return 1;
   if (run_options(L, argv, c.script ? c.script : argc)) return 1;
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;
   if (c.interactive) {
@@ -418,6 +422,10 @@ int main(int argc, char **argv)
     fprintf(stderr, "%s: unrecognized option or missing argument: '%s'\n", progname,
             argv[c.bad]);
     print_usage(stderr);
+    return 1;
+  }
+  if (c.json && !c.devices) {
+    fprintf(stderr, "%s: --json goes with --devices (xferlua --devices --json)\n", progname);
     return 1;
   }
   if (c.help) {

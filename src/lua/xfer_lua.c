@@ -392,7 +392,7 @@ static void open_faults(lua_State *L, int module)
 static int extends_module(const char *name)
 {
   return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
-         !strcmp(name, "xfer.format");
+         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json");
 }
 
 static void run_prelude(lua_State *L, int module)

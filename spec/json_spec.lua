@@ -1,0 +1,97 @@
+-- Machine-readable output: xfer.json, xfer.inventory, `xferlua --devices --json`, --version,
+-- `scripts/bench --json`. Checked by decoding with dkjson (busted's own JSON library).
+local xfer = require "xfer"
+local h = require "support.helpers"
+local dkjson = require "dkjson"
+
+local function decode(text)
+  local value, _, err = dkjson.decode(text)
+  assert(value ~= nil, "not JSON: " .. tostring(err) .. "\n" .. text)
+  return value
+end
+
+describe("json", function()
+  it("encodes values so that a JSON parser reads them back", function()
+    local value = { name = "q\"uote\n\t\1", list = { 1, 2.5, -3, true, false, "x" }, empty = {},
+                    nested = { a = { b = { c = 2 ^ 52 } } }, small = 1e-300 }
+    local text = xfer.json(value)
+    assert.are.same(value, decode(text))
+    assert.are.equal('{"a":1,"b":[1,2],"c":"x"}', xfer.json({ c = "x", b = { 1, 2 }, a = 1 })) -- keys sorted
+    assert.are.equal("null", xfer.json(nil))
+    assert.are.same(value, decode(xfer.json(value, { indent = 2 })))
+  end)
+
+  it("turns stats and errors into JSON", function()
+    xfer.stats_reset()
+    xfer.arange(4):to("host", { via = "host" })
+    local stats = decode(xfer.json(xfer.stats()))
+    assert.are.equal("host", stats[1].from)
+    assert.are.equal(16, stats[1].bytes)
+    local _, e = pcall(xfer.arange(3).to, xfer.arange(3), "nope")
+    assert.are.equal("invalid", decode(xfer.json(e)).code)
+  end)
+
+  it("refuses what JSON cannot hold, saying where", function()
+    local cycle = {}
+    cycle.self = cycle
+    local cases = {
+      { { x = { y = { math.huge } } }, "json: x.y[1]: inf has no JSON form" },
+      { { 0 / 0 }, "json: [1]: nan has no JSON form" },
+      { { dev = xfer.device("host") }, "json: dev: a device has no JSON form" },
+      { { t = xfer.arange(2) }, "json: t: a tensor has no JSON form" },
+      { { f = print }, "json: f: a function has no JSON form" },
+      { { [true] = 1 }, "json: a boolean key (JSON keys are strings)" },
+      { cycle, "json: self: a table that contains itself" },
+    }
+    for _, case in ipairs(cases) do
+      local e = h.raises("invalid", xfer.json, case[1])
+      assert.is_truthy(e.message == case[2] or e.message:find(case[2], 1, true), e.message)
+    end
+    assert.are.equal("json: unknown option 'pretty' (known: indent)", h.raises("invalid", xfer.json, 1, { pretty = true }).message)
+  end)
+
+  it("lists the inventory: every runtime and device as plain tables", function()
+    local inv = decode(xfer.json(xfer.inventory()))
+    assert.are.equal(xfer.version, inv.version)
+    assert.are.equal(#xfer.runtimes(), #inv.runtimes)
+    assert.are.equal(#xfer.devices(), #inv.devices)
+    for i, dev in ipairs(xfer.devices()) do
+      assert.are.equal(dev.name, inv.devices[i].name)
+      assert.are.equal(dev.total_memory, inv.devices[i].total_memory)
+      assert.are.equal(dev.unified, inv.devices[i].unified)
+    end
+  end)
+end)
+
+describe("xferlua's machine-readable flags", function()
+  it("--devices --json prints the inventory as JSON", function()
+    local out, code = h.run(h.xferlua() .. " --devices --json")
+    assert.are.equal(0, code, out)
+    local inv = decode(out)
+    assert.are.equal("host", inv.devices[1].name)
+    assert.are.equal(4, #inv.runtimes)
+  end)
+
+  it("--json without --devices is refused", function()
+    local out, code = h.run(h.xferlua() .. " --json -e 'print(1)'")
+    assert.are.equal(1, code)
+    assert.are.equal("xferlua: --json goes with --devices (xferlua --devices --json)\n", out)
+  end)
+
+  it("--version prints the version as -v does", function()
+    local out, code = h.run(h.xferlua() .. " --version")
+    assert.are.equal(0, code)
+    assert.are.equal(h.run(h.xferlua() .. " -v"), out)
+    assert.is_truthy(out:match("^xferlua 0%.1%.0 "), out)
+  end)
+
+  it("scripts/bench --json prints one JSON document of its tables", function()
+    local out, code = h.run(h.xferlua() .. " scripts/bench.lua --tables host --sizes 4K --json")
+    assert.are.equal(0, code, out)
+    local doc = decode(out)
+    assert.are.equal(xfer.version, doc.version)
+    assert.is_true(#doc.tables >= 1)
+    assert.are.same({ "host->host (memcpy)", "size", "GB/s", "us" }, doc.tables[1].header)
+    assert.are.equal("4 KiB", doc.tables[1].rows[1][2])
+  end)
+end)
