@@ -202,6 +202,34 @@ xfer_device *xfer_tensor_device(const xfer_tensor *t);
 /* Writes "f32[2,3]" ("f32[]" for a scalar) into buf; returns the length it needed. */
 size_t xfer_shape_format(xfer_dtype dtype, const xfer_shape *shape, char *buf, size_t cap);
 
+/* Memory the application owns, wrapped as a tensor without a copy. xferlua never frees it:
+** it calls `release(release_ud)` once, when the tensor is freed or its last reference goes. */
+typedef enum {
+  XFER_EXTERNAL_HOST,     /* ptr: host memory */
+  XFER_EXTERNAL_CUDA,     /* ptr: a CUdeviceptr, as (void *)(uintptr_t) */
+  XFER_EXTERNAL_VULKAN,   /* vk_buffer, vk_memory: a VkBuffer and the VkDeviceMemory bound to it */
+  XFER_EXTERNAL_OPENCL    /* ptr: a cl_mem */
+} xfer_external_kind;
+
+typedef struct xfer_external {
+  xfer_external_kind kind;  /* must be the device's runtime */
+  void *ptr;
+  uint64_t vk_buffer, vk_memory;
+  size_t offset;            /* bytes from the start of the memory to the tensor's first element */
+  size_t size;              /* bytes the memory holds from `offset` on: the elements must fit */
+  int pin;                  /* host memory the drivers may register or import for faster moves:
+                            ** not supported yet (XFER_E_UNSUPPORTED); wrapped host memory
+                            ** moves as pageable memory */
+} xfer_external;
+
+/* strides NULL: packed row-major. The tensor moves, views and converts like any other. */
+xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtype dtype,
+                           const xfer_shape *shape, const int64_t *strides,
+                           void (*release)(void *ud), void *release_ud, xfer_tensor **out,
+                           xfer_error *err);
+/* 1 for a tensor made by xfer_tensor_wrap (and views of one). */
+int xfer_tensor_is_wrapped(const xfer_tensor *t);
+
 /* Views share a tensor's memory (no copy): `shape`, `strides` (in elements, >= 0) and the
 ** `first` element, counted in the memory of the tensor that owns it (t's own base when t is
 ** a view). Every element must lie inside that memory. The view holds a reference to it. */

@@ -195,6 +195,40 @@ static void test_views(xfer_ctx *ctx)
   CHECK_STR(err.message, "i32 to u8: element 2: value 256 is out of range for u8 (0 to 255)");
 }
 
+/* Memory the application owns, wrapped: no copy, never freed by xferlua, released once. */
+static int releases;
+static void count_release(void *ud) { releases += *(int *)ud; }
+
+static void test_wrap(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  float mine[4] = {1, 2, 3, 4};
+  int one = 1;
+  xfer_external mem = {.kind = XFER_EXTERNAL_HOST, .ptr = mine, .size = sizeof mine};
+  xfer_shape shape = {1, {4}};
+  xfer_tensor *t, *moved;
+  CHECK(xfer_tensor_wrap(host, &mem, XFER_F32, &shape, NULL, count_release, &one, &t, &err) == 0);
+  CHECK(xfer_tensor_is_wrapped(t) && xfer_tensor_host_data(t) == (void *)mine);
+  mine[2] = 30;
+  CHECK(xfer_transfer_to(t, host, NULL, &moved, &err) == 0);
+  float back[4];
+  CHECK(xfer_tensor_read(moved, back, sizeof back, &err) == 0 && back[2] == 30);
+  xfer_tensor_release(moved);
+  xfer_shape too_big = {1, {5}};
+  xfer_tensor *u;
+  CHECK(xfer_tensor_wrap(host, &mem, XFER_F32, &too_big, NULL, NULL, NULL, &u, &err) == XFER_E_INVALID);
+  xfer_external cuda_mem = mem;
+  cuda_mem.kind = XFER_EXTERNAL_CUDA;
+  CHECK(xfer_tensor_wrap(host, &cuda_mem, XFER_F32, &shape, NULL, NULL, NULL, &u, &err) == XFER_E_INVALID);
+  CHECK_STR(err.message, "wrap: cuda memory cannot be a tensor of host");
+  CHECK(releases == 0);
+  CHECK(xfer_tensor_free(t, &err) == 0 && releases == 1);
+  xfer_tensor_release(t);
+  CHECK(releases == 1); /* once */
+  CHECK(mine[0] == 1); /* still the application's */
+}
+
 /* The context outlives its opener while tensors hold it. */
 static void test_lifetime(void)
 {
@@ -333,6 +367,7 @@ int main(void)
   test_plan(ctx);
   test_faults(ctx);
   test_views(ctx);
+  test_wrap(ctx);
   test_lifetime();
   test_engine(ctx);
   test_memory(ctx);

@@ -126,6 +126,15 @@ static void *host_address(xfer_device *dev, void *buf)
   return buf;
 }
 
+/* Memory the application owns: its pointer is the buffer (host_address gives it back). */
+static xfer_code host_wrap(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err)
+{
+  (void)dev;
+  (void)err;
+  *buf = mem->ptr;
+  return XFER_E_OK;
+}
+
 const xfer_backend xfer_backend_host = {
   .version = XFER_BACKEND_VERSION,
   .name = "host",
@@ -137,5 +146,6 @@ const xfer_backend xfer_backend_host = {
   .read = host_read,
   .copy = host_copy,
   .host_address = host_address,
+  .wrap = host_wrap,
   .memory = host_memory,
 };

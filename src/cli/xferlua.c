@@ -346,10 +346,10 @@ static void scan_args(char **argv, int argc, cli *c)
     if (!strcmp(a, "-")) break;
     if (!strcmp(a, "--devices")) c->devices = 1;
     else if (!strcmp(a, "--json")) c->json = 1;
-    else if (!strcmp(a, "--version")) c->version = 1;
+
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
     else if (!strcmp(a, "-i")) c->interactive = c->version = 1;
-    else if (!strcmp(a, "-v")) c->version = 1;
+    else if (!strcmp(a, "-v") || !strcmp(a, "--version")) c->version = 1;
     else if (!strcmp(a, "-E")) c->no_env = 1;
     else if (a[1] == 'O') continue;
     else if (a[1] == 'e' || a[1] == 'l' || a[1] == 'j') {

@@ -48,6 +48,10 @@ typedef struct xfer_backend {
   /* optional, a view's rows within the device: `rows` runs of `run` bytes from src (each
   ** src_pitch after the one before) to dst (each dst_pitch apart), done when it returns --
   ** a view packed (dst_pitch = run) or scattered (src_pitch = run) without leaving it */
+  /* optional: the buffer handle the other ops take for memory the application owns (and,
+  ** unwrap, its release: the memory itself stays the application's) */
+  xfer_code (*wrap)(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err);
+  void (*unwrap)(xfer_device *dev, void *buf);
   xfer_code (*copy_rows)(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
                          void *src, size_t src_offset, size_t src_pitch, size_t run,
                          size_t rows, xfer_error *err);
@@ -273,6 +277,9 @@ struct xfer_tensor {
                                 ** for an owner */
   int views;                    /* an owner's live views: free() is refused while any
                                 ** (ctx->lock) */
+  int wrapped;                  /* memory the application owns (xfer_tensor_wrap): no block */
+  void (*release)(void *ud);    /* ... called once when the tensor lets go of it */
+  void *release_ud;
   int freed;
   int closed;                   /* its device was closed: its memory went with it */
   struct xfer_tensor *prev_on_dev, *next_on_dev; /* dev->tensors (ctx->lock) */
@@ -339,6 +346,9 @@ void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_t
 void xfer_hold_drop(xfer_hold *h);
 
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+/* wrap.c: what a wrapped tensor's free does, once: the backend's handle, the owner's release */
+void xfer_wrap_release(xfer_tensor *t, void *buf);
+
 /* view.c: packed (row-major) strides for a shape, whether strides are packed, and a view's
 ** elements packed into host memory or scattered from it (device locked, tensor checked). */
 void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);

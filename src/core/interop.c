@@ -204,10 +204,13 @@ void xfer_interop_describe(const xfer_tensor *src, const xfer_device *dst, xfer_
 
 /* -- The move ------------------------------------------------------------------------------ */
 
+/* The block a tensor's memory lies in: its own, or its base's for a view. */
+static const xfer_block *block_of(const xfer_tensor *t) { return t->base ? t->base->block : t->block; }
+
 /* A tensor's memory as the backing device sees it (its own), or NULL. */
 static void *backing_view(const xfer_tensor *t, const xfer_device *alias)
 {
-  return t->dev->backing == alias && t->block ? t->block->seg->backing_buf : NULL;
+  return t->dev->backing == alias && block_of(t) ? block_of(t)->seg->backing_buf : NULL;
 }
 
 /* A tensor as the peer runtime's device `alias` sees it: its own buffer, the memory it lives
@@ -223,7 +226,7 @@ static xfer_code peer_view(xfer_tensor *t, xfer_device *alias, void **view, int 
   }
   if ((*view = backing_view(t, alias))) return XFER_E_OK;
   *own = 0;
-  return imported(t->block, alias, view, err);
+  return imported(block_of(t), alias, view, err);
 }
 
 xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
@@ -266,11 +269,11 @@ xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
   if ((backed = backing_view(src, to))) /* the target's runtime copies out of its own memory */
     return xfer_be_copy(to, dst->buf, dst->offset, backed, src->offset, n, err);
   if (from->can_export && to->can_import) { /* the target copies out of the source */
-    rc = imported(src->block, to, &view, err);
+    rc = imported(block_of(src), to, &view, err);
     return rc ? rc : xfer_be_copy_imported(to, dst->buf, dst->offset, view, src->offset, n, 0, err);
   }
   if (to->can_export && from->can_import) { /* the source copies into the target */
-    rc = imported(dst->block, from, &view, err);
+    rc = imported(block_of(dst), from, &view, err);
     return rc ? rc : xfer_be_copy_imported(from, src->buf, src->offset, view, dst->offset, n, 1, err);
   }
   /* two importers: through a block of the exporter's memory, one device copy each; the

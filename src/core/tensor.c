@@ -151,6 +151,7 @@ xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
   int was_freed = t->freed;
   t->freed = 1;
   xfer_block *block = t->block; /* NULL once its device was closed: given back then */
+  void *wrapped_buf = t->wrapped ? t->buf : NULL;
   t->block = NULL;
   t->buf = NULL;
   if (!was_freed) { /* off its device's list */
@@ -161,6 +162,10 @@ xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
     t->prev_on_dev = t->next_on_dev = NULL;
   }
   pthread_mutex_unlock(&ctx->lock);
+  if (!was_freed && t->wrapped) { /* the application's memory: its handle and release */
+    xfer_wrap_release(t, wrapped_buf);
+    return XFER_E_OK;
+  }
   if (was_freed || !block) return XFER_E_OK;
   /* no device lock: the block goes back to the cache, which has a lock of its own (so a
   ** collector that frees tensors in the middle of a move takes no lock out of order) */

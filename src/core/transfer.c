@@ -151,8 +151,20 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
 }
 
 /* The path a move takes, without the words: transfers call this on every move. */
-static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
-                        xfer_path *path, xfer_error *err)
+/* Interop shares xferlua's own memory (its segments, exported and imported once): memory an
+** application wrapped is not such memory at either end. */
+static const char *wrapped_end(const xfer_tensor *src, const xfer_tensor *dst_t, char *why,
+                               size_t cap)
+{
+  const xfer_tensor *w = xfer_tensor_is_wrapped(src) ? src
+                         : dst_t && xfer_tensor_is_wrapped(dst_t) ? dst_t : NULL;
+  if (!w) return NULL;
+  return refuse(why, cap, "interop shares xferlua's own memory; the tensor on %s wraps memory "
+                "of the application", w->dev->name);
+}
+
+static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *dst_t,
+                        const xfer_transfer_opts *opts, xfer_path *path, xfer_error *err)
 {
   xfer_code rc = xfer_tensor_check(src, "plan", err);
   if (rc) return rc;
@@ -166,7 +178,8 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_transfer_
   if (via != XFER_PATH_AUTO) {
     if ((unsigned)via >= XFER_PATH__COUNT)
       return xfer_err_set(err, XFER_E_INVALID, "plan", "unknown path %d", (int)via);
-    if (inapplicable(via, src->dev, dst, why, sizeof why))
+    if (inapplicable(via, src->dev, dst, why, sizeof why) ||
+        (via == XFER_PATH_INTEROP && wrapped_end(src, dst_t, why, sizeof why)))
       return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "%s", why);
     *path = via;
     return XFER_E_OK;
@@ -174,7 +187,8 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_transfer_
   /* the first that applies, asking only yes or no */
   *path = XFER_PATH_HOST;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
-    if (!inapplicable((xfer_path)p, src->dev, dst, NULL, 0)) {
+    if (!inapplicable((xfer_path)p, src->dev, dst, NULL, 0) &&
+        !(p == XFER_PATH_INTEROP && wrapped_end(src, dst_t, NULL, 0))) {
       *path = (xfer_path)p;
       break;
     }
@@ -185,7 +199,7 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
                              xfer_plan *plan, xfer_error *err)
 {
   memset(plan, 0, sizeof *plan);
-  xfer_code rc = choose(src, dst, opts, &plan->path, err);
+  xfer_code rc = choose(src, dst, NULL, opts, &plan->path, err);
   if (!rc) describe(plan, src, dst);
   return rc;
 }
@@ -387,7 +401,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   xfer_hold_take(&hold, src, dst_dev, NULL);
   xfer_path path = XFER_PATH_HOST;
   xfer_tensor *dst = NULL;
-  xfer_code rc = choose(src, dst_dev, opts, &path, err);
+  xfer_code rc = choose(src, dst_dev, NULL, opts, &path, err);
   if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
   if (!rc) rc = run(path, src, dst, err);
   xfer_hold_drop(&hold);
@@ -461,7 +475,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   xfer_code rc = xfer_tensor_check(dst, "copy", err);
   if (!rc) rc = xfer_tensor_check(src, "copy", err);
   if (!rc) rc = check_same_shape(dst, src, err);
-  if (!rc && dst != src) rc = choose(src, dst->dev, opts, &path, err);
+  if (!rc && dst != src) rc = choose(src, dst->dev, dst, opts, &path, err);
   if (!rc && dst != src) rc = run(path, src, dst, err);
   xfer_hold_drop(&hold);
   return rc;

@@ -79,6 +79,10 @@ void xl_tensor_metatable(lua_State *L);
 ** then given a new tensor whose reference it takes over. */
 void *xl_new_tensor_box(lua_State *L);
 void xl_tensor_box_adopt(lua_State *L, void *box, xfer_tensor *t);
+/* lua_wrap.c: xfer.wrap_address and t:address(), t:is_wrapped() */
+void xl_open_wrap(lua_State *L, int module, int methods);
+/* Drops the owners of wrapped memory the core has let go of (any thread), in this state. */
+void xl_drain_owners(lua_State *L);
 /* lua_view.c: views, elements, in-place writes (methods of xfer.Tensor, at `methods`) */
 void xl_view_methods(lua_State *L, int methods);
 /* t[i] and t[{...}]: the element or view an index names; 0 when `key` is no index */

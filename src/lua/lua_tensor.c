@@ -441,6 +441,7 @@ static int m_free(lua_State *L)
 {
   xfer_error err;
   if (xfer_tensor_free(xl_check_tensor(L, 1, "free"), &err)) xl_raise(L, &err);
+  xl_drain_owners(L);
   return 0;
 }
 
@@ -451,6 +452,7 @@ static int t_gc(lua_State *L)
   tensor_box *box = lua_touserdata(L, 1);
   if (box && box->t) xfer_tensor_release(box->t);
   if (box) box->t = NULL;
+  xl_drain_owners(L); /* a wrapped tensor's owner, let go of just now or by another thread */
   return 0;
 }
 
@@ -578,6 +580,7 @@ void xl_open_tensor(lua_State *L, int module)
   xl_tensor_metatable(L);
   luaL_getmetatable(L, XL_TENSOR);
   lua_getfield(L, -1, "methods");
+  xl_open_wrap(L, module, lua_gettop(L));
   lua_setfield(L, module, "Tensor");
   lua_pop(L, 1);
   lua_pushvalue(L, module);

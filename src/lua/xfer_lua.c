@@ -185,6 +185,7 @@ static int l_synchronize(lua_State *L)
 {
   xl_no_args(L, "synchronize");
   xfer_synchronize(xl_ctx(L));
+  xl_drain_owners(L); /* what the moves that ended let go of */
   return 0;
 }
 
@@ -392,7 +393,7 @@ static void open_faults(lua_State *L, int module)
 static int extends_module(const char *name)
 {
   return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
-         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json");
+         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap");
 }
 
 static void run_prelude(lua_State *L, int module)

@@ -644,6 +644,16 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset
   return externals_release(dev, ext, next, 1, code, err);
 }
 
+/* A cl_mem the application owns (of this device's context) is the buffer every op takes. */
+static xfer_code opencl_wrap(xfer_device *dev, const xfer_external *mem, void **buf,
+                             xfer_error *err)
+{
+  (void)dev;
+  if (!mem->ptr) return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a NULL cl_mem");
+  *buf = mem->ptr;
+  return XFER_E_OK;
+}
+
 const xfer_backend xfer_backend_opencl = {
   .version = XFER_BACKEND_VERSION,
   .name = "opencl",
@@ -656,6 +666,7 @@ const xfer_backend xfer_backend_opencl = {
   .read_rows = opencl_read_rows,
   .write_rows = opencl_write_rows,
   .copy_rows = opencl_copy_rows,
+  .wrap = opencl_wrap,
   .copy = opencl_copy,
   .write_start = opencl_write_start,
   .read_start = opencl_read_start,

@@ -553,18 +553,22 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   }
   const vk_import *im = imported(dev, host, n);
   stage sg;
+  memset(&sg, 0, sizeof sg);
   xfer_code rc = XFER_E_OK;
   if (!im && (rc = stage_take(dev, op, n, &sg, err))) return rc;
   size_t group = im ? rows : sg.chunk / run; /* rows a submission moves */
-  if (group == 0) { /* a row longer than a staging chunk: the plain moves, a row each */
-    stage_give(&sg);
+  if (group == 0 || rows == 0) { /* a row longer than a staging chunk: a plain move a row */
+    if (!im) stage_give(&sg);
     for (size_t i = 0; i < rows && !rc; i++)
       rc = to_device ? vulkan_write(dev, buf, offset + i * pitch, host + i * run, run, err)
                      : vulkan_read(dev, buf, offset + i * pitch, host + i * run, run, err);
     return rc;
   }
   VkBufferCopy *regions = malloc(group * sizeof *regions);
-  if (!regions) rc = xfer_err_set(err, XFER_E_ALLOC, op, "out of host memory");
+  if (!regions) {
+    if (!im) stage_give(&sg);
+    return xfer_err_set(err, XFER_E_ALLOC, op, "out of host memory");
+  }
   for (size_t first = 0; first < rows && !rc; first += group) {
     size_t count = rows - first < group ? rows - first : group;
     char *packed = host + first * run;
@@ -741,6 +745,30 @@ static xfer_code vulkan_export_fd(xfer_device *dev, void *buf, int *fd, uint64_t
   return VK(dev, "export", err, vkGetMemoryFdKHR, vd->device, &info, fd);
 }
 
+/* A VkBuffer and its VkDeviceMemory the application owns: our handle around them, never
+** mapped by us (moves take the staging or host-import paths), destroyed with the handle
+** only -- the buffer and memory stay the application's. The buffer needs
+** TRANSFER_SRC and TRANSFER_DST usage. */
+static xfer_code vulkan_wrap(xfer_device *dev, const xfer_external *mem, void **buf,
+                             xfer_error *err)
+{
+  (void)dev;
+  if (!mem->vk_buffer || !mem->vk_memory)
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a VkBuffer and its VkDeviceMemory are needed");
+  vk_buf *b = calloc(1, sizeof *b);
+  if (!b) return xfer_err_set(err, XFER_E_ALLOC, "wrap", "out of host memory");
+  b->buffer = (VkBuffer)(uintptr_t)mem->vk_buffer;
+  b->memory = (VkDeviceMemory)(uintptr_t)mem->vk_memory;
+  *buf = b;
+  return XFER_E_OK;
+}
+
+static void vulkan_unwrap(xfer_device *dev, void *buf)
+{
+  (void)dev;
+  free(buf);
+}
+
 const xfer_backend xfer_backend_vulkan = {
   .version = XFER_BACKEND_VERSION,
   .name = "vulkan",
@@ -753,6 +781,8 @@ const xfer_backend xfer_backend_vulkan = {
   .read_rows = vulkan_read_rows,
   .write_rows = vulkan_write_rows,
   .copy_rows = vulkan_copy_rows,
+  .wrap = vulkan_wrap,
+  .unwrap = vulkan_unwrap,
   .copy = vulkan_copy,
   .write_start = vulkan_write_start,
   .read_start = vulkan_read_start,

@@ -1,0 +1,93 @@
+/*
+** wrap.c -- tensors over memory the application owns (xfer_tensor_wrap): a host pointer, a
+** CUdeviceptr, a VkBuffer with its memory, a cl_mem. The backend turns the description into
+** the buffer handle its ops take; xferlua never frees the memory, and calls the
+** application's release once it lets go of it.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_call.h"
+
+static const char *const kind_runtime[] = {
+  [XFER_EXTERNAL_HOST] = "host", [XFER_EXTERNAL_CUDA] = "cuda",
+  [XFER_EXTERNAL_VULKAN] = "vulkan", [XFER_EXTERNAL_OPENCL] = "opencl",
+};
+
+xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtype dtype,
+                           const xfer_shape *shape, const int64_t *strides,
+                           void (*release)(void *ud), void *release_ud, xfer_tensor **out,
+                           xfer_error *err)
+{
+  *out = NULL;
+  if (!dev || !mem || !shape)
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a device, the memory and a shape are needed");
+  if ((unsigned)mem->kind > XFER_EXTERNAL_OPENCL || strcmp(kind_runtime[mem->kind], dev->rt->name))
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s memory cannot be a tensor of %s",
+                        (unsigned)mem->kind > XFER_EXTERNAL_OPENCL ? "unknown" : kind_runtime[mem->kind],
+                        dev->name);
+  if (xfer_device_is_closed(dev))
+    return xfer_err_set(err, XFER_E_CLOSED, "wrap", "device %s is closed", dev->name);
+  if (mem->pin)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: pinning wrapped host memory is "
+                        "not supported yet (it moves as pageable memory without pin)");
+  if ((unsigned)dtype >= XFER_DTYPE__COUNT || shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: unknown dtype or bad dimensions");
+  size_t esize = xfer_dtype_size(dtype), numel = 1;
+  int64_t packed[XFER_MAX_DIMS], extent = 1;
+  xfer_packed_strides(shape, packed);
+  if (!strides) strides = packed;
+  for (int i = 0; i < shape->ndim; i++) {
+    if (shape->dims[i] < 0 || strides[i] < 0)
+      return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: dimension %d: size %lld, stride "
+                          "%lld: neither may be negative", i + 1, (long long)shape->dims[i],
+                          (long long)strides[i]);
+    numel *= (size_t)shape->dims[i];
+    extent += (shape->dims[i] - 1) * strides[i];
+  }
+  if (numel == 0) extent = 0;
+  if ((double)extent * (double)esize > (double)mem->size)
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: the tensor reaches %.0f bytes into "
+                        "memory of %zu", (double)extent * (double)esize, mem->size);
+  if (!xfer_be(dev)->wrap)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: %s cannot wrap memory", dev->name);
+  xfer_tensor *t = calloc(1, sizeof *t);
+  if (!t) return xfer_err_set(err, XFER_E_ALLOC, "wrap", "out of host memory");
+  xfer_code rc = xfer_be_blame(dev, xfer_be(dev)->wrap(dev, mem, &t->buf, err), err);
+  if (rc) {
+    free(t);
+    return rc;
+  }
+  t->refs = 1;
+  t->dev = dev;
+  t->dtype = dtype;
+  t->shape = *shape;
+  memcpy(t->strides, strides, sizeof t->strides[0] * (size_t)shape->ndim);
+  t->contiguous = xfer_strides_packed(shape, strides);
+  t->numel = numel;
+  t->nbytes = numel * esize;
+  t->offset = mem->offset;
+  t->wrapped = 1;
+  t->release = release;
+  t->release_ud = release_ud;
+  xfer_ctx_retain(dev->ctx);
+  pthread_mutex_lock(&dev->ctx->lock); /* listed, so that closing the device finds it */
+  t->next_on_dev = dev->tensors;
+  if (dev->tensors) dev->tensors->prev_on_dev = t;
+  dev->tensors = t;
+  pthread_mutex_unlock(&dev->ctx->lock);
+  *out = t;
+  return XFER_E_OK;
+}
+
+int xfer_tensor_is_wrapped(const xfer_tensor *t)
+{
+  return t && (t->wrapped || (t->base && t->base->wrapped));
+}
+
+void xfer_wrap_release(xfer_tensor *t, void *buf)
+{
+  if (buf && xfer_be(t->dev)->unwrap) xfer_be(t->dev)->unwrap(t->dev, buf);
+  if (t->release) t->release(t->release_ud);
+  t->release = NULL;
+}
