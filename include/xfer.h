@@ -230,6 +230,15 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
 /* 1 for a tensor made by xfer_tensor_wrap (and views of one). */
 int xfer_tensor_is_wrapped(const xfer_tensor *t);
 
+/* DLPack 1.x, both ways, no copy. to_dlpack lends a host or CUDA tensor as a
+** DLManagedTensorVersioned* (versioned = 1) or DLManagedTensor* (0) in *out; the consumer
+** calls its deleter once (xferlua keeps the tensor alive until then). from_dlpack takes a
+** producer's CPU, CUDA-host or CUDA tensor as a wrapped tensor and calls its deleter once when
+** it lets go; on failure the caller still owns it. A read-only one is XFER_E_UNSUPPORTED. */
+xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_error *err);
+xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, xfer_tensor **out,
+                                  xfer_error *err);
+
 /* Views share a tensor's memory (no copy): `shape`, `strides` (in elements, >= 0) and the
 ** `first` element, counted in the memory of the tensor that owns it (t's own base when t is
 ** a view). Every element must lie inside that memory. The view holds a reference to it. */

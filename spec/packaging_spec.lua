@@ -37,13 +37,7 @@ local function exported(lib)
   return names
 end
 
--- a sanitizer build's libraries need their runtime loaded first: a plain program cannot use them
-local function sanitized()
-  local cache = io.open(build .. "/CMakeCache.txt")
-  local text = cache and cache:read("*a") or ""
-  if cache then cache:close() end
-  return text:find("XFER_SANITIZE:BOOL=ON", 1, true) ~= nil
-end
+local sanitized = h.sanitized
 
 describe("packaging #packaging", function()
   local busted_it = it

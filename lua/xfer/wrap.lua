@@ -34,3 +34,11 @@ function xfer.Tensor.ptr(t)
   if not ffi_ok then return address end
   return ffi.cast("void *", address)
 end
+
+--- xfer.from_dlpack(ptr [, {versioned = true}]): a DLManagedTensorVersioned (or, versioned =
+--- false, a DLManagedTensor) given as an FFI pointer, light userdata or address, taken in as
+--- a wrapped tensor without a copy; its deleter runs once xferlua lets go.
+function xfer.from_dlpack(ptr, opts)
+  if ffi_ok and type(ptr) == "cdata" then ptr = tonumber(ffi.cast("uintptr_t", ffi.cast("const void *", ptr))) end
+  return xfer.from_dlpack_address(ptr, opts)
+end

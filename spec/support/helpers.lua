@@ -24,6 +24,16 @@ function helpers.each_invalid(cases)
   end
 end
 
+--- Whether the binary under test is a sanitizer build (its libraries need their runtime loaded
+--- first: a plain program, or Python, cannot load them).
+function helpers.sanitized()
+  local build = helpers.xferlua():match("^(.*)/[^/]+$") or "."
+  local cache = io.open(build .. "/CMakeCache.txt")
+  local text = cache and cache:read("*a") or ""
+  if cache then cache:close() end
+  return text:find("XFER_SANITIZE:BOOL=ON", 1, true) ~= nil
+end
+
 --- `n` random bytes.
 function helpers.random_bytes(n)
   local parts = {}

@@ -50,6 +50,9 @@ typedef struct xfer_backend {
   ** a view packed (dst_pitch = run) or scattered (src_pitch = run) without leaving it */
   /* optional: the buffer handle the other ops take for memory the application owns (and,
   ** unwrap, its release: the memory itself stays the application's) */
+  /* optional: the address a buffer handle stands for (host memory, a CUdeviceptr), for
+  ** lending it through DLPack */
+  void *(*native)(xfer_device *dev, void *buf);
   xfer_code (*wrap)(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err);
   void (*unwrap)(xfer_device *dev, void *buf);
   xfer_code (*copy_rows)(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,

@@ -197,6 +197,47 @@ static int m_address(lua_State *L)
   return 1;
 }
 
+static int versioned_opt(lua_State *L, int idx, const char *fname)
+{
+  static const char *const keys[] = {"versioned", NULL};
+  xl_check_options(L, idx, fname, keys);
+  if (lua_isnoneornil(L, idx)) return 1;
+  lua_getfield(L, idx, "versioned");
+  int v = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* t:to_dlpack([{versioned = true}]): a DLManagedTensorVersioned (or DLManagedTensor) as a
+** light userdata, for a consumer that calls its deleter */
+static int m_to_dlpack(lua_State *L)
+{
+  xfer_tensor *t = xl_check_tensor(L, 1, "to_dlpack");
+  int versioned = versioned_opt(L, 2, "to_dlpack");
+  void *managed;
+  xfer_error err;
+  if (xfer_tensor_to_dlpack(t, versioned, &managed, &err)) xl_raise(L, &err);
+  lua_pushlightuserdata(L, managed);
+  return 1;
+}
+
+/* xfer.from_dlpack_address(ptr, [{versioned = true}]): the producer's tensor, wrapped */
+static int l_from_dlpack(lua_State *L)
+{
+  void *managed = NULL;
+  if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) managed = lua_touserdata(L, 1);
+  else if (lua_type(L, 1) == LUA_TNUMBER) managed = (void *)(uintptr_t)lua_tonumber(L, 1);
+  else xl_arg_error(L, 1, "from_dlpack", "DLPack tensor (light userdata, address or FFI pointer)");
+  int versioned = versioned_opt(L, 2, "from_dlpack");
+  xl_drain_owners(L);
+  void *box = xl_new_tensor_box(L);
+  xfer_tensor *t;
+  xfer_error err;
+  if (xfer_tensor_from_dlpack(xl_ctx(L), managed, versioned, &t, &err)) xl_raise(L, &err);
+  xl_tensor_box_adopt(L, box, t);
+  return 1;
+}
+
 static int l_is_wrapped(lua_State *L)
 {
   lua_pushboolean(L, xfer_tensor_is_wrapped(xl_check_tensor(L, 1, "is_wrapped")));
@@ -211,4 +252,8 @@ void xl_open_wrap(lua_State *L, int module, int methods)
   lua_setfield(L, methods, "address");
   lua_pushcfunction(L, l_is_wrapped);
   lua_setfield(L, methods, "is_wrapped");
+  lua_pushcfunction(L, m_to_dlpack);
+  lua_setfield(L, methods, "to_dlpack");
+  lua_pushcfunction(L, l_from_dlpack);
+  lua_setfield(L, module, "from_dlpack_address");
 }

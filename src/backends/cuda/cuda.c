@@ -348,6 +348,13 @@ static xfer_code cuda_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *t
   return rc;
 }
 
+/* A buffer handle is its CUdeviceptr. */
+static void *cuda_native(xfer_device *dev, void *buf)
+{
+  (void)dev;
+  return buf;
+}
+
 /* A CUdeviceptr the application owns is the buffer every op takes. */
 static xfer_code cuda_wrap(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err)
 {
@@ -370,6 +377,7 @@ const xfer_backend xfer_backend_cuda = {
   .write_rows = xfer_cu_write_rows,
   .copy_rows = cuda_copy_rows,
   .wrap = cuda_wrap,
+  .native = cuda_native,
   .write_start = xfer_cu_write_start,
   .read_start = xfer_cu_read_start,
   .finish = xfer_cu_finish,

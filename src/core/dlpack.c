@@ -1,0 +1,204 @@
+/*
+** dlpack.c -- DLPack 1.x: a tensor lent to another framework (DLManagedTensorVersioned, or
+** the older DLManagedTensor for consumers that know only it) and a framework's tensor taken
+** in as a wrapped tensor (no copy), the producer's deleter called once when xferlua lets go.
+** The structs follow DLPack's dlpack.h field for field (its ABI); they are written here so
+** that the public headers need no dlpack.h.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_call.h"
+
+typedef struct { uint32_t major, minor; } dl_version;
+typedef struct { int32_t device_type, device_id; } dl_device; /* DLDeviceType is an enum */
+typedef struct { uint8_t code, bits; uint16_t lanes; } dl_dtype;
+typedef struct {
+  void *data;
+  dl_device device;
+  int32_t ndim;
+  dl_dtype dtype;
+  int64_t *shape, *strides;
+  uint64_t byte_offset;
+} dl_tensor;
+typedef struct dl_managed {
+  dl_tensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct dl_managed *self);
+} dl_managed;
+typedef struct dl_versioned {
+  dl_version version;
+  void *manager_ctx;
+  void (*deleter)(struct dl_versioned *self);
+  uint64_t flags;
+  dl_tensor dl_tensor;
+} dl_versioned;
+
+enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
+#define DL_READ_ONLY 1u
+
+static const struct { xfer_dtype dtype; uint8_t code, bits; } dl_types[] = {
+  {XFER_F16, DL_FLOAT, 16}, {XFER_BF16, DL_BFLOAT, 16}, {XFER_F32, DL_FLOAT, 32},
+  {XFER_F64, DL_FLOAT, 64}, {XFER_I8, DL_INT, 8}, {XFER_I16, DL_INT, 16},
+  {XFER_I32, DL_INT, 32}, {XFER_I64, DL_INT, 64}, {XFER_U8, DL_UINT, 8},
+  {XFER_U16, DL_UINT, 16}, {XFER_U32, DL_UINT, 32}, {XFER_U64, DL_UINT, 64},
+  {XFER_BOOL, DL_BOOL, 8},
+};
+
+/* -- Export ------------------------------------------------------------------------------ */
+
+/* One allocation: the managed struct, then shape and strides. */
+typedef struct lent {
+  union { dl_managed plain; dl_versioned versioned; } m;
+  xfer_tensor *t;
+  int64_t dims[2 * XFER_MAX_DIMS];
+} lent;
+
+static void lent_free(lent *l)
+{
+  xfer_tensor_release(l->t);
+  free(l);
+}
+static void delete_plain(dl_managed *self) { lent_free((lent *)self); }
+static void delete_versioned(dl_versioned *self) { lent_free((lent *)self); }
+
+xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_code rc = xfer_tensor_check(t, "dlpack", err);
+  if (rc) return rc;
+  dl_device device;
+  void *data = NULL;
+  if (xfer_is_host(t->dev)) {
+    device = (dl_device){DL_CPU, 0};
+    data = xfer_be_host_address(t->dev, t->buf, t->offset);
+  } else if (!strcmp(t->dev->rt->name, "cuda") && xfer_be(t->dev)->native) {
+    device = (dl_device){DL_CUDA, t->dev->index};
+    data = (char *)xfer_be(t->dev)->native(t->dev, t->buf) + t->offset;
+  } else {
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "dlpack: %s tensors are not lent "
+                        "through DLPack (host and CUDA are; move it there first)", t->dev->name);
+  }
+  lent *l = calloc(1, sizeof *l);
+  if (!l) return xfer_err_set(err, XFER_E_ALLOC, "dlpack", "out of host memory");
+  dl_tensor *d = versioned ? &l->m.versioned.dl_tensor : &l->m.plain.dl_tensor;
+  d->data = t->numel ? data : NULL;
+  d->device = device;
+  d->ndim = t->shape.ndim;
+  for (size_t i = 0; i < sizeof dl_types / sizeof dl_types[0]; i++)
+    if (dl_types[i].dtype == t->dtype) d->dtype = (dl_dtype){dl_types[i].code, dl_types[i].bits, 1};
+  memcpy(l->dims, t->shape.dims, sizeof t->shape.dims[0] * (size_t)t->shape.ndim);
+  memcpy(l->dims + XFER_MAX_DIMS, t->strides, sizeof t->strides[0] * (size_t)t->shape.ndim);
+  d->shape = l->dims;
+  d->strides = l->dims + XFER_MAX_DIMS;
+  d->byte_offset = 0;
+  l->t = xfer_tensor_retain(t); /* the consumer's reference, dropped by the deleter */
+  if (versioned) {
+    l->m.versioned.version = (dl_version){1, 0};
+    l->m.versioned.manager_ctx = l;
+    l->m.versioned.deleter = delete_versioned;
+    l->m.versioned.flags = 0;
+  } else {
+    l->m.plain.manager_ctx = l;
+    l->m.plain.deleter = delete_plain;
+  }
+  *out = l;
+  return XFER_E_OK;
+}
+
+/* -- Import ------------------------------------------------------------------------------ */
+
+typedef struct borrowed {
+  void *managed;
+  int versioned;
+} borrowed;
+
+static void give_back(void *ud)
+{
+  borrowed *b = ud;
+  if (b->versioned) {
+    dl_versioned *m = b->managed;
+    if (m->deleter) m->deleter(m);
+  } else {
+    dl_managed *m = b->managed;
+    if (m->deleter) m->deleter(m);
+  }
+  free(b);
+}
+
+xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, xfer_tensor **out,
+                                  xfer_error *err)
+{
+  *out = NULL;
+  if (!managed) return xfer_err_set(err, XFER_E_INVALID, "dlpack", "from_dlpack: a NULL tensor");
+  const dl_tensor *d;
+  if (versioned) {
+    const dl_versioned *m = managed;
+    if (m->version.major != 1)
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: DLPack %u.%u (1.x "
+                          "is read)", m->version.major, m->version.minor);
+    if (m->flags & DL_READ_ONLY)
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a read-only tensor "
+                          "(xferlua tensors are writable: copy it first)");
+    d = &m->dl_tensor;
+  } else {
+    d = &((const dl_managed *)managed)->dl_tensor;
+  }
+  const char *name = d->device.device_type == DL_CPU || d->device.device_type == DL_CUDA_HOST
+                       ? "host" : d->device.device_type == DL_CUDA ? "cuda" : NULL;
+  if (!name)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: device type %d (CPU, "
+                        "CUDA and CUDA host memory are read)", (int)d->device.device_type);
+  char dev_name[32];
+  snprintf(dev_name, sizeof dev_name, !strcmp(name, "cuda") ? "cuda:%d" : "host",
+           (int)d->device.device_id);
+  xfer_device *dev;
+  xfer_code rc = xfer_device_find(ctx, dev_name, &dev, err);
+  if (rc) return rc;
+  xfer_dtype dtype = XFER_DTYPE__COUNT;
+  for (size_t i = 0; i < sizeof dl_types / sizeof dl_types[0]; i++)
+    if (dl_types[i].code == d->dtype.code && dl_types[i].bits == d->dtype.bits)
+      dtype = dl_types[i].dtype;
+  if (dtype == XFER_DTYPE__COUNT || d->dtype.lanes != 1)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: dtype code %d, %d "
+                        "bits, %d lanes has no xferlua dtype", d->dtype.code, d->dtype.bits,
+                        d->dtype.lanes);
+  if (d->ndim < 0 || d->ndim > XFER_MAX_DIMS)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: %d dimensions (at "
+                        "most %d)", (int)d->ndim, XFER_MAX_DIMS);
+  xfer_shape shape = {d->ndim, {0}};
+  int64_t strides[XFER_MAX_DIMS];
+  int64_t extent = 1;
+  size_t numel = 1;
+  for (int i = 0; i < d->ndim; i++) {
+    shape.dims[i] = d->shape[i];
+    numel *= (size_t)(d->shape[i] > 0 ? d->shape[i] : 0);
+  }
+  xfer_packed_strides(&shape, strides);
+  for (int i = 0; i < d->ndim; i++) {
+    if (d->strides) strides[i] = d->strides[i];
+    if (strides[i] < 0)
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a negative stride "
+                          "(dimension %d)", i + 1);
+    extent += (shape.dims[i] - 1) * strides[i];
+  }
+  borrowed *b = malloc(sizeof *b);
+  if (!b) return xfer_err_set(err, XFER_E_ALLOC, "dlpack", "out of host memory");
+  b->managed = managed;
+  b->versioned = versioned;
+  xfer_external mem = {
+    .kind = !strcmp(name, "cuda") ? XFER_EXTERNAL_CUDA : XFER_EXTERNAL_HOST,
+    .ptr = (char *)d->data + d->byte_offset,
+    .size = numel ? (size_t)extent * xfer_dtype_size(dtype) : 0,
+  };
+  if (!mem.ptr && numel) {
+    free(b);
+    return xfer_err_set(err, XFER_E_INVALID, "dlpack", "from_dlpack: no data");
+  }
+  if (!mem.ptr) mem.ptr = b; /* an empty tensor's address is never read */
+  rc = xfer_tensor_wrap(dev, &mem, dtype, &shape, strides, give_back, b, out, err);
+  if (rc) free(b); /* not taken: the caller keeps the managed tensor */
+  return rc;
+}
