@@ -105,6 +105,23 @@ describe("packaging #packaging", function()
     run("rm -rf '" .. dir .. "'")
   end)
 
+  it("luarocks make builds the rock, and a plain luajit requires xfer from its tree", function()
+    if os.getenv("XFER_LUAROCKS_CHECK") ~= "1" then
+      return pending("a full build: scripts/test runs it once, in its first spec run (XFER_LUAROCKS_CHECK=1)")
+    end
+    local tree = os.tmpname() .. "-rocks"
+    local scratch = os.tmpname() .. "-checkout" -- luarocks builds in the directory it is run in
+    run(("mkdir -p '%s' && cd '%s' && tar -cf - --exclude='./build*' --exclude=./.git . | tar -xf - -C '%s'")
+        :format(scratch, root, scratch))
+    local out = run(("cd '%s' && luarocks --lua-version=5.1 --tree='%s' make xferlua-scm-1.rockspec " ..
+                     "LUA_INCDIR=/usr/include/luajit-2.1"):format(scratch, tree))
+    assert.is_truthy(out:find("xferlua scm-1 is now installed", 1, true), out)
+    local got = run(("cd / && LUA_CPATH='%s/lib/lua/5.1/?.so' luajit -e " ..
+                     "'local x = require \"xfer\" print(x.version, x.arange(3):to(\"host\"):totable()[3])'"):format(tree))
+    assert.are.equal("0.1.0\t2\n", got)
+    run(("rm -rf '%s' '%s'"):format(tree, scratch))
+  end)
+
   teardown(function()
     if prefix then h.run("rm -rf '" .. prefix .. "'") end
   end)
