@@ -35,6 +35,7 @@ static void print_usage(FILE *out)
           "              such as -jv or -jdump).\n"
           "  -O[opt]     Control LuaJIT optimizations (as luajit -O).\n"
           "  -i          Enter interactive mode after running the script.\n"
+          "  -b ...      Save or list bytecode (the rest is jit.bcsave's, as luajit -b).\n"
           "  -v, --version  Show version information.\n"
           "  -E          Ignore the environment variables LUA_INIT, LUA_PATH and LUA_CPATH.\n"
           "  --devices   List every runtime (available, or why not) and every device;\n"
@@ -168,10 +169,14 @@ static int dojitcmd(lua_State *L, const char *cmd)
     lua_pushliteral(L, "jit.");
     lua_pushlstring(L, cmd, len);
     lua_concat(L, 2);
-    if (docall(L, 1, 1)) return report(L, 1), 1;
+    if (docall(L, 1, 1)) { /* luajit's own words: no module or no command of that name */
+      lua_pop(L, 1);
+      fprintf(stderr, "%s: unknown luaJIT command or jit.* modules not installed\n", progname);
+      return 1;
+    }
     lua_getfield(L, -1, "start");
     if (!lua_isfunction(L, -1)) {
-      fprintf(stderr, "%s: unknown luaJIT command '%.*s'\n", progname, (int)len, cmd);
+      fprintf(stderr, "%s: unknown luaJIT command or jit.* modules not installed\n", progname);
       lua_pop(L, 2);
       return 1;
     }
@@ -332,6 +337,7 @@ static void dotty(lua_State *L)
 typedef struct cli {
   int script;          /* index of the script in argv, or 0 */
   int interactive, version, no_env, devices, json, help, has_e;
+  int bytecode;        /* index of a -b option, or 0 */
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -344,6 +350,10 @@ static void scan_args(char **argv, int argc, cli *c)
     if (a[0] != '-') break;
     if (!strcmp(a, "--")) { i++; break; }
     if (!strcmp(a, "-")) break;
+    if (a[1] == 'b') { /* the rest is jit.bcsave's */
+      c->bytecode = i;
+      return;
+    }
     if (!strcmp(a, "--devices")) c->devices = 1;
     else if (!strcmp(a, "--json")) c->json = 1;
 
@@ -380,6 +390,30 @@ static int run_options(lua_State *L, char **argv, int last)
   return 0;
 }
 
+/* -b...: the rest of the command line is jit.bcsave's (save or list bytecode), as luajit -b:
+** "-bl x.lua" is bcsave.start("-l", "x.lua"). */
+static int dobytecode(lua_State *L, char **argv, int at, int argc)
+{
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "jit.bcsave");
+  if (docall(L, 1, 1)) {
+    lua_pop(L, 1);
+    fprintf(stderr, "%s: unknown luaJIT command or jit.* modules not installed\n", progname);
+    return 1;
+  }
+  lua_getfield(L, -1, "start");
+  lua_remove(L, -2);
+  int nargs = 0;
+  if (argv[at][2]) { /* -bl: "-l" */
+    lua_pushfstring(L, "-%s", argv[at] + 2);
+    nargs++;
+  }
+  for (int i = at + 1; i < argc; i++, nargs++) lua_pushstring(L, argv[i]);
+  int status = docall(L, nargs, 0);
+  report(L, status);
+  return status;
+}
+
 static int handle_init(lua_State *L)
 {
   const char *init = getenv("LUA_INIT");
@@ -395,11 +429,13 @@ static int handle_init(lua_State *L)
 static int run(lua_State *L, const cli *cp, char **argv, int argc)
 {
   cli c = *cp;
-  if (!c.no_env && handle_init(L)) return 1;
+  /* arg first: LUA_INIT sees it, as in luajit */
   create_arg_table(L, argv, argc, c.script ? c.script : argc);
+  if (!c.no_env && handle_init(L)) return 1;
   if (c.version) print_version();
   if (c.devices && print_devices(L, c.json)) return 1;
-  if (run_options(L, argv, c.script ? c.script : argc)) return 1;
+  if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
+  if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;
   if (c.interactive) {
     dotty(L);
@@ -407,8 +443,11 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
     if (isatty(0)) {
       print_version();
       dotty(L);
-    } else if (handle_script(L, (char *[]){argv[0], "-"}, 2, 1)) {
-      return 1;
+    } else {
+      /* stdin read because nothing else was given: its error is reported, and the exit
+      ** status stays 0, as luajit's (which runs it with dofile and drops the status);
+      ** `xferlua -` exits 1 on an error, as `luajit -` does */
+      (void)handle_script(L, (char *[]){argv[0], "-"}, 2, 1);
     }
   }
   return 0;
