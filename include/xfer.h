@@ -217,9 +217,9 @@ typedef struct xfer_external {
   uint64_t vk_buffer, vk_memory;
   size_t offset;            /* bytes from the start of the memory to the tensor's first element */
   size_t size;              /* bytes the memory holds from `offset` on: the elements must fit */
-  int pin;                  /* host memory the drivers may register or import for faster moves:
-                            ** not supported yet (XFER_E_UNSUPPORTED); wrapped host memory
-                            ** moves as pageable memory */
+  int pin;                  /* host memory the drivers may register or import in place for
+                            ** faster moves (let go of when the tensor is); 0: it moves as
+                            ** pageable memory */
 } xfer_external;
 
 /* strides NULL: packed row-major. The tensor moves, views and converts like any other. */

@@ -283,6 +283,7 @@ struct xfer_tensor {
   int wrapped;                  /* memory the application owns (xfer_tensor_wrap): no block */
   void (*release)(void *ud);    /* ... called once when the tensor lets go of it */
   void *release_ud;
+  struct xfer_segment *external; /* wrapped host memory listed for pinning (pin = true) */
   int freed;
   int closed;                   /* its device was closed: its memory went with it */
   struct xfer_tensor *prev_on_dev, *next_on_dev; /* dev->tensors (ctx->lock) */
@@ -349,6 +350,10 @@ void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_t
 void xfer_hold_drop(xfer_hold *h);
 
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+/* memory.c: wrapped host memory the runtimes may pin (pin = true), and letting go of it */
+xfer_segment *xfer_mem_host_external(xfer_ctx *ctx, void *base, size_t size);
+void xfer_mem_host_external_drop(xfer_ctx *ctx, xfer_segment *seg);
+
 /* wrap.c: what a wrapped tensor's free does, once: the backend's handle, the owner's release */
 void xfer_wrap_release(xfer_tensor *t, void *buf);
 

@@ -286,7 +286,8 @@ void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
 {
   xfer_allocator *a = xfer_host_of(ctx)->alloc;
   pthread_mutex_lock(&a->lock);
-  for (xfer_segment *seg = a->segments; seg; seg = seg->next) {
+  for (size_t at = 0; at < a->by_addr.n; at++) { /* pinned segments are all listed there */
+    xfer_segment *seg = a->by_addr.items[at];
     int kept = 0;
     for (int i = 0; i < seg->npins; i++) {
       if (seg->pins[i].dev == dev)
@@ -297,6 +298,48 @@ void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
     seg->npins = kept;
   }
   pthread_mutex_unlock(&a->lock);
+}
+
+/* Memory an application wrapped with pin = true, listed with the host segments so that the
+** runtimes pin or import it as they do xferlua's own; NULL (no pinning, moves still work) when
+** it overlaps a host segment or there is no room. Never freed by xferlua: dropping it only
+** lets go of the pins. */
+xfer_segment *xfer_mem_host_external(xfer_ctx *ctx, void *base, size_t size)
+{
+  xfer_allocator *a = xfer_host_of(ctx)->alloc;
+  xfer_segment *seg = calloc(1, sizeof *seg);
+  if (!seg || !size) {
+    free(seg);
+    return NULL;
+  }
+  seg->dev = xfer_host_of(ctx);
+  seg->buf = base;
+  seg->size = size;
+  pthread_mutex_lock(&a->lock);
+  size_t at = addr_upper(a, base);
+  const xfer_segment *below = at ? a->by_addr.items[at - 1] : NULL;
+  const xfer_segment *above = at < a->by_addr.n ? a->by_addr.items[at] : NULL;
+  int overlaps = (below && (const char *)below->buf + below->size > (const char *)base) ||
+                 (above && (const char *)base + size > (const char *)above->buf);
+  int listed = !overlaps && ordered_insert(&a->by_addr, at, seg);
+  pthread_mutex_unlock(&a->lock);
+  if (!listed) {
+    free(seg);
+    return NULL;
+  }
+  return seg;
+}
+
+void xfer_mem_host_external_drop(xfer_ctx *ctx, xfer_segment *seg)
+{
+  if (!seg) return;
+  xfer_allocator *a = xfer_host_of(ctx)->alloc;
+  pthread_mutex_lock(&a->lock);
+  addr_remove(a, seg);
+  for (int i = 0; i < seg->npins; i++) /* the moves through it have ended */
+    xfer_be_host_unpin(seg->pins[i].dev, seg->buf, seg->size, seg->pins[i].pin);
+  pthread_mutex_unlock(&a->lock);
+  free(seg);
 }
 
 void *xfer_mem_import_find(xfer_segment *seg, const xfer_device *importer, int *room)

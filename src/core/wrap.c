@@ -28,9 +28,9 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
                         dev->name);
   if (xfer_device_is_closed(dev))
     return xfer_err_set(err, XFER_E_CLOSED, "wrap", "device %s is closed", dev->name);
-  if (mem->pin)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: pinning wrapped host memory is "
-                        "not supported yet (it moves as pageable memory without pin)");
+  if (mem->pin && mem->kind != XFER_EXTERNAL_HOST)
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: pin is for host memory (it lets the "
+                        "drivers register or import it)");
   if ((unsigned)dtype >= XFER_DTYPE__COUNT || shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: unknown dtype or bad dimensions");
   size_t esize = xfer_dtype_size(dtype), numel = 1;
@@ -70,6 +70,9 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
   t->wrapped = 1;
   t->release = release;
   t->release_ud = release_ud;
+  /* the runtimes may pin or import it in place, as they do xferlua's own host memory: listed
+  ** with the host segments (not when it overlaps one: it then moves as pageable memory) */
+  if (mem->pin) t->external = xfer_mem_host_external(dev->ctx, mem->ptr, mem->offset + mem->size);
   xfer_ctx_retain(dev->ctx);
   pthread_mutex_lock(&dev->ctx->lock); /* listed, so that closing the device finds it */
   t->next_on_dev = dev->tensors;
@@ -87,6 +90,8 @@ int xfer_tensor_is_wrapped(const xfer_tensor *t)
 
 void xfer_wrap_release(xfer_tensor *t, void *buf)
 {
+  xfer_mem_host_external_drop(t->dev->ctx, t->external); /* the pins first: the memory goes next */
+  t->external = NULL;
   if (buf && xfer_be(t->dev)->unwrap) xfer_be(t->dev)->unwrap(t->dev, buf);
   if (t->release) t->release(t->release_ud);
   t->release = NULL;
