@@ -1,0 +1,93 @@
+"""DLPack with PyTorch and CuPy on a CUDA device (the GPU machine): an xferlua CUDA tensor
+goes to torch.from_dlpack / cupy.from_dlpack and a torch/cupy CUDA tensor comes back, each
+with the same device pointer (no copy). Usage: python3 frameworks_check.py path/to/libxfer.so
+Prints "ok: ..." per check and "skipped: ..." for a framework that is not there."""
+import ctypes
+import sys
+
+lib = ctypes.CDLL(sys.argv[1])
+api = ctypes.pythonapi
+api.PyCapsule_New.restype = ctypes.py_object
+api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class Shape(ctypes.Structure):
+    _fields_ = [("ndim", ctypes.c_int), ("dims", ctypes.c_int64 * 8)]
+
+
+ERR = ctypes.create_string_buffer(8192)
+V = ctypes.c_void_p
+for name, args in {"xfer_ctx_open": [V, V], "xfer_device_find": [V, ctypes.c_char_p, V, V],
+                   "xfer_tensor_from_bytes": [V, ctypes.c_int, V, V, ctypes.c_size_t, V, V],
+                   "xfer_tensor_to_dlpack": [V, ctypes.c_int, V, V],
+                   "xfer_tensor_from_dlpack": [V, V, ctypes.c_int, V, V],
+                   "xfer_tensor_read": [V, V, ctypes.c_size_t, V], "xfer_dtype_parse": [ctypes.c_char_p, V]}.items():
+    getattr(lib, name).restype = ctypes.c_int
+    getattr(lib, name).argtypes = args
+lib.xfer_tensor_release.argtypes = [V]
+
+
+def check(rc, what):
+    if rc != 0:
+        sys.exit("FAILED: %s: xfer code %d" % (what, rc))
+
+
+ctx, cuda, f32 = V(), V(), ctypes.c_int()
+check(lib.xfer_ctx_open(ctypes.byref(ctx), ERR), "xfer_ctx_open")
+check(lib.xfer_device_find(ctx, b"cuda:0", ctypes.byref(cuda), ERR), "xfer_device_find cuda:0")
+check(lib.xfer_dtype_parse(b"f32", ctypes.byref(f32)), "dtype")
+values = (ctypes.c_float * 6)(0, 1, 2, 3, 4, 5)
+shape = Shape(2, (ctypes.c_int64 * 8)(2, 3))
+t = V()
+check(lib.xfer_tensor_from_bytes(cuda, f32, ctypes.byref(shape), values, 24, ctypes.byref(t), ERR), "a CUDA tensor")
+
+
+class Producer:
+    def __init__(self):
+        self.pointer = None
+
+    def __dlpack__(self, stream=None, **_):
+        managed = V()
+        check(lib.xfer_tensor_to_dlpack(t, 0, ctypes.byref(managed), ERR), "to_dlpack")
+        self.pointer = ctypes.c_void_p.from_address(managed.value).value  # dl_tensor.data: the first field
+        return api.PyCapsule_New(managed, b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
+
+
+def take_back(capsule, pointer, what):
+    managed = api.PyCapsule_GetPointer(capsule, b"dltensor")
+    u = V()
+    check(lib.xfer_tensor_from_dlpack(ctx, managed, 0, ctypes.byref(u), ERR), what + " from_dlpack")
+    api.PyCapsule_SetName(capsule, b"used_dltensor")
+    data = ctypes.c_void_p.from_address(managed).value
+    assert data == pointer, (hex(data), hex(pointer))
+    got = (ctypes.c_float * 6)()
+    check(lib.xfer_tensor_read(u, got, 24, ERR), what + " read back")
+    lib.xfer_tensor_release(u)
+    return list(got)
+
+
+for name in ("torch", "cupy"):
+    try:
+        module = __import__(name)
+    except ImportError:
+        print("skipped: %s is not installed" % name)
+        continue
+    producer = Producer()
+    x = module.from_dlpack(producer)
+    pointer = x.data_ptr() if name == "torch" else x.data.ptr
+    assert pointer == producer.pointer, "%s copied the tensor" % name
+    assert [float(v) for v in x.flatten().tolist()] == [0, 1, 2, 3, 4, 5]
+    print("ok: %s.from_dlpack takes an xferlua CUDA tensor in place (device pointer %#x)" % (name, pointer))
+    y = (x * 2).contiguous() if name == "torch" else module.ascontiguousarray(x * 2)
+    capsule = module.utils.dlpack.to_dlpack(y) if name == "torch" else y.toDlpack()
+    ptr_y = y.data_ptr() if name == "torch" else y.data.ptr
+    assert take_back(capsule, ptr_y, name) == [0, 2, 4, 6, 8, 10]
+    print("ok: xferlua takes a %s CUDA tensor through DLPack in place (device pointer %#x)" % (name, ptr_y))
+lib.xfer_tensor_release(t)
+print("dlpack frameworks: done")
