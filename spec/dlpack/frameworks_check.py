@@ -5,36 +5,10 @@ Prints "ok: ..." per check and "skipped: ..." for a framework that is not there.
 import ctypes
 import sys
 
-lib = ctypes.CDLL(sys.argv[1])
-api = ctypes.pythonapi
-api.PyCapsule_New.restype = ctypes.py_object
-api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from xferlib import ERR, V, api, check, load, Shape  # noqa: E402
 
-
-class Shape(ctypes.Structure):
-    _fields_ = [("ndim", ctypes.c_int), ("dims", ctypes.c_int64 * 8)]
-
-
-ERR = ctypes.create_string_buffer(8192)
-V = ctypes.c_void_p
-for name, args in {"xfer_ctx_open": [V, V], "xfer_device_find": [V, ctypes.c_char_p, V, V],
-                   "xfer_tensor_from_bytes": [V, ctypes.c_int, V, V, ctypes.c_size_t, V, V],
-                   "xfer_tensor_to_dlpack": [V, ctypes.c_int, V, V],
-                   "xfer_tensor_from_dlpack": [V, V, ctypes.c_int, V, V],
-                   "xfer_tensor_read": [V, V, ctypes.c_size_t, V], "xfer_dtype_parse": [ctypes.c_char_p, V]}.items():
-    getattr(lib, name).restype = ctypes.c_int
-    getattr(lib, name).argtypes = args
-lib.xfer_tensor_release.argtypes = [V]
-
-
-def check(rc, what):
-    if rc != 0:
-        sys.exit("FAILED: %s: xfer code %d" % (what, rc))
-
-
+lib = load(sys.argv[1])
 ctx, cuda, f32 = V(), V(), ctypes.c_int()
 check(lib.xfer_ctx_open(ctypes.byref(ctx), ERR), "xfer_ctx_open")
 check(lib.xfer_device_find(ctx, b"cuda:0", ctypes.byref(cuda), ERR), "xfer_device_find cuda:0")

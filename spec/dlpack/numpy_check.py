@@ -6,42 +6,15 @@ import sys
 
 import numpy
 
-lib = ctypes.CDLL(sys.argv[1])
-pythonapi = ctypes.pythonapi
-pythonapi.PyCapsule_New.restype = ctypes.py_object
-pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
-pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from xferlib import ERR, Shape, api as pythonapi, check, load  # noqa: E402
 
-
-class Shape(ctypes.Structure):
-    _fields_ = [("ndim", ctypes.c_int), ("dims", ctypes.c_int64 * 8)]
-
-
-ERR = ctypes.create_string_buffer(8192)  # an xfer_error, larger than it is
-
-def check(rc, what):
-    if rc != 0:
-        sys.exit("FAILED: %s: xfer code %d" % (what, rc))
+lib = load(sys.argv[1])
 
 
 def ok(what):
     print("ok: " + what)
 
-
-for name in ("xfer_ctx_open", "xfer_device_find", "xfer_tensor_from_bytes", "xfer_tensor_to_dlpack",
-             "xfer_tensor_from_dlpack", "xfer_tensor_read", "xfer_tensor_write", "xfer_dtype_parse",
-             "xfer_tensor_free"):
-    getattr(lib, name).restype = ctypes.c_int
-lib.xfer_tensor_host_data.restype = ctypes.c_void_p
-lib.xfer_tensor_host_data.argtypes = [ctypes.c_void_p]
-lib.xfer_tensor_release.argtypes = [ctypes.c_void_p]
-lib.xfer_tensor_to_dlpack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-lib.xfer_tensor_from_dlpack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                        ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-lib.xfer_tensor_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-lib.xfer_tensor_write.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 
 ctx = ctypes.c_void_p()
 check(lib.xfer_ctx_open(ctypes.byref(ctx), ERR), "xfer_ctx_open")

@@ -368,6 +368,8 @@ xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error
 int xfer_view_on_device(const xfer_tensor *t);
 xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_packed,
                                 xfer_error *err);
+/* A new tensor of its device: the context retained, listed for closing (tensor.c). */
+void xfer_tensor_adopt(xfer_tensor *t);
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);
 

@@ -75,14 +75,20 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
   t->buf = t->block ? t->block->buf : NULL;
   t->offset = t->block ? t->block->offset : 0;
   xfer_mem_tensor_made(dev->ctx, t->nbytes);
+  xfer_tensor_adopt(t);
+  *out = t;
+  return XFER_E_OK;
+}
+
+void xfer_tensor_adopt(xfer_tensor *t)
+{
+  xfer_device *dev = t->dev;
   xfer_ctx_retain(dev->ctx);
   pthread_mutex_lock(&dev->ctx->lock); /* listed, so that closing the device finds it */
   t->next_on_dev = dev->tensors;
   if (dev->tensors) dev->tensors->prev_on_dev = t;
   dev->tensors = t;
   pthread_mutex_unlock(&dev->ctx->lock);
-  *out = t;
-  return XFER_E_OK;
 }
 
 xfer_code xfer_tensor_empty(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,

@@ -73,12 +73,7 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
   /* the runtimes may pin or import it in place, as they do xferlua's own host memory: listed
   ** with the host segments (not when it overlaps one: it then moves as pageable memory) */
   if (mem->pin) t->external = xfer_mem_host_external(dev->ctx, mem->ptr, mem->offset + mem->size);
-  xfer_ctx_retain(dev->ctx);
-  pthread_mutex_lock(&dev->ctx->lock); /* listed, so that closing the device finds it */
-  t->next_on_dev = dev->tensors;
-  if (dev->tensors) dev->tensors->prev_on_dev = t;
-  dev->tensors = t;
-  pthread_mutex_unlock(&dev->ctx->lock);
+  xfer_tensor_adopt(t);
   *out = t;
   return XFER_E_OK;
 }
