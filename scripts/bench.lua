@@ -1,6 +1,6 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
---   [--pair-size 256M] [--tables host,pairs,staged,to,strided] [--json]
+--   [--pair-size 256M] [--tables host,pairs,staged,to,strided,selftest] [--json]
 --   --json prints one JSON document instead: {version, inventory, tables = [{header, rows}]}.
 --   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
@@ -11,7 +11,7 @@ local bench = require "xfer.bench"
 
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
-local tables_text = "host,pairs,staged,to,strided"
+local tables_text = "host,pairs,staged,to,strided,selftest"
 local json = false
 local i = 1
 while i <= #args do
@@ -288,6 +288,17 @@ if wanted.strided then
     end
   end
   emit(out)
+end
+
+-- selftest: how long the quick and the full self-test take here (a figure, not a timed test)
+if wanted.selftest then
+  local rows = { { "xferlua --selftest", "moves", "seconds", "verdict" } }
+  for _, quick in ipairs({ true, false }) do
+    local r = xfer.selftest({ quick = quick })
+    rows[#rows + 1] = { quick and "--quick" or "(full)", tostring(#r.results), ("%.3f"):format(r.seconds),
+                        r.ok and "ok" or "FAILED" }
+  end
+  emit(rows)
 end
 
 if json then

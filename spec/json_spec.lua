@@ -72,10 +72,10 @@ describe("xferlua's machine-readable flags", function()
     assert.are.equal(4, #inv.runtimes)
   end)
 
-  it("--json without --devices is refused", function()
+  it("--json without --devices or --selftest is refused", function()
     local out, code = h.run(h.xferlua() .. " --json -e 'print(1)'")
     assert.are.equal(1, code)
-    assert.are.equal("xferlua: --json goes with --devices (xferlua --devices --json)\n", out)
+    assert.are.equal("xferlua: --json goes with --devices or --selftest, --quick with --selftest\n", out)
   end)
 
   it("--version prints the version as -v does", function()

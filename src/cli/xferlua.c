@@ -40,6 +40,9 @@ static void print_usage(FILE *out)
           "  -E          Ignore the environment variables LUA_INIT, LUA_PATH and LUA_CPATH.\n"
           "  --devices   List every runtime (available, or why not) and every device;\n"
           "              with --json, as JSON (xfer.json(xfer.inventory())).\n"
+          "  --selftest  Move a known pattern between every pair of devices by every path\n"
+          "              that applies, check it, time it (--quick: small sizes; --json);\n"
+          "              exits 1 when a default path fails.\n"
           "  -h, --help  Show this help.\n"
           "  --          Stop handling options.\n"
           "  -           Execute stdin and stop handling options.\n"
@@ -212,6 +215,28 @@ static int dojitopt(lua_State *L, const char *opts)
   return status;
 }
 
+/* --selftest [--quick] [--json]: the report, and the exit status of its verdict */
+static int run_selftest(lua_State *L, int quick, int json)
+{
+  char chunk[256];
+  snprintf(chunk, sizeof chunk,
+           "local xfer = require 'xfer'\n"
+           "local r = xfer.selftest{quick = %s}\n"
+           "return %s, r.ok",
+           quick ? "true" : "false",
+           json ? "xfer.json(r, {indent = 2})" : "xfer.selftest_report(r)");
+  int status = luaL_loadbuffer(L, chunk, strlen(chunk), "=--selftest");
+  if (status == 0) status = docall(L, 0, 2);
+  if (status == 0) {
+    printf("%s\n", lua_tostring(L, -2));
+    int ok = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return !ok;
+  }
+  report(L, status);
+  return status;
+}
+
 static int print_devices(lua_State *L, int json)
 {
   static const char *const report_text =
@@ -338,6 +363,7 @@ typedef struct cli {
   int script;          /* index of the script in argv, or 0 */
   int interactive, version, no_env, devices, json, help, has_e;
   int bytecode;        /* index of a -b option, or 0 */
+  int selftest, quick;
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -356,6 +382,8 @@ static void scan_args(char **argv, int argc, cli *c)
     }
     if (!strcmp(a, "--devices")) c->devices = 1;
     else if (!strcmp(a, "--json")) c->json = 1;
+    else if (!strcmp(a, "--selftest")) c->selftest = 1;
+    else if (!strcmp(a, "--quick")) c->quick = 1;
 
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
     else if (!strcmp(a, "-i")) c->interactive = c->version = 1;
@@ -434,12 +462,13 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (!c.no_env && handle_init(L)) return 1;
   if (c.version) print_version();
   if (c.devices && print_devices(L, c.json)) return 1;
+  if (c.selftest && run_selftest(L, c.quick, c.json)) return 1;
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;
   if (c.interactive) {
     dotty(L);
-  } else if (!c.script && !c.has_e && !c.version && !c.devices) {
+  } else if (!c.script && !c.has_e && !c.version && !c.devices && !c.selftest) {
     if (isatty(0)) {
       print_version();
       dotty(L);
@@ -463,8 +492,9 @@ int main(int argc, char **argv)
     print_usage(stderr);
     return 1;
   }
-  if (c.json && !c.devices) {
-    fprintf(stderr, "%s: --json goes with --devices (xferlua --devices --json)\n", progname);
+  if ((c.json && !c.devices && !c.selftest) || (c.quick && !c.selftest)) {
+    fprintf(stderr, "%s: --json goes with --devices or --selftest, --quick with --selftest\n",
+            progname);
     return 1;
   }
   if (c.help) {

@@ -393,7 +393,8 @@ static void open_faults(lua_State *L, int module)
 static int extends_module(const char *name)
 {
   return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
-         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap");
+         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap") ||
+         !strcmp(name, "xfer.selftest");
 }
 
 static void run_prelude(lua_State *L, int module)
