@@ -142,6 +142,8 @@ xfer_code xfer_device_free_memory(xfer_device *dev, uint64_t *free_bytes, xfer_e
 ** once the moves using it have ended. xfer_device_find opens it again. Not the host. */
 xfer_code xfer_device_close(xfer_device *dev, xfer_error *err);
 int xfer_device_is_closed(const xfer_device *dev);
+/* 1 once the driver said the device is gone (for the life of the process). */
+int xfer_device_is_lost(const xfer_device *dev);
 xfer_ctx *xfer_device_ctx(const xfer_device *dev);
 
 /* A device's caching allocator, as torch.cuda.memory_stats counts it. Tensors hold blocks
@@ -297,7 +299,7 @@ typedef struct xfer_transfer_opts {
 #define XFER_PLAN_MAX_STEPS 6
 typedef struct xfer_plan {
   xfer_path path;
-  char reason[160];
+  char reason[512];
   int nsteps;
   char steps[XFER_PLAN_MAX_STEPS][96];
 } xfer_plan;
@@ -363,7 +365,28 @@ typedef struct xfer_config {
                          ** it off: every allocation and free reaches the driver) */
   uint64_t cache_limit;  /* bytes each device may keep cached; beyond, freed blocks go
                          ** back to the driver (0: no limit, the default) */
+  int setaside_after;    /* failures in a row that set a path aside for a pair of devices
+                         ** (default 3; a non-retryable failure sets it aside at once; 0: never) */
 } xfer_config;
+
+/* -- What the planner remembers ---------------------------------------------------------- */
+
+/* A path set aside for a pair: the default choice skips it (a forced via still tries it). */
+typedef struct xfer_health_info {
+  char from[32], to[32];
+  xfer_path path;
+  int failures;          /* in a row */
+  int injected;          /* the last failure was an injected fault */
+  int64_t when;          /* time() of setting aside */
+  char reason[200];      /* the error message that set it aside */
+} xfer_health_info;
+
+/* Copies at most `max` set-aside paths into `out`; returns how many there are, and in
+** *decisions how often the planner passed one over (NULL: not wanted). */
+size_t xfer_health(xfer_ctx *ctx, xfer_health_info *out, size_t max, uint64_t *decisions);
+/* Forgets failures and set-aside paths between from and to (NULL: any device). */
+void xfer_forget_failures(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to);
+
 
 /* Gives what `dev` keeps cached back to its driver (every device's when dev is NULL). */
 void xfer_empty_cache(xfer_ctx *ctx, xfer_device *dev);

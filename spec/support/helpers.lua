@@ -3,6 +3,19 @@ local xfer = require "xfer"
 
 local helpers = {}
 
+-- busted keeps one `finally` per spec: the helpers' restores share it, run last-first
+local pending_restores = {}
+local function on_finally(env, fn)
+  pending_restores[#pending_restores + 1] = fn
+  if #pending_restores == 1 then
+    env.finally(function()
+      for i = #pending_restores, 1, -1 do pending_restores[i]() end
+      pending_restores = {}
+    end)
+  end
+end
+
+
 --- Calls fn(...) expecting an xfer error of `code`; returns the error object.
 function helpers.raises(code, fn, ...)
   local ok, e = pcall(fn, ...)
@@ -10,6 +23,14 @@ function helpers.raises(code, fn, ...)
   assert(xfer.is_error(e), "expected an xfer error object, got: " .. tostring(e))
   assert(e.code == code, ("expected code '%s', got '%s': %s"):format(code, e.code, tostring(e)))
   return e
+end
+
+--- For the rest of the running spec the planner sets no path aside (a spec that fails one
+--- path again and again on purpose); the setting comes back when the spec ends.
+function helpers.no_setaside()
+  local saved = xfer.config().setaside_after
+  on_finally(getfenv(2), function() xfer.config({ setaside_after = saved }) end)
+  xfer.config({ setaside_after = 0 })
 end
 
 --- One spec per case {name, fn, message}: fn() raises an `invalid` xfer.Error with exactly
@@ -58,7 +79,7 @@ function helpers.uncached()
   if not restoring then
     local saved = xfer.config().cache
     restoring = true
-    getfenv(2).finally(function() -- busted's, in the spec's env
+    on_finally(getfenv(2), function()
       xfer.config({ cache = saved })
       restoring = false
     end)
@@ -71,7 +92,7 @@ end
 --- The settings a spec starts from: the defaults, caching as XFER_CACHE says.
 function helpers.default_config()
   return { staging_chunk = 4194304, staging_depth = 3, cache = os.getenv("XFER_CACHE") ~= "0",
-           cache_limit = 0 }
+           cache_limit = 0, setaside_after = 3 }
 end
 
 --- The xferlua binary under test (scripts/test sets XFERLUA).

@@ -161,6 +161,7 @@ void xfer_ctx_release(xfer_ctx *ctx)
   for (size_t d = 0; d < ctx->ndevices; d++) xfer_device_destroy(ctx->devices[d]);
   free(ctx->devices);
   xfer_stats_clear(ctx);
+  xfer_health_fini(ctx);
   pthread_mutex_destroy(&ctx->lock);
   pthread_cond_destroy(&ctx->idle);
   free(ctx);
@@ -381,6 +382,8 @@ xfer_code xfer_device_free_memory(xfer_device *dev, uint64_t *free_bytes, xfer_e
 xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
 
 /* -- Closing a device ---------------------------------------------------------------- */
+
+int xfer_device_is_lost(const xfer_device *dev) { return __atomic_load_n(&dev->lost, __ATOMIC_RELAXED); }
 
 int xfer_device_is_closed(const xfer_device *dev)
 {

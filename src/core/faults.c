@@ -123,6 +123,7 @@ void xfer_fault_clear(xfer_ctx *ctx)
   pthread_mutex_lock(&ctx->lock);
   __atomic_store_n(&ctx->nfaults, 0, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
+  xfer_health_forget_injected(ctx); /* the failures they caused are not the machine's */
 }
 
 size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max)
@@ -147,6 +148,7 @@ void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k)
   __atomic_store_n(&ctx->fault_calls, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->fail_at, k, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&ctx->lock);
+  xfer_health_forget_injected(ctx);
 }
 
 uint64_t xfer_fault_calls(xfer_ctx *ctx)

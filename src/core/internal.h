@@ -177,6 +177,9 @@ struct xfer_ctx {
   int jobs_running;             /* started moves whose threads have not ended (ctx->lock) */
   xfer_stat *stats;
   size_t nstats, stats_cap;
+  struct xfer_health_entry *health; /* what the planner remembers (health.c; ctx->lock) */
+  size_t nhealth, health_cap;
+  uint64_t health_decisions;    /* set-aside paths passed over (atomic) */
   int trace;
   xfer_config config;
   /* The host application's reclaimer (the Lua binding's full GC): run when a driver
@@ -350,6 +353,16 @@ void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_t
 void xfer_hold_drop(xfer_hold *h);
 
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+/* health.c: failures per pair and path; whether one is set aside (and why, in `why`) */
+typedef struct xfer_health_entry xfer_health_entry;
+void xfer_health_record(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                        xfer_path path, xfer_code rc, const xfer_error *err);
+int xfer_health_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                          xfer_path path, char *why, size_t cap);
+void xfer_health_note_decision(xfer_ctx *ctx);
+void xfer_health_forget_injected(xfer_ctx *ctx);
+void xfer_health_fini(xfer_ctx *ctx);
+
 /* memory.c: wrapped host memory the runtimes may pin (pin = true), and letting go of it */
 xfer_segment *xfer_mem_host_external(xfer_ctx *ctx, void *base, size_t size);
 void xfer_mem_host_external_drop(xfer_ctx *ctx, xfer_segment *seg);

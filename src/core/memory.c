@@ -700,6 +700,7 @@ void xfer_mem_config_init(xfer_ctx *ctx)
   ctx->config.staging_depth = 3;
   ctx->config.cache = xfer_env_flag("XFER_CACHE");
   ctx->config.cache_limit = 0;
+  ctx->config.setaside_after = 3;
 }
 
 void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
@@ -708,6 +709,7 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->staging_depth = __atomic_load_n(&ctx->config.staging_depth, __ATOMIC_RELAXED);
   out->cache = caching(ctx);
   out->cache_limit = cache_limit(ctx);
+  out->setaside_after = __atomic_load_n(&ctx->config.setaside_after, __ATOMIC_RELAXED);
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
@@ -722,6 +724,11 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
   if (config->cache != 0 && config->cache != 1)
     return xfer_err_set(err, XFER_E_INVALID, "config", "cache must be 0 or 1, not %d",
                         config->cache);
+  if (config->setaside_after < 0 || config->setaside_after > 1000000)
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "setaside_after must be 0 (never) to 1000000, not %d",
+                        config->setaside_after);
+  __atomic_store_n(&ctx->config.setaside_after, config->setaside_after, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.staging_depth, config->staging_depth, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.cache, config->cache, __ATOMIC_RELAXED);

@@ -163,9 +163,12 @@ static const char *wrapped_end(const xfer_tensor *src, const xfer_tensor *dst_t,
                 "of the application", w->dev->name);
 }
 
+/* set_aside (may be NULL): why a path that applies was passed over, for the plan's words */
 static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *dst_t,
-                        const xfer_transfer_opts *opts, xfer_path *path, xfer_error *err)
+                        const xfer_transfer_opts *opts, xfer_path *path, char *set_aside,
+                        size_t set_aside_cap, xfer_error *err)
 {
+  if (set_aside && set_aside_cap) set_aside[0] = '\0';
   xfer_code rc = xfer_tensor_check(src, "plan", err);
   if (rc) return rc;
   if (dst->lost)
@@ -184,11 +187,16 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *d
     *path = via;
     return XFER_E_OK;
   }
-  /* the first that applies, asking only yes or no */
+  /* the first that applies, asking only yes or no, and is not set aside for this pair */
   *path = XFER_PATH_HOST;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
     if (!inapplicable((xfer_path)p, src->dev, dst, NULL, 0) &&
         !(p == XFER_PATH_INTEROP && wrapped_end(src, dst_t, NULL, 0))) {
+      if (xfer_health_set_aside(src->dev->ctx, src->dev, dst, (xfer_path)p, set_aside,
+                                set_aside_cap)) {
+        xfer_health_note_decision(src->dev->ctx);
+        continue;
+      }
       *path = (xfer_path)p;
       break;
     }
@@ -199,8 +207,14 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
                              xfer_plan *plan, xfer_error *err)
 {
   memset(plan, 0, sizeof *plan);
-  xfer_code rc = choose(src, dst, NULL, opts, &plan->path, err);
+  char aside[sizeof plan->reason];
+  xfer_code rc = choose(src, dst, NULL, opts, &plan->path, aside, sizeof aside, err);
   if (!rc) describe(plan, src, dst);
+  if (!rc && aside[0]) { /* what was passed over comes first */
+    char reason[sizeof plan->reason];
+    snprintf(reason, sizeof reason, "%.250s; so: %.200s", aside, plan->reason);
+    memcpy(plan->reason, reason, sizeof plan->reason);
+  }
   return rc;
 }
 
@@ -251,6 +265,9 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
     xfer_err_frame(err, src->dev, dst->dev, n);
   else
     xfer_stats_record(src->dev->ctx, path, src->dev, dst->dev, n, xfer_now() - start);
+  /* the planner remembers: a failure counts against the path for this pair (a path set
+  ** aside is skipped by the default choice), a success clears the count */
+  xfer_health_record(src->dev->ctx, src->dev, dst->dev, path, rc, err);
   return rc;
 }
 
@@ -401,7 +418,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   xfer_hold_take(&hold, src, dst_dev, NULL);
   xfer_path path = XFER_PATH_HOST;
   xfer_tensor *dst = NULL;
-  xfer_code rc = choose(src, dst_dev, NULL, opts, &path, err);
+  xfer_code rc = choose(src, dst_dev, NULL, opts, &path, NULL, 0, err);
   if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
   if (!rc) rc = run(path, src, dst, err);
   xfer_hold_drop(&hold);
@@ -475,7 +492,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   xfer_code rc = xfer_tensor_check(dst, "copy", err);
   if (!rc) rc = xfer_tensor_check(src, "copy", err);
   if (!rc) rc = check_same_shape(dst, src, err);
-  if (!rc && dst != src) rc = choose(src, dst->dev, dst, opts, &path, err);
+  if (!rc && dst != src) rc = choose(src, dst->dev, dst, opts, &path, NULL, 0, err);
   if (!rc && dst != src) rc = run(path, src, dst, err);
   xfer_hold_drop(&hold);
   return rc;

@@ -180,6 +180,67 @@ static int l_empty_cache(lua_State *L)
   return 0;
 }
 
+/* xfer.health(): what the planner set aside ({from, to, path, failures, injected, when,
+** reason}), the devices lost, and how often a set-aside path was passed over. */
+static int l_health(lua_State *L)
+{
+  xl_no_args(L, "health");
+  xfer_ctx *ctx = xl_ctx(L);
+  uint64_t decisions = 0;
+  size_t n = xfer_health(ctx, NULL, 0, &decisions);
+  xfer_health_info *info = n ? lua_newuserdata(L, n * sizeof *info) : NULL;
+  size_t now = n ? xfer_health(ctx, info, n, &decisions) : 0; /* fewer, if forgotten meanwhile */
+  if (now < n) n = now;
+  lua_createtable(L, 0, 3);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    lua_createtable(L, 0, 7);
+    lua_pushstring(L, info[i].from);
+    lua_setfield(L, -2, "from");
+    lua_pushstring(L, info[i].to);
+    lua_setfield(L, -2, "to");
+    lua_pushstring(L, xfer_path_name(info[i].path));
+    lua_setfield(L, -2, "path");
+    lua_pushinteger(L, info[i].failures);
+    lua_setfield(L, -2, "failures");
+    lua_pushboolean(L, info[i].injected);
+    lua_setfield(L, -2, "injected");
+    lua_pushnumber(L, (lua_Number)info[i].when);
+    lua_setfield(L, -2, "when");
+    lua_pushstring(L, info[i].reason);
+    lua_setfield(L, -2, "reason");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lua_setfield(L, -2, "set_aside");
+  lua_newtable(L);
+  int lost = 0;
+  for (size_t d = 0; d < xfer_device_count(ctx); d++) {
+    xfer_device *dev = xfer_device_at(ctx, d);
+    xfer_error err;
+    if (xfer_device_is_lost(dev)) {
+      xfer_device_info di;
+      if (!xfer_device_get_info(dev, &di, &err)) {
+        lua_pushstring(L, di.name);
+        lua_rawseti(L, -2, ++lost);
+      }
+    }
+  }
+  lua_setfield(L, -2, "lost");
+  lua_pushnumber(L, (lua_Number)decisions);
+  lua_setfield(L, -2, "decisions");
+  return 1;
+}
+
+/* xfer.forget_failures([from, to]): what the planner remembers of those pairs (every pair by
+** default) is forgotten. */
+static int l_forget_failures(lua_State *L)
+{
+  xfer_device *from = lua_isnoneornil(L, 1) ? NULL : xl_check_device(L, 1, "forget_failures");
+  xfer_device *to = lua_isnoneornil(L, 2) ? NULL : xl_check_device(L, 2, "forget_failures");
+  xfer_forget_failures(xl_ctx(L), from, to);
+  return 0;
+}
+
 /* xfer.synchronize(): waits for every move started with to_async, detached ones too. */
 static int l_synchronize(lua_State *L)
 {
@@ -210,7 +271,7 @@ static lua_Number config_number(lua_State *L, const char *key)
 static int l_config(lua_State *L)
 {
   static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
-                                     NULL};
+                                     "setaside_after", NULL};
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
@@ -225,6 +286,11 @@ static int l_config(lua_State *L)
     }
     lua_getfield(L, 1, "cache_limit");
     if (!lua_isnil(L, -1)) cfg.cache_limit = (uint64_t)config_number(L, "cache_limit");
+    lua_getfield(L, 1, "setaside_after");
+    if (!lua_isnil(L, -1)) {
+      lua_Number v = config_number(L, "setaside_after");
+      cfg.setaside_after = v > 1e7 ? 10000000 : (int)v;
+    }
     lua_getfield(L, 1, "cache");
     if (!lua_isnil(L, -1)) {
       if (!lua_isboolean(L, -1))
@@ -232,7 +298,7 @@ static int l_config(lua_State *L)
                       luaL_typename(L, -1));
       cfg.cache = lua_toboolean(L, -1);
     }
-    lua_pop(L, 4);
+    lua_pop(L, 5);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
@@ -245,6 +311,8 @@ static int l_config(lua_State *L)
   lua_setfield(L, -2, "cache");
   lua_pushnumber(L, (lua_Number)cfg.cache_limit);
   lua_setfield(L, -2, "cache_limit");
+  lua_pushinteger(L, cfg.setaside_after);
+  lua_setfield(L, -2, "setaside_after");
   return 1;
 }
 
@@ -435,7 +503,8 @@ int luaopen_xfer(lua_State *L)
   static const luaL_Reg fns[] = {
     {"runtimes", l_runtimes}, {"clock", l_clock}, {"stats", l_stats},
     {"stats_reset", l_stats_reset}, {"trace", l_trace}, {"config", l_config},
-    {"empty_cache", l_empty_cache}, {"synchronize", l_synchronize}, {NULL, NULL},
+    {"empty_cache", l_empty_cache}, {"synchronize", l_synchronize}, {"health", l_health},
+    {"forget_failures", l_forget_failures}, {NULL, NULL},
   };
   lua_newtable(L);
   int module = lua_gettop(L);
