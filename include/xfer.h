@@ -294,6 +294,11 @@ typedef struct xfer_transfer_opts {
   int convert;            /* 1: the new tensor is of `dtype` (xfer_transfer_to) */
   xfer_dtype dtype;       /* converted on the host: the move passes the host (via AUTO or
                           ** HOST; any other path is XFER_E_UNSUPPORTED) */
+  /* called on the moving thread with the bytes done and the total: at the start, after each
+  ** staged chunk, and at the end; returning non-zero aborts the move (XFER_E_INVALID, op
+  ** "progress"; nothing stays allocated). NULL: none. */
+  int (*progress)(void *ud, uint64_t done, uint64_t total);
+  void *progress_ud;
 } xfer_transfer_opts;
 
 #define XFER_PLAN_MAX_STEPS 6
@@ -329,6 +334,8 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
                               const xfer_transfer_opts *opts, xfer_job **out, xfer_error *err);
 /* 1 once the move has finished, failed or not. */
 int xfer_job_done(xfer_job *job);
+/* How far the move is: bytes done and the total (0 and 0 before it starts). */
+void xfer_job_progress(xfer_job *job, uint64_t *done, uint64_t *total);
 /* Waits for the move: XFER_E_OK and *out (a new reference), or its error. May be called
 ** again: the same tensor or error comes back. */
 xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err);

@@ -87,6 +87,8 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
   else if (!strcmp(op, "alloc"))
     put_message(err, "Failed to allocate %zu bytes on %s for a tensor from %s: %s", nbytes, t,
                 f, cause);
+  else if (!strcmp(op, "progress"))
+    put_message(err, "Stopped a move of %zu bytes from %s to %s: %s", nbytes, f, t, cause);
   else if (between)
     put_message(err, "Failed to %s a tensor from %s to %s (on %s): %s", op, f, t, d, cause);
   else if (!strcmp(op, "read"))

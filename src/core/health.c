@@ -49,6 +49,7 @@ void xfer_health_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
                         xfer_path path, xfer_code rc, const xfer_error *err)
 {
   if (path == XFER_PATH_HOST) return; /* the last resort is never set aside */
+  if (rc && err && !strcmp(err->op, "progress")) return; /* the caller stopped it: no failure */
   pthread_mutex_lock(&ctx->lock);
   xfer_health_entry *e = entry_of(ctx, from, to, path, rc != XFER_E_OK);
   if (e && rc == XFER_E_OK) {

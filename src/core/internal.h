@@ -353,6 +353,10 @@ void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_t
 void xfer_hold_drop(xfer_hold *h);
 
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+/* transfer.c: the progress of the move running on this thread (its caller's callback):
+** 0 to go on, else the move stops with XFER_E_INVALID (op "progress") in err */
+xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err);
+
 /* health.c: failures per pair and path; whether one is set aside (and why, in `why`) */
 typedef struct xfer_health_entry xfer_health_entry;
 void xfer_health_record(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,

@@ -20,7 +20,25 @@ struct xfer_job {
   int done;                     /* set (atomically) when the move has finished */
   int joined;
   int refs;                     /* the caller's and the thread's (atomic) */
+  uint64_t bytes_done, bytes_total; /* progress (atomic) */
+  int (*user_progress)(void *ud, uint64_t done, uint64_t total); /* the caller's, if any */
+  void *user_ud;
 };
+
+/* The job's own progress callback: counts for xfer_job_progress, then the caller's. */
+static int job_progress(void *ud, uint64_t done, uint64_t total)
+{
+  xfer_job *job = ud;
+  __atomic_store_n(&job->bytes_total, total, __ATOMIC_RELAXED);
+  __atomic_store_n(&job->bytes_done, done, __ATOMIC_RELEASE);
+  return job->user_progress ? job->user_progress(job->user_ud, done, total) : 0;
+}
+
+void xfer_job_progress(xfer_job *job, uint64_t *done, uint64_t *total)
+{
+  *done = __atomic_load_n(&job->bytes_done, __ATOMIC_ACQUIRE);
+  *total = __atomic_load_n(&job->bytes_total, __ATOMIC_RELAXED);
+}
 
 static void job_destroy(xfer_job *job)
 {
@@ -86,6 +104,11 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   job->dst = dst_dev;
   job->ctx = xfer_ctx_retain(src->dev->ctx);
   if (opts) job->opts = *opts;
+  job->user_progress = job->opts.progress;
+  job->user_ud = job->opts.progress_ud;
+  job->opts.progress = job_progress;
+  job->opts.progress_ud = job;
+  job->bytes_total = src->nbytes;
   mark_busy(src, 1);
   jobs_running(job->ctx, 1);
   if (pthread_create(&job->thread, NULL, run_job, job)) {

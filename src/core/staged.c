@@ -140,6 +140,14 @@ static void drain(side *s)
   }
 }
 
+/* The writing side runs on the moving thread: the chunks it wrote are the move's progress. */
+static xfer_code written(const side *s, xfer_error *err)
+{
+  if (s->reading) return XFER_E_OK;
+  size_t done = s->finished * s->p->pool->chunk, total = s->p->src->nbytes;
+  return xfer_progress(done < total ? done : total, total, err);
+}
+
 /* Runs one side to its end; returns its first error. Whatever it started is finished
 ** before it returns, so the chunks are free when the move ends, failed or not. */
 static xfer_code side_run(side *s, xfer_error *err)
@@ -165,6 +173,7 @@ static xfer_code side_run(side *s, xfer_error *err)
       if (!queued && s->finished + 1 == s->started) {
         s->finished++;
         publish(s);
+        if ((rc = written(s, err))) break;
       }
       continue;
     }
@@ -172,6 +181,7 @@ static xfer_code side_run(side *s, xfer_error *err)
     if (rc) break;
     s->finished++;
     publish(s);
+    if ((rc = written(s, err))) break;
   }
   if (rc) {
     drain(s);
@@ -202,6 +212,7 @@ xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
     rc = xfer_be_read(src->dev, src->buf, src->offset, st.slot[0], src->nbytes, err);
   if (st.depth == 1 && !rc)
     rc = xfer_be_write(dst->dev, dst->buf, dst->offset, st.slot[0], src->nbytes, err);
+  if (st.depth == 1 && !rc) rc = xfer_progress(src->nbytes, src->nbytes, err);
   if (st.depth > 1) rc = pipelined(&st, src, dst, err);
   staging_free(&st); /* every queued move on the chunks has finished: the pool may reuse them */
   return rc;

@@ -220,6 +220,28 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
 
 /* -- Executing ------------------------------------------------------------------------- */
 
+/* The progress callback of the move this thread runs (the outermost move's, when a move runs
+** others: a packed view's, a conversion's). */
+static _Thread_local const xfer_transfer_opts *progress_of;
+
+xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err)
+{
+  const xfer_transfer_opts *o = progress_of;
+  if (!o || !o->progress || !o->progress(o->progress_ud, done, total)) return XFER_E_OK;
+  return xfer_err_set(err, XFER_E_INVALID, "progress", "the move was stopped by its progress "
+                      "callback at %llu of %llu bytes", (unsigned long long)done,
+                      (unsigned long long)total);
+}
+
+/* Installs opts' callback for the moves this thread runs until the returned one is put back. */
+static const xfer_transfer_opts *progress_install(const xfer_transfer_opts *opts)
+{
+  const xfer_transfer_opts *before = progress_of;
+  if (opts && opts->progress) progress_of = opts;
+  return before;
+}
+
+
 static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   size_t n = src->nbytes;
@@ -240,9 +262,9 @@ static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_err
 
 static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
-  xfer_code rc = XFER_E_OK;
   size_t n = src->nbytes;
-  if (n == 0) return rc;
+  xfer_code rc = xfer_progress(0, n, err); /* the start */
+  if (rc || n == 0) return rc;
   double start = xfer_now();
   switch (path) {
   case XFER_PATH_SAME_DEVICE:
@@ -261,6 +283,7 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
     rc = run_host_roundtrip(src, dst, err);
     break;
   }
+  if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
   if (rc)
     xfer_err_frame(err, src->dev, dst->dev, n);
   else
@@ -420,7 +443,9 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   xfer_tensor *dst = NULL;
   xfer_code rc = choose(src, dst_dev, NULL, opts, &path, NULL, 0, err);
   if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
+  const xfer_transfer_opts *outer = progress_install(opts);
   if (!rc) rc = run(path, src, dst, err);
+  progress_of = outer;
   xfer_hold_drop(&hold);
   if (rc) {
     xfer_tensor_release(dst);
@@ -493,7 +518,9 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   if (!rc) rc = xfer_tensor_check(src, "copy", err);
   if (!rc) rc = check_same_shape(dst, src, err);
   if (!rc && dst != src) rc = choose(src, dst->dev, dst, opts, &path, NULL, 0, err);
+  const xfer_transfer_opts *outer = progress_install(opts);
   if (!rc && dst != src) rc = run(path, src, dst, err);
+  progress_of = outer;
   xfer_hold_drop(&hold);
   return rc;
 }

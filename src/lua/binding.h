@@ -90,6 +90,8 @@ int xl_tensor_index(lua_State *L, xfer_tensor *t, int key);
 
 /* The {via=...} options of a move at `idx` (absent: the planner chooses). */
 void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_opts *out);
+/* After a move its progress callback stopped: the error says what the callback raised. */
+void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err);
 
 /* lua_job.c: asynchronous transfers */
 int xl_to_async(lua_State *L);

@@ -69,6 +69,17 @@ int xl_to_async(lua_State *L)
   return 1;
 }
 
+/* job:progress(): bytes done and the total so far */
+static int m_progress(lua_State *L)
+{
+  job_box *box = check_job(L, 1, "progress");
+  uint64_t done, total;
+  xfer_job_progress(box->job, &done, &total);
+  lua_pushnumber(L, (lua_Number)done);
+  lua_pushnumber(L, (lua_Number)total);
+  return 2;
+}
+
 /* xfer.wait_all(list): waits for every transfer, then returns their tensors in order, or
 ** raises the first failure's error. */
 static int l_wait_all(lua_State *L)
@@ -108,7 +119,8 @@ static int l_wait_all(lua_State *L)
 void xl_open_job(lua_State *L, int module)
 {
   if (luaL_newmetatable(L, XL_TRANSFER)) {
-    static const luaL_Reg methods[] = {{"wait", job_wait}, {"done", job_done}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"wait", job_wait}, {"done", job_done},
+                                       {"progress", m_progress}, {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, methods);
     lua_setfield(L, -2, "__index");

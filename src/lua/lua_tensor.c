@@ -109,9 +109,46 @@ static xfer_device *opt_device(lua_State *L, int opts, const char *fname)
   return dev;
 }
 
+/* A progress callback of a script's: called on the moving thread, which for to() and
+** copy_from is the script's own; an error it raises stops the move and is told after. */
+typedef struct progress_call {
+  lua_State *L;
+  int opts;                     /* the options table's stack index: its `progress` field */
+  char raised[256];             /* what the callback raised ("" while it has not) */
+} progress_call;
+
+static int call_progress(void *ud, uint64_t done, uint64_t total)
+{
+  progress_call *pc = ud;
+  lua_State *L = pc->L;
+  lua_getfield(L, pc->opts, "progress");
+  lua_pushnumber(L, (lua_Number)done);
+  lua_pushnumber(L, (lua_Number)total);
+  if (lua_pcall(L, 2, 0, 0) == 0) return 0;
+  const char *why = lua_tostring(L, -1);
+  if (!why && lua_istable(L, -1)) { /* an xfer.Error: its message */
+    lua_getfield(L, -1, "message");
+    why = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  snprintf(pc->raised, sizeof pc->raised, "%s", why ? why : "an error object");
+  lua_pop(L, 1);
+  return 1;
+}
+
+/* The error of a move its progress callback stopped, with what the callback raised. */
+void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err)
+{
+  const progress_call *pc = opts->progress_ud;
+  if (!pc || !pc->raised[0] || strcmp(err->op, "progress")) return;
+  char head[sizeof err->message];
+  memcpy(head, err->message, sizeof head);
+  snprintf(err->message, sizeof err->message, "%.200s: %.250s", head, pc->raised);
+}
+
 void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
 {
-  static const char *const keys[] = {"via", "dtype", NULL};
+  static const char *const keys[] = {"via", "dtype", "progress", NULL};
   xl_check_options(L, opts, fname, keys);
   const char *via = xl_opt_string(L, opts, fname, "via", "auto");
   const char *dtype = xl_opt_string(L, opts, fname, "dtype", NULL);
@@ -123,6 +160,24 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
     if (xfer_dtype_parse(dtype, &out->dtype))
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: unknown dtype '%s'", fname, dtype);
     out->convert = 1;
+  }
+  if (!lua_isnoneornil(L, opts)) {
+    lua_getfield(L, opts, "progress");
+    int given = !lua_isnil(L, -1), callable = lua_isfunction(L, -1);
+    lua_pop(L, 1);
+    if (given && !callable)
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'progress' must be a function", fname);
+    if (given && strcmp(fname, "to") && strcmp(fname, "copy_from"))
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: a progress callback is for to and copy_from "
+                    "(a job tells its progress: job:progress())", fname);
+    if (given) { /* on the stack for the move's length: the callback's state */
+      progress_call *pc = lua_newuserdata(L, sizeof *pc);
+      pc->L = L;
+      pc->opts = opts > 0 ? opts : lua_gettop(L) + opts;
+      pc->raised[0] = '\0';
+      out->progress = call_progress;
+      out->progress_ud = pc;
+    }
   }
   out->via = XFER_PATH_AUTO;
   if (strcmp(via, "auto") && xfer_path_parse(via, &out->via))
@@ -309,7 +364,10 @@ static int m_to(lua_State *L)
   tensor_box *box = new_box(L);
   xfer_tensor *moved;
   xfer_error err;
-  if (XL_ALLOCATING(L, xfer_transfer_to(t, dev, &opts, &moved, &err))) xl_raise(L, &err);
+  if (XL_ALLOCATING(L, xfer_transfer_to(t, dev, &opts, &moved, &err))) {
+    xl_progress_error(&opts, &err);
+    xl_raise(L, &err);
+  }
   box_adopt(L, box, moved);
   return 1;
 }
@@ -345,7 +403,10 @@ static int m_copy_from(lua_State *L)
   xfer_transfer_opts opts;
   xl_transfer_opts(L, 3, "copy_from", &opts);
   xfer_error err;
-  if (XL_ALLOCATING(L, xfer_transfer_copy(dst, src, &opts, &err))) xl_raise(L, &err);
+  if (XL_ALLOCATING(L, xfer_transfer_copy(dst, src, &opts, &err))) {
+    xl_progress_error(&opts, &err);
+    xl_raise(L, &err);
+  }
   lua_settop(L, 1);
   return 1;
 }
