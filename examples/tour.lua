@@ -73,3 +73,15 @@ print("\n8. What moved (xfer.stats()):")
 for _, s in ipairs(xfer.stats()) do
   print(("   %-9s -> %-9s %-12s %d move(s), %d bytes"):format(s.from, s.to, s.path, s.count, s.bytes))
 end
+
+print("\n9. Views, elements and a dtype on the way:")
+local m = xfer.arange(12, { device = dev }):view(3, 4) -- no copy: the same memory, shaped
+print(m:format())
+local column = m:select(2, 3) -- the third column: a strided view
+print(("   column 3 moved to the host: %s"):format(table.concat(column:to("host"):totable(), " ")))
+print(("   m[2][3] = %s, read alone (one small read)"):format(tostring(m[2][3])))
+print(("   as f16 on %s: %s"):format(dev.name, tostring(m:transpose():to(dev, { dtype = "f16" }))))
+
+print("\n10. The self-test (xferlua --selftest): every pair, every path, checked:")
+local report = xfer.selftest({ quick = true })
+print("   " .. xfer.selftest_report(report):match("[^\n]+$"))
