@@ -215,3 +215,18 @@ describe("xferlua beside luajit", function()
     assert.are.equal(theirs, ours)
   end)
 end)
+
+describe("the examples", function()
+  for _, example in ipairs({ "examples/tour.lua", "examples/fallback.lua" }) do
+    it(example .. " runs to its end", function()
+      local out, code = h.run(h.xferlua() .. " " .. example)
+      assert.are.equal(0, code, out)
+      assert.is_falsy(out:find("xferlua: ", 1, true), out)
+    end)
+  end
+
+  it("the tour ends with the self-test's verdict", function()
+    local out = h.run(h.xferlua() .. " examples/tour.lua")
+    assert.is_truthy(out:match("selftest: ok %-%- %d+ moves, 0 default paths failed"), out)
+  end)
+end)
