@@ -1,7 +1,9 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
 --   [--pair-size 256M] [--tables host,pairs,staged,to,strided,selftest] [--json]
---   --json prints one JSON document instead: {version, inventory, tables = [{header, rows}]}.
+--   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
+--   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
+--   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
 --   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
 --   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
@@ -12,15 +14,18 @@ local bench = require "xfer.bench"
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local tables_text = "host,pairs,staged,to,strided,selftest"
-local json = false
+local json, json_file, svg_dir = false, nil, nil
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
   elseif args[i] == "--sizes" then sizes_text = args[i + 1]; i = i + 2
   elseif args[i] == "--pair-size" then pair_text = args[i + 1]; i = i + 2
   elseif args[i] == "--tables" then tables_text = args[i + 1]; i = i + 2
-  elseif args[i] == "--json" then json = true; i = i + 1
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --tables LIST or --json)") end
+  elseif args[i] == "--json" then -- --json [FILE]: the document to FILE ("-" or none: stdout)
+    json = true
+    if args[i + 1] and not args[i + 1]:match("^%-%-") then json_file = args[i + 1]; i = i + 2 else i = i + 1 end
+  elseif args[i] == "--svg" then svg_dir = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --tables LIST, --json [FILE] or --svg DIR)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
@@ -31,17 +36,17 @@ local host = xfer.device("host")
 
 -- a table of figures: printed, or kept for the JSON document (--json)
 local emitted = {}
+local quiet = json and (json_file == nil or json_file == "-") -- the JSON alone on stdout
 local function emit(rows)
-  if json then
-    local body = {}
-    for r = 2, #rows do body[#body + 1] = rows[r] end
-    emitted[#emitted + 1] = { header = rows[1], rows = body }
-  else
+  local body = {}
+  for r = 2, #rows do body[#body + 1] = rows[r] end
+  emitted[#emitted + 1] = { header = rows[1], rows = body }
+  if not quiet then
     print()
     print(bench.table(rows))
   end
 end
-local function say(text) if not json then print(text) end end
+local function say(text) if not quiet then print(text) end end
 
 -- Raw CUDA figures: raw[direction][memory][bytes] = seconds
 local function run_raw(dev)
@@ -301,7 +306,21 @@ if wanted.selftest then
   emit(rows)
 end
 
+local doc = { version = xfer.version, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), inventory = xfer.inventory(),
+              settings = xfer.config(), host = xfer.devices()[1].label, tables = emitted }
 if json then
-  print(xfer.json({ version = xfer.version, date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
-                    inventory = xfer.inventory(), tables = emitted }, { indent = 1 }))
+  local text = xfer.json(doc, { indent = 1 })
+  if quiet then
+    print(text)
+  else
+    local f = assert(io.open(json_file, "w"))
+    f:write(text, "\n")
+    f:close()
+    print("\nfigures written to " .. json_file)
+  end
+end
+if svg_dir then
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$") or "scripts"
+  local svg = dofile(here .. "/bench_svg.lua")
+  for _, name in ipairs(svg.write(doc, svg_dir)) do say("plot written to " .. svg_dir .. "/" .. name) end
 end
