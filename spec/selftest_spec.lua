@@ -56,6 +56,15 @@ describe("selftest", function()
     end
   end)
 
+  it("tells its progress per pair of devices, ending at the total", function()
+    local calls = {}
+    xfer.selftest({ quick = true, progress = function(done, total) calls[#calls + 1] = { done, total } end })
+    local n = #xfer.devices() ^ 2
+    assert.are.same({ 0, n }, calls[1])
+    assert.are.same({ n, n }, calls[#calls])
+    assert.are.equal(n + 1, #calls)
+  end)
+
   it("keeps to its time limit and its lists", function()
     local host = xfer.device("host")
     local r = xfer.selftest({ devices = { host }, paths = { "auto" }, sizes = { 10 } })
@@ -70,7 +79,7 @@ describe("selftest", function()
 
   h.each_invalid({
     { "an unknown option", function() return xfer.selftest({ fast = true }) end,
-      "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit)" },
+      "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit, progress)" },
     { "an unknown path", function() return xfer.selftest({ paths = { "teleport" } }) end,
       "selftest: unknown path 'teleport' (auto, same_device, same_runtime, interop, staged, host)" },
     { "a bad size", function() return xfer.selftest({ sizes = { 0 } }) end, "selftest: sizes are whole numbers of bytes >= 1" },

@@ -34,15 +34,16 @@ local function list_option(opts, key, kind)
   return v
 end
 
---- xfer.selftest{quick = false, sizes = {...}, devices = {...}, paths = {...}, time_limit = s}
+--- xfer.selftest{quick = false, sizes = {...}, devices = {...}, paths = {...}, time_limit = s,
+--- progress = function(pairs_done, pairs_total) end}
 --- returns {ok = every default move worked, results = {{from, to, path, forced, bytes, ok,
 --- code, message, seconds, gbps}, ...}, seconds}.
 function xfer.selftest(opts)
   if opts ~= nil and type(opts) ~= "table" then xfer.arg_error(1, "selftest", "options table", opts, 2) end
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= "quick" and k ~= "sizes" and k ~= "devices" and k ~= "paths" and k ~= "time_limit" then
-      fail(format("unknown option '%s' (known: quick, sizes, devices, paths, time_limit)", tostring(k)))
+    if k ~= "quick" and k ~= "sizes" and k ~= "devices" and k ~= "paths" and k ~= "time_limit" and k ~= "progress" then
+      fail(format("unknown option '%s' (known: quick, sizes, devices, paths, time_limit, progress)", tostring(k)))
     end
   end
   local chunk = xfer.config().staging_chunk
@@ -61,12 +62,17 @@ function xfer.selftest(opts)
       fail(format("unknown path '%s' (auto, %s)", tostring(p), concat(PATHS, ", ")))
     end
   end
+  local progress = opts.progress
+  if progress ~= nil and type(progress) ~= "function" then fail("progress is a function(pairs_done, pairs_total)") end
   local limit = opts.time_limit
   if limit ~= nil and (type(limit) ~= "number" or limit <= 0) then fail("time_limit is a number of seconds > 0") end
   local started = xfer.clock()
   local results, all_ok = {}, true
+  local pairs_done, pairs_total = 0, #devices * #devices
   for _, a in ipairs(devices) do
     for _, b in ipairs(devices) do
+      if progress then progress(pairs_done, pairs_total) end
+      pairs_done = pairs_done + 1
       for _, n in ipairs(sizes) do
         local bytes = pattern(n)
         local made, src = pcall(xfer.tensor, bytes, { dtype = "u8", device = a })
@@ -113,6 +119,7 @@ function xfer.selftest(opts)
       end
     end
   end
+  if progress then progress(pairs_total, pairs_total) end
   return { ok = all_ok, results = results, seconds = xfer.clock() - started }
 end
 

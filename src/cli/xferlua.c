@@ -218,12 +218,16 @@ static int dojitopt(lua_State *L, const char *opts)
 /* --selftest [--quick] [--json]: the report, and the exit status of its verdict */
 static int run_selftest(lua_State *L, int quick, int json)
 {
-  char chunk[256];
+  char chunk[768];
+  /* on a terminal, a progress line on stderr (not when the output goes to a file or pipe) */
+  int line = !json && isatty(1) && isatty(2);
   snprintf(chunk, sizeof chunk,
            "local xfer = require 'xfer'\n"
-           "local r = xfer.selftest{quick = %s}\n"
+           "local r = xfer.selftest{quick = %s, progress = %s}\n"
            "return %s, r.ok",
            quick ? "true" : "false",
+           line ? "function(d, n) io.stderr:write(('\\rselftest: pair %d of %d'):format(d, n), "
+                  "d == n and '\\r\\27[K' or '') end" : "nil",
            json ? "xfer.json(r, {indent = 2})" : "xfer.selftest_report(r)");
   int status = luaL_loadbuffer(L, chunk, strlen(chunk), "=--selftest");
   if (status == 0) status = docall(L, 0, 2);
