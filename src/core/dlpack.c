@@ -170,7 +170,6 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
                         "most %d)", (int)d->ndim, XFER_MAX_DIMS);
   xfer_shape shape = {d->ndim, {0}};
   int64_t strides[XFER_MAX_DIMS];
-  int64_t extent = 1;
   size_t numel = 1;
   for (int i = 0; i < d->ndim; i++) {
     shape.dims[i] = d->shape[i];
@@ -182,7 +181,6 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
     if (strides[i] < 0)
       return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a negative stride "
                           "(dimension %d)", i + 1);
-    extent += (shape.dims[i] - 1) * strides[i];
   }
   borrowed *b = malloc(sizeof *b);
   if (!b) return xfer_err_set(err, XFER_E_ALLOC, "dlpack", "out of host memory");
@@ -191,7 +189,7 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   xfer_external mem = {
     .kind = !strcmp(name, "cuda") ? XFER_EXTERNAL_CUDA : XFER_EXTERNAL_HOST,
     .ptr = (char *)d->data + d->byte_offset,
-    .size = numel ? (size_t)extent * xfer_dtype_size(dtype) : 0,
+    .size = (size_t)xfer_layout_extent(&shape, strides) * xfer_dtype_size(dtype),
   };
   if (!mem.ptr && numel) {
     free(b);

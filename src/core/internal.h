@@ -378,6 +378,8 @@ void xfer_wrap_release(xfer_tensor *t, void *buf);
 ** elements packed into host memory or scattered from it (device locked, tensor checked). */
 void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);
 int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides);
+/* The elements, from the first, that a layout reaches: [0, extent) (0 when it is empty). */
+int64_t xfer_layout_extent(const xfer_shape *shape, const int64_t *strides);
 xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err);
 /* Whether a view can be packed or scattered on its own device (copy_rows, a layout of rows),
 ** and doing it between the view and `packed`, a contiguous tensor on the same device

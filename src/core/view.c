@@ -36,8 +36,7 @@ int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides)
   return 1;
 }
 
-/* The elements, from the first, that the view reaches: [0, *extent) (0 when it is empty). */
-static int64_t extent_of(const xfer_shape *shape, const int64_t *strides)
+int64_t xfer_layout_extent(const xfer_shape *shape, const int64_t *strides)
 {
   int64_t last = 0;
   for (int i = 0; i < shape->ndim; i++) {
@@ -68,7 +67,7 @@ xfer_code xfer_tensor_view(xfer_tensor *t, const xfer_shape *shape, const int64_
                           "of %zu", i + 1, (long long)shape->dims[i], owner->numel);
     numel *= (size_t)shape->dims[i];
   }
-  int64_t extent = extent_of(shape, strides);
+  int64_t extent = xfer_layout_extent(shape, strides);
   if (first < 0 || (numel && (first > (int64_t)owner->numel ||
                               extent > (int64_t)owner->numel - first)))
     return xfer_err_set(err, XFER_E_INVALID, "view", "the view reaches element %lld of a tensor "
@@ -268,7 +267,7 @@ xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error
     slabs s = {.m = &m, .pitch = pitch, .rows = rows}; /* the driver's rectangle copies */
     return each_slab(t, outer, rows * run, host_slab, &s, err);
   }
-  size_t span = (size_t)extent_of(&t->shape, t->strides) * esize;
+  size_t span = (size_t)xfer_layout_extent(&t->shape, t->strides) * esize;
   if (run >= RUN_CALL_MIN || span > SPAN_WASTE_MAX * t->nbytes)
     return each_run(t, &run, io_run, &m, err); /* a driver call per run */
   /* the covering span through host memory: read, pack or scatter, and (scattering) written

@@ -34,7 +34,7 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
   if ((unsigned)dtype >= XFER_DTYPE__COUNT || shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: unknown dtype or bad dimensions");
   size_t esize = xfer_dtype_size(dtype), numel = 1;
-  int64_t packed[XFER_MAX_DIMS], extent = 1;
+  int64_t packed[XFER_MAX_DIMS];
   xfer_packed_strides(shape, packed);
   if (!strides) strides = packed;
   for (int i = 0; i < shape->ndim; i++) {
@@ -43,9 +43,8 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
                           "%lld: neither may be negative", i + 1, (long long)shape->dims[i],
                           (long long)strides[i]);
     numel *= (size_t)shape->dims[i];
-    extent += (shape->dims[i] - 1) * strides[i];
   }
-  if (numel == 0) extent = 0;
+  int64_t extent = xfer_layout_extent(shape, strides);
   if ((double)extent * (double)esize > (double)mem->size)
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: the tensor reaches %.0f bytes into "
                         "memory of %zu", (double)extent * (double)esize, mem->size);
