@@ -37,7 +37,8 @@ static xfer_health_entry *entry_of(xfer_ctx *ctx, const xfer_device *from, const
     ctx->health = grown;
     ctx->health_cap = cap;
   }
-  xfer_health_entry *e = &ctx->health[ctx->nhealth++];
+  xfer_health_entry *e = &ctx->health[ctx->nhealth];
+  __atomic_store_n(&ctx->nhealth, ctx->nhealth + 1, __ATOMIC_RELEASE);
   memset(e, 0, sizeof *e);
   e->from = from;
   e->to = to;
@@ -50,6 +51,8 @@ void xfer_health_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
 {
   if (path == XFER_PATH_HOST) return; /* the last resort is never set aside */
   if (rc && err && !strcmp(err->op, "progress")) return; /* the caller stopped it: no failure */
+  /* every move comes here: a success with nothing remembered takes no lock */
+  if (!rc && !__atomic_load_n(&ctx->nhealth, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&ctx->lock);
   xfer_health_entry *e = entry_of(ctx, from, to, path, rc != XFER_E_OK);
   if (e && rc == XFER_E_OK) {
@@ -70,6 +73,7 @@ void xfer_health_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
 int xfer_health_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                           xfer_path path, char *why, size_t cap)
 {
+  if (!__atomic_load_n(&ctx->nhealth, __ATOMIC_ACQUIRE)) return 0; /* the usual case: no lock */
   pthread_mutex_lock(&ctx->lock);
   const xfer_health_entry *e = entry_of(ctx, from, to, path, 0);
   int aside = e && e->set_aside;
@@ -125,7 +129,7 @@ static void forget(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to
     int match = (!from || e->from == from) && (!to || e->to == to) && (!only_injected || e->injected);
     if (!match) ctx->health[kept++] = *e;
   }
-  ctx->nhealth = kept;
+  __atomic_store_n(&ctx->nhealth, kept, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
 }
 
