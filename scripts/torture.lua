@@ -4,19 +4,37 @@
 -- op and the runtime of the call that failed (or the move recovered, bytes right); sources
 -- byte for byte as they were; every device's memory and the process's open fds back to
 -- where they were. Usage (scripts/torture runs it):
---   xferlua scripts/torture.lua [--stride S] [--deadline SECONDS] [--verbose] spec/torture/<scenario>.lua ...
--- --stride S fails every S-th call only (a bounded run for CI); --deadline stops starting new
--- runs once that many seconds have passed, and says how many of the runs it made (a bounded
--- run where the machine's time is short: the GPU machine).
+--   xferlua scripts/torture.lua [--stride S] [--shard I/N] [--calls K,K...] [--deadline SECONDS] [--verbose] spec/torture/<scenario>.lua ...
+-- --stride S fails every S-th call only (a bounded run for CI); --shard I/N makes only the
+-- I-th of every N of those runs (N processes, one shard each, share a long scenario among
+-- cores: the GPU machine's); --deadline stops starting new runs once that many seconds have
+-- passed, and says how many of the runs it made (a bounded run where the machine's time is
+-- short: the GPU machine); --calls K,K... fails only those calls (a problem found again).
+-- A run with a problem is told with the call that failed and the errors that surfaced.
 local xfer = require "xfer"
 
 local stride, verbose, files, deadline = 1, false, {}, nil
+local shard, shards, only_calls = 1, 1, nil
 local args = { ... }
 local i = 1
 while i <= #args do
   if args[i] == "--stride" then
     stride = tonumber(args[i + 1])
     assert(stride and stride >= 1 and stride % 1 == 0, "--stride takes a whole number >= 1")
+    i = i + 2
+  elseif args[i] == "--shard" then
+    shard, shards = (args[i + 1] or ""):match("^(%d+)/(%d+)$")
+    shard, shards = tonumber(shard), tonumber(shards)
+    assert(shard and shards >= 1 and shard >= 1 and shard <= shards, "--shard takes I/N, 1 <= I <= N")
+    i = i + 2
+  elseif args[i] == "--calls" then
+    only_calls = {}
+    for k in (args[i + 1] or ""):gmatch("[^,]+") do
+      local n = tonumber(k)
+      assert(n and n >= 1 and n % 1 == 0, "--calls takes whole numbers >= 1, separated by commas")
+      only_calls[#only_calls + 1] = n
+    end
+    assert(#only_calls > 0, "--calls takes whole numbers >= 1, separated by commas")
     i = i + 2
   elseif args[i] == "--deadline" then
     deadline = tonumber(args[i + 1])
@@ -28,7 +46,7 @@ while i <= #args do
     files[#files + 1], i = args[i], i + 1
   end
 end
-assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--deadline SECONDS] [--verbose] SCENARIO.lua ...")
+assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--shard I/N] [--calls K,K...] [--deadline SECONDS] [--verbose] SCENARIO.lua ...")
 
 -- This process's open fds: /proc/self opened here is this process (in a shell it would be
 -- the shell's).
@@ -119,7 +137,14 @@ local function new_T()
     if not ok then
       T.errors[#T.errors + 1] = { what = what .. " (reading the result)", e = got }
     elseif got ~= bytes then
-      T.problems[#T.problems + 1] = "wrong bytes: " .. what
+      local first, differ = nil, 0
+      for j = 1, math.max(#got, #bytes) do
+        if got:byte(j) ~= bytes:byte(j) then
+          first, differ = first or j, differ + 1
+        end
+      end
+      T.problems[#T.problems + 1] = ("wrong bytes: %s (%d of %d bytes differ, the first at byte %d: %s where %s belongs)")
+        :format(what, differ, #bytes, first - 1, tostring(got:byte(first)), tostring(bytes:byte(first)))
     end
   end
   function T.bytes(n, seed)
@@ -185,6 +210,10 @@ local function one_run(scenario, k)
   local failed, calls = xfer.faults.failed(), xfer.faults.calls()
   xfer.faults.fail_at(0)
   local problems, seen = check(T, ok, raised, failed)
+  -- what happened in the run, for the report of a run with a problem
+  local told = { failed and ("the call failed: %s:%s"):format(failed.runtime, failed.op) or "no call failed" }
+  for _, rec in ipairs(T.errors) do told[#told + 1] = ("raised at %s: %s"):format(rec.what, tostring(rec.e)) end
+  problems.context = table.concat(told, "; ")
   T, raised = nil, nil
   for _, d in ipairs(differences(base, snapshot())) do problems[#problems + 1] = "leaked: " .. d end
   return problems, failed, seen, calls
@@ -199,6 +228,7 @@ for _, file in ipairs(files) do
       io.write(("%s: call %s: %s\n"):format(name, tostring(k), p))
       total_problems = total_problems + 1
     end
+    if #list > 0 and list.context then io.write(("%s: call %s: (%s)\n"):format(name, tostring(k), list.context)) end
   end
   -- a warm-up run: drivers open device nodes on first use and keep them for the process
   -- (NVIDIA's /dev/nvidiaN, a second one per GPU); that is no leak, anything else is
@@ -211,8 +241,16 @@ for _, file in ipairs(files) do
   local problems, _, _, calls = one_run(scenario, 0)
   report(0, problems)
   local runs, surfaced, recovered, missed, by_op = 0, 0, 0, 0, {}
-  local started, planned, cut = os.time(), math.floor((calls - 1) / stride) + 1, false
-  for k = 1, calls, stride do
+  local all_planned = math.floor((calls - 1) / stride) + 1
+  local started, cut = os.time(), false
+  local planned = math.floor((all_planned - shard) / shards) + 1 -- runs j = shard, shard + N, ...
+  local ks = only_calls or {}
+  if not only_calls then
+    for k = 1 + (shard - 1) * stride, calls, stride * shards do ks[#ks + 1] = k end
+  else
+    planned = #ks
+  end
+  for _, k in ipairs(ks) do
     if deadline and os.time() >= deadline then cut = true break end
     local failed, seen
     problems, failed, seen = one_run(scenario, k)
@@ -233,9 +271,9 @@ for _, file in ipairs(files) do
   local ops = {}
   for key, n in pairs(by_op) do ops[#ops + 1] = key .. " " .. n end
   table.sort(ops)
-  io.write(("torture %s: %d calls, %d runs (stride %d): %d surfaced as errors, %d recovered " ..
+  io.write(("torture %s: %d calls, %d runs (stride %d%s): %d surfaced as errors, %d recovered " ..
             "(bytes right), %d with no call failed; faults by runtime:op: %s\n")
-           :format(name, calls, runs, stride, surfaced, recovered, missed, table.concat(ops, ", ")))
+           :format(name, calls, runs, stride, shards > 1 and (", shard %d/%d"):format(shard, shards) or "", surfaced, recovered, missed, table.concat(ops, ", ")))
   io.write(("torture %s: %d s, %s\n"):format(name, os.time() - started, cut and
     ("stopped by --deadline after %d of its %d runs"):format(runs, planned) or "every run made"))
 end

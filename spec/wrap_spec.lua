@@ -124,16 +124,22 @@ describe("wrap", function()
       local moved = t:to(dev)
       assert.are.equal(t:tobytes(), moved:tobytes(), dev.name)
       moved:free()
-      xfer.empty_cache(dev) -- the moved tensor's memory: what stays is pins and imports of host memory
+      -- every cache: the moved tensor's memory, and host segments the move registered (its
+      -- result read back, staging chunks); what stays is what the wrapped memory holds
+      xfer.empty_cache()
       return objects(dev.runtime)
     end
     for _, dev in ipairs(xfer.devices()) do
       if dev ~= host then
         -- a first move, so that the staging memory's own imports are made and kept
-        local base = move_and_count(dev, xfer.wrap(aligned(n), { shape = { n }, dtype = "u8", size = n }))
-        local plain = xfer.wrap(aligned(n), { shape = { n }, dtype = "u8", size = n })
+        local function wrapped(pin) -- owner: the memory lives while the tensor does
+          local mem = aligned(n)
+          return xfer.wrap(mem, { shape = { n }, dtype = "u8", size = n, pin = pin, owner = mem })
+        end
+        local base = move_and_count(dev, wrapped(false))
+        local plain = wrapped(false)
         assert.are.equal(base, move_and_count(dev, plain), dev.name .. ": wrapped without pin, and yet taken in place")
-        local pinned = xfer.wrap(aligned(n), { shape = { n }, dtype = "u8", size = n, pin = true })
+        local pinned = wrapped(true)
         local with_pin = move_and_count(dev, pinned)
         if with_pin > base then tried = true end -- the driver took the wrapped pages in place
         pinned:free()

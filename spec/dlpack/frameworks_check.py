@@ -23,22 +23,30 @@ class Producer:
     def __init__(self):
         self.pointer = None
 
-    def __dlpack__(self, stream=None, **_):
+    def __dlpack__(self, stream=None, max_version=None, **_):
+        # DLPack 1.x (a versioned capsule) when the consumer says it reads it, else 0.8's
+        versioned = 1 if max_version is not None and max_version[0] >= 1 else 0
         managed = V()
-        check(lib.xfer_tensor_to_dlpack(t, 0, ctypes.byref(managed), ERR), "to_dlpack")
-        self.pointer = ctypes.c_void_p.from_address(managed.value).value  # dl_tensor.data: the first field
-        return api.PyCapsule_New(managed, b"dltensor", None)
+        check(lib.xfer_tensor_to_dlpack(t, versioned, ctypes.byref(managed), ERR), "to_dlpack")
+        self.versioned = versioned
+        # dl_tensor.data: the first field of DLManagedTensor; after version (8 bytes),
+        # manager_ctx, deleter and flags (8 each) in DLManagedTensorVersioned
+        self.pointer = ctypes.c_void_p.from_address(managed.value + (32 if versioned else 0)).value
+        return api.PyCapsule_New(managed, b"dltensor_versioned" if versioned else b"dltensor", None)
 
     def __dlpack_device__(self):
         return (2, 0)  # kDLCUDA, device 0
 
 
 def take_back(capsule, pointer, what):
-    managed = api.PyCapsule_GetPointer(capsule, b"dltensor")
+    name = api.PyCapsule_GetName(capsule)  # "dltensor" (0.8) or "dltensor_versioned" (1.x)
+    versioned = 1 if name == b"dltensor_versioned" else 0
+    assert name in (b"dltensor", b"dltensor_versioned"), name
+    managed = api.PyCapsule_GetPointer(capsule, name)
     u = V()
-    check(lib.xfer_tensor_from_dlpack(ctx, managed, 0, ctypes.byref(u), ERR), what + " from_dlpack")
-    api.PyCapsule_SetName(capsule, b"used_dltensor")
-    data = ctypes.c_void_p.from_address(managed).value
+    check(lib.xfer_tensor_from_dlpack(ctx, managed, versioned, ctypes.byref(u), ERR), what + " from_dlpack")
+    api.PyCapsule_SetName(capsule, b"used_" + name)
+    data = ctypes.c_void_p.from_address(managed + (32 if versioned else 0)).value
     assert data == pointer, (hex(data), hex(pointer))
     got = (ctypes.c_float * 6)()
     check(lib.xfer_tensor_read(u, got, 24, ERR), what + " read back")
@@ -58,10 +66,17 @@ for name in ("torch", "cupy"):
     assert pointer == producer.pointer, "%s copied the tensor" % name
     assert [float(v) for v in x.flatten().tolist()] == [0, 1, 2, 3, 4, 5]
     print("ok: %s.from_dlpack takes an xferlua CUDA tensor in place (device pointer %#x)" % (name, pointer))
+    print("    (as DLPack %s)" % ("1.x, versioned" if producer.versioned else "0.8"))
     y = (x * 2).contiguous() if name == "torch" else module.ascontiguousarray(x * 2)
-    capsule = module.utils.dlpack.to_dlpack(y) if name == "torch" else y.toDlpack()
     ptr_y = y.data_ptr() if name == "torch" else y.data.ptr
-    assert take_back(capsule, ptr_y, name) == [0, 2, 4, 6, 8, 10]
-    print("ok: xferlua takes a %s CUDA tensor through DLPack in place (device pointer %#x)" % (name, ptr_y))
+    capsules = [("0.8", y.__dlpack__())]
+    try:  # the 1.x protocol: a consumer asks for the versioned capsule
+        capsules.append(("1.x", y.__dlpack__(max_version=(1, 0))))
+    except TypeError as e:
+        print("    (%s.__dlpack__ takes no max_version here: %s; only 0.8 checked)" % (name, e))
+    for version, capsule in capsules:
+        assert take_back(capsule, ptr_y, name) == [0, 2, 4, 6, 8, 10]
+        print("ok: xferlua takes a %s CUDA tensor through DLPack %s in place (device pointer %#x)"
+              % (name, version, ptr_y))
 lib.xfer_tensor_release(t)
 print("dlpack frameworks: done")

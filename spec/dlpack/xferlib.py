@@ -12,6 +12,8 @@ api.PyCapsule_New.argtypes = [V, ctypes.c_char_p, V]
 api.PyCapsule_GetPointer.restype = V
 api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+api.PyCapsule_GetName.restype = ctypes.c_char_p
+api.PyCapsule_GetName.argtypes = [ctypes.py_object]
 
 
 class Shape(ctypes.Structure):

@@ -235,6 +235,19 @@ static void cuda_free(xfer_device *dev, void *buf, size_t nbytes)
     api->cuMemFree((CUdeviceptr)(uintptr_t)buf);
 }
 
+/* Waits for what the device's stream holds. An injected failure of the wait still waits (as a
+** real failure of it is sticky, the context is then gone): the caller gives the memory of the
+** copy back on an error, and another runtime -- OpenCL or Vulkan on memory CUDA allocated --
+** would reuse it while the copy still lands there (the likely cause of wrong bytes in one
+** torture run on an H200: a view moved into opencl:0, whose memory is CUDA's). */
+static xfer_code stream_wait(xfer_device *dev, const char *op, xfer_error *err)
+{
+  CUstream s = cu_of(dev)->stream;
+  xfer_code rc = CU(dev, op, err, cuStreamSynchronize, s);
+  if (rc) cu_api_of(dev)->cuStreamSynchronize(s);
+  return rc;
+}
+
 static xfer_code cuda_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                            size_t src_offset, size_t n, xfer_error *err)
 {
@@ -243,7 +256,7 @@ static xfer_code cuda_copy(xfer_device *dev, void *dst, size_t dst_offset, void 
   if (!rc)
     rc = CU(dev, "copy", err, cuMemcpyDtoDAsync, xfer_cu_ptr(dst) + dst_offset,
             xfer_cu_ptr(src) + src_offset, n, s);
-  if (!rc) rc = CU(dev, "copy", err, cuStreamSynchronize, s);
+  if (!rc) rc = stream_wait(dev, "copy", err);
   return rc;
 }
 
@@ -265,7 +278,7 @@ static xfer_code cuda_copy_rows(xfer_device *dev, void *dst, size_t dst_offset, 
   copy.Height = rows;
   xfer_code rc = xfer_cu_enter(dev, "copy", err);
   if (!rc) rc = CU(dev, "copy", err, cuMemcpy2DAsync, &copy, s);
-  if (!rc) rc = CU(dev, "copy", err, cuStreamSynchronize, s);
+  if (!rc) rc = stream_wait(dev, "copy", err);
   return rc;
 }
 
@@ -278,7 +291,7 @@ static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, size_t dst_offset,
   if (!rc)
     rc = CU(src_dev, "peer", err, cuMemcpyPeerAsync, xfer_cu_ptr(dst) + dst_offset,
             cu_of(dst_dev)->context, xfer_cu_ptr(src) + src_offset, cu_of(src_dev)->context, n, s);
-  if (!rc) rc = CU(src_dev, "peer", err, cuStreamSynchronize, s);
+  if (!rc) rc = stream_wait(src_dev, "peer", err);
   return rc;
 }
 

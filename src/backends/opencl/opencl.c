@@ -407,8 +407,12 @@ static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *
   else
     memcpy(host, mapped, n);
   CL_CALL(dev, op, err, clEnqueueUnmapMemObject, q, mem, mapped, 0, NULL, NULL);
-  CL_CALL(dev, op, err, clFinish, q);
-  return XFER_E_OK;
+  /* an injected failure of the wait still waits: the unmap lands before the memory is reused */
+  cl_int rc = CL_SUCCESS;
+  int injected = cl_injected(dev, op, &rc);
+  cl_int finished = api_of(dev)->clFinish(q);
+  if (!injected) rc = finished;
+  return rc == CL_SUCCESS ? XFER_E_OK : cl_fail(op, "clFinish", rc, injected, err);
 }
 
 static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const void *src,
