@@ -130,6 +130,9 @@ typedef struct xfer_device_info {
   int closed;            /* xfer_device_close'd, not opened again yet */
   const char *backing;   /* the device of another runtime whose memory this one's tensors
                          ** live in ("cuda:0" for an OpenCL device on NVIDIA's GPU), or "" */
+  uint64_t max_import;   /* the largest buffer shared with another runtime by import, bytes
+                         ** (0: no limit): larger tensors are the driver's own, and move
+                         ** between runtimes by staging (NVIDIA's OpenCL: 256 MiB) */
 } xfer_device_info;
 
 /* What the device is, as found when it opened: no driver call (it does not fail). */

@@ -100,3 +100,41 @@ describe("interop #cuda #vulkan #opencl", function()
     end)
   end
 end)
+
+-- A device whose driver imports only buffers up to a size (max_import: NVIDIA's OpenCL, which
+-- crashes importing 512 MiB): larger tensors there are the driver's own and move by staging;
+-- smaller ones still share memory, also after a large one's memory went back to the cache.
+describe("interop beyond a driver's largest import #opencl", function()
+  local limited
+  for _, dev in ipairs(xfer.devices()) do
+    if dev.max_import and not limited then limited = dev end
+  end
+  if not limited then
+    it("is pending", function() pending("no device here limits its imports (NVIDIA's OpenCL does)") end)
+    return
+  end
+  it("moves a larger tensor by staging, and smaller ones by interop after it", function()
+    local other
+    for _, p in ipairs(pairs_here) do
+      if p[2] == limited and p[1].runtime ~= limited.runtime then other = p[1] end
+    end
+    if not other then return pending("no device shares memory with " .. limited.name) end
+    local n = limited.max_import + 2 * 1024 * 1024 -- a segment just past the limit
+    local big = xfer.full({ n }, 7, { dtype = "u8", device = other })
+    assert.are.equal("staged", xfer.plan(big, limited).path)
+    local e = h.raises("unsupported", xfer.plan, big, limited, { via = "interop" })
+    assert.is_truthy(e.message:find("would import a buffer of more than", 1, true), e.message)
+    local there = big:to(limited)
+    assert.is_true(there:equals(big))
+    there:free()
+    big:free() -- its memory stays cached on both devices
+    local small = xfer.arange(1024 * 1024, { dtype = "u8", device = other })
+    assert.are.equal("interop", xfer.plan(small, limited).path)
+    local moved = small:to(limited) -- a block of backing memory, not of the cached large buffer
+    assert.are.equal(small:tobytes(), moved:tobytes())
+    local back = xfer.zeros({ 1024 * 1024 }, { dtype = "u8", device = other })
+    back:copy_from(moved)
+    assert.is_true(back:equals(small))
+    xfer.empty_cache()
+  end)
+end)

@@ -124,6 +124,7 @@ describe("wrap", function()
       local moved = t:to(dev)
       assert.are.equal(t:tobytes(), moved:tobytes(), dev.name)
       moved:free()
+      collectgarbage() -- (what the run left for the collector)
       -- every cache: the moved tensor's memory, and host segments the move registered (its
       -- result read back, staging chunks); what stays is what the wrapped memory holds
       xfer.empty_cache()

@@ -105,7 +105,7 @@ function xfer.inventory(...)
     local ok, free = pcall(function() return dev.free_memory end)
     devices[i] = { name = dev.name, runtime = dev.runtime, index = dev.index, label = dev.label,
                    platform = dev.platform, vendor = dev.vendor, total_memory = dev.total_memory,
-                   max_alloc = dev.max_alloc, free_memory = ok and free or nil, unified = dev.unified,
+                   max_alloc = dev.max_alloc, max_import = dev.max_import, free_memory = ok and free or nil, unified = dev.unified,
                    uuid = dev.uuid, backing = dev.backing }
   end
   return { version = xfer.version, runtimes = runtimes, devices = devices }

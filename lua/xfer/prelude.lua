@@ -58,6 +58,7 @@ function xfer.describe(...)
           if dev.max_alloc < dev.total_memory then
             traits[#traits + 1] = "largest buffer " .. gib(dev.max_alloc)
           end
+          if dev.max_import then traits[#traits + 1] = format("shares buffers up to %d MiB", dev.max_import / 2^20) end
           if dev.platform ~= "" then traits[#traits + 1] = "platform " .. dev.platform end
           if dev.unified then traits[#traits + 1] = "shares host memory" end
           if dev.uuid then traits[#traits + 1] = "uuid " .. dev.uuid end

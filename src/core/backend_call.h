@@ -109,6 +109,9 @@ static inline xfer_code xfer_be_finish(xfer_device *dev, int slot, xfer_error *e
 static inline xfer_code xfer_be_export_fd(xfer_device *dev, void *buf, int *fd, uint64_t *size,
                                           xfer_error *err)
 {
+  if (!xfer_be(dev)->export_fd) /* the planner asks only exporters; a guard, not a path */
+    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_UNSUPPORTED, "export", "%s exports no "
+                                           "memory", dev->name), err);
   return xfer_be_blame(dev, xfer_be(dev)->export_fd(dev, buf, fd, size, err), err);
 }
 
@@ -116,6 +119,9 @@ static inline xfer_code xfer_be_import_fd(xfer_device *dev, int fd, uint64_t mem
                                           size_t n, const char *op, void **buf, void **handle,
                                           xfer_error *err)
 {
+  if (!xfer_be(dev)->import_fd)
+    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_UNSUPPORTED, op, "%s imports no memory",
+                                           dev->name), err);
   return xfer_be_blame(dev, xfer_be(dev)->import_fd(dev, fd, memory_size, n, op, buf, handle, err),
                        err);
 }

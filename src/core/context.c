@@ -353,6 +353,7 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   out->vendor = dev->vendor;
   out->total_memory = dev->total_memory;
   out->max_alloc = dev->max_alloc ? dev->max_alloc : dev->total_memory;
+  out->max_import = dev->max_import;
   out->unified = dev->unified;
   out->has_uuid = dev->has_uuid;
   memcpy(out->uuid, dev->uuid, sizeof out->uuid);

@@ -133,6 +133,8 @@ struct xfer_device {
   int cc_major, cc_minor;       /* CUDA compute capability */
   uint64_t total_memory;
   uint64_t max_alloc;           /* 0: no limit below total_memory */
+  uint64_t max_import;          /* 0: none; else the largest buffer the driver is trusted to
+                                ** import (NVIDIA's OpenCL crashes importing 512 MiB) */
   int unified, has_uuid, has_driver_uuid;
   uint8_t uuid[16];
   uint8_t driver_uuid[16];      /* opaque-fd interop needs equal driver UUIDs too */
@@ -425,6 +427,9 @@ void xfer_plan_step(xfer_plan *plan, const char *fmt, ...)
 /* interop.c: the interop path. */
 void xfer_interop_describe(const xfer_tensor *src, const xfer_device *dst, xfer_plan *plan);
 int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
+/* 0 when a move of nbytes between src and dst would import a buffer larger than a device
+** there imports (max_import): interop does not apply to it, the next path does. */
+int xfer_interop_fits(const xfer_device *src, const xfer_device *dst, size_t nbytes);
 /* The devices besides both ends that an interop move src -> dst uses (the
 ** exporter, or the peer runtime's devices standing for the ends): how many, into out. */
 int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2]);

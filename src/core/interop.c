@@ -91,6 +91,19 @@ int xfer_interop_applies(const xfer_device *src, const xfer_device *dst)
   return src->can_import && dst->can_import && exporter_for(src) != NULL;
 }
 
+int xfer_interop_fits(const xfer_device *src, const xfer_device *dst, size_t nbytes)
+{
+  /* a large tensor's segment is its size rounded up to 2 MiB (memory.c) */
+  uint64_t segment = ((uint64_t)nbytes + ((uint64_t)2 << 20) - 1) & ~(((uint64_t)2 << 20) - 1);
+  xfer_device *helpers[2] = {NULL, NULL};
+  const xfer_device *ends[4] = {src, dst, NULL, NULL};
+  int n = xfer_interop_helpers(src, dst, helpers);
+  for (int i = 0; i < n; i++) ends[2 + i] = helpers[i];
+  for (int i = 0; i < 4; i++)
+    if (ends[i] && ends[i]->max_import && segment > ends[i]->max_import) return 0;
+  return 1;
+}
+
 int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2])
 {
   peer_route route;

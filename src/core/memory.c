@@ -100,11 +100,15 @@ static void pool_remove(pool *p, const xfer_block *b)
   if (at < p->n && p->items[at] == b) ordered_take(p, at); /* else unlisted */
 }
 
-static xfer_block *pool_best_fit(pool *p, size_t size)
+/* backed_only: a block of a segment in the backing device's memory (see backs) */
+static xfer_block *pool_best_fit(pool *p, size_t size, int backed_only)
 {
   xfer_block key = {.size = size};
-  size_t at = pool_lower(p, &key);
-  return at < p->n ? ordered_take(p, at) : NULL;
+  for (size_t at = pool_lower(p, &key); at < p->n; at++) {
+    const xfer_block *b = p->items[at];
+    if (!backed_only || b->seg->backing_buf) return ordered_take(p, at);
+  }
+  return NULL;
 }
 
 static pool *pool_of(xfer_allocator *a, const xfer_segment *seg)
@@ -173,12 +177,19 @@ static xfer_code backed_alloc(xfer_device *dev, size_t size, seg_memory *m, xfer
   return rc;
 }
 
+/* 1 when a segment of `size` bytes of `dev` lies in its backing device's memory: beyond the
+** device's largest buffer its own refusal says so best, and beyond its largest import
+** (max_import) the buffer is the driver's own. */
+static int backs(const xfer_device *dev, size_t size)
+{
+  return dev->backing && !dev->backing->lost && !(dev->max_alloc && size > dev->max_alloc) &&
+         !(dev->max_import && size > dev->max_import);
+}
+
 static xfer_code raw_alloc(xfer_device *dev, size_t size, seg_memory *m, xfer_error *err)
 {
   memset(m, 0, sizeof *m);
-  /* beyond the device's largest buffer: its own refusal says so best */
-  if (dev->backing && !dev->backing->lost && !(dev->max_alloc && size > dev->max_alloc))
-    return backed_alloc(dev, size, m, err);
+  if (backs(dev, size)) return backed_alloc(dev, size, m, err);
   return xfer_be_alloc(dev, size, &m->buf, err);
 }
 
@@ -558,7 +569,12 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   }
   int cache = caching(dev->ctx);
   xfer_block *b = NULL;
-  if (cache && (b = pool_best_fit(size <= SMALL_SIZE ? &a->small : &a->large, size))) {
+  /* a block the device would back never comes from a segment of the driver's own (a large
+  ** tensor's, cached): interop reaches a backed device's tensors through the backing memory,
+  ** and the planner chose interop for this size (seen on the H200: a 4 MiB block cut from a
+  ** freed 1 GiB OpenCL buffer, then a peer copy asked OpenCL, which exports nothing) */
+  int backed_only = backs(dev, size);
+  if (cache && (b = pool_best_fit(size <= SMALL_SIZE ? &a->small : &a->large, size, backed_only))) {
     a->stats.cache_hits++;
   } else {
     size_t seg_size = cache ? segment_size(dev, size) : size;

@@ -184,6 +184,12 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *d
     if (inapplicable(via, src->dev, dst, why, sizeof why) ||
         (via == XFER_PATH_INTEROP && wrapped_end(src, dst_t, why, sizeof why)))
       return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "%s", why);
+    if (via == XFER_PATH_INTEROP && !xfer_interop_fits(src->dev, dst, src->nbytes))
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "interop between %s and %s would "
+                          "import a buffer of more than %llu bytes into %s, whose driver fails on "
+                          "such imports; this tensor has %zu", src->dev->name, dst->name,
+                          (unsigned long long)(dst->max_import ? dst : src->dev)->max_import,
+                          (dst->max_import ? dst : src->dev)->name, src->nbytes);
     *path = via;
     return XFER_E_OK;
   }
@@ -191,7 +197,8 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *d
   *path = XFER_PATH_HOST;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
     if (!inapplicable((xfer_path)p, src->dev, dst, NULL, 0) &&
-        !(p == XFER_PATH_INTEROP && wrapped_end(src, dst_t, NULL, 0))) {
+        !(p == XFER_PATH_INTEROP && (wrapped_end(src, dst_t, NULL, 0) ||
+                                     !xfer_interop_fits(src->dev, dst, src->nbytes)))) {
       if (xfer_health_set_aside(src->dev->ctx, src->dev, dst, (xfer_path)p, set_aside,
                                 set_aside_cap)) {
         xfer_health_note_decision(src->dev->ctx);

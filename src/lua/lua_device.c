@@ -156,6 +156,10 @@ static int device_index(lua_State *L)
     if (rc) xl_raise(L, &err);
     lua_pushnumber(L, (lua_Number)free_bytes);
   } else if (!strcmp(key, "max_alloc")) lua_pushnumber(L, (lua_Number)info.max_alloc);
+  else if (!strcmp(key, "max_import")) {
+    if (!info.max_import) return 0; /* nil: no limit */
+    lua_pushnumber(L, (lua_Number)info.max_import);
+  }
   else if (!strcmp(key, "platform")) lua_pushstring(L, info.platform);
   else if (!strcmp(key, "pci_bus_id")) lua_pushstring(L, info.pci_bus_id);
   else if (!strcmp(key, "backing")) {

@@ -448,10 +448,13 @@ static int l_plan(lua_State *L)
 
 /* -- Reading values out ----------------------------------------------------------------- */
 
-/* The tensor's bytes in host memory: in place for host tensors; otherwise a host copy,
-** left on the stack so that the GC frees it. */
-static const char *host_bytes(lua_State *L, xfer_tensor *t)
+/* The tensor's bytes in host memory: in place for host tensors; otherwise a host copy, in a
+** box left on the stack (*copy_box), so that the GC frees it if a Lua error comes first, and
+** done_with_bytes gives it back at once when the caller has what it wanted: a read-back of a
+** large tensor should not hold twice its size in host memory until the next collection. */
+static const char *host_bytes(lua_State *L, xfer_tensor *t, tensor_box **copy_box)
 {
+  *copy_box = NULL;
   /* in place when its elements lie packed in host memory; a view's are gathered */
   const char *in_place = xfer_tensor_is_contiguous(t) ? xfer_tensor_host_data(t) : NULL;
   if (in_place || xfer_tensor_nbytes(t) == 0) return in_place;
@@ -460,7 +463,16 @@ static const char *host_bytes(lua_State *L, xfer_tensor *t)
   xfer_error err;
   if (XL_ALLOCATING(L, xfer_transfer_to(t, host_device(L), NULL, &copy, &err))) xl_raise(L, &err);
   box_adopt(L, box, copy);
+  *copy_box = box;
   return xfer_tensor_host_data(copy);
+}
+
+static void done_with_bytes(tensor_box *copy_box)
+{
+  if (!copy_box || !copy_box->t) return;
+  xfer_tensor *copy = copy_box->t;
+  copy_box->t = NULL; /* the box's __gc finds nothing */
+  xfer_tensor_release(copy);
 }
 
 static int m_totable(lua_State *L)
@@ -474,16 +486,20 @@ static int m_totable(lua_State *L)
     flat = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
-  const char *bytes = host_bytes(L, t);
+  tensor_box *copy;
+  const char *bytes = host_bytes(L, t, &copy);
   xl_push_values(L, xfer_tensor_dtype(t), xfer_tensor_shape(t), bytes, flat);
+  done_with_bytes(copy);
   return 1;
 }
 
 static int m_tobytes(lua_State *L)
 {
   xfer_tensor *t = check_live(L, 1, "tobytes");
-  const char *bytes = host_bytes(L, t);
+  tensor_box *copy;
+  const char *bytes = host_bytes(L, t, &copy);
   lua_pushlstring(L, bytes ? bytes : "", xfer_tensor_nbytes(t));
+  done_with_bytes(copy);
   return 1;
 }
 

@@ -247,6 +247,10 @@ static void add_device(xfer_runtime *rt, cl_platform_id platform, cl_device_id i
     *(void **)&cd->release = api->clGetExtensionFunctionAddressForPlatform(
         platform, "clEnqueueReleaseExternalMemObjectsKHR");
     dev->can_import = cd->acquire && cd->release && !dev->unified;
+    /* NVIDIA's OpenCL (the H200 machine's driver) writes through NULL inside
+    ** clCreateBufferWithProperties importing an opaque fd of 512 MiB or more; 256 MiB
+    ** imports work (measured, 2026-11-30). Larger buffers are its own, and move by staging. */
+    if (dev->can_import && strstr(dev->vendor, "NVIDIA")) dev->max_import = (uint64_t)256 << 20;
   }
   if (has_extension(api, id, "cl_khr_device_uuid") &&
       api->clGetDeviceInfo(id, CL_DEVICE_UUID_KHR, sizeof dev->uuid, dev->uuid, NULL) ==
@@ -587,6 +591,10 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
 {
   (void)memory_size;
   cl_dev *cd = cl_of(dev);
+  if (dev->max_import && nbytes > dev->max_import) /* the planner keeps such moves away */
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, op, "%s imports buffers of at most %llu bytes "
+                        "(its driver fails on larger ones), not %zu", dev->name,
+                        (unsigned long long)dev->max_import, nbytes);
   cl_import *im = malloc(sizeof *im);
   int given = im ? dup(fd) : -1;
   if (given < 0) {
