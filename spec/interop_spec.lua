@@ -120,6 +120,20 @@ describe("interop beyond a driver's largest import #opencl", function()
     end
     if not other then return pending("no device shares memory with " .. limited.name) end
     local n = limited.max_import + 2 * 1024 * 1024 -- a segment just past the limit
+    -- every device to and from it, both call styles (the bench crashed here before)
+    local pattern = xfer.arange(n / 4, { dtype = "u32" })
+    for _, dev in ipairs(xfer.devices()) do
+      if dev ~= limited then
+        local src = pattern:to(dev)
+        local there = src:to(limited)
+        assert.is_true(there:equals(pattern), dev.name .. " -> " .. limited.name)
+        local into = xfer.zeros({ n / 4 }, { dtype = "u32", device = dev })
+        into:copy_from(there)
+        assert.is_true(into:equals(pattern), limited.name .. " -> " .. dev.name)
+        src:free(); there:free(); into:free()
+      end
+    end
+    pattern:free()
     local big = xfer.full({ n }, 7, { dtype = "u8", device = other })
     assert.are.equal("staged", xfer.plan(big, limited).path)
     local e = h.raises("unsupported", xfer.plan, big, limited, { via = "interop" })
