@@ -310,6 +310,14 @@ typedef struct xfer_plan {
   char reason[512];
   int nsteps;
   char steps[XFER_PLAN_MAX_STEPS][96];
+  /* each path the planner considered (those that apply, set aside or not), in its order, with
+  ** its estimate for this move where it has a measured figure (xfer_cost_set) */
+  int nestimates;
+  struct {
+    xfer_path path;
+    int measured;        /* 0: no figure yet (seconds is 0) */
+    double seconds;
+  } estimates[XFER_PATH__COUNT];
 } xfer_plan;
 
 /* Which path moving `src` to `dst_dev` takes, and why. A forced path that does not
@@ -396,6 +404,37 @@ typedef struct xfer_health_info {
 size_t xfer_health(xfer_ctx *ctx, xfer_health_info *out, size_t max, uint64_t *decisions);
 /* Forgets failures and set-aside paths between from and to (NULL: any device). */
 void xfer_forget_failures(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to);
+
+/* -- What paths cost (the planner that knows sizes) ------------------------------------- */
+
+/* A measured figure: moving n bytes from `from` to `to` by `path` takes about
+** latency + n / bandwidth seconds. The default choice is the first path that applies; another
+** one is taken for a move when both have figures and the other's estimate is under 0.9 of
+** it. Figures come from calibration (xfer.calibrate in Lua) or the self-test, and live in a
+** cache file: XFER_PLAN_CACHE ("off": none), else $XDG_CACHE_HOME/xferlua/plan-cache.tsv or
+** ~/.cache/xferlua/plan-cache.tsv, read when the context opens. */
+typedef struct xfer_cost {
+  const char *from, *to; /* device names */
+  xfer_path path;
+  double latency;        /* seconds */
+  double bandwidth;      /* bytes per second */
+  int64_t when;          /* time() of the measurement */
+} xfer_cost;
+
+/* XFER_E_INVALID for devices of another context, path auto, a negative or non-finite
+** latency, a bandwidth that is not > 0 and finite. */
+xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
+                        double latency, double bandwidth, xfer_error *err);
+/* Copies at most `cap` figures into `out`; returns how many there are. */
+size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap);
+/* Forgets every figure (the cache file stays: xfer_costs_save or delete it). */
+void xfer_costs_forget(xfer_ctx *ctx);
+/* Reads figures from `file` (NULL: the cache file), keeping those of devices here (name,
+** label and UUID equal); a missing file is no error, one of another format is
+** XFER_E_INVALID. *loaded (may be NULL): how many were kept. */
+xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_error *err);
+/* Writes every figure to `file` (NULL: the cache file), whole or not at all. */
+xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err);
 
 
 /* Gives what `dev` keeps cached back to its driver (every device's when dev is NULL). */

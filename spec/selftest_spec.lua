@@ -79,7 +79,7 @@ describe("selftest", function()
 
   h.each_invalid({
     { "an unknown option", function() return xfer.selftest({ fast = true }) end,
-      "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit, progress)" },
+      "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit, progress, costs)" },
     { "an unknown path", function() return xfer.selftest({ paths = { "teleport" } }) end,
       "selftest: unknown path 'teleport' (auto, same_device, same_runtime, interop, staged, host)" },
     { "a bad size", function() return xfer.selftest({ sizes = { 0 } }) end, "selftest: sizes are whole numbers of bytes >= 1" },

@@ -35,15 +35,16 @@ local function list_option(opts, key, kind)
 end
 
 --- xfer.selftest{quick = false, sizes = {...}, devices = {...}, paths = {...}, time_limit = s,
---- progress = function(pairs_done, pairs_total) end}
+--- progress = function(pairs_done, pairs_total) end, costs = false}
 --- returns {ok = every default move worked, results = {{from, to, path, forced, bytes, ok,
 --- code, message, seconds, gbps}, ...}, seconds}.
 function xfer.selftest(opts)
   if opts ~= nil and type(opts) ~= "table" then xfer.arg_error(1, "selftest", "options table", opts, 2) end
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= "quick" and k ~= "sizes" and k ~= "devices" and k ~= "paths" and k ~= "time_limit" and k ~= "progress" then
-      fail(format("unknown option '%s' (known: quick, sizes, devices, paths, time_limit, progress)", tostring(k)))
+    if k ~= "quick" and k ~= "sizes" and k ~= "devices" and k ~= "paths" and k ~= "time_limit" and k ~= "progress"
+       and k ~= "costs" then
+      fail(format("unknown option '%s' (known: quick, sizes, devices, paths, time_limit, progress, costs)", tostring(k)))
     end
   end
   local chunk = xfer.config().staging_chunk
@@ -120,7 +121,11 @@ function xfer.selftest(opts)
     end
   end
   if progress then progress(pairs_total, pairs_total) end
-  return { ok = all_ok, results = results, seconds = xfer.clock() - started }
+  local report = { ok = all_ok, results = results, seconds = xfer.clock() - started }
+  -- costs = true: the forced moves' times become the planner's figures (xfer.calibrate's
+  -- are steadier: a median of several runs each)
+  if opts.costs then report.costs = xfer.costs_from_selftest(report) end
+  return report
 end
 
 local function size_text(n)

@@ -43,6 +43,9 @@ static void print_usage(FILE *out)
           "  --selftest  Move a known pattern between every pair of devices by every path\n"
           "              that applies, check it, time it (--quick: small sizes; --json);\n"
           "              exits 1 when a default path fails.\n"
+          "  --calibrate Time every path between every pair of devices at a few sizes, give\n"
+          "              the planner the figures (it then chooses by size) and save them to\n"
+          "              the plan cache (XFER_PLAN_CACHE; --json: the figures as JSON).\n"
           "  -h, --help  Show this help.\n"
           "  --          Stop handling options.\n"
           "  -           Execute stdin and stop handling options.\n"
@@ -58,6 +61,9 @@ static void print_usage(FILE *out)
           "  XFER_CACHE=0       no caching allocator: every allocation and free reaches the driver\n"
           "  XFER_SHARED_MEMORY=0  OpenCL tensors in OpenCL's own memory, not CUDA's\n"
           "  XFER_FAIL_AT=k     fail the k-th fallible driver call (torture)\n"
+          "  XFER_PLAN_CACHE=file  the planner's measured figures (default\n"
+          "                     ~/.cache/xferlua/plan-cache.tsv; off: none)\n"
+          "  XFER_SELFTEST=1    run the quick self-test when xfer loads\n"
           "  (switches take 0 or 1; anything else is refused)\n"
           "\n"
           "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n",
@@ -241,6 +247,30 @@ static int run_selftest(lua_State *L, int quick, int json)
   return status;
 }
 
+/* --calibrate [--json]: the figures, saved to the plan cache; 1 when they could not be saved */
+static int run_calibrate(lua_State *L, int json)
+{
+  char chunk[768];
+  int line = !json && isatty(1) && isatty(2);
+  snprintf(chunk, sizeof chunk,
+           "local xfer = require 'xfer'\n"
+           "local r = xfer.calibrate{progress = %s}\n"
+           "return %s, r.saved",
+           line ? "function(d, n) io.stderr:write(('\\rcalibrate: pair %d of %d'):format(d, n), "
+                  "d == n and '\\r\\27[K' or '') end" : "nil",
+           json ? "xfer.json(r, {indent = 2})" : "xfer.calibrate_report(r)");
+  int status = luaL_loadbuffer(L, chunk, strlen(chunk), "=--calibrate");
+  if (status == 0) status = docall(L, 0, 2);
+  if (status == 0) {
+    printf("%s\n", lua_tostring(L, -2));
+    int saved = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return !saved;
+  }
+  report(L, status);
+  return status;
+}
+
 static int print_devices(lua_State *L, int json)
 {
   static const char *const report_text =
@@ -367,7 +397,7 @@ typedef struct cli {
   int script;          /* index of the script in argv, or 0 */
   int interactive, version, no_env, devices, json, help, has_e;
   int bytecode;        /* index of a -b option, or 0 */
-  int selftest, quick;
+  int selftest, quick, calibrate;
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -388,6 +418,7 @@ static void scan_args(char **argv, int argc, cli *c)
     else if (!strcmp(a, "--json")) c->json = 1;
     else if (!strcmp(a, "--selftest")) c->selftest = 1;
     else if (!strcmp(a, "--quick")) c->quick = 1;
+    else if (!strcmp(a, "--calibrate")) c->calibrate = 1;
 
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
     else if (!strcmp(a, "-i")) c->interactive = c->version = 1;
@@ -467,12 +498,13 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (c.version) print_version();
   if (c.devices && print_devices(L, c.json)) return 1;
   if (c.selftest && run_selftest(L, c.quick, c.json)) return 1;
+  if (c.calibrate && run_calibrate(L, c.json)) return 1;
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;
   if (c.interactive) {
     dotty(L);
-  } else if (!c.script && !c.has_e && !c.version && !c.devices && !c.selftest) {
+  } else if (!c.script && !c.has_e && !c.version && !c.devices && !c.selftest && !c.calibrate) {
     if (isatty(0)) {
       print_version();
       dotty(L);

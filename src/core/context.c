@@ -140,6 +140,9 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
       return rc;
     }
   }
+  /* the measured figures of earlier calibrations: a cache that cannot be read is no reason to
+  ** refuse to open (the planner chooses as without it; xfer.costs_load says why) */
+  xfer_costs_load(ctx, NULL, NULL, NULL);
   *out = ctx;
   return XFER_E_OK;
 }
@@ -162,6 +165,7 @@ void xfer_ctx_release(xfer_ctx *ctx)
   free(ctx->devices);
   xfer_stats_clear(ctx);
   xfer_health_fini(ctx);
+  xfer_costs_fini(ctx);
   pthread_mutex_destroy(&ctx->lock);
   pthread_cond_destroy(&ctx->idle);
   free(ctx);

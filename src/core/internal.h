@@ -182,6 +182,8 @@ struct xfer_ctx {
   struct xfer_health_entry *health; /* what the planner remembers (health.c; ctx->lock) */
   size_t nhealth, health_cap;
   uint64_t health_decisions;    /* set-aside paths passed over (atomic) */
+  struct xfer_cost_entry *costs; /* measured figures per pair and path (costs.c; ctx->lock) */
+  size_t ncosts, costs_cap;     /* ncosts: atomic, read without the lock */
   int trace;
   xfer_config config;
   /* The host application's reclaimer (the Lua binding's full GC): run when a driver
@@ -367,6 +369,15 @@ int xfer_health_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_dev
                           xfer_path path, char *why, size_t cap);
 void xfer_health_note_decision(xfer_ctx *ctx);
 void xfer_health_forget_injected(xfer_ctx *ctx);
+/* costs.c: the measured figures; the default choice among the paths that apply */
+typedef struct xfer_cost_entry xfer_cost_entry;
+int xfer_cost_estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                       xfer_path path, size_t nbytes, double *seconds);
+/* `first`, or one of `others` whose estimate is under 0.9 of first's (both measured) */
+xfer_path xfer_cost_choose(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                           size_t nbytes, xfer_path first, const xfer_path *others, int nothers);
+int xfer_costs_file(char *out, size_t cap);
+void xfer_costs_fini(xfer_ctx *ctx);
 void xfer_health_fini(xfer_ctx *ctx);
 
 /* memory.c: wrapped host memory the runtimes may pin (pin = true), and letting go of it */

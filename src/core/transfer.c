@@ -163,6 +163,16 @@ static const char *wrapped_end(const xfer_tensor *src, const xfer_tensor *dst_t,
                 "of the application", w->dev->name);
 }
 
+/* Whether the default choice may take `path` for this move (set aside or not). */
+static int applies(const xfer_tensor *src, const xfer_device *dst, const xfer_tensor *dst_t,
+                   xfer_path path)
+{
+  if (path == XFER_PATH_HOST) return 1;
+  return !inapplicable(path, src->dev, dst, NULL, 0) &&
+         !(path == XFER_PATH_INTEROP && (wrapped_end(src, dst_t, NULL, 0) ||
+                                         !xfer_interop_fits(src->dev, dst, src->nbytes)));
+}
+
 /* set_aside (may be NULL): why a path that applies was passed over, for the plan's words */
 static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *dst_t,
                         const xfer_transfer_opts *opts, xfer_path *path, char *set_aside,
@@ -193,20 +203,21 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *d
     *path = via;
     return XFER_E_OK;
   }
-  /* the first that applies, asking only yes or no, and is not set aside for this pair */
-  *path = XFER_PATH_HOST;
+  /* the first that applies, asking only yes or no, and is not set aside for this pair --
+  ** or a later one whose measured cost for this size is clearly lower (costs.c) */
+  xfer_path usable[XFER_PATH__COUNT];
+  int n = 0;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++)
-    if (!inapplicable((xfer_path)p, src->dev, dst, NULL, 0) &&
-        !(p == XFER_PATH_INTEROP && (wrapped_end(src, dst_t, NULL, 0) ||
-                                     !xfer_interop_fits(src->dev, dst, src->nbytes)))) {
+    if (applies(src, dst, dst_t, (xfer_path)p)) {
       if (xfer_health_set_aside(src->dev->ctx, src->dev, dst, (xfer_path)p, set_aside,
                                 set_aside_cap)) {
         xfer_health_note_decision(src->dev->ctx);
         continue;
       }
-      *path = (xfer_path)p;
-      break;
+      usable[n++] = (xfer_path)p;
     }
+  usable[n++] = XFER_PATH_HOST; /* the last resort always applies */
+  *path = xfer_cost_choose(src->dev->ctx, src->dev, dst, src->nbytes, usable[0], usable + 1, n - 1);
   return XFER_E_OK;
 }
 
@@ -217,6 +228,13 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
   char aside[sizeof plan->reason];
   xfer_code rc = choose(src, dst, NULL, opts, &plan->path, aside, sizeof aside, err);
   if (!rc) describe(plan, src, dst);
+  for (int p = XFER_PATH_SAME_DEVICE; !rc && p < XFER_PATH__COUNT; p++) {
+    if (!applies(src, dst, NULL, (xfer_path)p)) continue;
+    int i = plan->nestimates++;
+    plan->estimates[i].path = (xfer_path)p;
+    plan->estimates[i].measured = xfer_cost_estimate(src->dev->ctx, src->dev, dst, (xfer_path)p,
+                                                     src->nbytes, &plan->estimates[i].seconds);
+  }
   if (!rc && aside[0]) { /* what was passed over comes first */
     char reason[sizeof plan->reason];
     snprintf(reason, sizeof reason, "%.250s; so: %.200s", aside, plan->reason);

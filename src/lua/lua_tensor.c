@@ -443,6 +443,20 @@ static int l_plan(lua_State *L)
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "steps");
+  lua_createtable(L, plan.nestimates, 0); /* {path =, seconds = (nil: no figure), measured =} */
+  for (int i = 0; i < plan.nestimates; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, xfer_path_name(plan.estimates[i].path));
+    lua_setfield(L, -2, "path");
+    lua_pushboolean(L, plan.estimates[i].measured);
+    lua_setfield(L, -2, "measured");
+    if (plan.estimates[i].measured) {
+      lua_pushnumber(L, plan.estimates[i].seconds);
+      lua_setfield(L, -2, "seconds");
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "estimates");
   return 1;
 }
 

@@ -462,7 +462,7 @@ static int extends_module(const char *name)
 {
   return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
          !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap") ||
-         !strcmp(name, "xfer.selftest");
+         !strcmp(name, "xfer.selftest") || !strcmp(name, "xfer.calibrate");
 }
 
 static void run_prelude(lua_State *L, int module)
@@ -516,6 +516,7 @@ int luaopen_xfer(lua_State *L)
   xl_open_device(L, module);
   xl_open_tensor(L, module);
   xl_open_job(L, module);
+  xl_open_costs(L, module);
   open_faults(L, module);
   run_prelude(L, module);
   preload_embedded(L);

@@ -1,0 +1,174 @@
+-- calibrate.lua -- a planner that knows sizes: xfer.calibrate{...} times every path that applies
+-- between every ordered pair of devices at a few sizes, fits latency + bytes / bandwidth to
+-- each, hands the figures to the planner (xfer.set_cost) and writes them to the plan cache
+-- (xfer.save_costs), so that later processes start with them. The binding runs this file with
+-- the module table.
+local xfer = ...
+
+local format, concat = string.format, table.concat
+
+local PATHS = { "same_device", "same_runtime", "interop", "staged", "host" }
+local KNOWN = { devices = 1, sizes = 1, paths = 1, reps = 1, save = 1, progress = 1 }
+
+local function fail(message)
+  error(xfer.error({ code = "invalid", op = "calibrate", message = "calibrate: " .. message }), 3)
+end
+
+-- The least-squares line through (bytes, seconds): latency (>= 0) and bandwidth. Where the
+-- times do not grow with the size (noise at small sizes only), the largest size's rate.
+local function fit(points)
+  local n, sx, sy = #points, 0, 0
+  for _, p in ipairs(points) do sx, sy = sx + p[1], sy + p[2] end
+  local mx, my = sx / n, sy / n
+  local sxx, sxy = 0, 0
+  for _, p in ipairs(points) do
+    sxx, sxy = sxx + (p[1] - mx) ^ 2, sxy + (p[1] - mx) * (p[2] - my)
+  end
+  local slope = sxx > 0 and sxy / sxx or 0
+  if slope <= 0 then
+    local last = points[n]
+    return math.min(points[1][2], last[2]), last[1] / last[2]
+  end
+  return math.max(0, my - slope * mx), 1 / slope
+end
+
+-- The median of `reps` timed runs of fn after one untimed (first-use costs are not the path's).
+local function timed(fn, reps)
+  fn()
+  local times = {}
+  for i = 1, reps do
+    local t0 = xfer.clock()
+    fn()
+    times[i] = xfer.clock() - t0
+  end
+  table.sort(times)
+  return times[math.floor((reps + 1) / 2)]
+end
+
+--- xfer.calibrate{devices = {...}, sizes = {4096, 262144, 16777216}, paths = {...}, reps = 5,
+--- save = true, progress = function(pairs_done, pairs_total) end}
+--- returns {results = {{from, to, path, latency, bandwidth, points = {{bytes, seconds}, ...}}
+--- or {from, to, path, code, message}, ...}, seconds, saved = file or nil, save_error}.
+function xfer.calibrate(opts)
+  if opts ~= nil and type(opts) ~= "table" then xfer.arg_error(1, "calibrate", "options table", opts, 2) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not KNOWN[k] then
+      fail(format("unknown option '%s' (known: devices, sizes, paths, reps, save, progress)", tostring(k)))
+    end
+  end
+  local sizes = opts.sizes or { 4096, 256 * 1024, 16 * 1024 * 1024 }
+  if type(sizes) ~= "table" or #sizes < 2 then fail("sizes is a list of at least two byte counts") end
+  for _, n in ipairs(sizes) do
+    if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then fail("sizes are whole numbers of bytes >= 1") end
+  end
+  local paths = opts.paths or PATHS
+  if type(paths) ~= "table" then fail("paths is a list of path names") end
+  for _, p in ipairs(paths) do
+    if not ({ same_device = 1, same_runtime = 1, interop = 1, staged = 1, host = 1 })[p] then
+      fail(format("unknown path '%s' (%s)", tostring(p), concat(PATHS, ", ")))
+    end
+  end
+  local reps = opts.reps or 5
+  if type(reps) ~= "number" or reps < 1 or reps % 1 ~= 0 then fail("reps is a whole number >= 1") end
+  local list = opts.devices or xfer.devices()
+  if type(list) ~= "table" then fail("devices is a list of devices") end
+  local devices = {}
+  for i, d in ipairs(list) do devices[i] = xfer.check_device(d, 1, "calibrate", 3) end
+  local progress = opts.progress
+  if progress ~= nil and type(progress) ~= "function" then fail("progress is a function(pairs_done, pairs_total)") end
+
+  local started, results = xfer.clock(), {}
+  local pairs_done, pairs_total = 0, #devices * #devices
+  for _, a in ipairs(devices) do
+    for _, b in ipairs(devices) do
+      if progress then progress(pairs_done, pairs_total) end
+      pairs_done = pairs_done + 1
+      local probe = xfer.empty({ 1 }, { dtype = "u8", device = a })
+      for _, p in ipairs(paths) do
+        if pcall(xfer.plan, probe, b, { via = p }) then -- the path applies to this pair
+          local entry, points = { from = a.name, to = b.name, path = p }, {}
+          for _, n in ipairs(sizes) do
+            local ok, seconds = pcall(function()
+              local src = xfer.zeros({ n }, { dtype = "u8", device = a })
+              local dst = xfer.empty({ n }, { dtype = "u8", device = b })
+              local s = timed(function() dst:copy_from(src, { via = p }) end, reps)
+              src:free()
+              dst:free()
+              return s
+            end)
+            if not ok then -- a failure is no figure: the path keeps none for the pair
+              entry.code = xfer.is_error(seconds) and seconds.code or "error"
+              entry.message = xfer.is_error(seconds) and seconds.message or tostring(seconds)
+              break
+            end
+            points[#points + 1] = { n, seconds }
+          end
+          if not entry.code then
+            entry.latency, entry.bandwidth = fit(points)
+            entry.points = points
+            xfer.set_cost(a, b, p, entry.latency, entry.bandwidth)
+          end
+          results[#results + 1] = entry
+        end
+      end
+      probe:free()
+    end
+  end
+  if progress then progress(pairs_total, pairs_total) end
+  local report = { results = results, seconds = xfer.clock() - started }
+  if opts.save ~= false then
+    local ok, e = pcall(xfer.save_costs)
+    if ok then report.saved = true else report.save_error = e.message end
+  end
+  return report
+end
+
+--- The planner's figures from a self-test's forced moves (each pair and path that worked at
+--- two sizes or more); returns how many it set. xfer.selftest{costs = true} calls it.
+function xfer.costs_from_selftest(result)
+  if type(result) ~= "table" or type(result.results) ~= "table" then
+    xfer.arg_error(1, "costs_from_selftest", "the result of xfer.selftest", result, 2)
+  end
+  local groups, order = {}, {}
+  for _, e in ipairs(result.results) do
+    if e.ok and e.forced and e.seconds and e.seconds > 0 then
+      local key = e.from .. "\0" .. e.to .. "\0" .. e.path
+      if not groups[key] then groups[key], order[#order + 1] = { e = e, points = {} }, key end
+      local points = groups[key].points
+      points[#points + 1] = { e.bytes, e.seconds }
+    end
+  end
+  local set = 0
+  for _, key in ipairs(order) do
+    local g = groups[key]
+    table.sort(g.points, function(x, y) return x[1] < y[1] end)
+    if #g.points >= 2 and g.points[1][1] ~= g.points[#g.points][1] then
+      local latency, bandwidth = fit(g.points)
+      xfer.set_cost(g.e.from, g.e.to, g.e.path, latency, bandwidth)
+      set = set + 1
+    end
+  end
+  return set
+end
+
+--- The result of xfer.calibrate as a table: each pair and path with its figures.
+function xfer.calibrate_report(result)
+  if type(result) ~= "table" or type(result.results) ~= "table" then
+    xfer.arg_error(1, "calibrate_report", "the result of xfer.calibrate", result, 2)
+  end
+  local lines = { format("%-10s %-10s %-13s %12s %12s", "from", "to", "path", "latency us", "GB/s") }
+  for _, e in ipairs(result.results) do
+    if e.code then
+      lines[#lines + 1] = format("%-10s %-10s %-13s %s: %s", e.from, e.to, e.path, e.code, e.message)
+    else
+      lines[#lines + 1] = format("%-10s %-10s %-13s %12.1f %12.2f", e.from, e.to, e.path, e.latency * 1e6,
+                                 e.bandwidth / 1e9)
+    end
+  end
+  lines[#lines + 1] = format("calibrated %d path%s in %.1f s%s", #result.results,
+                             #result.results == 1 and "" or "s", result.seconds,
+                             result.saved and "; saved to the plan cache"
+                               or result.save_error and ("; not saved: " .. result.save_error) or "")
+  return concat(lines, "\n")
+end
