@@ -1,6 +1,6 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
---   [--pair-size 256M] [--tables host,pairs,staged,to,strided,selftest] [--json]
+--   [--pair-size 256M] [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,plan,selftest] [--json]
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
 --   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
 --   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
@@ -8,24 +8,29 @@
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
 --   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
 --   cuMemcpy* calls in the same run.
+--   plan: after xfer.calibrate (not saved), every pair at --plan-sizes by the default path
+--   beside every path forced: the default's time over the best one's (goal: within 1.1x).
+--   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
 
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
-local tables_text = "host,pairs,staged,to,strided,selftest"
+local plan_sizes_text = "4K,64K,1M,256M"
+local tables_text = "host,pairs,staged,to,strided,plan,selftest"
 local json, json_file, svg_dir = false, nil, nil
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
   elseif args[i] == "--sizes" then sizes_text = args[i + 1]; i = i + 2
   elseif args[i] == "--pair-size" then pair_text = args[i + 1]; i = i + 2
+  elseif args[i] == "--plan-sizes" then plan_sizes_text = args[i + 1]; i = i + 2
   elseif args[i] == "--tables" then tables_text = args[i + 1]; i = i + 2
   elseif args[i] == "--json" then -- --json [FILE]: the document to FILE ("-" or none: stdout)
     json = true
     if args[i + 1] and not args[i + 1]:match("^%-%-") then json_file = args[i + 1]; i = i + 2 else i = i + 1 end
   elseif args[i] == "--svg" then svg_dir = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --tables LIST, --json [FILE] or --svg DIR)") end
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE] or --svg DIR)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
@@ -47,6 +52,14 @@ local function emit(rows)
   end
 end
 local function say(text) if not quiet then print(text) end end
+
+-- a progress line on stderr while a table is measured, on a terminal only
+local on_terminal = os.execute("[ -t 1 ] && [ -t 2 ]") == 0
+local function progress(what, done, total)
+  if not on_terminal then return end
+  io.stderr:write(("\rbench: %s %d of %d"):format(what, done, total), done == total and "\r\27[K" or "")
+  io.stderr:flush()
+end
 
 -- Raw CUDA figures: raw[direction][memory][bytes] = seconds
 local function run_raw(dev)
@@ -293,6 +306,64 @@ if wanted.strided then
     end
   end
   emit(out)
+end
+
+-- plan: does the default path (after calibration) come within 1.1x of the best forced path?
+if wanted.plan then
+  local plan_sizes = {}
+  for text in plan_sizes_text:gmatch("[^,]+") do plan_sizes[#plan_sizes + 1] = bench.parse_size(text) end
+  local cal = xfer.calibrate({ save = false, reps = 3,
+                               progress = function(d, n) progress("calibrating: pair", d, n) end })
+  say(("\ncalibrated %d paths in %.1f s (xfer.calibrate, not saved)"):format(#cal.results, cal.seconds))
+  local rows = { { "pair", "size", "default", "us", "best forced", "us", "default / best" } }
+  local within, total = 0, 0
+  local devs = xfer.devices()
+  local done, count = 0, #devs * #devs * #plan_sizes
+  for _, n in ipairs(plan_sizes) do
+    for _, a in ipairs(devs) do
+      for _, b in ipairs(devs) do
+        progress("plan: move", done, count)
+        done = done + 1
+        local src = xfer.full({ n }, 7, { dtype = "u8", device = a })
+        local dst = xfer.empty({ n }, { dtype = "u8", device = b })
+        local reps = bench.reps_for(n, 0.1, 2)
+        local default_path = xfer.plan(src, b).path
+        -- three rounds, the default and every forced path in turn in each, the best round of
+        -- each counted: a machine's drift (another process, a frequency change) hits all alike
+        local ok, default_s, best_path, best_s = true, math.huge, nil, math.huge
+        local forced = {}
+        for _ = 1, 3 do
+          local dok, s = pcall(bench.time, function() dst:copy_from(src) end, reps)
+          if not dok then ok, default_s = false, s break end
+          default_s = math.min(default_s, s)
+          for _, e in ipairs(xfer.plan(src, b).estimates) do
+            local fok, fs = pcall(bench.time, function() dst:copy_from(src, { via = e.path }) end, reps)
+            if fok then forced[e.path] = math.min(forced[e.path] or math.huge, fs) end
+          end
+        end
+        for path, s in pairs(forced) do
+          if s < best_s then best_path, best_s = path, s end
+        end
+        if ok and best_path then
+          local ratio = default_s / best_s
+          total = total + 1
+          if ratio <= 1.1 then within = within + 1 end
+          rows[#rows + 1] = { a.name .. " -> " .. b.name, bench.format_size(n), default_path, fmt_us(default_s),
+                              best_path, fmt_us(best_s), ("%.2f%s"):format(ratio, ratio <= 1.1 and "" or " (over 1.1)") }
+        else
+          rows[#rows + 1] = { a.name .. " -> " .. b.name, bench.format_size(n), default_path,
+                              "failed: " .. tostring(ok and "no forced path ran" or default_s) }
+        end
+        src:free()
+        dst:free()
+        collectgarbage()
+      end
+    end
+  end
+  progress("plan: move", count, count)
+  emit(rows)
+  say(("the default within 1.1x of the best forced path: %d of %d moves"):format(within, total))
+  xfer.forget_costs()
 end
 
 -- selftest: how long the quick and the full self-test take here (a figure, not a timed test)

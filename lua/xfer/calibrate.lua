@@ -14,22 +14,24 @@ local function fail(message)
   error(xfer.error({ code = "invalid", op = "calibrate", message = "calibrate: " .. message }), 3)
 end
 
--- The least-squares line through (bytes, seconds): latency (>= 0) and bandwidth. Where the
--- times do not grow with the size (noise at small sizes only), the largest size's rate.
+-- The line through (bytes, seconds) -- latency (>= 0) and bandwidth -- that errs least in
+-- proportion (least squares weighted by 1 / seconds^2): a plain fit is the large sizes' alone,
+-- and its latency can be off by more than a small move takes. Where the times do not grow
+-- with the size (noise at small sizes only), the largest size's rate.
 local function fit(points)
-  local n, sx, sy = #points, 0, 0
-  for _, p in ipairs(points) do sx, sy = sx + p[1], sy + p[2] end
-  local mx, my = sx / n, sy / n
-  local sxx, sxy = 0, 0
+  local sw, sx, sy, sxx, sxy = 0, 0, 0, 0, 0
   for _, p in ipairs(points) do
-    sxx, sxy = sxx + (p[1] - mx) ^ 2, sxy + (p[1] - mx) * (p[2] - my)
+    local x, y = p[1], p[2]
+    local w = 1 / (y * y)
+    sw, sx, sy, sxx, sxy = sw + w, sx + w * x, sy + w * y, sxx + w * x * x, sxy + w * x * y
   end
-  local slope = sxx > 0 and sxy / sxx or 0
+  local d = sw * sxx - sx * sx
+  local slope = d > 0 and (sw * sxy - sx * sy) / d or 0
   if slope <= 0 then
-    local last = points[n]
+    local last = points[#points]
     return math.min(points[1][2], last[2]), last[1] / last[2]
   end
-  return math.max(0, my - slope * mx), 1 / slope
+  return math.max(0, (sy - slope * sx) / sw), 1 / slope
 end
 
 -- The median of `reps` timed runs of fn after one untimed (first-use costs are not the path's).
@@ -45,7 +47,7 @@ local function timed(fn, reps)
   return times[math.floor((reps + 1) / 2)]
 end
 
---- xfer.calibrate{devices = {...}, sizes = {4096, 262144, 16777216}, paths = {...}, reps = 5,
+--- xfer.calibrate{devices = {...}, sizes = {4096, 65536, 1048576, 16777216}, paths = {...}, reps = 5,
 --- save = true, progress = function(pairs_done, pairs_total) end}
 --- returns {results = {{from, to, path, latency, bandwidth, points = {{bytes, seconds}, ...}}
 --- or {from, to, path, code, message}, ...}, seconds, saved = file or nil, save_error}.
@@ -57,7 +59,7 @@ function xfer.calibrate(opts)
       fail(format("unknown option '%s' (known: devices, sizes, paths, reps, save, progress)", tostring(k)))
     end
   end
-  local sizes = opts.sizes or { 4096, 256 * 1024, 16 * 1024 * 1024 }
+  local sizes = opts.sizes or { 4096, 64 * 1024, 1024 * 1024, 16 * 1024 * 1024 }
   if type(sizes) ~= "table" or #sizes < 2 then fail("sizes is a list of at least two byte counts") end
   for _, n in ipairs(sizes) do
     if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then fail("sizes are whole numbers of bytes >= 1") end
