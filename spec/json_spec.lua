@@ -94,6 +94,19 @@ describe("xferlua's machine-readable flags", function()
     assert.are.same({ "host->host (memcpy)", "size", "GB/s", "us" }, doc.tables[1].header)
     assert.are.equal("4 KiB", doc.tables[1].rows[1][2])
   end)
+
+  it("scripts/bench --tables plan compares the default path with the best forced one per pair and size", function()
+    local out, code = h.run(h.xferlua() .. " scripts/bench.lua --tables plan --plan-sizes 4K,8K --json")
+    assert.are.equal(0, code, out)
+    local doc = decode(out)
+    local t = doc.tables[1]
+    assert.are.same({ "pair", "size", "default", "us", "best forced", "us", "default / best" }, t.header)
+    local n = #xfer.devices()
+    assert.are.equal(2 * n * n, #t.rows)
+    for _, row in ipairs(t.rows) do
+      assert.is_truthy(tonumber(row[7]:match("^[%d.]+")), table.concat(row, " | ")) -- a ratio, not a failure
+    end
+  end)
 end)
 
 describe("scripts/bench's files", function()
