@@ -128,6 +128,8 @@ function svg.write(doc, dir)
     end
   end
   local written = {}
+  -- the folder is made if need be (mkdir -p: its parents too)
+  assert(os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") == 0, "cannot make the folder " .. dir)
   local function save(name, text)
     local f = assert(io.open(dir .. "/" .. name, "w"))
     f:write(text)

@@ -114,16 +114,16 @@ describe("scripts/bench's files", function()
     local dir = os.tmpname() .. "-bench"
     assert.is_true(os.execute("mkdir -p '" .. dir .. "'") == 0)
     local out, code = h.run(("%s scripts/bench.lua --tables host,pairs --sizes 4K,64K --pair-size 64K " ..
-                             "--json '%s/figures.json' --svg '%s'"):format(h.xferlua(), dir, dir))
+                             "--json '%s/figures.json' --svg '%s/plots/h'"):format(h.xferlua(), dir, dir)) -- made
     assert.are.equal(0, code, out)
     assert.is_truthy(out:find("figures written to " .. dir .. "/figures.json", 1, true), out)
     local doc = decode(assert(io.open(dir .. "/figures.json")):read("*a"))
     assert.are.equal(xfer.config().staging_chunk, doc.settings.staging_chunk)
     assert.is_true(#doc.tables >= 2)
     for _, plot in ipairs({ "bandwidth.svg", "pairs.svg" }) do
-      local text = assert(io.open(dir .. "/" .. plot)):read("*a")
+      local text = assert(io.open(dir .. "/plots/h/" .. plot)):read("*a")
       assert.is_truthy(text:match("^<svg xmlns=\"http://www.w3.org/2000/svg\""), plot)
-      local _, parsed = h.run(("/usr/bin/python3 -c 'import xml.dom.minidom; xml.dom.minidom.parse(\"%s/%s\")'"):format(dir, plot))
+      local _, parsed = h.run(("/usr/bin/python3 -c 'import xml.dom.minidom; xml.dom.minidom.parse(\"%s/plots/h/%s\")'"):format(dir, plot))
       assert.are.equal(0, parsed, plot .. " is not well-formed XML")
     end
     os.execute("rm -rf '" .. dir .. "'")
