@@ -385,6 +385,8 @@ typedef struct xfer_config {
                          ** back to the driver (0: no limit, the default) */
   int setaside_after;    /* failures in a row that set a path aside for a pair of devices
                          ** (default 3; a non-retryable failure sets it aside at once; 0: never) */
+  double remote_timeout; /* seconds a request to a remote peer may take before the peer is
+                         ** given up as lost (default 10; xfer_connect's timeout overrides) */
 } xfer_config;
 
 /* -- What the planner remembers ---------------------------------------------------------- */
@@ -436,6 +438,47 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
 /* Writes every figure to `file` (NULL: the cache file), whole or not at all. */
 xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err);
 
+
+/* -- Remote devices (the remote runtime, over UCX) ------------------------------------------ */
+
+/* A connection to a server of another machine's devices; they join the context as
+** "<name>/<device>" ("nodeB/cuda:0") and move like any other (their calls are requests,
+** each with a deadline: a peer that misses one is lost, and its devices raise
+** XFER_E_PEER_LOST). */
+typedef struct xfer_peer xfer_peer;
+typedef struct xfer_connect_opts {
+  double timeout;        /* seconds per request (0: xfer_config's remote_timeout) */
+  const char *token;     /* the server's shared token (NULL: none) */
+} xfer_connect_opts;
+
+/* url: "ucx://host:port". XFER_E_UNREACHABLE (nothing answers there), XFER_E_UNAUTHORIZED
+** (wrong token), XFER_E_VERSION_MISMATCH, XFER_E_TIMEOUT, XFER_E_UNAVAILABLE (no UCX). */
+xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,
+                       xfer_peer **out, xfer_error *err);
+const char *xfer_peer_name(const xfer_peer *peer);
+size_t xfer_peer_device_count(const xfer_peer *peer);
+xfer_device *xfer_peer_device(xfer_peer *peer, size_t index);
+int xfer_peer_is_lost(const xfer_peer *peer);
+/* Disconnects: its devices (and their tensors) raise XFER_E_PEER_LOST from now on. */
+void xfer_peer_close(xfer_peer *peer);
+
+/* A server of this context's devices (not its remote ones) on `url` ("ucx://0.0.0.0:13337":
+** that address only). It serves while xfer_listener_progress runs. */
+typedef struct xfer_listener xfer_listener;
+typedef struct xfer_listen_opts {
+  const char *name;      /* what clients call this machine (default "node"; at most 16
+                         ** characters, no '/', ':' or spaces) */
+  const char *token;     /* clients must say it (NULL: anyone may connect) */
+} xfer_listen_opts;
+
+xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,
+                      xfer_listener **out, xfer_error *err);
+/* Serves requests for `seconds` (0: what has arrived, then returns). */
+xfer_code xfer_listener_progress(xfer_listener *listener, double seconds, xfer_error *err);
+/* Clients connected now, requests served, clients dropped (for breaking the protocol, or gone). */
+void xfer_listener_stats(const xfer_listener *listener, uint64_t *clients, uint64_t *served,
+                         uint64_t *dropped);
+void xfer_listener_close(xfer_listener *listener);
 
 /* Gives what `dev` keeps cached back to its driver (every device's when dev is NULL). */
 void xfer_empty_cache(xfer_ctx *ctx, xfer_device *dev);

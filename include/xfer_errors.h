@@ -17,6 +17,11 @@
   XFER_ERRDEF(UNSUPPORTED, "unsupported", "operation not supported")         \
   XFER_ERRDEF(UNAVAILABLE, "unavailable", "runtime or device unavailable")   \
   XFER_ERRDEF(DEVICE_LOST, "device_lost", "the device was lost")            \
-  XFER_ERRDEF(IN_USE, "in_use", "the tensor's memory is in use by its views")
+  XFER_ERRDEF(IN_USE, "in_use", "the tensor's memory is in use by its views")            \
+  XFER_ERRDEF(PEER_LOST, "peer_lost", "the remote peer was lost")                       \
+  XFER_ERRDEF(TIMEOUT, "timeout", "the remote operation passed its deadline")            \
+  XFER_ERRDEF(UNREACHABLE, "unreachable", "the remote peer could not be reached")       \
+  XFER_ERRDEF(UNAUTHORIZED, "unauthorized", "the remote peer refused the token")        \
+  XFER_ERRDEF(VERSION_MISMATCH, "version_mismatch", "the remote peer speaks another protocol version")
 
 #endif

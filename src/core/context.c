@@ -24,6 +24,11 @@
 #else
 #define CUDA_BACKEND NULL
 #endif
+#ifdef XFER_WITH_UCX
+#define REMOTE_BACKEND &xfer_backend_remote
+#else
+#define REMOTE_BACKEND NULL
+#endif
 
 /* The runtimes in the order xfer.runtimes() lists them. A NULL backend is a runtime
 ** this build does not include (its headers were missing when it was built); it is
@@ -37,6 +42,8 @@ static const struct {
   {"cuda", CUDA_BACKEND, "built without cuda.h (install the CUDA Toolkit and rebuild)"},
   {"vulkan", VULKAN_BACKEND, "built without Vulkan headers (install libvulkan-dev and rebuild)"},
   {"opencl", OPENCL_BACKEND, "built without OpenCL headers (install opencl-headers and rebuild)"},
+  /* last: its devices come with xfer_connect, after every other runtime's */
+  {"remote", REMOTE_BACKEND, "built without UCX headers (install libucx-dev and rebuild)"},
 };
 
 static void open_runtime(xfer_ctx *ctx, size_t i)
@@ -67,8 +74,11 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
   }
   rt->opened = 1;
   rt->ndevices = ctx->ndevices - rt->first_device;
-  rt->available = rt->ndevices > 0;
+  /* the remote runtime's devices come later, with xfer_connect: it works with none yet */
+  rt->available = rt->ndevices > 0 || rt->backend == REMOTE_BACKEND;
   if (!rt->available) snprintf(rt->reason, sizeof rt->reason, "no %s device found", rt->name);
+  else if (!rt->ndevices)
+    snprintf(rt->reason, sizeof rt->reason, "no peer connected (xfer.connect, xferlua --serve)");
 }
 
 /* The switches xferlua reads from the environment: unset or empty is the default, "0" off,
@@ -227,6 +237,13 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
 
 /* -- Devices -------------------------------------------------------------------- */
 
+xfer_code xfer_device_lost_error(const xfer_device *dev, const char *op, xfer_error *err)
+{
+  xfer_code code = dev->lost_code ? dev->lost_code : XFER_E_DEVICE_LOST;
+  return xfer_err_set(err, code, op, "device %s was lost%s%s", dev->name, dev->lost_note[0] ? ": " : "",
+                      dev->lost_note);
+}
+
 void xfer_device_destroy(xfer_device *dev)
 {
   xfer_mem_device_fini(dev);
@@ -319,7 +336,8 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
 {
   *out = NULL;
   if (!strcmp(name, "cpu")) name = "host"; /* what PyTorch users call it */
-  for (size_t d = 0; d < ctx->ndevices; d++)
+  /* from the last: a peer connected again lists its devices anew, after the lost ones */
+  for (size_t d = ctx->ndevices; d-- > 0;)
     if (!strcmp(ctx->devices[d]->name, name)) {
       *out = ctx->devices[d];
       __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE); /* asked for by name: open */

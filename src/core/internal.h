@@ -136,11 +136,15 @@ struct xfer_device {
   uint64_t max_import;          /* 0: none; else the largest buffer the driver is trusted to
                                 ** import (NVIDIA's OpenCL crashes importing 512 MiB) */
   int unified, has_uuid, has_driver_uuid;
+  int remote;                   /* another machine's (the remote runtime): shares nothing here */
   uint8_t uuid[16];
   uint8_t driver_uuid[16];      /* opaque-fd interop needs equal driver UUIDs too */
   void *impl;
   struct xfer_allocator *alloc; /* its caching allocator (memory.c) */
   int lost;                     /* set once the driver says the device is gone */
+  xfer_code lost_code;          /* what a lost device's calls raise (0: device_lost; a remote
+                                ** device's: peer_lost) */
+  char lost_note[96];           /* why, after "device X was lost" ("" when the driver said) */
   int closed;                   /* dev:close(): its memory given back; xfer_device_find opens it */
   struct xfer_tensor *tensors;  /* its live tensors, for close (ctx->lock) */
   int can_export, can_import;   /* opaque-fd interop, as the backend found it at open */
@@ -154,7 +158,7 @@ struct xfer_device {
   pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
 };
 
-#define XFER_RUNTIMES 4
+#define XFER_RUNTIMES 5
 #define XFER_MAX_FAULTS 32
 
 typedef struct xfer_fault_rule {
@@ -426,6 +430,8 @@ int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *
 void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,
                        const xfer_device *to, size_t bytes, double seconds);
 void xfer_stats_clear(xfer_ctx *ctx);
+/* A lost device's error, for op: its code and "device X was lost[: why]". */
+xfer_code xfer_device_lost_error(const xfer_device *dev, const char *op, xfer_error *err);
 double xfer_now(void);
 
 /* transfer.c: adds a step to a plan's description. */
@@ -459,6 +465,7 @@ void xfer_host_pages_free(void *p, size_t nbytes);
 
 extern const xfer_backend xfer_backend_host;
 #ifdef XFER_WITH_OPENCL
+extern const xfer_backend xfer_backend_remote;
 extern const xfer_backend xfer_backend_opencl;
 #endif
 #ifdef XFER_WITH_VULKAN

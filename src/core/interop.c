@@ -18,7 +18,9 @@
 
 static int same_gpu(const xfer_device *a, const xfer_device *b)
 {
-  return a->has_uuid && b->has_uuid && !memcmp(a->uuid, b->uuid, sizeof a->uuid);
+  /* a remote device may be this very GPU, served back over the network: it shares nothing */
+  return !a->remote && !b->remote && a->has_uuid && b->has_uuid &&
+         !memcmp(a->uuid, b->uuid, sizeof a->uuid);
 }
 
 /* An exporting device on the same GPU as `dev`, for a move between two importers. */

@@ -558,8 +558,7 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   if (dev->lost) {
     release_cached(a, 0);
     pthread_mutex_unlock(&a->lock);
-    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_DEVICE_LOST, "alloc", "device %s was lost",
-                                           dev->name), err);
+    return xfer_be_blame(dev, xfer_device_lost_error(dev, "alloc", err), err);
   }
   if (xfer_device_is_closed(dev)) {
     pthread_mutex_unlock(&a->lock);
@@ -717,6 +716,7 @@ void xfer_mem_config_init(xfer_ctx *ctx)
   ctx->config.cache = xfer_env_flag("XFER_CACHE");
   ctx->config.cache_limit = 0;
   ctx->config.setaside_after = 3;
+  ctx->config.remote_timeout = 10.0;
 }
 
 void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
@@ -726,6 +726,7 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->cache = caching(ctx);
   out->cache_limit = cache_limit(ctx);
   out->setaside_after = __atomic_load_n(&ctx->config.setaside_after, __ATOMIC_RELAXED);
+  out->remote_timeout = ctx->config.remote_timeout;
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
@@ -744,7 +745,11 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
     return xfer_err_set(err, XFER_E_INVALID, "config",
                         "setaside_after must be 0 (never) to 1000000, not %d",
                         config->setaside_after);
+  if (!(config->remote_timeout >= 0.001 && config->remote_timeout <= 86400))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "remote_timeout must be 0.001 to 86400 seconds, not %g", config->remote_timeout);
   __atomic_store_n(&ctx->config.setaside_after, config->setaside_after, __ATOMIC_RELAXED);
+  ctx->config.remote_timeout = config->remote_timeout; /* read when a peer connects */
   __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.staging_depth, config->staging_depth, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.cache, config->cache, __ATOMIC_RELAXED);

@@ -23,7 +23,7 @@ xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *er
                         "attempt to use a tensor of a closed device (%s closed since it was made)",
                         t->dev->name);
   if (t->dev->lost)
-    return xfer_err_set(err, XFER_E_DEVICE_LOST, op, "device %s was lost", t->dev->name);
+    return xfer_device_lost_error(t->dev, op, err);
   return XFER_E_OK;
 }
 

@@ -182,7 +182,7 @@ static xfer_code choose(xfer_tensor *src, xfer_device *dst, const xfer_tensor *d
   xfer_code rc = xfer_tensor_check(src, "plan", err);
   if (rc) return rc;
   if (dst->lost)
-    return xfer_err_set(err, XFER_E_DEVICE_LOST, "plan", "device %s was lost", dst->name);
+    return xfer_device_lost_error(dst, "plan", err);
   if (xfer_device_is_closed(dst))
     return xfer_err_set(err, XFER_E_CLOSED, "plan", "device %s is closed (xfer.device(\"%s\") "
                         "opens it again)", dst->name, dst->name);

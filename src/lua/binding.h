@@ -93,6 +93,9 @@ void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_op
 /* After a move its progress callback stopped: the error says what the callback raised. */
 void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err);
 
+/* lua_remote.c: xfer.connect, xfer.listen */
+void xl_open_remote(lua_State *L, int module);
+
 /* lua_costs.c: the planner's measured figures */
 void xl_open_costs(lua_State *L, int module);
 

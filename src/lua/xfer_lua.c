@@ -271,7 +271,7 @@ static lua_Number config_number(lua_State *L, const char *key)
 static int l_config(lua_State *L)
 {
   static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
-                                     "setaside_after", NULL};
+                                     "setaside_after", "remote_timeout", NULL};
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
@@ -298,7 +298,14 @@ static int l_config(lua_State *L)
                       luaL_typename(L, -1));
       cfg.cache = lua_toboolean(L, -1);
     }
-    lua_pop(L, 5);
+    lua_getfield(L, 1, "remote_timeout");
+    if (!lua_isnil(L, -1)) {
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        xl_raise_code(L, XFER_E_INVALID, "config", "config: 'remote_timeout' must be a number of "
+                      "seconds, not %s", luaL_typename(L, -1));
+      cfg.remote_timeout = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 6);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
@@ -313,6 +320,8 @@ static int l_config(lua_State *L)
   lua_setfield(L, -2, "cache_limit");
   lua_pushinteger(L, cfg.setaside_after);
   lua_setfield(L, -2, "setaside_after");
+  lua_pushnumber(L, cfg.remote_timeout);
+  lua_setfield(L, -2, "remote_timeout");
   return 1;
 }
 
@@ -517,6 +526,7 @@ int luaopen_xfer(lua_State *L)
   xl_open_tensor(L, module);
   xl_open_job(L, module);
   xl_open_costs(L, module);
+  xl_open_remote(L, module);
   open_faults(L, module);
   run_prelude(L, module);
   preload_embedded(L);

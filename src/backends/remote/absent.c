@@ -1,0 +1,45 @@
+/*
+** absent.c -- the remote runtime's entry points in a build without UCX's headers: each says
+** so (the runtime itself is listed as unavailable, with the same reason).
+*/
+#include "../../core/internal.h"
+
+static xfer_code absent(const char *op, xfer_error *err)
+{
+  return xfer_err_set(err, XFER_E_UNAVAILABLE, op, "%s: built without UCX headers (install "
+                      "libucx-dev and rebuild)", op);
+}
+
+xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,
+                       xfer_peer **out, xfer_error *err)
+{
+  (void)ctx, (void)url, (void)opts;
+  *out = NULL;
+  return absent("connect", err);
+}
+const char *xfer_peer_name(const xfer_peer *peer) { (void)peer; return ""; }
+size_t xfer_peer_device_count(const xfer_peer *peer) { (void)peer; return 0; }
+xfer_device *xfer_peer_device(xfer_peer *peer, size_t index) { (void)peer, (void)index; return NULL; }
+int xfer_peer_is_lost(const xfer_peer *peer) { (void)peer; return 1; }
+void xfer_peer_close(xfer_peer *peer) { (void)peer; }
+
+xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,
+                      xfer_listener **out, xfer_error *err)
+{
+  (void)ctx, (void)url, (void)opts;
+  *out = NULL;
+  return absent("listen", err);
+}
+xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *err)
+{
+  (void)l, (void)seconds;
+  return absent("progress", err);
+}
+void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *served, uint64_t *dropped)
+{
+  (void)l;
+  if (clients) *clients = 0;
+  if (served) *served = 0;
+  if (dropped) *dropped = 0;
+}
+void xfer_listener_close(xfer_listener *l) { (void)l; }

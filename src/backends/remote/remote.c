@@ -1,0 +1,549 @@
+/*
+** remote.c -- the remote runtime: devices of another machine, served there (server.c) and
+** reached over UCX. xfer_connect says HELLO (protocol version, token), and the server's
+** devices join this context as "<name>/<device>" ("nodeB/cuda:0"). Their buffers are handles
+** on the server; the backend's calls are requests, one at a time per peer, each with a
+** deadline of its own: a peer that does not answer in time is lost (its endpoint closed by
+** force), and so are its devices (peer_lost), never a hang. Bytes move as active messages in
+** chunks of at most WIRE_CHUNK (rendezvous for large ones).
+*/
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx_api.h"
+#include "wire.h"
+
+#define RESERVED_DEVICES 128 /* remote devices a context may gain after it opened */
+
+struct xfer_peer {
+  xfer_ctx *ctx;
+  ucx_node node;
+  ucp_ep_h ep;
+  pthread_mutex_t lock;           /* one request at a time; every UCX call under it */
+  int refs;                       /* the application's, and one per device (atomic) */
+  int detached;                   /* its context closed: its devices are gone */
+  int broken;                     /* the endpoint failed (UCX said so) */
+  int lost;                       /* given up: devices lost, endpoint closed */
+  char name[WIRE_NAME_MAX + 1];
+  char url[256];
+  uint64_t generation;
+  uint64_t next_request;
+  double timeout;                 /* seconds each request may take */
+  size_t first_device, ndevices;  /* its devices in the context */
+  /* the request waiting for its answer */
+  uint64_t waiting;
+  int answered;
+  wire_header answer;
+  char text[WIRE_MAX_TEXT + 1];
+  size_t text_len;
+  char *read_into;                /* a READ's destination, read_len bytes */
+  size_t read_len;
+  void *receiving;                /* a rendezvous receive into it, in progress */
+  int bad_answer;                 /* the server broke the protocol */
+};
+
+typedef struct remote_dev {
+  xfer_peer *peer;
+  uint32_t index;                 /* the device's index on its server */
+} remote_dev;
+
+static xfer_peer *peer_of(const xfer_device *dev) { return ((remote_dev *)dev->impl)->peer; }
+
+/* -- Losing a peer ---------------------------------------------------------------------------- */
+
+/* (peer->lock held) Its devices raise peer_lost from now on; the endpoint is closed by force. */
+static void lose(xfer_peer *p, const char *why)
+{
+  if (p->lost) return;
+  __atomic_store_n(&p->lost, 1, __ATOMIC_RELEASE);
+  for (size_t d = p->first_device; !p->detached && d < p->first_device + p->ndevices; d++) {
+    xfer_device *dev = p->ctx->devices[d];
+    snprintf(dev->lost_note, sizeof dev->lost_note, "%s", why);
+    dev->lost_code = XFER_E_PEER_LOST;
+    __atomic_store_n(&dev->lost, 1, __ATOMIC_RELEASE);
+  }
+  if (p->ep) {
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof prm);
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void *r = p->node.api->ucp_ep_close_nbx(p->ep, &prm);
+    xfer_ucx_wait(&p->node, r, xfer_now() + 1.0, XFER_E_PEER_LOST, "close", "closing", NULL);
+    p->ep = NULL;
+  }
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+  (void)ep;
+  (void)status;
+  xfer_peer *p = arg;
+  p->broken = 1; /* seen by the request waiting, under the lock (callbacks run in progress) */
+}
+
+/* -- Answers ---------------------------------------------------------------------------------- */
+
+static ucs_status_t drop_data(xfer_peer *p, void *data, const ucp_am_recv_param_t *param)
+{
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) p->node.api->ucp_am_data_release(p->node.worker, data);
+  return UCS_OK;
+}
+
+static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, void *data,
+                              size_t len, const ucp_am_recv_param_t *param)
+{
+  xfer_peer *p = arg;
+  wire_header h;
+  int other_version;
+  const char *bad = wire_check(header, header_len, len, &h, &other_version);
+  if (bad || (h.type != WIRE_WELCOME && h.type != WIRE_REPLY && h.type != WIRE_DATA)) {
+    p->bad_answer = 1;
+    return drop_data(p, data, param);
+  }
+  if (h.request != p->waiting || p->answered) return drop_data(p, data, param); /* a late one */
+  char *into = NULL;
+  if (h.type == WIRE_DATA) {
+    if (len != p->read_len) {
+      p->bad_answer = 1;
+      return drop_data(p, data, param);
+    }
+    into = p->read_into;
+  } else {
+    into = p->text;
+    p->text_len = len;
+    p->text[len] = '\0';
+  }
+  p->answer = h;
+  if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof prm);
+    void *r = p->node.api->ucp_am_recv_data_nbx(p->node.worker, data, into, len, &prm);
+    if (UCS_PTR_IS_ERR(r)) {
+      p->broken = 1;
+      return UCS_OK;
+    }
+    p->receiving = r; /* NULL: done at once */
+  } else if (len) {
+    memcpy(into, data, len);
+  }
+  p->answered = 1;
+  return UCS_OK;
+}
+
+/* -- Requests --------------------------------------------------------------------------------- */
+
+static xfer_code lost_error(xfer_peer *p, const char *op, xfer_error *err)
+{
+  return xfer_err_set(err, XFER_E_PEER_LOST, op, "peer %s (%s) was lost", p->name, p->url);
+}
+
+/* The server's error, as this side's: its code, op, native code and words. */
+static xfer_code remote_error(xfer_peer *p, const xfer_device *dev, xfer_error *err)
+{
+  int32_t code = p->answer.code;
+  if (code <= 0 || code >= XFER_E__COUNT) code = XFER_E_INVALID;
+  if (!err) return (xfer_code)code;
+  /* "op \t native_name \t retryable \t injected \t message" */
+  char *fields[5] = {0};
+  char *save = NULL, *at = p->text;
+  for (int i = 0; i < 4; i++) {
+    char *tab = strchr(at, '\t');
+    if (!tab) break;
+    *tab = '\0';
+    fields[i] = at;
+    at = tab + 1;
+  }
+  fields[4] = at;
+  (void)save;
+  xfer_err_set(err, (xfer_code)code, fields[0] ? fields[0] : "remote", "%s (on %s)",
+               fields[4] ? fields[4] : "", p->name);
+  err->native = p->answer.native;
+  snprintf(err->native_name, sizeof err->native_name, "%s", fields[1] ? fields[1] : "");
+  err->retryable = fields[2] && fields[2][0] == '1';
+  err->injected = fields[3] && fields[3][0] == '1';
+  if (dev) snprintf(err->device, sizeof err->device, "%s", dev->name);
+  return (xfer_code)code;
+}
+
+/* (peer->lock held) Sends a request and waits for its answer, by the peer's deadline. */
+static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
+                         size_t len, char *read_into, const char *op, xfer_error *err)
+{
+  if (p->lost || !p->ep) return lost_error(p, op, err);
+  double deadline = xfer_now() + p->timeout;
+  h.request = ++p->next_request;
+  h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC ? h.length : len;
+  p->waiting = h.request;
+  p->answered = 0;
+  p->bad_answer = 0;
+  p->receiving = NULL;
+  p->read_into = read_into;
+  p->read_len = h.type == WIRE_READ ? h.length : 0;
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof prm);
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = UCP_AM_SEND_FLAG_REPLY;
+  char what[96];
+  snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
+  void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &h, sizeof h, payload, len, &prm);
+  xfer_code rc = xfer_ucx_wait(&p->node, r, deadline, XFER_E_PEER_LOST, op, what, err);
+  const ucx_api *api = p->node.api;
+  while (!rc && !p->broken && !p->bad_answer &&
+         (!p->answered || (p->receiving && api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS))) {
+    if (api->ucp_worker_progress(p->node.worker)) continue;
+    if (xfer_now() > deadline) {
+      rc = xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", op, p->name,
+                        p->timeout);
+      break;
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+  if (p->receiving) { /* done, or given up on: it must end before its buffer does */
+    if (api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS) {
+      api->ucp_request_cancel(p->node.worker, p->receiving);
+      while (api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS)
+        api->ucp_worker_progress(p->node.worker);
+    }
+    api->ucp_request_free(p->receiving);
+    p->receiving = NULL;
+  }
+  p->waiting = 0;
+  if (!rc && (p->broken || p->bad_answer)) {
+    rc = p->bad_answer ? xfer_err_set(err, XFER_E_PEER_LOST, op, "%s: %s broke the protocol", op, p->name)
+                       : lost_error(p, op, err);
+  }
+  if (rc == XFER_E_TIMEOUT || rc == XFER_E_PEER_LOST) {
+    char why[96];
+    snprintf(why, sizeof why, "%s %s", p->name, rc == XFER_E_TIMEOUT ? "did not answer in time" : "was lost");
+    lose(p, why);
+    if (err) snprintf(err->device, sizeof err->device, "%s", dev ? dev->name : p->name);
+    return rc;
+  }
+  if (rc) return rc;
+  if (p->answer.type == WIRE_REPLY && p->answer.code) return remote_error(p, dev, err);
+  return XFER_E_OK;
+}
+
+/* -- The backend ------------------------------------------------------------------------------ */
+
+static xfer_code remote_open(xfer_runtime *rt, xfer_error *err)
+{
+  char why[512];
+  if (!xfer_ucx(why, sizeof why)) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s", why);
+  /* room for the devices peers bring later, so the list never moves under a running move */
+  xfer_ctx *ctx = rt->ctx;
+  if (ctx->cap < ctx->ndevices + RESERVED_DEVICES) {
+    xfer_device **grown = realloc(ctx->devices, (ctx->ndevices + RESERVED_DEVICES) * sizeof *grown);
+    if (!grown) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+    ctx->devices = grown;
+    ctx->cap = ctx->ndevices + RESERVED_DEVICES;
+  }
+  return XFER_E_OK; /* no devices until xfer_connect */
+}
+
+static void peer_release(xfer_peer *p);
+
+static void remote_close(xfer_runtime *rt)
+{
+  /* each device holds its peer: the last one lets it go */
+  for (size_t d = rt->first_device; d < rt->first_device + rt->ndevices; d++) {
+    xfer_device *dev = rt->ctx->devices[d];
+    remote_dev *rd = dev->impl;
+    if (!rd) continue;
+    dev->impl = NULL;
+    xfer_peer *p = rd->peer;
+    free(rd);
+    p->detached = 1; /* the devices go with the context; the application may hold the peer */
+    peer_release(p);
+  }
+}
+
+static xfer_code remote_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
+{
+  xfer_peer *p = peer_of(dev);
+  wire_header h = wire_make(WIRE_ALLOC, 0);
+  h.device = ((remote_dev *)dev->impl)->index;
+  h.length = nbytes;
+  pthread_mutex_lock(&p->lock);
+  xfer_code rc = request(p, dev, h, NULL, 0, NULL, "alloc", err);
+  uint64_t handle = p->answer.handle;
+  pthread_mutex_unlock(&p->lock);
+  if (!rc && !handle) rc = xfer_err_set(err, XFER_E_ALLOC, "alloc", "%s answered no buffer", p->name);
+  if (!rc) {
+    *buf = (void *)(uintptr_t)handle;
+    xfer_objects(dev, 1);
+  }
+  return rc;
+}
+
+static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
+{
+  (void)nbytes;
+  xfer_objects(dev, -1);
+  xfer_peer *p = peer_of(dev);
+  wire_header h = wire_make(WIRE_FREE, 0);
+  h.handle = (uint64_t)(uintptr_t)buf;
+  pthread_mutex_lock(&p->lock);
+  if (!p->lost) request(p, dev, h, NULL, 0, NULL, "free", NULL); /* a lost peer freed it */
+  pthread_mutex_unlock(&p->lock);
+}
+
+static xfer_code remote_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
+                              xfer_error *err)
+{
+  xfer_peer *p = peer_of(dev);
+  xfer_code rc = XFER_E_OK;
+  pthread_mutex_lock(&p->lock);
+  for (size_t done = 0; done < n && !rc;) {
+    size_t len = n - done < WIRE_CHUNK ? n - done : (size_t)WIRE_CHUNK;
+    wire_header h = wire_make(WIRE_WRITE, 0);
+    h.handle = (uint64_t)(uintptr_t)buf;
+    h.offset = offset + done;
+    rc = request(p, dev, h, (const char *)src + done, len, NULL, "write", err);
+    done += len;
+  }
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
+static xfer_code remote_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+                             xfer_error *err)
+{
+  xfer_peer *p = peer_of(dev);
+  xfer_code rc = XFER_E_OK;
+  pthread_mutex_lock(&p->lock);
+  for (size_t done = 0; done < n && !rc;) {
+    size_t len = n - done < WIRE_CHUNK ? n - done : (size_t)WIRE_CHUNK;
+    wire_header h = wire_make(WIRE_READ, 0);
+    h.handle = (uint64_t)(uintptr_t)buf;
+    h.offset = offset + done;
+    h.length = len;
+    rc = request(p, dev, h, NULL, 0, (char *)dst + done, "read", err);
+    if (!rc && p->answer.type != WIRE_DATA)
+      rc = xfer_err_set(err, XFER_E_PEER_LOST, "read", "%s answered a read with no data", p->name);
+    done += len;
+  }
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
+/* within one remote device: through this host, a chunk at a time (the server has no copy
+** request yet) */
+static xfer_code remote_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
+                             size_t src_offset, size_t n, xfer_error *err)
+{
+  size_t chunk = n < WIRE_CHUNK ? n : (size_t)WIRE_CHUNK;
+  char *bytes = chunk ? malloc(chunk) : NULL;
+  if (chunk && !bytes) return xfer_err_set(err, XFER_E_ALLOC, "copy", "out of host memory");
+  xfer_code rc = XFER_E_OK;
+  for (size_t done = 0; done < n && !rc; done += chunk) {
+    size_t len = n - done < chunk ? n - done : chunk;
+    rc = remote_read(dev, src, src_offset + done, bytes, len, err);
+    if (!rc) rc = remote_write(dev, dst, dst_offset + done, bytes, len, err);
+  }
+  free(bytes);
+  return rc;
+}
+
+const xfer_backend xfer_backend_remote = {
+  .version = XFER_BACKEND_VERSION,
+  .name = "remote",
+  .open = remote_open,
+  .close = remote_close,
+  .alloc = remote_alloc,
+  .free = remote_free,
+  .write = remote_write,
+  .read = remote_read,
+  .copy = remote_copy,
+};
+
+/* -- Connecting ------------------------------------------------------------------------------- */
+
+static void peer_release(xfer_peer *p)
+{
+  if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+  pthread_mutex_lock(&p->lock);
+  lose(p, "disconnected");
+  pthread_mutex_unlock(&p->lock);
+  xfer_ucx_node_close(&p->node);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+}
+
+static xfer_runtime *remote_runtime(xfer_ctx *ctx)
+{
+  for (size_t r = 0; r < ctx->nruntimes; r++)
+    if (!strcmp(ctx->runtimes[r].name, "remote")) return &ctx->runtimes[r];
+  return NULL;
+}
+
+static int parse_uuid(const char *text, uint8_t out[16])
+{
+  int n = 0;
+  for (const char *c = text; *c && n < 32; c++) {
+    if (*c == '-') continue;
+    int v = (*c >= '0' && *c <= '9') ? *c - '0' : (*c >= 'a' && *c <= 'f') ? *c - 'a' + 10 : -1;
+    if (v < 0) return 0;
+    if (n % 2 == 0) out[n / 2] = (uint8_t)(v << 4);
+    else out[n / 2] |= (uint8_t)v;
+    n++;
+  }
+  return n == 32;
+}
+
+/* WELCOME's text: "name\n" then a line per device, "name \t label \t total \t max_alloc \t uuid" */
+static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
+{
+  char *save = NULL;
+  char *line = strtok_r(p->text, "\n", &save);
+  if (!line || !*line || strlen(line) > WIRE_NAME_MAX || strpbrk(line, "/\t :"))
+    return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s named itself badly", p->url);
+  snprintf(p->name, sizeof p->name, "%s", line);
+  xfer_ctx *ctx = p->ctx;
+  for (size_t d = 0; d < ctx->ndevices; d++) /* one peer per name: its devices' names are unique */
+    if (!strncmp(ctx->devices[d]->name, p->name, strlen(p->name)) &&
+        ctx->devices[d]->name[strlen(p->name)] == '/' && !ctx->devices[d]->lost)
+      return xfer_err_set(err, XFER_E_INVALID, "connect", "connect: a peer named %s is connected "
+                          "already (close it first, or name the server otherwise: --name)", p->name);
+  uint32_t index = 0;
+  p->first_device = ctx->ndevices;
+  while ((line = strtok_r(NULL, "\n", &save)) && index < WIRE_MAX_DEVICES) {
+    char *f[5], *s2 = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(line, "\t", &s2); tok && n < 5; tok = strtok_r(NULL, "\t", &s2)) f[n++] = tok;
+    if (n != 5 || strlen(f[0]) > 14) {
+      return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s listed a device badly", p->url);
+    }
+    if (ctx->ndevices >= ctx->cap)
+      return xfer_err_set(err, XFER_E_ALLOC, "connect", "connect: this context holds no more remote devices");
+    remote_dev *rd = calloc(1, sizeof *rd);
+    xfer_device *dev = rd ? xfer_runtime_add_device(rt, err) : NULL;
+    if (!dev) {
+      free(rd);
+      return xfer_err_set(err, XFER_E_ALLOC, "connect", "out of host memory");
+    }
+    rd->peer = p;
+    rd->index = index++;
+    dev->impl = rd;
+    dev->remote = 1;
+    snprintf(dev->name, sizeof dev->name, "%s/%s", p->name, f[0]);
+    snprintf(dev->label, sizeof dev->label, "%s", f[1]);
+    snprintf(dev->platform, sizeof dev->platform, "remote %.80s", p->url);
+    dev->total_memory = strtoull(f[2], NULL, 10);
+    dev->max_alloc = strtoull(f[3], NULL, 10);
+    dev->has_uuid = parse_uuid(f[4], dev->uuid);
+    rt->ndevices++;
+    p->ndevices++;
+    __atomic_add_fetch(&p->refs, 1, __ATOMIC_ACQ_REL);
+  }
+  return XFER_E_OK;
+}
+
+xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,
+                       xfer_peer **out, xfer_error *err)
+{
+  *out = NULL;
+  char host[256];
+  uint16_t port;
+  xfer_code rc = xfer_ucx_parse_url(url, "connect", host, sizeof host, &port, err);
+  if (rc) return rc;
+  double timeout = opts && opts->timeout > 0 ? opts->timeout : ctx->config.remote_timeout;
+  const char *token = opts && opts->token ? opts->token : "";
+  if (strlen(token) > 255) return xfer_err_set(err, XFER_E_INVALID, "connect", "connect: a token of at most 255 bytes");
+  xfer_runtime *rt = remote_runtime(ctx);
+  if (!rt || !rt->available)
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "connect", "connect: the remote runtime is unavailable: %s",
+                        rt ? rt->reason : "not built");
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
+  rc = xfer_ucx_sockaddr(host, port, "connect", &addr, &addr_len, XFER_E_UNREACHABLE, err);
+  if (rc) return rc;
+  xfer_peer *p = calloc(1, sizeof *p);
+  if (!p) return xfer_err_set(err, XFER_E_ALLOC, "connect", "out of host memory");
+  p->ctx = ctx;
+  p->refs = 1;
+  p->timeout = timeout;
+  snprintf(p->url, sizeof p->url, "%s", url);
+  snprintf(p->name, sizeof p->name, "%.16s", host);
+  pthread_mutex_init(&p->lock, NULL);
+  rc = xfer_ucx_node_open(&p->node, "connect", err);
+  if (!rc) {
+    ucp_am_handler_param_t hp;
+    memset(&hp, 0, sizeof hp);
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = WIRE_AM_ID;
+    hp.cb = on_answer;
+    hp.arg = p;
+    ucs_status_t s = p->node.api->ucp_worker_set_am_recv_handler(p->node.worker, &hp);
+    if (s != UCS_OK) rc = xfer_ucx_fail(p->node.api, XFER_E_UNAVAILABLE, "connect", s, "connect: active messages", err);
+  }
+  if (!rc) {
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof ep);
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = (const struct sockaddr *)&addr;
+    ep.sockaddr.addrlen = addr_len;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = p;
+    ucs_status_t s = p->node.api->ucp_ep_create(p->node.worker, &ep, &p->ep);
+    if (s != UCS_OK) {
+      char what[320];
+      snprintf(what, sizeof what, "connect: cannot reach %.200s", url);
+      rc = xfer_ucx_fail(p->node.api, XFER_E_UNREACHABLE, "connect", s, what, err);
+    }
+  }
+  if (!rc) { /* HELLO: the version in the header, the token as the payload */
+    pthread_mutex_lock(&p->lock);
+    wire_header h = wire_make(WIRE_HELLO, 0);
+    rc = request(p, NULL, h, token, strlen(token), NULL, "connect", err);
+    if (rc == XFER_E_PEER_LOST && err && !p->bad_answer) { /* no connection came up */
+      char what[448];
+      snprintf(what, sizeof what, "connect: cannot reach %.200s: %.200s", url, err->message);
+      xfer_err_set(err, XFER_E_UNREACHABLE, "connect", "%s", what);
+      rc = XFER_E_UNREACHABLE;
+    }
+    if (!rc && p->answer.type != WIRE_WELCOME)
+      rc = xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s answered HELLO with no welcome", url);
+    if (!rc) {
+      p->generation = p->answer.handle;
+      rc = add_devices(p, rt, err);
+    }
+    if (rc) lose(p, "the connection failed");
+    pthread_mutex_unlock(&p->lock);
+  }
+  if (rc) {
+    if (p->ndevices) { /* devices already listed stay, lost; they hold the peer */
+      peer_release(p);
+      return rc;
+    }
+    xfer_ucx_node_close(&p->node);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    return rc;
+  }
+  *out = p;
+  return XFER_E_OK;
+}
+
+const char *xfer_peer_name(const xfer_peer *p) { return p->name; }
+size_t xfer_peer_device_count(const xfer_peer *p) { return p->ndevices; }
+xfer_device *xfer_peer_device(xfer_peer *p, size_t i)
+{
+  return i < p->ndevices ? p->ctx->devices[p->first_device + i] : NULL;
+}
+int xfer_peer_is_lost(const xfer_peer *p) { return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE); }
+
+void xfer_peer_close(xfer_peer *p)
+{
+  if (!p) return;
+  pthread_mutex_lock(&p->lock);
+  lose(p, "disconnected");
+  pthread_mutex_unlock(&p->lock);
+  peer_release(p); /* the application's reference; its devices keep theirs */
+}

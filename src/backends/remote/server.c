@@ -1,0 +1,636 @@
+/*
+** server.c -- serving this machine's devices to remote runtimes (xferlua --serve,
+** xfer_listen): a UCX listener on the address given, one endpoint per client, and a loop the
+** caller runs (xfer_listener_progress) that answers each request in order with the public
+** API on the listener's context. A client says HELLO with the protocol version and the token
+** first; every header is checked (wire.h) and a client that breaks the protocol is dropped,
+** alone. Buffers a client allocates are its own: handles of another client are unknown to it,
+** and a dropped client's buffers are freed.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ucx_api.h"
+#include "wire.h"
+
+#define MAX_HANDLES 65536            /* buffers one client may hold */
+#define MAX_QUEUED ((size_t)64 << 20) /* bytes of one client's requests waiting to be served */
+
+typedef struct buffer_entry {
+  uint64_t handle;
+  xfer_tensor *t;
+} buffer_entry;
+
+typedef struct conn {
+  ucp_ep_h ep;
+  int authorized, broken, closing;
+  uint64_t id;
+  buffer_entry *buffers;
+  size_t nbuffers, cap;
+  uint64_t next_handle;
+  size_t queued;                     /* bytes of its messages not served yet */
+  struct conn *next;
+} conn;
+
+typedef struct message {
+  conn *c;
+  wire_header h;
+  char *data;                        /* the payload (malloc'd), NULL when none */
+  size_t len;
+  void *receiving;                   /* a rendezvous receive in progress */
+  struct message *next;
+} message;
+
+typedef struct sending {             /* a reply on its way, and what it sends from */
+  void *request;
+  char *data;
+  struct sending *next;
+} sending;
+
+struct xfer_listener {
+  xfer_ctx *ctx;
+  ucx_node node;
+  ucp_listener_h listener;
+  char name[WIRE_NAME_MAX + 1];
+  char token[256];
+  size_t token_len;
+  uint64_t generation;               /* told to clients: a handle of another is refused */
+  uint64_t next_conn;
+  conn *conns;
+  message *head, *tail;
+  sending *sends;
+  uint64_t served, dropped;
+};
+
+/* -- Connections ---------------------------------------------------------------------------- */
+
+static conn *conn_of(xfer_listener *l, ucp_ep_h ep)
+{
+  for (conn *c = l->conns; c; c = c->next)
+    if (c->ep == ep) return c;
+  return NULL;
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+  (void)status;
+  conn *c = conn_of(arg, ep);
+  if (c) c->broken = 1;
+}
+
+static void on_conn_request(ucp_conn_request_h request, void *arg)
+{
+  xfer_listener *l = arg;
+  conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    l->node.api->ucp_listener_reject(l->listener, request);
+    return;
+  }
+  ucp_ep_params_t p;
+  memset(&p, 0, sizeof p);
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.conn_request = request;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = on_ep_error;
+  p.err_handler.arg = l;
+  if (l->node.api->ucp_ep_create(l->node.worker, &p, &c->ep) != UCS_OK) {
+    free(c);
+    return;
+  }
+  c->id = ++l->next_conn;
+  c->next_handle = 1;
+  c->next = l->conns;
+  l->conns = c;
+}
+
+static void drop_conn(xfer_listener *l, conn *c)
+{
+  /* unlisted first: messages that arrive while the endpoint closes find no client */
+  for (conn **at = &l->conns; *at; at = &(*at)->next)
+    if (*at == c) {
+      *at = c->next;
+      break;
+    }
+  for (message *m = l->head; m; m = m->next)
+    if (m->c == c) m->c = NULL; /* its queued messages are dropped when they come up */
+  for (size_t i = 0; i < c->nbuffers; i++) xfer_tensor_release(c->buffers[i].t);
+  free(c->buffers);
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void *r = l->node.api->ucp_ep_close_nbx(c->ep, &p);
+  xfer_ucx_wait(&l->node, r, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
+  free(c);
+  l->dropped++;
+}
+
+/* -- Receiving -------------------------------------------------------------------------------- */
+
+static void on_received(void *request, ucs_status_t status, size_t length, void *arg)
+{
+  (void)request;
+  (void)length;
+  message *m = arg;
+  if (status != UCS_OK && m->c) m->c->broken = 1;
+}
+
+/* a message not taken: a rendezvous one's data is let go of */
+static ucs_status_t discard(xfer_listener *l, conn *c, void *data, const ucp_am_recv_param_t *param)
+{
+  if (c) c->broken = 1;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) l->node.api->ucp_am_data_release(l->node.worker, data);
+  return UCS_OK;
+}
+
+static ucs_status_t on_message(void *arg, const void *header, size_t header_len, void *data,
+                               size_t len, const ucp_am_recv_param_t *param)
+{
+  xfer_listener *l = arg;
+  conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? conn_of(l, param->reply_ep) : NULL;
+  if (!c || c->broken) return discard(l, NULL, data, param);
+  wire_header h;
+  int other_version;
+  const char *bad = wire_check(header, header_len, len, &h, &other_version);
+  if (bad && !(other_version && header_len == sizeof h))
+    return discard(l, c, data, param); /* a malformed message: this client is dropped, no one else */
+  if (other_version) { /* answered in words it reads, then dropped */
+    if (len) discard(l, NULL, data, param);
+    h.type = WIRE_HELLO;
+    len = 0;
+  }
+  if (c->queued + len > MAX_QUEUED) return discard(l, c, data, param); /* more than its share */
+  message *m = calloc(1, sizeof *m);
+  char *copy = len ? malloc(len) : NULL;
+  if (!m || (len && !copy)) {
+    free(m);
+    free(copy);
+    return discard(l, c, data, param);
+  }
+  m->c = c;
+  m->h = h;
+  if (other_version) m->h.version = 0; /* marks the mismatch for serve() */
+  m->data = copy;
+  m->len = len;
+  c->queued += len;
+  if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = on_received;
+    p.user_data = m;
+    void *r = l->node.api->ucp_am_recv_data_nbx(l->node.worker, data, copy, len, &p);
+    if (UCS_PTR_IS_ERR(r)) c->broken = 1;
+    else m->receiving = r;
+  } else if (len) {
+    memcpy(copy, data, len);
+  }
+  if (l->tail) l->tail->next = m;
+  else l->head = m;
+  l->tail = m;
+  return UCS_OK;
+}
+
+/* -- Replying --------------------------------------------------------------------------------- */
+
+static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t len)
+{
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  h.length = len;
+  void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &h, sizeof h, data, len, &p);
+  if (r == NULL) {
+    free(data);
+    return;
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    free(data);
+    c->broken = 1;
+    return;
+  }
+  sending *s = malloc(sizeof *s);
+  if (!s) { /* cannot track it: wait for it here */
+    xfer_ucx_wait(&l->node, r, xfer_now() + 5.0, XFER_E_PEER_LOST, "serve", "replying", NULL);
+    free(data);
+    return;
+  }
+  s->request = r;
+  s->data = data;
+  s->next = l->sends;
+  l->sends = s;
+}
+
+static void reply_error(xfer_listener *l, conn *c, const wire_header *req, const xfer_error *e)
+{
+  wire_header h = wire_make(WIRE_REPLY, req->request);
+  h.code = (int32_t)e->code;
+  h.native = e->native;
+  char *text = malloc(WIRE_MAX_TEXT);
+  size_t n = 0;
+  if (text) /* op, native name, message: what the client's error carries */
+    n = (size_t)snprintf(text, WIRE_MAX_TEXT, "%s\t%s\t%d\t%d\t%s", e->op, e->native_name,
+                         e->retryable, e->injected, e->message);
+  reply(l, c, h, text, n < WIRE_MAX_TEXT ? n : WIRE_MAX_TEXT - 1);
+}
+
+static void reply_done(xfer_listener *l, conn *c, const wire_header *req, uint64_t handle)
+{
+  wire_header h = wire_make(WIRE_REPLY, req->request);
+  h.handle = handle;
+  reply(l, c, h, NULL, 0);
+}
+
+static void reply_refusal(xfer_listener *l, conn *c, const wire_header *req, xfer_code code,
+                          const char *text)
+{
+  xfer_error e;
+  memset(&e, 0, sizeof e);
+  e.code = code;
+  snprintf(e.op, sizeof e.op, "connect");
+  snprintf(e.message, sizeof e.message, "%s", text);
+  reply_error(l, c, req, &e);
+  c->closing = 1; /* dropped once the reply has gone */
+}
+
+/* -- Serving ---------------------------------------------------------------------------------- */
+
+/* constant time in the token's bytes: no early exit that tells how much matched */
+static int token_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+  size_t n = alen > blen ? alen : blen;
+  unsigned diff = (unsigned)(alen ^ blen);
+  for (size_t i = 0; i < n; i++) diff |= (unsigned char)(i < alen ? a[i] : 0) ^ (unsigned char)(i < blen ? b[i] : 0);
+  return diff == 0;
+}
+
+static void uuid_text(const uint8_t *u, int has, char *out, size_t cap)
+{
+  if (!has) {
+    snprintf(out, cap, "-");
+    return;
+  }
+  snprintf(out, cap, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+           u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+           u[15]);
+}
+
+/* the devices this machine serves: its own, not those it reaches remotely itself */
+static size_t served_devices(xfer_listener *l, xfer_device **out, size_t cap)
+{
+  size_t n = 0;
+  for (size_t d = 0; d < xfer_device_count(l->ctx) && n < cap; d++) {
+    xfer_device *dev = xfer_device_at(l->ctx, d);
+    xfer_device_info info;
+    if (xfer_device_get_info(dev, &info, NULL) || !strcmp(info.runtime, "remote")) continue;
+    out[n++] = dev;
+  }
+  return n;
+}
+
+static void hello(xfer_listener *l, conn *c, const message *m)
+{
+  if (m->h.version != WIRE_VERSION) {
+    char text[160];
+    snprintf(text, sizeof text, "the server speaks protocol version %d", WIRE_VERSION);
+    reply_refusal(l, c, &m->h, XFER_E_VERSION_MISMATCH, text);
+    return;
+  }
+  if (l->token_len && !token_equal(l->token, l->token_len, m->data ? m->data : "", m->len)) {
+    reply_refusal(l, c, &m->h, XFER_E_UNAUTHORIZED, "the server refused the token");
+    return;
+  }
+  c->authorized = 1;
+  char *text = malloc(WIRE_MAX_TEXT);
+  if (!text) {
+    c->broken = 1;
+    return;
+  }
+  size_t n = (size_t)snprintf(text, WIRE_MAX_TEXT, "%s\n", l->name);
+  xfer_device *devs[WIRE_MAX_DEVICES];
+  size_t count = served_devices(l, devs, WIRE_MAX_DEVICES);
+  for (size_t i = 0; i < count && n < WIRE_MAX_TEXT; i++) {
+    xfer_device_info info;
+    xfer_device_get_info(devs[i], &info, NULL);
+    char uuid[40];
+    uuid_text(info.uuid, info.has_uuid, uuid, sizeof uuid);
+    char label[128];
+    snprintf(label, sizeof label, "%s", info.label);
+    for (char *ch = label; *ch; ch++)
+      if (*ch == '\t' || *ch == '\n') *ch = ' ';
+    n += (size_t)snprintf(text + n, WIRE_MAX_TEXT - n, "%s\t%s\t%llu\t%llu\t%s\n", info.name, label,
+                          (unsigned long long)info.total_memory, (unsigned long long)info.max_alloc,
+                          uuid);
+  }
+  wire_header h = wire_make(WIRE_WELCOME, m->h.request);
+  h.handle = l->generation;
+  reply(l, c, h, text, n < WIRE_MAX_TEXT ? n : WIRE_MAX_TEXT - 1);
+}
+
+static buffer_entry *buffer_of(conn *c, uint64_t handle)
+{
+  for (size_t i = 0; i < c->nbuffers; i++)
+    if (c->buffers[i].handle == handle) return &c->buffers[i];
+  return NULL;
+}
+
+static void unknown_handle(xfer_listener *l, conn *c, const message *m, const char *op)
+{
+  xfer_error e;
+  xfer_err_set(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
+               (unsigned long long)m->h.handle);
+  reply_error(l, c, &m->h, &e);
+}
+
+static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
+{
+  xfer_device *devs[WIRE_MAX_DEVICES];
+  size_t count = served_devices(l, devs, WIRE_MAX_DEVICES);
+  xfer_error e;
+  if (m->h.device >= count) {
+    xfer_err_set(&e, XFER_E_INVALID, "alloc", "no device %u on this server", m->h.device);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
+  if (c->nbuffers == MAX_HANDLES || m->h.length > (uint64_t)INT64_MAX) {
+    xfer_err_set(&e, XFER_E_ALLOC, "alloc", "a client holds at most %d buffers here", MAX_HANDLES);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
+  if (c->nbuffers == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 16;
+    buffer_entry *grown = realloc(c->buffers, cap * sizeof *grown);
+    if (!grown) {
+      xfer_err_set(&e, XFER_E_ALLOC, "alloc", "out of host memory on the server");
+      reply_error(l, c, &m->h, &e);
+      return;
+    }
+    c->buffers = grown;
+    c->cap = cap;
+  }
+  xfer_shape shape = {1, {(int64_t)m->h.length}};
+  xfer_tensor *t;
+  if (xfer_tensor_empty(devs[m->h.device], XFER_U8, &shape, &t, &e)) {
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
+  buffer_entry *b = &c->buffers[c->nbuffers++];
+  b->handle = c->next_handle++;
+  b->t = t;
+  reply_done(l, c, &m->h, b->handle);
+}
+
+static void free_buffer(xfer_listener *l, conn *c, const message *m)
+{
+  buffer_entry *b = buffer_of(c, m->h.handle);
+  if (!b) {
+    unknown_handle(l, c, m, "free");
+    return;
+  }
+  xfer_tensor_release(b->t);
+  *b = c->buffers[--c->nbuffers];
+  reply_done(l, c, &m->h, 0);
+}
+
+/* the bytes [offset, offset+length) of a buffer, as a view; NULL with the reply sent */
+static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, const char *op)
+{
+  buffer_entry *b = buffer_of(c, m->h.handle);
+  if (!b) {
+    unknown_handle(l, c, m, op);
+    return NULL;
+  }
+  xfer_error e;
+  if (m->h.offset + m->h.length > xfer_tensor_nbytes(b->t)) {
+    xfer_err_set(&e, XFER_E_INVALID, op, "bytes %llu to %llu are outside buffer %llu (%zu bytes)",
+                 (unsigned long long)m->h.offset, (unsigned long long)(m->h.offset + m->h.length),
+                 (unsigned long long)m->h.handle, xfer_tensor_nbytes(b->t));
+    reply_error(l, c, &m->h, &e);
+    return NULL;
+  }
+  xfer_shape shape = {1, {(int64_t)m->h.length}};
+  int64_t stride = 1;
+  xfer_tensor *v;
+  if (xfer_tensor_view(b->t, &shape, &stride, (int64_t)m->h.offset, &v, &e)) {
+    reply_error(l, c, &m->h, &e);
+    return NULL;
+  }
+  return v;
+}
+
+static void write_buffer(xfer_listener *l, conn *c, const message *m)
+{
+  xfer_tensor *v = range_of(l, c, m, "write");
+  if (!v) return;
+  xfer_error e;
+  xfer_code rc = m->len ? xfer_tensor_write(v, m->data, m->len, &e) : XFER_E_OK;
+  xfer_tensor_release(v);
+  if (rc) reply_error(l, c, &m->h, &e);
+  else reply_done(l, c, &m->h, 0);
+}
+
+static void read_buffer(xfer_listener *l, conn *c, const message *m)
+{
+  xfer_tensor *v = range_of(l, c, m, "read");
+  if (!v) return;
+  xfer_error e;
+  char *bytes = m->h.length ? malloc(m->h.length) : NULL;
+  xfer_code rc = XFER_E_OK;
+  if (m->h.length && !bytes) rc = xfer_err_set(&e, XFER_E_ALLOC, "read", "out of host memory on the server");
+  if (!rc && m->h.length) rc = xfer_tensor_read(v, bytes, m->h.length, &e);
+  xfer_tensor_release(v);
+  if (rc) {
+    free(bytes);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
+  wire_header h = wire_make(WIRE_DATA, m->h.request);
+  reply(l, c, h, bytes, m->h.length);
+}
+
+static void serve(xfer_listener *l, message *m)
+{
+  conn *c = m->c;
+  if (!c || c->broken || c->closing) return;
+  if (m->h.type == WIRE_HELLO) {
+    if (c->authorized) c->broken = 1; /* said twice */
+    else hello(l, c, m);
+    return;
+  }
+  if (!c->authorized) { /* anything before a good HELLO */
+    c->broken = 1;
+    return;
+  }
+  switch (m->h.type) {
+  case WIRE_ALLOC: alloc_buffer(l, c, m); break;
+  case WIRE_FREE: free_buffer(l, c, m); break;
+  case WIRE_WRITE: write_buffer(l, c, m); break;
+  case WIRE_READ: read_buffer(l, c, m); break;
+  default: c->broken = 1; break; /* a server's message from a client */
+  }
+  l->served++;
+}
+
+/* Serves what has arrived; 1 when anything was done. */
+static int serve_ready(xfer_listener *l)
+{
+  int did = 0;
+  while (l->head) {
+    message *m = l->head;
+    if (m->receiving) {
+      if (l->node.api->ucp_request_check_status(m->receiving) == UCS_INPROGRESS) break;
+      l->node.api->ucp_request_free(m->receiving);
+      m->receiving = NULL;
+    }
+    l->head = m->next;
+    if (!l->head) l->tail = NULL;
+    serve(l, m);
+    if (m->c) m->c->queued -= m->len;
+    free(m->data);
+    free(m);
+    did = 1;
+  }
+  for (sending **at = &l->sends; *at;) {
+    sending *s = *at;
+    if (l->node.api->ucp_request_check_status(s->request) == UCS_INPROGRESS) {
+      at = &s->next;
+      continue;
+    }
+    l->node.api->ucp_request_free(s->request);
+    free(s->data);
+    *at = s->next;
+    free(s);
+    did = 1;
+  }
+  for (conn *c = l->conns, *next; c; c = next) {
+    next = c->next;
+    int replying = 0;
+    for (sending *s = l->sends; s; s = s->next) replying = 1; /* (any: replies are not per-client) */
+    if (c->broken || (c->closing && !replying)) {
+      drop_conn(l, c);
+      did = 1;
+    }
+  }
+  return did;
+}
+
+xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *err)
+{
+  (void)err;
+  double until = xfer_now() + (seconds > 0 ? seconds : 0);
+  do {
+    unsigned progressed = l->node.api->ucp_worker_progress(l->node.worker);
+    int served = serve_ready(l);
+    if (!progressed && !served) {
+      if (xfer_now() >= until) break;
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  } while (xfer_now() < until);
+  return XFER_E_OK;
+}
+
+xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,
+                      xfer_listener **out, xfer_error *err)
+{
+  *out = NULL;
+  char host[256];
+  uint16_t port;
+  xfer_code rc = xfer_ucx_parse_url(url, "listen", host, sizeof host, &port, err);
+  if (rc) return rc;
+  const char *name = opts && opts->name ? opts->name : "";
+  if (strlen(name) > WIRE_NAME_MAX || strpbrk(name, "/\t\n :"))
+    return xfer_err_set(err, XFER_E_INVALID, "listen", "listen: a name of at most %d characters, "
+                        "without '/', ':', spaces or tabs, not '%.40s'", WIRE_NAME_MAX, name);
+  const char *token = opts && opts->token ? opts->token : "";
+  if (strlen(token) >= sizeof ((xfer_listener *)0)->token)
+    return xfer_err_set(err, XFER_E_INVALID, "listen", "listen: a token of at most 255 bytes");
+  xfer_listener *l = calloc(1, sizeof *l);
+  if (!l) return xfer_err_set(err, XFER_E_ALLOC, "listen", "out of host memory");
+  l->ctx = xfer_ctx_retain(ctx);
+  snprintf(l->name, sizeof l->name, "%s", *name ? name : "node");
+  snprintf(l->token, sizeof l->token, "%s", token);
+  l->token_len = strlen(token);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  l->generation = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)l << 7);
+  rc = xfer_ucx_node_open(&l->node, "listen", err);
+  struct sockaddr_storage addr;
+  socklen_t addr_len = 0;
+  if (!rc) rc = xfer_ucx_sockaddr(host, port, "listen", &addr, &addr_len, XFER_E_INVALID, err);
+  if (!rc) {
+    ucp_am_handler_param_t hp;
+    memset(&hp, 0, sizeof hp);
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = WIRE_AM_ID;
+    hp.cb = on_message;
+    hp.arg = l;
+    ucs_status_t s = l->node.api->ucp_worker_set_am_recv_handler(l->node.worker, &hp);
+    if (s != UCS_OK) rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s, "listen: active messages", err);
+  }
+  if (!rc) {
+    ucp_listener_params_t lp;
+    memset(&lp, 0, sizeof lp);
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&addr;
+    lp.sockaddr.addrlen = addr_len;
+    lp.conn_handler.cb = on_conn_request;
+    lp.conn_handler.arg = l;
+    ucs_status_t s = l->node.api->ucp_listener_create(l->node.worker, &lp, &l->listener);
+    if (s != UCS_OK) {
+      char what[320];
+      snprintf(what, sizeof what, "listen: cannot listen on %.200s", url);
+      rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s, what, err);
+    }
+  }
+  if (rc) {
+    xfer_ucx_node_close(&l->node);
+    xfer_ctx_release(l->ctx);
+    free(l);
+    return rc;
+  }
+  *out = l;
+  return XFER_E_OK;
+}
+
+void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *served,
+                         uint64_t *dropped)
+{
+  uint64_t n = 0;
+  for (conn *c = l->conns; c; c = c->next) n++;
+  if (clients) *clients = n;
+  if (served) *served = l->served;
+  if (dropped) *dropped = l->dropped;
+}
+
+void xfer_listener_close(xfer_listener *l)
+{
+  if (!l) return;
+  while (l->conns) drop_conn(l, l->conns);
+  while (l->sends) {
+    sending *s = l->sends;
+    l->sends = s->next;
+    xfer_ucx_wait(&l->node, s->request, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
+    free(s->data);
+    free(s);
+  }
+  while (l->head) {
+    message *m = l->head;
+    l->head = m->next;
+    if (m->receiving) {
+      l->node.api->ucp_request_cancel(l->node.worker, m->receiving);
+      xfer_ucx_wait(&l->node, m->receiving, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
+    }
+    free(m->data);
+    free(m);
+  }
+  if (l->listener) l->node.api->ucp_listener_destroy(l->listener);
+  xfer_ucx_node_close(&l->node);
+  xfer_ctx_release(l->ctx);
+  free(l);
+}

@@ -1,0 +1,198 @@
+/*
+** ucx_api.c -- UCX's UCP through dlopen: loading it once, a context and worker, waiting on a
+** request with a deadline (UCX alone waits on a stopped peer for minutes: xferlua owns its
+** deadlines), URLs and socket addresses.
+*/
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ucx_api.h"
+
+static ucx_api loaded;
+static int load_state; /* 0: not tried, 1: loaded, -1: failed */
+static char load_why[512];
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+#define SYM(lib, name)                                                                   \
+  do {                                                                                   \
+    *(void **)&loaded.name = dlsym(lib, #name);                                          \
+    if (!loaded.name) {                                                                  \
+      snprintf(load_why, sizeof load_why, "the UCX library lacks %s", #name);            \
+      return;                                                                            \
+    }                                                                                    \
+  } while (0)
+
+static void load(void)
+{
+  load_state = -1;
+  const char *path;
+  xfer_error err;
+  void *lib = xfer_driver_open("XFER_UCX_LIBRARY", "libucp.so.0", "the UCX library", &path, &err);
+  if (!lib) {
+    snprintf(load_why, sizeof load_why, "%s", err.message);
+    return;
+  }
+  /* ucs_status_string is libucs's, which libucp pulls in */
+  loaded.lib = lib;
+  SYM(lib, ucp_config_read);
+  SYM(lib, ucp_config_release);
+  SYM(lib, ucp_init_version);
+  SYM(lib, ucp_cleanup);
+  SYM(lib, ucp_worker_create);
+  SYM(lib, ucp_worker_destroy);
+  SYM(lib, ucp_worker_progress);
+  SYM(lib, ucp_worker_set_am_recv_handler);
+  SYM(lib, ucp_listener_create);
+  SYM(lib, ucp_listener_destroy);
+  SYM(lib, ucp_listener_reject);
+  SYM(lib, ucp_ep_create);
+  SYM(lib, ucp_ep_close_nbx);
+  SYM(lib, ucp_am_send_nbx);
+  SYM(lib, ucp_am_recv_data_nbx);
+  SYM(lib, ucp_am_data_release);
+  SYM(lib, ucp_request_check_status);
+  SYM(lib, ucp_request_cancel);
+  SYM(lib, ucp_request_free);
+  SYM(lib, ucs_status_string);
+  load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
+}
+
+const ucx_api *xfer_ucx(char *why, size_t cap)
+{
+  pthread_once(&load_once, load);
+  if (load_state == 1) return &loaded;
+  if (why && cap) snprintf(why, cap, "%s", load_why);
+  return NULL;
+}
+
+xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_status_t status,
+                        const char *what, xfer_error *err)
+{
+  const char *name = api ? api->ucs_status_string(status) : "?";
+  xfer_err_native(err, code, op, (long long)status, name, what, 0, 0);
+  if (err) snprintf(err->message, sizeof err->message, "%s: %s (UCX status %d)", what, name,
+                    (int)status);
+  return code;
+}
+
+xfer_code xfer_ucx_node_open(ucx_node *node, const char *op, xfer_error *err)
+{
+  memset(node, 0, sizeof *node);
+  char why[512];
+  node->api = xfer_ucx(why, sizeof why);
+  if (!node->api) return xfer_err_set(err, XFER_E_UNAVAILABLE, op, "%s", why);
+  const ucx_api *api = node->api;
+  ucp_config_t *config = NULL;
+  ucs_status_t s = api->ucp_config_read(NULL, NULL, &config);
+  if (s != UCS_OK) return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "reading UCX's configuration", err);
+  ucp_params_t params;
+  memset(&params, 0, sizeof params);
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM;
+  s = api->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &node->context);
+  api->ucp_config_release(config);
+  if (s != UCS_OK) return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "starting UCX", err);
+  ucp_worker_params_t wp;
+  memset(&wp, 0, sizeof wp);
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* its owner's lock serialises every call */
+  s = api->ucp_worker_create(node->context, &wp, &node->worker);
+  if (s != UCS_OK) {
+    api->ucp_cleanup(node->context);
+    node->context = NULL;
+    return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "making a UCX worker", err);
+  }
+  return XFER_E_OK;
+}
+
+void xfer_ucx_node_close(ucx_node *node)
+{
+  if (!node->api) return;
+  if (node->worker) node->api->ucp_worker_destroy(node->worker);
+  if (node->context) node->api->ucp_cleanup(node->context);
+  node->worker = NULL;
+  node->context = NULL;
+}
+
+/* nothing to progress: give the core to others for a moment (a peer on the same machine,
+** over shared memory, needs it to answer) */
+static void idle(void)
+{
+  struct timespec ts = {0, 20000};
+  nanosleep(&ts, NULL);
+}
+
+xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadline,
+                        xfer_code code_on_error, const char *op, const char *what,
+                        xfer_error *err)
+{
+  const ucx_api *api = node->api;
+  if (request == NULL) return XFER_E_OK;
+  if (UCS_PTR_IS_ERR(request))
+    return xfer_ucx_fail(api, code_on_error, op, UCS_PTR_STATUS(request), what, err);
+  ucs_status_t s;
+  while ((s = api->ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (!api->ucp_worker_progress(node->worker)) {
+      if (xfer_now() > deadline) {
+        api->ucp_request_cancel(node->worker, request);
+        while (api->ucp_request_check_status(request) == UCS_INPROGRESS)
+          api->ucp_worker_progress(node->worker);
+        api->ucp_request_free(request);
+        return xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: no answer before the deadline", what);
+      }
+      idle();
+    }
+  }
+  api->ucp_request_free(request);
+  return s == UCS_OK ? XFER_E_OK : xfer_ucx_fail(api, code_on_error, op, s, what, err);
+}
+
+xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t host_cap,
+                             uint16_t *port, xfer_error *err)
+{
+  static const char scheme[] = "ucx://";
+  if (strncmp(url, scheme, sizeof scheme - 1))
+    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s' is no ucx://host:port address", op,
+                        url);
+  const char *rest = url + sizeof scheme - 1;
+  const char *colon = strrchr(rest, ':');
+  if (!colon || colon == rest || (size_t)(colon - rest) >= host_cap)
+    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s' names no host and port "
+                        "(ucx://host:port)", op, url);
+  char *end = NULL;
+  long p = strtol(colon + 1, &end, 10);
+  if (!colon[1] || *end || p < 1 || p > 65535)
+    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s': the port must be 1 to 65535", op,
+                        url);
+  memcpy(host, rest, (size_t)(colon - rest));
+  host[colon - rest] = '\0';
+  *port = (uint16_t)p;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
+                            struct sockaddr_storage *out, socklen_t *len, xfer_code code_on_error,
+                            xfer_error *err)
+{
+  struct addrinfo hints, *found = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  char service[8];
+  snprintf(service, sizeof service, "%u", (unsigned)port);
+  int rc = getaddrinfo(host, service, &hints, &found);
+  if (rc || !found)
+    return xfer_err_set(err, code_on_error, op, "%s: cannot resolve '%.100s': %s", op, host,
+                        rc ? gai_strerror(rc) : "no address");
+  memcpy(out, found->ai_addr, found->ai_addrlen);
+  *len = found->ai_addrlen;
+  freeaddrinfo(found);
+  return XFER_E_OK;
+}

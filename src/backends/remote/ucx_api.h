@@ -1,0 +1,77 @@
+/*
+** ucx_api.h -- UCX's UCP, opened with dlopen (libucp.so.0): the calls the remote runtime
+** makes, a context and worker of its own per peer or listener, and waiting with a deadline.
+** Only the remote backend includes this.
+*/
+#ifndef XFER_UCX_API_H
+#define XFER_UCX_API_H
+
+#include <ucp/api/ucp.h>
+
+#include "../../core/internal.h"
+
+typedef struct ucx_api {
+  void *lib, *ucs;
+  ucs_status_t (*ucp_config_read)(const char *, const char *, ucp_config_t **);
+  void (*ucp_config_release)(ucp_config_t *);
+  ucs_status_t (*ucp_init_version)(unsigned, unsigned, const ucp_params_t *, const ucp_config_t *,
+                                   ucp_context_h *);
+  void (*ucp_cleanup)(ucp_context_h);
+  ucs_status_t (*ucp_worker_create)(ucp_context_h, const ucp_worker_params_t *, ucp_worker_h *);
+  void (*ucp_worker_destroy)(ucp_worker_h);
+  unsigned (*ucp_worker_progress)(ucp_worker_h);
+  ucs_status_t (*ucp_worker_set_am_recv_handler)(ucp_worker_h, const ucp_am_handler_param_t *);
+  ucs_status_t (*ucp_listener_create)(ucp_worker_h, const ucp_listener_params_t *,
+                                      ucp_listener_h *);
+  void (*ucp_listener_destroy)(ucp_listener_h);
+  ucs_status_t (*ucp_listener_reject)(ucp_listener_h, ucp_conn_request_h);
+  ucs_status_t (*ucp_ep_create)(ucp_worker_h, const ucp_ep_params_t *, ucp_ep_h *);
+  ucs_status_ptr_t (*ucp_ep_close_nbx)(ucp_ep_h, const ucp_request_param_t *);
+  ucs_status_ptr_t (*ucp_am_send_nbx)(ucp_ep_h, unsigned, const void *, size_t, const void *,
+                                      size_t, const ucp_request_param_t *);
+  ucs_status_ptr_t (*ucp_am_recv_data_nbx)(ucp_worker_h, void *, void *, size_t,
+                                           const ucp_request_param_t *);
+  void (*ucp_am_data_release)(ucp_worker_h, void *);
+  ucs_status_t (*ucp_request_check_status)(void *);
+  void (*ucp_request_cancel)(ucp_worker_h, void *);
+  void (*ucp_request_free)(void *);
+  const char *(*ucs_status_string)(ucs_status_t);
+} ucx_api;
+
+/* The library, loaded once per process (XFER_UCX_LIBRARY: another libucp); NULL with the
+** reason in `why` when it cannot be. */
+const ucx_api *xfer_ucx(char *why, size_t cap);
+
+/* A UCP context with active messages and a worker on it (thread mode serialized: its owner
+** serialises every call). */
+typedef struct ucx_node {
+  const ucx_api *api;
+  ucp_context_h context;
+  ucp_worker_h worker;
+} ucx_node;
+
+xfer_code xfer_ucx_node_open(ucx_node *node, const char *op, xfer_error *err);
+void xfer_ucx_node_close(ucx_node *node);
+
+/* Progresses the worker until the request is done or `deadline` (xfer_now() seconds) passes:
+** XFER_E_OK, the request's failure as `code_on_error` (its UCX status as native), or
+** XFER_E_TIMEOUT (the request cancelled and completed before return). The request is freed
+** in every case. A NULL request is done; an error pointer is its failure. */
+xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadline,
+                        xfer_code code_on_error, const char *op, const char *what,
+                        xfer_error *err);
+
+/* The error for a UCX status: code, op, native = status, native_name = its string. */
+xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_status_t status,
+                        const char *what, xfer_error *err);
+
+/* "ucx://host:port" -> host and port; XFER_E_INVALID saying what is wrong. */
+xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t host_cap,
+                             uint16_t *port, xfer_error *err);
+
+/* A socket address for host:port (numeric or a name resolved now). */
+xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
+                            struct sockaddr_storage *out, socklen_t *len, xfer_code code_on_error,
+                            xfer_error *err);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+** wire.h -- what a client and a server of the remote runtime say to each other: one active
+** message id, a fixed header, and a payload (text or the bytes of a move). Every header a
+** side receives is checked (wire_check) before anything in it is used: a malformed one drops
+** that connection and nothing else.
+*/
+#ifndef XFER_WIRE_H
+#define XFER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define WIRE_AM_ID 11
+#define WIRE_MAGIC 0x58465231u /* "XFR1" */
+#define WIRE_VERSION 1
+/* the largest payload of one message: a move's bytes go in chunks of at most this */
+#define WIRE_CHUNK ((uint64_t)16 << 20)
+/* the most devices a server lists, and the longest text a message carries */
+#define WIRE_MAX_DEVICES 32
+#define WIRE_MAX_TEXT 8192
+#define WIRE_NAME_MAX 16 /* a node's name: "nodeB" */
+
+typedef enum {
+  WIRE_HELLO = 1,   /* client: version, payload = token */
+  WIRE_WELCOME,     /* server: generation in handle, payload = name and devices (text) */
+  WIRE_ALLOC,       /* client: device, length -> REPLY with the handle */
+  WIRE_FREE,        /* client: handle -> REPLY */
+  WIRE_WRITE,       /* client: handle, offset, length, payload = the bytes -> REPLY */
+  WIRE_READ,        /* client: handle, offset, length -> DATA (payload = the bytes) or REPLY */
+  WIRE_REPLY,       /* server: code (0: done), native; payload = error text when code != 0 */
+  WIRE_DATA,        /* server: the bytes a READ asked for */
+  WIRE__LAST
+} wire_type;
+
+typedef struct wire_header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint64_t request;   /* the client's number for the request; a reply carries it back */
+  uint64_t handle;    /* a buffer on the server (ALLOC's reply, FREE, WRITE, READ) */
+  uint64_t offset;    /* bytes into the buffer */
+  uint64_t length;    /* bytes to allocate or move; a payload's length */
+  uint32_t device;    /* the server's device index (ALLOC) */
+  int32_t code;       /* REPLY: an xfer_code, 0 for done */
+  int64_t native;     /* REPLY: the server's native code */
+} wire_header;
+
+static inline wire_header wire_make(wire_type type, uint64_t request)
+{
+  wire_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = WIRE_MAGIC;
+  h.version = WIRE_VERSION;
+  h.type = (uint16_t)type;
+  h.request = request;
+  return h;
+}
+
+/* NULL when the header can be used: of this protocol, a known type, lengths within bounds
+** and agreeing with the payload's; else why not. A version mismatch is told apart (*old = 1)
+** so that the other side can be answered in words it reads. */
+static inline const char *wire_check(const void *header, size_t header_len, size_t payload_len,
+                                     wire_header *out, int *other_version)
+{
+  *other_version = 0;
+  if (header_len != sizeof *out) return "a header of the wrong size";
+  memcpy(out, header, sizeof *out);
+  if (out->magic != WIRE_MAGIC) return "not an xferlua message";
+  if (out->version != WIRE_VERSION) {
+    *other_version = 1;
+    return "another protocol version";
+  }
+  if (out->type < WIRE_HELLO || out->type >= WIRE__LAST) return "an unknown message type";
+  switch (out->type) {
+  case WIRE_HELLO:
+  case WIRE_WELCOME:
+  case WIRE_REPLY:
+    if (payload_len > WIRE_MAX_TEXT) return "a text payload too long";
+    break;
+  case WIRE_WRITE:
+  case WIRE_DATA:
+    if (out->length > WIRE_CHUNK || payload_len != out->length) return "a payload that is not its length";
+    break;
+  case WIRE_READ:
+    if (out->length > WIRE_CHUNK || payload_len) return "a read of the wrong length";
+    break;
+  default:
+    if (payload_len) return "a payload where none belongs";
+    break;
+  }
+  if ((out->type == WIRE_WRITE || out->type == WIRE_READ) && out->offset + out->length < out->offset)
+    return "an offset that wraps";
+  return NULL;
+}
+
+#endif

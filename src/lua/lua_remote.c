@@ -1,0 +1,216 @@
+/*
+** lua_remote.c -- remote devices from Lua: xfer.connect(url, {timeout, token}) -> an
+** xfer.Peer (name, devices, lost; close()), xfer.listen(url, {name, token}) -> an
+** xfer.Listener (progress(seconds), stats(), close()). Both are closed by their __gc, which
+** never raises.
+*/
+#include <string.h>
+
+#include "binding.h"
+
+#define XL_PEER "xfer.Peer"
+#define XL_LISTENER "xfer.Listener"
+
+typedef struct peer_box {
+  xfer_peer *peer;
+} peer_box;
+
+typedef struct listener_box {
+  xfer_listener *listener;
+} listener_box;
+
+static const char *check_url(lua_State *L, const char *fname)
+{
+  if (lua_type(L, 1) != LUA_TSTRING) xl_arg_error(L, 1, fname, "address string (ucx://host:port)");
+  size_t len;
+  const char *url = lua_tolstring(L, 1, &len);
+  if (strlen(url) != len) xl_raise_code(L, XFER_E_INVALID, fname, "%s: an address with a NUL byte", fname);
+  return url;
+}
+
+/* -- Peers ------------------------------------------------------------------------------------ */
+
+static int l_connect(lua_State *L)
+{
+  static const char *const keys[] = {"timeout", "token", NULL};
+  const char *url = check_url(L, "connect");
+  xfer_connect_opts opts = {0, NULL};
+  if (!lua_isnoneornil(L, 2)) {
+    xl_check_options(L, 2, "connect", keys);
+    lua_getfield(L, 2, "timeout");
+    if (!lua_isnil(L, -1)) {
+      if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0) || lua_tonumber(L, -1) > 86400)
+        xl_raise_code(L, XFER_E_INVALID, "connect", "connect: 'timeout' must be a number of seconds "
+                      "above 0 (at most 86400)");
+      opts.timeout = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    opts.token = xl_opt_string(L, 2, "connect", "token", NULL);
+  }
+  peer_box *b = lua_newuserdata(L, sizeof *b);
+  b->peer = NULL;
+  luaL_getmetatable(L, XL_PEER);
+  lua_setmetatable(L, -2);
+  xfer_error err;
+  if (xfer_connect(xl_ctx(L), url, &opts, &b->peer, &err)) xl_raise(L, &err);
+  return 1;
+}
+
+static int peer_index(lua_State *L)
+{
+  peer_box *b = luaL_checkudata(L, 1, XL_PEER);
+  const char *key = luaL_checkstring(L, 2);
+  if (!strcmp(key, "close")) {
+    lua_getmetatable(L, 1);
+    lua_getfield(L, -1, "close");
+    return 1;
+  }
+  if (!b->peer) {
+    if (!strcmp(key, "lost")) {
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+    xl_raise_code(L, XFER_E_PEER_LOST, "peer", "the peer was closed");
+  }
+  if (!strcmp(key, "name")) {
+    lua_pushstring(L, xfer_peer_name(b->peer));
+  } else if (!strcmp(key, "lost")) {
+    lua_pushboolean(L, xfer_peer_is_lost(b->peer));
+  } else if (!strcmp(key, "devices")) {
+    size_t n = xfer_peer_device_count(b->peer);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+      xl_push_device(L, xfer_peer_device(b->peer, i));
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+static int peer_close(lua_State *L)
+{
+  peer_box *b = luaL_checkudata(L, 1, XL_PEER);
+  xfer_peer *p = b->peer;
+  b->peer = NULL;
+  xfer_peer_close(p); /* (NULL: closed already) */
+  return 0;
+}
+
+static int peer_tostring(lua_State *L)
+{
+  peer_box *b = luaL_checkudata(L, 1, XL_PEER);
+  if (!b->peer) lua_pushliteral(L, "xfer.Peer(closed)");
+  else lua_pushfstring(L, "xfer.Peer(%s, %d devices%s)", xfer_peer_name(b->peer),
+                       (int)xfer_peer_device_count(b->peer), xfer_peer_is_lost(b->peer) ? ", lost" : "");
+  return 1;
+}
+
+/* -- Listeners -------------------------------------------------------------------------------- */
+
+static xfer_listener *check_listener(lua_State *L, const char *fname)
+{
+  listener_box *b = xl_test_udata(L, 1, XL_LISTENER);
+  if (!b) xl_arg_error(L, 1, fname, "xfer.Listener");
+  if (!b->listener) xl_raise_code(L, XFER_E_CLOSED, fname, "%s: the listener was closed", fname);
+  return b->listener;
+}
+
+static int l_listen(lua_State *L)
+{
+  static const char *const keys[] = {"name", "token", NULL};
+  const char *url = check_url(L, "listen");
+  xfer_listen_opts opts = {NULL, NULL};
+  if (!lua_isnoneornil(L, 2)) {
+    xl_check_options(L, 2, "listen", keys);
+    opts.name = xl_opt_string(L, 2, "listen", "name", NULL);
+    opts.token = xl_opt_string(L, 2, "listen", "token", NULL);
+  }
+  listener_box *b = lua_newuserdata(L, sizeof *b);
+  b->listener = NULL;
+  luaL_getmetatable(L, XL_LISTENER);
+  lua_setmetatable(L, -2);
+  xfer_error err;
+  if (xfer_listen(xl_ctx(L), url, &opts, &b->listener, &err)) xl_raise(L, &err);
+  return 1;
+}
+
+/* listener:progress([seconds]): serves for that long (default 0: what has arrived) */
+static int listener_progress(lua_State *L)
+{
+  xfer_listener *l = check_listener(L, "progress");
+  double seconds = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER || !(lua_tonumber(L, 2) >= 0))
+      xl_raise_code(L, XFER_E_INVALID, "progress", "progress: seconds must be a number >= 0");
+    seconds = lua_tonumber(L, 2);
+  }
+  xfer_error err;
+  if (xfer_listener_progress(l, seconds, &err)) xl_raise(L, &err);
+  return 0;
+}
+
+static int listener_stats(lua_State *L)
+{
+  xfer_listener *l = check_listener(L, "stats");
+  uint64_t clients, served, dropped;
+  xfer_listener_stats(l, &clients, &served, &dropped);
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, (lua_Number)clients);
+  lua_setfield(L, -2, "clients");
+  lua_pushnumber(L, (lua_Number)served);
+  lua_setfield(L, -2, "served");
+  lua_pushnumber(L, (lua_Number)dropped);
+  lua_setfield(L, -2, "dropped");
+  return 1;
+}
+
+static int listener_close(lua_State *L)
+{
+  listener_box *b = luaL_checkudata(L, 1, XL_LISTENER);
+  xfer_listener *l = b->listener;
+  b->listener = NULL;
+  xfer_listener_close(l);
+  return 0;
+}
+
+static int listener_tostring(lua_State *L)
+{
+  listener_box *b = luaL_checkudata(L, 1, XL_LISTENER);
+  lua_pushstring(L, b->listener ? "xfer.Listener" : "xfer.Listener(closed)");
+  return 1;
+}
+
+void xl_open_remote(lua_State *L, int module)
+{
+  if (luaL_newmetatable(L, XL_PEER)) {
+    lua_pushcfunction(L, peer_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, xl_read_only);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushcfunction(L, peer_close);
+    lua_setfield(L, -2, "close");
+    lua_pushcfunction(L, peer_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, peer_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, XL_LISTENER)) {
+    static const luaL_Reg methods[] = {{"progress", listener_progress}, {"stats", listener_stats},
+                                       {"close", listener_close}, {NULL, NULL}};
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, listener_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, listener_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_connect);
+  lua_setfield(L, module, "connect");
+  lua_pushcfunction(L, l_listen);
+  lua_setfield(L, module, "listen");
+}
