@@ -201,13 +201,9 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
   }
-  if (p->receiving) { /* done, or given up on: it must end before its buffer does */
-    if (api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS) {
-      api->ucp_request_cancel(p->node.worker, p->receiving);
-      while (api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS)
-        api->ucp_worker_progress(p->node.worker);
-    }
-    api->ucp_request_free(p->receiving);
+  if (p->receiving) { /* done, or given up on */
+    if (api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, p->receiving);
+    else api->ucp_request_free(p->receiving);
     p->receiving = NULL;
   }
   p->waiting = 0;

@@ -129,6 +129,18 @@ static void idle(void)
   nanosleep(&ts, NULL);
 }
 
+void xfer_ucx_abandon(ucx_node *node, void *request)
+{
+  const ucx_api *api = node->api;
+  api->ucp_request_cancel(node->worker, request);
+  /* a cancelled request ends at once, as a rule; one that does not (an endpoint's close to
+  ** a stopped peer) is let go of after a second: freed, it ends when UCX is done with it */
+  double until = xfer_now() + 1.0;
+  while (api->ucp_request_check_status(request) == UCS_INPROGRESS && xfer_now() < until)
+    if (!api->ucp_worker_progress(node->worker)) idle();
+  api->ucp_request_free(request);
+}
+
 xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadline,
                         xfer_code code_on_error, const char *op, const char *what,
                         xfer_error *err)
@@ -141,10 +153,7 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
   while ((s = api->ucp_request_check_status(request)) == UCS_INPROGRESS) {
     if (!api->ucp_worker_progress(node->worker)) {
       if (xfer_now() > deadline) {
-        api->ucp_request_cancel(node->worker, request);
-        while (api->ucp_request_check_status(request) == UCS_INPROGRESS)
-          api->ucp_worker_progress(node->worker);
-        api->ucp_request_free(request);
+        xfer_ucx_abandon(node, request);
         return xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: no answer before the deadline", what);
       }
       idle();

@@ -61,6 +61,9 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
                         xfer_code code_on_error, const char *op, const char *what,
                         xfer_error *err);
 
+/* Cancels a request and lets it go (waiting a second at most for it to end). */
+void xfer_ucx_abandon(ucx_node *node, void *request);
+
 /* The error for a UCX status: code, op, native = status, native_name = its string. */
 xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_status_t status,
                         const char *what, xfer_error *err);
