@@ -165,7 +165,7 @@ describe("devices", function()
   end)
 
   it("refuses unknown filters", function()
-    assert.are.equal("devices: unknown runtime 'gpu' (runtimes: host, cuda, vulkan, opencl, or cpu)",
+    assert.are.equal("devices: unknown runtime 'gpu' (runtimes: host, cuda, vulkan, opencl, remote, or cpu)",
                      h.raises("invalid", xfer.devices, "gpu").message)
     assert.are.equal("devices: unknown option 'kind' (known: runtime, unified)",
                      h.raises("invalid", xfer.devices, { kind = "gpu" }).message)

@@ -69,7 +69,7 @@ describe("xferlua's machine-readable flags", function()
     assert.are.equal(0, code, out)
     local inv = decode(out)
     assert.are.equal("host", inv.devices[1].name)
-    assert.are.equal(4, #inv.runtimes)
+    assert.are.equal(5, #inv.runtimes)
   end)
 
   it("--json without --devices or --selftest is refused", function()

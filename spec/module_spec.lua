@@ -16,10 +16,10 @@ describe("xfer module", function()
   end)
 
   describe("runtimes()", function()
-    it("lists host, cuda, vulkan and opencl in that order", function()
+    it("lists host, cuda, vulkan, opencl and remote in that order", function()
       local names = {}
       for i, r in ipairs(xfer.runtimes()) do names[i] = r.name end
-      assert.are.same({ "host", "cuda", "vulkan", "opencl" }, names)
+      assert.are.same({ "host", "cuda", "vulkan", "opencl", "remote" }, names)
     end)
 
     it("says host is available with one device and no reason", function()
@@ -112,7 +112,8 @@ describe("xfer module", function()
 
     it("lists the codes", function()
       assert.are.same({ "read", "write", "alloc", "freed", "closed", "invalid", "unsupported",
-                        "unavailable", "device_lost", "in_use" }, xfer.codes)
+                        "unavailable", "device_lost", "in_use", "peer_lost", "timeout", "unreachable",
+                        "unauthorized", "version_mismatch" }, xfer.codes)
     end)
   end)
 

@@ -37,7 +37,7 @@ describe("selftest", function()
 
   it("shows exactly the failures that were injected, by runtime", function()
     for _, rt in ipairs(xfer.runtimes()) do
-      if rt.available and rt.name ~= "host" then
+      if rt.available and rt.devices > 0 and rt.name ~= "host" then -- (remote: none until a peer connects)
         xfer.faults.clear()
         xfer.faults.inject({ runtime = rt.name, op = "read", count = 100000 })
         local r = xfer.selftest({ quick = true, sizes = { 4099 } })

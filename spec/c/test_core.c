@@ -38,7 +38,7 @@ static void test_dtypes(void)
 
 static void test_context(xfer_ctx *ctx)
 {
-  CHECK(xfer_runtime_count(ctx) == 4);
+  CHECK(xfer_runtime_count(ctx) == 5); /* host, cuda, vulkan, opencl, remote */
   xfer_runtime_info info;
   CHECK(xfer_runtime_get(ctx, 0, &info, NULL) == XFER_E_OK);
   CHECK_STR(info.name, "host");

@@ -97,7 +97,7 @@ end
 --- The settings a spec starts from: the defaults, caching as XFER_CACHE says.
 function helpers.default_config()
   return { staging_chunk = 4194304, staging_depth = 3, cache = os.getenv("XFER_CACHE") ~= "0",
-           cache_limit = 0, setaside_after = 3 }
+           cache_limit = 0, setaside_after = 3, remote_timeout = 10 }
 end
 
 --- The xferlua binary under test (scripts/test sets XFERLUA).
