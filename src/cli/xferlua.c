@@ -46,6 +46,10 @@ static void print_usage(FILE *out)
           "  --calibrate Time every path between every pair of devices at a few sizes, give\n"
           "              the planner the figures (it then chooses by size) and save them to\n"
           "              the plan cache (XFER_PLAN_CACHE; --json: the figures as JSON).\n"
+          "  --serve URL [--name NAME] [--token-file FILE]\n"
+          "              Serve this machine's devices on URL (ucx://address:port, that\n"
+          "              address only) until stopped; clients see them as NAME/device\n"
+          "              (default node); FILE holds a token clients must give.\n"
           "  -h, --help  Show this help.\n"
           "  --          Stop handling options.\n"
           "  -           Execute stdin and stop handling options.\n"
@@ -247,6 +251,39 @@ static int run_selftest(lua_State *L, int quick, int json)
   return status;
 }
 
+/* --serve URL [--name N] [--token-file F]: this machine's devices, served until the process
+** is stopped; a line on stderr says what is served where */
+static int run_serve(lua_State *L, const char *serve, const char *name, const char *token_file)
+{
+  static const char chunk[] =
+    "local url, name, token_file = ...\n"
+    "local xfer = require 'xfer'\n"
+    "local token\n"
+    "if token_file then\n"
+    "  local f, why = io.open(token_file)\n"
+    "  if not f then error(xfer.error{code = 'invalid', op = 'serve', message = '--token-file: ' .. why}, 0) end\n"
+    "  token = f:read('*a'):gsub('[\\r\\n]+$', '')\n"
+    "  f:close()\n"
+    "end\n"
+    "local l = xfer.listen(url, {name = name, token = token})\n"
+    "local names = {}\n"
+    "for _, d in ipairs(xfer.devices()) do if d.runtime ~= 'remote' then names[#names + 1] = d.name end end\n"
+    "io.stderr:write(('xferlua: serving %s on %s as %s%s\\n'):format(table.concat(names, ', '), url,\n"
+    "  name or 'node', token and ' (token required)' or ''))\n"
+    "while true do l:progress(1) end\n";
+  int status = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=--serve");
+  if (status == 0) {
+    lua_pushstring(L, serve);
+    if (name) lua_pushstring(L, name);
+    else lua_pushnil(L);
+    if (token_file) lua_pushstring(L, token_file);
+    else lua_pushnil(L);
+    status = docall(L, 3, 0);
+  }
+  if (status) report(L, status);
+  return status;
+}
+
 /* --calibrate [--json]: the figures, saved to the plan cache; 1 when they could not be saved */
 static int run_calibrate(lua_State *L, int json)
 {
@@ -398,6 +435,7 @@ typedef struct cli {
   int interactive, version, no_env, devices, json, help, has_e;
   int bytecode;        /* index of a -b option, or 0 */
   int selftest, quick, calibrate;
+  const char *serve, *name, *token_file; /* --serve URL [--name N] [--token-file F] */
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -419,6 +457,10 @@ static void scan_args(char **argv, int argc, cli *c)
     else if (!strcmp(a, "--selftest")) c->selftest = 1;
     else if (!strcmp(a, "--quick")) c->quick = 1;
     else if (!strcmp(a, "--calibrate")) c->calibrate = 1;
+    else if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file")) {
+      if (++i >= argc) { c->bad = i - 1; return; }
+      *(a[2] == 's' ? &c->serve : a[2] == 'n' ? &c->name : &c->token_file) = argv[i];
+    }
 
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
     else if (!strcmp(a, "-i")) c->interactive = c->version = 1;
@@ -442,6 +484,10 @@ static int run_options(lua_State *L, char **argv, int last)
   for (int i = 1; i < last; i++) {
     const char *a = argv[i];
     char opt = a[1];
+    if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file")) {
+      i++; /* its value, whatever it looks like */
+      continue;
+    }
     if (a[0] != '-' || (opt != 'e' && opt != 'l' && opt != 'j' && opt != 'O')) continue;
     const char *val = opt == 'O' || a[2] ? a + 2 : argv[++i];
     int status = opt == 'e'   ? dostring(L, val, "=(command line)")
@@ -499,6 +545,7 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (c.devices && print_devices(L, c.json)) return 1;
   if (c.selftest && run_selftest(L, c.quick, c.json)) return 1;
   if (c.calibrate && run_calibrate(L, c.json)) return 1;
+  if (c.serve) return run_serve(L, c.serve, c.name, c.token_file) ? 1 : 0;
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;
