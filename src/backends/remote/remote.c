@@ -42,6 +42,7 @@ struct xfer_peer {
   size_t read_len;
   void *receiving;                /* a rendezvous receive into it, in progress */
   int bad_answer;                 /* the server broke the protocol */
+  const char *bad_why;            /* how */
 };
 
 typedef struct remote_dev {
@@ -100,6 +101,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
   const char *bad = wire_check(header, header_len, len, &h, &other_version);
   if (bad || (h.type != WIRE_WELCOME && h.type != WIRE_REPLY && h.type != WIRE_DATA)) {
     p->bad_answer = 1;
+    p->bad_why = bad ? bad : "a client's message";
     return drop_data(p, data, param);
   }
   if (h.request != p->waiting || p->answered) return drop_data(p, data, param); /* a late one */
@@ -107,6 +109,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
   if (h.type == WIRE_DATA) {
     if (len != p->read_len) {
       p->bad_answer = 1;
+      p->bad_why = "data of another length than asked";
       return drop_data(p, data, param);
     }
     into = p->read_into;
@@ -184,7 +187,7 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  prm.flags = UCP_AM_SEND_FLAG_REPLY;
+  prm.flags = UCP_AM_SEND_FLAG_REPLY; /* (h, on this stack, lives until the send is done) */
   char what[96];
   snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
   void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &h, sizeof h, payload, len, &prm);
@@ -201,14 +204,21 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
   }
+  int received = 1; /* the answer's payload has landed */
   if (p->receiving) { /* done, or given up on */
-    if (api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, p->receiving);
+    ucs_status_t s = api->ucp_request_check_status(p->receiving);
+    if (s == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, p->receiving);
     else api->ucp_request_free(p->receiving);
+    received = s == UCS_OK;
     p->receiving = NULL;
   }
   p->waiting = 0;
-  if (!rc && (p->broken || p->bad_answer)) {
-    rc = p->bad_answer ? xfer_err_set(err, XFER_E_PEER_LOST, op, "%s: %s broke the protocol", op, p->name)
+  /* an answer that arrived whole counts, even if the connection broke just after (a server
+  ** closes on a client it refused) */
+  int whole = p->answered && !p->bad_answer && received;
+  if (!rc && !whole && (p->broken || p->bad_answer)) {
+    rc = p->bad_answer ? xfer_err_set(err, XFER_E_PEER_LOST, op, "%s: %s broke the protocol (%s)", op,
+                                      p->name, p->bad_why ? p->bad_why : "?")
                        : lost_error(p, op, err);
   }
   if (rc == XFER_E_TIMEOUT || rc == XFER_E_PEER_LOST) {

@@ -26,6 +26,7 @@ typedef struct buffer_entry {
 typedef struct conn {
   ucp_ep_h ep;
   int authorized, broken, closing;
+  double closing_since;              /* refused: dropped when it goes, or after a while */
   uint64_t id;
   buffer_entry *buffers;
   size_t nbuffers, cap;
@@ -43,8 +44,10 @@ typedef struct message {
   struct message *next;
 } message;
 
-typedef struct sending {             /* a reply on its way, and what it sends from */
+typedef struct sending {             /* a reply on its way, and what it sends from: UCX reads
+                                     ** the header and the data until the send is done */
   void *request;
+  wire_header header;
   char *data;
   struct sending *next;
 } sending;
@@ -198,29 +201,27 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
 
 static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t len)
 {
-  ucp_request_param_t p;
-  memset(&p, 0, sizeof p);
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_AM_SEND_FLAG_REPLY;
-  h.length = len;
-  void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &h, sizeof h, data, len, &p);
-  if (r == NULL) {
-    free(data);
-    return;
-  }
-  if (UCS_PTR_IS_ERR(r)) {
+  sending *s = malloc(sizeof *s); /* the header must outlive this call (UCX 1.13 sends from it) */
+  if (!s) {
     free(data);
     c->broken = 1;
     return;
   }
-  sending *s = malloc(sizeof *s);
-  if (!s) { /* cannot track it: wait for it here */
-    xfer_ucx_wait(&l->node, r, xfer_now() + 5.0, XFER_E_PEER_LOST, "serve", "replying", NULL);
+  s->header = h;
+  s->header.length = len;
+  s->data = data;
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &s->header, sizeof s->header, data, len, &p);
+  if (r == NULL || UCS_PTR_IS_ERR(r)) { /* sent already, or never */
+    if (r) c->broken = 1;
     free(data);
+    free(s);
     return;
   }
   s->request = r;
-  s->data = data;
   s->next = l->sends;
   l->sends = s;
 }
@@ -254,7 +255,10 @@ static void reply_refusal(xfer_listener *l, conn *c, const wire_header *req, xfe
   snprintf(e.op, sizeof e.op, "connect");
   snprintf(e.message, sizeof e.message, "%s", text);
   reply_error(l, c, req, &e);
-  c->closing = 1; /* dropped once the reply has gone */
+  /* dropped when the client closes on reading the refusal, or after a while: closing at once
+  ** could cut the refusal off before it arrives */
+  c->closing = 1;
+  c->closing_since = xfer_now();
 }
 
 /* -- Serving ---------------------------------------------------------------------------------- */
@@ -508,9 +512,7 @@ static int serve_ready(xfer_listener *l)
   }
   for (conn *c = l->conns, *next; c; c = next) {
     next = c->next;
-    int replying = 0;
-    for (sending *s = l->sends; s; s = s->next) replying = 1; /* (any: replies are not per-client) */
-    if (c->broken || (c->closing && !replying)) {
+    if (c->broken || (c->closing && xfer_now() - c->closing_since > 5.0)) {
       drop_conn(l, c);
       did = 1;
     }

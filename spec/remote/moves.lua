@@ -1,0 +1,58 @@
+-- spec/remote/moves.lua URL [TOKEN]: byte-exact moves between every local device and every
+-- device of the server at URL, both ways, at 0, 1, odd and 64 MiB, by to, copy_from and
+-- to_async. Run by spec/remote_spec.lua in a process of its own (UCX reads UCX_TLS when it
+-- starts: one process per transport). Prints one line per failure, then "moves: N checked,
+-- N failed"; exits 1 on any failure.
+local xfer = require "xfer"
+local url, token = ...
+local peer = xfer.connect(url, { timeout = 20, token = token })
+
+local checked, failed = 0, 0
+local function check(ok, what)
+  checked = checked + 1
+  if not ok then
+    failed = failed + 1
+    print("FAILED: " .. what)
+  end
+end
+
+local function pattern(n, seed)
+  local parts = {}
+  local period = {}
+  for i = 0, 250 do period[i + 1] = string.char((i * 37 + seed) % 251) end
+  local block = table.concat(period)
+  for i = 1, math.ceil(n / 251) do parts[i] = block end
+  return table.concat(parts):sub(1, n)
+end
+
+local locals = {}
+for _, d in ipairs(xfer.devices()) do
+  if d.runtime ~= "remote" then locals[#locals + 1] = d end
+end
+for _, n in ipairs({ 0, 1, 4099, 64 * 1024 * 1024 }) do
+  local bytes = pattern(n, n % 7)
+  for _, a in ipairs(locals) do
+    for _, r in ipairs(peer.devices) do
+      if n < 1024 * 1024 or a.runtime == "host" or r.name:match("/host$") then -- 64 MiB: fewer pairs
+        local what = ("%d bytes %s -> %s"):format(n, a.name, r.name)
+        local src = xfer.tensor(bytes, { dtype = "u8", device = a })
+        local there = src:to(r)
+        check(there.device == r and there:tobytes() == bytes, what .. " (to)")
+        local back = there:to(a)
+        check(back:tobytes() == bytes, what .. " and back (to)")
+        local into = xfer.zeros({ n }, { dtype = "u8", device = r })
+        into:copy_from(src)
+        check(into:tobytes() == bytes, what .. " (copy_from into the remote)")
+        local home = xfer.zeros({ n }, { dtype = "u8", device = a })
+        home:copy_from(into)
+        check(home:tobytes() == bytes, what .. " and back (copy_from out of the remote)")
+        local job = src:to_async(r)
+        check(job:wait():tobytes() == bytes, what .. " (to_async)")
+        for _, t in ipairs({ src, there, back, into, home }) do t:free() end
+      end
+    end
+  end
+end
+peer:close()
+print(("moves: %d checked, %d failed"):format(checked, failed))
+os.exit(failed == 0 and 0 or 1)

@@ -1,0 +1,199 @@
+-- Remote devices over UCX: a server process on loopback (xferlua --serve, under a time
+-- limit), a client here. Byte-exact moves over tcp and shared memory, each in a process of its
+-- own (spec/remote/moves.lua); the failures a peer can have, each a value: a wrong token
+-- (unauthorized), a closed port (unreachable), a killed server (peer_lost within a second), a
+-- stopped one (timeout at the deadline, never a hang).
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local function remote_runtime()
+  for _, r in ipairs(xfer.runtimes()) do if r.name == "remote" then return r end end
+end
+
+local rt = remote_runtime()
+if not (rt and rt.available) then
+  describe("remote devices #remote", function()
+    it("is pending", function() pending("the remote runtime is unavailable here: " .. (rt and rt.reason or "?")) end)
+  end)
+  return
+end
+
+local function read(file)
+  local f = io.open(file)
+  if not f then return "" end
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+-- A server on 127.0.0.1 at a free port: {url, pid, log, stop = function}. `env` sets UCX_TLS
+-- and the like; the process is stopped after `limit` seconds whatever happens.
+local function start_server(opts)
+  opts = opts or {}
+  for _ = 1, 10 do
+    local port = 20000 + math.random(0, 30000)
+    local log = os.tmpname()
+    local token_arg = ""
+    if opts.token then
+      local tf = os.tmpname()
+      local f = io.open(tf, "w")
+      f:write(opts.token, "\n")
+      f:close()
+      token_arg = " --token-file " .. tf
+    end
+    local url = "ucx://127.0.0.1:" .. port
+    local cmd = ("%s timeout %d %s --serve %s --name %s%s >%s 2>&1 & echo $!"):format(
+      opts.env or "", opts.limit or 120, h.xferlua(), url, opts.name or "nodeT", token_arg, log)
+    local p = io.popen(cmd)
+    local pid = tonumber(p:read("*a"))
+    p:close()
+    local t0 = xfer.clock()
+    while xfer.clock() - t0 < 10 do
+      local text = read(log)
+      if text:find("xferlua: serving", 1, true) then
+        -- the xferlua under timeout: its child
+        local q = io.popen("pgrep -P " .. pid)
+        local child = tonumber(q:read("*a")) or pid
+        q:close()
+        return { url = url, pid = child, log = log,
+                 stop = function() os.execute("kill -9 " .. child .. " " .. pid .. " 2>/dev/null") end }
+      end
+      if text:find("already in use", 1, true) or text:find("xferlua: listen", 1, true) then break end
+      os.execute("sleep 0.05")
+    end
+    os.execute("kill -9 " .. pid .. " 2>/dev/null")
+  end
+  error("no server came up (see its log)")
+end
+
+describe("remote devices #remote", function()
+  math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 1000)
+
+  for _, tls in ipairs({ "tcp", "shm,tcp" }) do
+    it("moves bytes exactly between every local device and every remote one (UCX_TLS=" .. tls .. ")", function()
+      local env = "UCX_TLS=" .. tls .. " "
+      local server = start_server({ env = env, token = "sesame" })
+      local out, code = h.run(("%stimeout 300 %s spec/remote/moves.lua %s sesame"):format(env, h.xferlua(), server.url))
+      server.stop()
+      assert.are.equal(0, code, out .. read(server.log))
+      assert.is_truthy(out:find("moves: %d+ checked, 0 failed"), out)
+    end)
+  end
+
+  it("lists the server's devices as name/device, with their fields", function()
+    local server = start_server({ name = "nodeL" })
+    local p = xfer.connect(server.url, { timeout = 10 })
+    assert.are.equal("nodeL", p.name)
+    local here = {}
+    for _, d in ipairs(xfer.devices()) do if d.runtime ~= "remote" then here[#here + 1] = d end end
+    assert.are.equal(#here, #p.devices)
+    for i, d in ipairs(p.devices) do
+      assert.are.equal("nodeL/" .. here[i].name, d.name)
+      assert.are.equal("remote", d.runtime)
+      assert.are.equal(here[i].label, d.label)
+      assert.are.equal(here[i].total_memory, d.total_memory)
+      assert.are.equal(d, xfer.device(d.name))
+    end
+    assert.is_truthy(tostring(p):find("xfer.Peer(nodeL, " .. #here .. " devices)", 1, true))
+    -- a remote tensor is a handle: its bytes stay there, its fields are here
+    local t = xfer.arange(6, { dtype = "i32" }):reshape({ 2, 3 }):contiguous():to("nodeL/host")
+    assert.are.same({ 2, 3 }, t.shape)
+    assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, t:totable())
+    t:free()
+    p:close()
+    assert.is_true(p.lost)
+    server.stop()
+  end)
+
+  it("refuses a wrong or missing token (unauthorized), and takes the right one", function()
+    local server = start_server({ token = "open sesame" })
+    local e = h.raises("unauthorized", xfer.connect, server.url, { timeout = 5, token = "open sesam" })
+    assert.is_truthy(e.message:find("the server refused the token", 1, true), e.message)
+    h.raises("unauthorized", xfer.connect, server.url, { timeout = 5 })
+    local p = xfer.connect(server.url, { timeout = 5, token = "open sesame" })
+    assert.are.equal(3, #xfer.arange(4):to(p.devices[1]):totable() - 1)
+    p:close()
+    server.stop()
+  end)
+
+  it("says a closed port is unreachable", function()
+    local server = start_server({})
+    server.stop()
+    os.execute("sleep 0.2")
+    local t0 = xfer.clock()
+    local e = h.raises("unreachable", xfer.connect, server.url, { timeout = 2 })
+    assert.is_true(xfer.clock() - t0 < 2.5)
+    assert.are.equal("connect", e.op)
+  end)
+
+  it("turns a server killed mid-move into peer_lost within a second", function()
+    local server = start_server({})
+    local p = xfer.connect(server.url, { timeout = 30 })
+    local big = xfer.zeros({ 256 * 1024 * 1024 }, { dtype = "u8" })
+    local r = xfer.arange(10):to(p.devices[1])
+    local job = big:to_async(p.devices[1])
+    os.execute("sleep 0.05")
+    local killed = xfer.clock()
+    os.execute("kill -9 " .. server.pid)
+    local ok, e = pcall(job.wait, job)
+    local took = xfer.clock() - killed
+    if ok then return pending("the move ended before the kill (a faster machine): nothing to lose") end
+    assert.are.equal("peer_lost", e.code, e.message)
+    assert.is_true(took < 1.0, ("took %.2f s"):format(took))
+    -- its tensors now raise peer_lost, and so does every move to its devices
+    assert.are.equal("peer_lost", h.raises("peer_lost", r.tobytes, r).code)
+    h.raises("peer_lost", xfer.arange(3).to, xfer.arange(3), p.devices[1])
+    assert.is_true(p.lost)
+    r:free() -- (a lost peer's buffers went with it: free is harmless)
+    p:close()
+    server.stop()
+  end)
+
+  it("gives up on a stopped server at the deadline (timeout), never hanging, then reconnects", function()
+    local server = start_server({ name = "nodeS" })
+    local p = xfer.connect(server.url, { timeout = 1 })
+    local r = xfer.arange(1000):to("nodeS/host")
+    os.execute("kill -STOP " .. server.pid)
+    local t0 = xfer.clock()
+    local e = h.raises("timeout", r.tobytes, r)
+    local took = xfer.clock() - t0
+    os.execute("kill -CONT " .. server.pid)
+    assert.is_true(took >= 0.9 and took < 3, ("took %.2f s"):format(took))
+    assert.is_truthy(e.message:find("nodeS answered nothing within 1 s", 1, true), e.message)
+    -- the peer is lost now: its tensors say so at once
+    local e2 = h.raises("peer_lost", r.tobytes, r)
+    assert.are.equal("device nodeS/host was lost: nodeS did not answer in time", e2.message)
+    -- connecting again gives new devices of the same names; the old handles stay refused
+    local again = xfer.connect(server.url, { timeout = 5 })
+    assert.are_not.equal(p.devices[1], again.devices[1])
+    assert.are.equal(again.devices[1], xfer.device("nodeS/host"))
+    assert.are.same({ 0, 1, 2 }, xfer.arange(3):to("nodeS/host"):totable())
+    h.raises("peer_lost", r.tobytes, r)
+    again:close()
+    p:close()
+    server.stop()
+  end)
+
+  describe("bad input", function()
+    h.each_invalid({
+      { "connect: not a URL", function() xfer.connect("http://x:1") end,
+        "connect: 'http://x:1' is no ucx://host:port address" },
+      { "connect: no port", function() xfer.connect("ucx://host") end,
+        "connect: 'ucx://host' names no host and port (ucx://host:port)" },
+      { "connect: port 0", function() xfer.connect("ucx://host:0") end,
+        "connect: 'ucx://host:0': the port must be 1 to 65535" },
+      { "connect: a timeout of 0", function() xfer.connect("ucx://127.0.0.1:1", { timeout = 0 }) end,
+        "connect: 'timeout' must be a number of seconds above 0 (at most 86400)" },
+      { "connect: an unknown option", function() xfer.connect("ucx://127.0.0.1:1", { wait = 1 }) end,
+        "connect: unknown option 'wait' (known: timeout, token)" },
+      { "connect: a number for the URL", function() xfer.connect(5) end,
+        "bad argument #1 to 'connect' (address string (ucx://host:port) expected, got number)" },
+      { "listen: a name with a slash", function() xfer.listen("ucx://127.0.0.1:1", { name = "a/b" }) end,
+        "listen: a name of at most 16 characters, without '/', ':', spaces or tabs, not 'a/b'" },
+      { "listen: a name too long", function() xfer.listen("ucx://127.0.0.1:1", { name = string.rep("n", 17) }) end,
+        "listen: a name of at most 16 characters, without '/', ':', spaces or tabs, not 'nnnnnnnnnnnnnnnnn'" },
+      { "config: a remote_timeout of 0", function() xfer.config({ remote_timeout = 0 }) end,
+        "remote_timeout must be 0.001 to 86400 seconds, not 0" },
+    })
+  end)
+end)
