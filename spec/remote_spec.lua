@@ -174,6 +174,30 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  it("drops clients that break the protocol and serves the others (a wire fuzzer)", function()
+    local fuzz = h.xferlua():gsub("xferlua$", "wire_fuzz")
+    local exists = io.open(fuzz)
+    if not exists then return pending("wire_fuzz was not built (it links UCX's libraries)") end
+    exists:close()
+    local server = start_server({})
+    local p = xfer.connect(server.url, { timeout = 10 }) -- a good client, connected throughout
+    local r = xfer.arange(100):to(p.devices[1])
+    for seed = 1, 3 do
+      local out, code = h.run(("timeout 120 %s %s %d 100"):format(fuzz, server.url, seed))
+      assert.are.equal(0, code, out)
+      assert.is_truthy(out:find("version 99: version_mismatch", 1, true), out) -- another version: told so
+      assert.is_truthy(out:find("fuzz: 100 connections", 1, true), out)
+    end
+    assert.are.same(xfer.arange(100):totable(), r:totable()) -- the good client is served still
+    -- a second connection to the same name is refused here (device names stay unique) ...
+    h.raises("invalid", xfer.connect, server.url, { timeout = 10 })
+    p:close()
+    local p2 = xfer.connect(server.url, { timeout = 10 }) -- ... and new ones are served
+    assert.are.same({ 0, 1 }, xfer.arange(2):to(p2.devices[1]):totable())
+    p2:close()
+    server.stop()
+  end)
+
   describe("bad input", function()
     h.each_invalid({
       { "connect: not a URL", function() xfer.connect("http://x:1") end,

@@ -1,0 +1,191 @@
+/*
+** wire_fuzz.c -- a hostile client of xferlua's server (spec/remote_spec.lua runs it):
+**   wire_fuzz URL SEED ROUNDS
+** first a HELLO of another protocol version, which must be answered version_mismatch; then
+** ROUNDS connections, each sending messages chosen by SEED that break the protocol in one way
+** or another (random bytes, cut-off headers, unknown types, lengths that lie, requests before
+** HELLO, handles never given, sizes that wrap). The server must drop such a client and keep
+** serving others; the spec checks that it does. Prints what it did; exits 1 when the version
+** check fails or no connection could be made.
+*/
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+#include "../../src/backends/remote/wire.h"
+#include "xfer.h"
+
+static ucp_context_h context;
+static ucp_worker_h worker;
+static int replied, reply_code, ep_failed;
+
+static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, void *data,
+                             size_t len, const ucp_am_recv_param_t *param)
+{
+  (void)arg, (void)data, (void)len;
+  wire_header h;
+  if (header_len == sizeof h) {
+    memcpy(&h, header, sizeof h);
+    replied = 1;
+    reply_code = h.code;
+  }
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker, data);
+  return UCS_OK;
+}
+
+static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+  (void)arg, (void)ep, (void)status;
+  ep_failed = 1;
+}
+
+static double now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void wait_for(void *request, double seconds)
+{
+  double until = now() + seconds;
+  if (request == NULL || UCS_PTR_IS_ERR(request)) return;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && now() < until) ucp_worker_progress(worker);
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker, request);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  ucp_request_free(request);
+}
+
+static ucp_ep_h connect_to(const char *host, const char *port)
+{
+  struct addrinfo hints, *found = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, port, &hints, &found) || !found) return NULL;
+  ucp_ep_params_t p;
+  memset(&p, 0, sizeof p);
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = found->ai_addr;
+  p.sockaddr.addrlen = found->ai_addrlen;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = on_error;
+  ucp_ep_h ep = NULL;
+  ep_failed = 0;
+  ucs_status_t s = ucp_ep_create(worker, &p, &ep);
+  freeaddrinfo(found);
+  return s == UCS_OK ? ep : NULL;
+}
+
+static void close_ep(ucp_ep_h ep)
+{
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  wait_for(ucp_ep_close_nbx(ep, &p), 1.0);
+}
+
+/* sends header (hlen bytes) and payload; waits a moment for an answer */
+static void send_raw(ucp_ep_h ep, const void *header, size_t hlen, const void *payload, size_t len)
+{
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  replied = 0;
+  wait_for(ucp_am_send_nbx(ep, WIRE_AM_ID, header, hlen, payload, len, &p), 2.0);
+  double until = now() + 0.05;
+  while (!replied && !ep_failed && now() < until) ucp_worker_progress(worker);
+}
+
+int main(int argc, char **argv)
+{
+  if (argc != 4 || strncmp(argv[1], "ucx://", 6)) {
+    fprintf(stderr, "usage: wire_fuzz ucx://host:port SEED ROUNDS\n");
+    return 2;
+  }
+  char host[256];
+  snprintf(host, sizeof host, "%s", argv[1] + 6);
+  char *colon = strrchr(host, ':');
+  if (!colon) return 2;
+  *colon = '\0';
+  const char *port = colon + 1;
+  srand((unsigned)atoi(argv[2]));
+  int rounds = atoi(argv[3]);
+
+  ucp_config_t *config;
+  ucp_params_t params;
+  memset(&params, 0, sizeof params);
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM;
+  if (ucp_config_read(NULL, NULL, &config) != UCS_OK || ucp_init(&params, config, &context) != UCS_OK) return 1;
+  ucp_config_release(config);
+  ucp_worker_params_t wp;
+  memset(&wp, 0, sizeof wp);
+  if (ucp_worker_create(context, &wp, &worker) != UCS_OK) return 1;
+  ucp_am_handler_param_t hp;
+  memset(&hp, 0, sizeof hp);
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+  hp.id = WIRE_AM_ID;
+  hp.cb = on_reply;
+  ucp_worker_set_am_recv_handler(worker, &hp);
+
+  /* another protocol version: answered in words it reads */
+  ucp_ep_h ep = connect_to(host, port);
+  if (!ep) return 1;
+  wire_header h = wire_make(WIRE_HELLO, 1);
+  h.version = WIRE_VERSION + 98;
+  replied = 0;
+  send_raw(ep, &h, sizeof h, NULL, 0);
+  double until = now() + 3;
+  while (!replied && !ep_failed && now() < until) ucp_worker_progress(worker);
+  close_ep(ep);
+  int version_ok = replied && reply_code == XFER_E_VERSION_MISMATCH;
+  printf("version %d: %s (code %d)\n", h.version, version_ok ? "version_mismatch" : "NOT REFUSED AS SUCH",
+         reply_code);
+
+  static char junk[1 << 16];
+  int kinds[8] = {0};
+  for (int r = 0; r < rounds; r++) {
+    ep = connect_to(host, port);
+    if (!ep) return 1;
+    int hello_first = rand() % 2;
+    if (hello_first) {
+      h = wire_make(WIRE_HELLO, 1);
+      send_raw(ep, &h, sizeof h, NULL, 0);
+    }
+    for (int m = 0; m < 4 && !ep_failed; m++) {
+      for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)rand();
+      int kind = rand() % 8;
+      kinds[kind]++;
+      h = wire_make((wire_type)(1 + rand() % (WIRE__LAST - 1)), (uint64_t)rand());
+      h.handle = (uint64_t)rand() % 4;
+      h.offset = (uint64_t)rand();
+      h.length = (uint64_t)rand() % 4096;
+      switch (kind) {
+      case 0: send_raw(ep, junk, (size_t)(rand() % 100), NULL, 0); break;               /* random bytes */
+      case 1: send_raw(ep, &h, sizeof h - 1 - (size_t)(rand() % 8), NULL, 0); break;    /* cut short */
+      case 2: h.type = (uint16_t)(WIRE__LAST + rand() % 100); send_raw(ep, &h, sizeof h, NULL, 0); break;
+      case 3: h.type = WIRE_WRITE; send_raw(ep, &h, sizeof h, junk, (size_t)(h.length / 2)); break; /* lies */
+      case 4: h.type = WIRE_ALLOC; h.length = UINT64_MAX - (uint64_t)rand(); send_raw(ep, &h, sizeof h, NULL, 0); break;
+      case 5: h.type = WIRE_READ; h.offset = UINT64_MAX - 10; send_raw(ep, &h, sizeof h, NULL, 0); break; /* wraps */
+      case 6: h.type = WIRE_FREE; h.handle = (uint64_t)rand() + 1000; send_raw(ep, &h, sizeof h, NULL, 0); break;
+      default: h.type = WIRE_REPLY; send_raw(ep, &h, sizeof h, junk, 16); break;        /* a server's message */
+      }
+    }
+    close_ep(ep);
+  }
+  printf("fuzz: %d connections, messages by kind: random %d, cut %d, type %d, lying %d, huge alloc %d, "
+         "wrapping read %d, unknown handle %d, server's %d\n",
+         rounds, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], kinds[6], kinds[7]);
+  ucp_worker_destroy(worker);
+  ucp_cleanup(context);
+  return version_ok ? 0 : 1;
+}
