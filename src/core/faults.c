@@ -12,7 +12,8 @@
 #include "internal.h"
 
 static const char *const fault_ops[] = {
-  "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync", NULL,
+  "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
+  "send", "recv", NULL, /* send, recv: the remote runtime's messages */
 };
 
 const char *const *xfer_fault_ops(void) { return fault_ops; }
@@ -35,12 +36,12 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
 {
   if (!known_runtime(ctx, fault->runtime))
     return xfer_err_set(err, XFER_E_INVALID, "inject",
-                        "unknown runtime '%s' (expected host, cuda, vulkan or opencl)",
+                        "unknown runtime '%s' (expected host, cuda, vulkan, opencl or remote)",
                         fault->runtime);
   if (!known_op(fault->op))
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "unknown op '%s' (expected alloc, read, write, copy, peer, import, "
-                        "export, register, map or sync)", fault->op);
+                        "export, register, map, sync, send or recv)", fault->op);
   if (fault->nth < 1 || fault->count < 1)
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "nth and count must be at least 1 (got nth=%d, count=%d)", fault->nth,

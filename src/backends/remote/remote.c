@@ -170,11 +170,38 @@ static xfer_code remote_error(xfer_peer *p, const xfer_device *dev, xfer_error *
   return (xfer_code)code;
 }
 
+/* Injected faults (XFER_FAULTS=remote:op...): alloc, read, write fail as the server's device
+** would (the peer stays); send fails as a broken connection, recv as an answer that never
+** comes -- both lose the peer, as the real failures do. */
+static xfer_code injected(xfer_peer *p, const xfer_device *dev, const char *fault, xfer_error *err)
+{
+  long long native;
+  if (!xfer_fault_hit(p->ctx, "remote", fault, &native)) return XFER_E_OK;
+  xfer_code code = !strcmp(fault, "send") ? XFER_E_PEER_LOST : !strcmp(fault, "recv") ? XFER_E_TIMEOUT
+                   : !strcmp(fault, "alloc") ? XFER_E_ALLOC : !strcmp(fault, "read") ? XFER_E_READ
+                   : XFER_E_WRITE;
+  const char *name = code == XFER_E_PEER_LOST ? "UCS_ERR_CONNECTION_RESET"
+                     : code == XFER_E_TIMEOUT ? "UCS_ERR_TIMED_OUT" : "injected";
+  xfer_err_native(err, code, fault, native ? native : code == XFER_E_PEER_LOST ? UCS_ERR_CONNECTION_RESET
+                                                    : code == XFER_E_TIMEOUT ? UCS_ERR_TIMED_OUT : 0,
+                  name, code == XFER_E_PEER_LOST ? "the connection broke"
+                        : code == XFER_E_TIMEOUT ? "no answer came" : "the request failed on the server",
+                  code == XFER_E_ALLOC, 1);
+  if (err) snprintf(err->device, sizeof err->device, "%s", dev ? dev->name : p->name);
+  if (code == XFER_E_PEER_LOST || code == XFER_E_TIMEOUT)
+    lose(p, code == XFER_E_PEER_LOST ? "an injected send failure" : "an injected lost answer");
+  return code;
+}
+
 /* (peer->lock held) Sends a request and waits for its answer, by the peer's deadline. */
 static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
                          size_t len, char *read_into, const char *op, xfer_error *err)
 {
   if (p->lost || !p->ep) return lost_error(p, op, err);
+  xfer_code fault = XFER_E_OK;
+  if (!strcmp(op, "alloc") || !strcmp(op, "read") || !strcmp(op, "write")) fault = injected(p, dev, op, err);
+  if (!fault) fault = injected(p, dev, "send", err);
+  if (fault) return fault;
   double deadline = xfer_now() + p->timeout;
   h.request = ++p->next_request;
   h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC ? h.length : len;
@@ -193,6 +220,10 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
   void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &h, sizeof h, payload, len, &prm);
   xfer_code rc = xfer_ucx_wait(&p->node, r, deadline, XFER_E_PEER_LOST, op, what, err);
   const ucx_api *api = p->node.api;
+  if (!rc && (rc = injected(p, dev, "recv", err))) { /* (it lost the peer) */
+    p->waiting = 0;
+    return rc;
+  }
   while (!rc && !p->broken && !p->bad_answer &&
          (!p->answered || (p->receiving && api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS))) {
     if (api->ucp_worker_progress(p->node.worker)) continue;
