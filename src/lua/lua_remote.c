@@ -112,7 +112,10 @@ static int peer_tostring(lua_State *L)
 static xfer_listener *check_listener(lua_State *L, const char *fname)
 {
   listener_box *b = xl_test_udata(L, 1, XL_LISTENER);
-  if (!b) xl_arg_error(L, 1, fname, "xfer.Listener");
+  if (!b) {
+    xl_arg_error(L, 1, fname, "xfer.Listener");
+    return NULL; /* (it raises) */
+  }
   if (!b->listener) xl_raise_code(L, XFER_E_CLOSED, fname, "%s: the listener was closed", fname);
   return b->listener;
 }

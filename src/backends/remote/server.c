@@ -409,9 +409,10 @@ static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, const 
     return NULL;
   }
   xfer_error e;
-  if (m->h.offset + m->h.length > xfer_tensor_nbytes(b->t)) {
+  uint64_t end = m->h.offset + m->h.length; /* (wire_check refused a sum that wraps) */
+  if (end > xfer_tensor_nbytes(b->t)) {
     xfer_err_set(&e, XFER_E_INVALID, op, "bytes %llu to %llu are outside buffer %llu (%zu bytes)",
-                 (unsigned long long)m->h.offset, (unsigned long long)(m->h.offset + m->h.length),
+                 (unsigned long long)m->h.offset, (unsigned long long)end,
                  (unsigned long long)m->h.handle, xfer_tensor_nbytes(b->t));
     reply_error(l, c, &m->h, &e);
     return NULL;
