@@ -16,7 +16,7 @@
 #include "wire.h"
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
-#define MAX_QUEUED ((size_t)64 << 20) /* bytes of one client's requests waiting to be served */
+#define MAX_QUEUED ((size_t)256 << 20) /* bytes of one client's requests waiting to be served */
 
 typedef struct buffer_entry {
   uint64_t handle;
@@ -32,6 +32,7 @@ typedef struct conn {
   size_t nbuffers, cap;
   uint64_t next_handle;
   size_t queued;                     /* bytes of its messages not served yet */
+  size_t waiting;                    /* its messages not served yet */
   struct conn *next;
 } conn;
 
@@ -40,6 +41,7 @@ typedef struct message {
   wire_header h;
   char *data;                        /* the payload (malloc'd), NULL when none */
   size_t len;
+  int direct;                        /* a WRITE received straight into its host buffer */
   void *receiving;                   /* a rendezvous receive in progress */
   struct message *next;
 } message;
@@ -48,7 +50,8 @@ typedef struct sending {             /* a reply on its way, and what it sends fr
                                      ** the header and the data until the send is done */
   void *request;
   wire_header header;
-  char *data;
+  char *data;                        /* freed when sent, unless it is held's memory */
+  xfer_tensor *held;                 /* a host buffer sent from in place, released when sent */
   struct sending *next;
 } sending;
 
@@ -131,6 +134,8 @@ static void drop_conn(xfer_listener *l, conn *c)
   l->dropped++;
 }
 
+static buffer_entry *buffer_of(conn *c, uint64_t handle);
+
 /* -- Receiving -------------------------------------------------------------------------------- */
 
 static void on_received(void *request, ucs_status_t status, size_t length, void *arg)
@@ -166,9 +171,18 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     len = 0;
   }
   if (c->queued + len > MAX_QUEUED) return discard(l, c, data, param); /* more than its share */
+  /* A WRITE into a host buffer, with nothing of this client's before it in the queue, lands
+  ** straight in the buffer: no copy (nothing queued can free it before the receive ends,
+  ** since what comes after waits for it) */
+  char *direct = NULL;
+  if (h.type == WIRE_WRITE && len && c->authorized && !c->waiting) {
+    buffer_entry *b = buffer_of(c, h.handle);
+    char *host = b ? xfer_tensor_host_data(b->t) : NULL;
+    if (host && h.offset + len <= xfer_tensor_nbytes(b->t)) direct = host + h.offset;
+  }
   message *m = calloc(1, sizeof *m);
-  char *copy = len ? malloc(len) : NULL;
-  if (!m || (len && !copy)) {
+  char *copy = len && !direct ? malloc(len) : NULL;
+  if (!m || (len && !direct && !copy)) {
     free(m);
     free(copy);
     return discard(l, c, data, param);
@@ -177,8 +191,11 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   m->h = h;
   if (other_version) m->h.version = 0; /* marks the mismatch for serve() */
   m->data = copy;
+  m->direct = direct != NULL;
   m->len = len;
   c->queued += len;
+  c->waiting++;
+  if (direct) copy = direct;
   if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
@@ -199,17 +216,28 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
 
 /* -- Replying --------------------------------------------------------------------------------- */
 
-static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t len)
+static void sent(sending *s)
+{
+  if (s->held) xfer_tensor_release(s->held);
+  else free(s->data);
+  free(s);
+}
+
+/* data: malloc'd (freed when sent), or the memory of `held` (released when sent) */
+static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, size_t len,
+                       xfer_tensor *held)
 {
   sending *s = malloc(sizeof *s); /* the header must outlive this call (UCX 1.13 sends from it) */
   if (!s) {
-    free(data);
+    if (held) xfer_tensor_release(held);
+    else free(data);
     c->broken = 1;
     return;
   }
   s->header = h;
   s->header.length = len;
   s->data = data;
+  s->held = held;
   ucp_request_param_t p;
   memset(&p, 0, sizeof p);
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -217,13 +245,17 @@ static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t l
   void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &s->header, sizeof s->header, data, len, &p);
   if (r == NULL || UCS_PTR_IS_ERR(r)) { /* sent already, or never */
     if (r) c->broken = 1;
-    free(data);
-    free(s);
+    sent(s);
     return;
   }
   s->request = r;
   s->next = l->sends;
   l->sends = s;
+}
+
+static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t len)
+{
+  reply_from(l, c, h, data, len, NULL);
 }
 
 static void reply_error(xfer_listener *l, conn *c, const wire_header *req, const xfer_error *e)
@@ -429,6 +461,10 @@ static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, const 
 
 static void write_buffer(xfer_listener *l, conn *c, const message *m)
 {
+  if (m->direct) { /* landed in place */
+    reply_done(l, c, &m->h, 0);
+    return;
+  }
   xfer_tensor *v = range_of(l, c, m, "write");
   if (!v) return;
   xfer_error e;
@@ -442,6 +478,12 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
 {
   xfer_tensor *v = range_of(l, c, m, "read");
   if (!v) return;
+  char *host = m->h.length ? xfer_tensor_host_data(v) : NULL;
+  if (host) { /* a host buffer is sent from in place, the view held until it has gone */
+    wire_header h = wire_make(WIRE_DATA, m->h.request);
+    reply_from(l, c, h, host, m->h.length, v);
+    return;
+  }
   xfer_error e;
   char *bytes = m->h.length ? malloc(m->h.length) : NULL;
   xfer_code rc = XFER_E_OK;
@@ -494,7 +536,10 @@ static int serve_ready(xfer_listener *l)
     l->head = m->next;
     if (!l->head) l->tail = NULL;
     serve(l, m);
-    if (m->c) m->c->queued -= m->len;
+    if (m->c) {
+      m->c->queued -= m->len;
+      m->c->waiting--;
+    }
     free(m->data);
     free(m);
     did = 1;
@@ -506,9 +551,8 @@ static int serve_ready(xfer_listener *l)
       continue;
     }
     l->node.api->ucp_request_free(s->request);
-    free(s->data);
     *at = s->next;
-    free(s);
+    sent(s);
     did = 1;
   }
   for (conn *c = l->conns, *next; c; c = next) {
@@ -619,8 +663,7 @@ void xfer_listener_close(xfer_listener *l)
     sending *s = l->sends;
     l->sends = s->next;
     xfer_ucx_wait(&l->node, s->request, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
-    free(s->data);
-    free(s);
+    sent(s);
   }
   while (l->head) {
     message *m = l->head;

@@ -15,7 +15,7 @@
 #define WIRE_MAGIC 0x58465231u /* "XFR1" */
 #define WIRE_VERSION 1
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
-#define WIRE_CHUNK ((uint64_t)16 << 20)
+#define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most devices a server lists, and the longest text a message carries */
 #define WIRE_MAX_DEVICES 32
 #define WIRE_MAX_TEXT 8192
