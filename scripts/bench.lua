@@ -10,6 +10,9 @@
 --   cuMemcpy* calls in the same run.
 --   plan: after xfer.calibrate (not saved), every pair at --plan-sizes by the default path
 --   beside every path forced: the default's time over the best one's (goal: within 1.1x).
+--   remote: a server process on loopback (xferlua --serve), 256 MiB host -> remote host and
+--   back by copy_from, over tcp and over shared memory, beside ucx_perftest (ucp_am_bw, the
+--   same size) on the same transport in the same run.
 --   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
@@ -17,7 +20,7 @@ local bench = require "xfer.bench"
 local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local plan_sizes_text = "4K,64K,1M,256M"
-local tables_text = "host,pairs,staged,to,strided,plan,selftest"
+local tables_text = "host,pairs,staged,to,strided,plan,remote,selftest"
 local json, json_file, svg_dir = false, nil, nil
 local i = 1
 while i <= #args do
@@ -364,6 +367,71 @@ if wanted.plan then
   emit(rows)
   say(("the default within 1.1x of the best forced path: %d of %d moves"):format(within, total))
   xfer.forget_costs()
+end
+
+-- remote: moves to and from a server on this machine, beside ucx_perftest
+if wanted.remote then
+  local ok_rt = false
+  for _, r in ipairs(xfer.runtimes()) do if r.name == "remote" and r.available then ok_rt = true end end
+  if not ok_rt then
+    say("\nremote: the remote runtime is unavailable here")
+  else
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+    local n = bench.parse_size(pair_text)
+    local rows = { { "over UCX_TLS", "move", "size", "xferlua GB/s", "ucx_perftest am_bw GB/s", "xferlua / perftest" } }
+    local function run(cmd)
+      local p = io.popen(cmd .. " 2>&1")
+      local out = p:read("*a")
+      p:close()
+      return out
+    end
+    local self = arg and arg[-1] or "xferlua"
+    math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
+    for _, tls in ipairs({ "tcp", "shm,tcp" }) do
+      local port = 20000 + math.random(0, 30000)
+      local url = "ucx://127.0.0.1:" .. port
+      local log = os.tmpname()
+      local pid = tonumber(run(("UCX_TLS=%s timeout 300 %s --serve %s --name bench >%s 2>&1 & echo $!"):format(tls, self, url, log)))
+      local up = false
+      for _ = 1, 100 do
+        local f = io.open(log)
+        local text = f and f:read("*a") or ""
+        if f then f:close() end
+        if text:find("serving", 1, true) then up = true break end
+        os.execute("sleep 0.05")
+      end
+      if up then
+        ffi.C.setenv("UCX_TLS", tls, 1) -- read when the peer's UCX context starts
+        local peer = xfer.connect(url, { timeout = 60 })
+        local src = xfer.full({ n }, 3, { dtype = "u8" })
+        local there = xfer.empty({ n }, { dtype = "u8", device = peer.devices[1] })
+        local back = xfer.empty({ n }, { dtype = "u8" })
+        local to_s = bench.time(function() there:copy_from(src) end, 5)
+        local back_s = bench.time(function() back:copy_from(there) end, 5)
+        assert(back:equals(src), "remote bench: the bytes came back wrong")
+        peer:close()
+        -- ucx_perftest on the same transport: a server, then its client (MB/s are 2^20 bytes)
+        local pport = port + 1
+        run(("UCX_TLS=%s timeout 120 ucx_perftest -p %d >/dev/null 2>&1 &"):format(tls, pport))
+        os.execute("sleep 0.5")
+        local out = run(("UCX_TLS=%s timeout 120 ucx_perftest 127.0.0.1 -p %d -t ucp_am_bw -s %d -n 10"):format(tls, pport, n))
+        local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
+        local perf = mbs and mbs * 1048576 / 1e9
+        for _, row in ipairs({ { "host -> bench/host", to_s }, { "bench/host -> host", back_s } }) do
+          local gbps = n / row[2] / 1e9
+          rows[#rows + 1] = { tls, row[1], bench.format_size(n), ("%.2f"):format(gbps),
+                              perf and ("%.2f"):format(perf) or "not run (ucx_perftest missing?)",
+                              perf and ("%.2fx"):format(gbps / perf) or "-" }
+        end
+      else
+        rows[#rows + 1] = { tls, "no server came up", "", "", "", "" }
+      end
+      os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -f 'xferlua --serve " .. url .. "' 2>/dev/null")
+      os.remove(log)
+    end
+    emit(rows)
+  end
 end
 
 -- selftest: how long the quick and the full self-test take here (a figure, not a timed test)

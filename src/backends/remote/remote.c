@@ -224,16 +224,17 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
     p->waiting = 0;
     return rc;
   }
+  ucx_idler idler = {0};
   while (!rc && !p->broken && !p->bad_answer &&
          (!p->answered || (p->receiving && api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS))) {
-    if (api->ucp_worker_progress(p->node.worker)) continue;
+    unsigned progressed = api->ucp_worker_progress(p->node.worker);
+    xfer_ucx_idle(&idler, progressed);
+    if (progressed) continue;
     if (xfer_now() > deadline) {
       rc = xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", op, p->name,
                         p->timeout);
       break;
     }
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
   }
   int received = 1; /* the answer's payload has landed */
   if (p->receiving) { /* done, or given up on */

@@ -569,14 +569,12 @@ xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *e
 {
   (void)err;
   double until = xfer_now() + (seconds > 0 ? seconds : 0);
+  ucx_idler idler = {0};
   do {
     unsigned progressed = l->node.api->ucp_worker_progress(l->node.worker);
     int served = serve_ready(l);
-    if (!progressed && !served) {
-      if (xfer_now() >= until) break;
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
+    xfer_ucx_idle(&idler, progressed || served);
+    if (!progressed && !served && xfer_now() >= until) break;
   } while (xfer_now() < until);
   return XFER_E_OK;
 }

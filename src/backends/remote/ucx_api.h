@@ -61,6 +61,13 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
                         xfer_code code_on_error, const char *op, const char *what,
                         xfer_error *err);
 
+/* Polls without sleeping for half a millisecond after the last progress, then sleeps a
+** little between polls: call after each ucp_worker_progress with what it returned. */
+typedef struct ucx_idler {
+  double since; /* xfer_now() of the first idle poll in a row (0: busy) */
+} ucx_idler;
+void xfer_ucx_idle(ucx_idler *idler, unsigned progressed);
+
 /* Cancels a request and lets it go (waiting a second at most for it to end). */
 void xfer_ucx_abandon(ucx_node *node, void *request);
 
