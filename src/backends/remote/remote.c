@@ -329,43 +329,40 @@ static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
   pthread_mutex_unlock(&p->lock);
 }
 
-static xfer_code remote_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
-                              xfer_error *err)
+/* host memory <-> a remote buffer, a request per chunk of at most WIRE_CHUNK bytes */
+static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *host, size_t n,
+                             int to_remote, xfer_error *err)
 {
   xfer_peer *p = peer_of(dev);
+  const char *op = to_remote ? "write" : "read";
   xfer_code rc = XFER_E_OK;
   pthread_mutex_lock(&p->lock);
   for (size_t done = 0; done < n && !rc;) {
     size_t len = n - done < WIRE_CHUNK ? n - done : (size_t)WIRE_CHUNK;
-    wire_header h = wire_make(WIRE_WRITE, 0);
+    wire_header h = wire_make(to_remote ? WIRE_WRITE : WIRE_READ, 0);
     h.handle = (uint64_t)(uintptr_t)buf;
     h.offset = offset + done;
-    rc = request(p, dev, h, (const char *)src + done, len, NULL, "write", err);
+    h.length = len;
+    rc = to_remote ? request(p, dev, h, host + done, len, NULL, op, err)
+                   : request(p, dev, h, NULL, 0, host + done, op, err);
+    if (!rc && !to_remote && p->answer.type != WIRE_DATA)
+      rc = xfer_err_set(err, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
     done += len;
   }
   pthread_mutex_unlock(&p->lock);
   return rc;
 }
 
+static xfer_code remote_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
+                              xfer_error *err)
+{
+  return move_chunks(dev, buf, offset, (char *)src, n, 1, err);
+}
+
 static xfer_code remote_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                              xfer_error *err)
 {
-  xfer_peer *p = peer_of(dev);
-  xfer_code rc = XFER_E_OK;
-  pthread_mutex_lock(&p->lock);
-  for (size_t done = 0; done < n && !rc;) {
-    size_t len = n - done < WIRE_CHUNK ? n - done : (size_t)WIRE_CHUNK;
-    wire_header h = wire_make(WIRE_READ, 0);
-    h.handle = (uint64_t)(uintptr_t)buf;
-    h.offset = offset + done;
-    h.length = len;
-    rc = request(p, dev, h, NULL, 0, (char *)dst + done, "read", err);
-    if (!rc && p->answer.type != WIRE_DATA)
-      rc = xfer_err_set(err, XFER_E_PEER_LOST, "read", "%s answered a read with no data", p->name);
-    done += len;
-  }
-  pthread_mutex_unlock(&p->lock);
-  return rc;
+  return move_chunks(dev, buf, offset, dst, n, 0, err);
 }
 
 /* within one remote device: through this host, a chunk at a time (the server has no copy
@@ -507,17 +504,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   snprintf(p->url, sizeof p->url, "%s", url);
   snprintf(p->name, sizeof p->name, "%.16s", host);
   pthread_mutex_init(&p->lock, NULL);
-  rc = xfer_ucx_node_open(&p->node, "connect", err);
-  if (!rc) {
-    ucp_am_handler_param_t hp;
-    memset(&hp, 0, sizeof hp);
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.id = WIRE_AM_ID;
-    hp.cb = on_answer;
-    hp.arg = p;
-    ucs_status_t s = p->node.api->ucp_worker_set_am_recv_handler(p->node.worker, &hp);
-    if (s != UCS_OK) rc = xfer_ucx_fail(p->node.api, XFER_E_UNAVAILABLE, "connect", s, "connect: active messages", err);
-  }
+  rc = xfer_ucx_node_open(&p->node, on_answer, p, "connect", err);
   if (!rc) {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof ep);

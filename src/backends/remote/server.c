@@ -603,21 +603,10 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   l->generation = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)l << 7);
-  rc = xfer_ucx_node_open(&l->node, "listen", err);
+  rc = xfer_ucx_node_open(&l->node, on_message, l, "listen", err);
   struct sockaddr_storage addr;
   socklen_t addr_len = 0;
   if (!rc) rc = xfer_ucx_sockaddr(host, port, "listen", &addr, &addr_len, XFER_E_INVALID, err);
-  if (!rc) {
-    ucp_am_handler_param_t hp;
-    memset(&hp, 0, sizeof hp);
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.id = WIRE_AM_ID;
-    hp.cb = on_message;
-    hp.arg = l;
-    ucs_status_t s = l->node.api->ucp_worker_set_am_recv_handler(l->node.worker, &hp);
-    if (s != UCS_OK) rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s, "listen: active messages", err);
-  }
   if (!rc) {
     ucp_listener_params_t lp;
     memset(&lp, 0, sizeof lp);

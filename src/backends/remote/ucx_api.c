@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "ucx_api.h"
+#include "wire.h"
 
 static ucx_api loaded;
 static int load_state; /* 0: not tried, 1: loaded, -1: failed */
@@ -82,7 +83,8 @@ xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_
   return code;
 }
 
-xfer_code xfer_ucx_node_open(ucx_node *node, const char *op, xfer_error *err)
+xfer_code xfer_ucx_node_open(ucx_node *node, ucp_am_recv_callback_t on_message, void *arg,
+                             const char *op, xfer_error *err)
 {
   memset(node, 0, sizeof *node);
   char why[512];
@@ -108,6 +110,17 @@ xfer_code xfer_ucx_node_open(ucx_node *node, const char *op, xfer_error *err)
     api->ucp_cleanup(node->context);
     node->context = NULL;
     return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "making a UCX worker", err);
+  }
+  ucp_am_handler_param_t hp;
+  memset(&hp, 0, sizeof hp);
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = WIRE_AM_ID;
+  hp.cb = on_message;
+  hp.arg = arg;
+  s = api->ucp_worker_set_am_recv_handler(node->worker, &hp);
+  if (s != UCS_OK) {
+    xfer_ucx_node_close(node);
+    return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "active messages", err);
   }
   return XFER_E_OK;
 }

@@ -50,7 +50,9 @@ typedef struct ucx_node {
   ucp_worker_h worker;
 } ucx_node;
 
-xfer_code xfer_ucx_node_open(ucx_node *node, const char *op, xfer_error *err);
+/* on_message (with arg) receives the active messages of the protocol (wire.h's id) */
+xfer_code xfer_ucx_node_open(ucx_node *node, ucp_am_recv_callback_t on_message, void *arg,
+                             const char *op, xfer_error *err);
 void xfer_ucx_node_close(ucx_node *node);
 
 /* Progresses the worker until the request is done or `deadline` (xfer_now() seconds) passes:
