@@ -147,6 +147,9 @@ xfer_code xfer_device_close(xfer_device *dev, xfer_error *err);
 int xfer_device_is_closed(const xfer_device *dev);
 /* 1 once the driver said the device is gone (for the life of the process). */
 int xfer_device_is_lost(const xfer_device *dev);
+/* 0 for a device that is gone for good -- a remote one whose peer was lost or closed: it
+** stays (its tensors still name it, raising peer_lost) but xfer.devices() lists it no more */
+int xfer_device_listed(const xfer_device *dev);
 xfer_ctx *xfer_device_ctx(const xfer_device *dev);
 
 /* A device's caching allocator, as torch.cuda.memory_stats counts it. Tensors hold blocks

@@ -203,7 +203,8 @@ describe("fault injection (host)", function()
   end)
 
   it("lists the ops a fault may name", function()
-    assert.are.same({ "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync" },
+    assert.are.same({ "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
+                      "send", "recv" },
                     xfer.faults.ops)
   end)
 

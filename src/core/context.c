@@ -195,7 +195,9 @@ xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info 
   out->name = rt->name;
   out->available = rt->available;
   out->reason = rt->reason;
-  out->device_count = rt->ndevices;
+  out->device_count = 0; /* those listed: a lost peer's are not */
+  for (size_t d = rt->first_device; d < rt->first_device + rt->ndevices; d++)
+    out->device_count += (size_t)xfer_device_listed(ctx->devices[d]);
   out->objects = __atomic_load_n(&rt->objects, __ATOMIC_RELAXED);
   return XFER_E_OK;
 }
@@ -358,8 +360,9 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
   char known[256] = "";
   size_t used = 0;
   for (size_t d = 0; d < ctx->ndevices && used < sizeof known; d++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", d ? ", " : "",
-                             ctx->devices[d]->name);
+    if (xfer_device_listed(ctx->devices[d]))
+      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "",
+                               ctx->devices[d]->name);
   return xfer_err_set(err, XFER_E_INVALID, "device", "unknown device '%s' (devices here: %s)",
                       name, known);
 }
@@ -407,6 +410,11 @@ xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
 /* -- Closing a device ---------------------------------------------------------------- */
 
 int xfer_device_is_lost(const xfer_device *dev) { return __atomic_load_n(&dev->lost, __ATOMIC_RELAXED); }
+
+int xfer_device_listed(const xfer_device *dev)
+{
+  return !(dev->remote && xfer_device_is_lost(dev));
+}
 
 int xfer_device_is_closed(const xfer_device *dev)
 {

@@ -245,6 +245,7 @@ static int l_devices(lua_State *L)
     xfer_device_info info;
     xfer_error err;
     if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
+    if (!xfer_device_listed(dev)) continue; /* a lost peer's */
     if (runtime && strcmp(runtime, info.runtime)) continue;
     if (unified >= 0 && unified != (info.unified != 0)) continue;
     xl_push_device(L, dev);
