@@ -217,7 +217,7 @@ describe("xferlua beside luajit", function()
 end)
 
 describe("the examples", function()
-  for _, example in ipairs({ "examples/tour.lua", "examples/fallback.lua" }) do
+  for _, example in ipairs({ "examples/tour.lua", "examples/fallback.lua", "examples/remote.lua" }) do
     it(example .. " runs to its end", function()
       local out, code = h.run(h.xferlua() .. " " .. example)
       assert.are.equal(0, code, out)
