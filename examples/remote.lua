@@ -28,7 +28,7 @@ for _ = 1, 200 do
   if server_says():find("serving", 1, true) then break end
   os.execute("sleep 0.05")
 end
-io.write(server_says())
+io.write((server_says():gsub("^xferlua: ", "the server: ")))
 
 local peer = xfer.connect(url, { timeout = 2 })
 print(("connected to %s: %d devices"):format(peer.name, #peer.devices))
