@@ -41,7 +41,7 @@ local function start_server(opts)
       f:close()
       token_arg = " --token-file " .. tf
     end
-    local url = "ucx://127.0.0.1:" .. port
+    local url = "ucx://" .. (opts.host or "127.0.0.1") .. ":" .. port
     local cmd = ("%s timeout %d %s --serve %s --name %s%s >%s 2>&1 & echo $!"):format(
       opts.env or "", opts.limit or 120, h.xferlua(), url, opts.name or "nodeT", token_arg, log)
     local p = io.popen(cmd)
@@ -223,6 +223,48 @@ describe("remote devices #remote", function()
     assert.are.same(xfer.arange(10):totable(), r:totable())
     p:close()
     server.stop()
+  end)
+
+  it("turns a network partition mid-move into timeout at the deadline (network namespaces)", function()
+    -- a namespace of its own for the server, joined to this one by a veth pair; the link goes
+    -- down while a move runs. Needs root and `ip netns` (pending with the reason elsewhere).
+    local tag = ("xf%d"):format(math.random(10000, 99999))
+    local ns, here, there = tag .. "n", tag .. "a", tag .. "b"
+    local subnet = "10.77." .. math.random(1, 250)
+    local setup = table.concat({
+      "ip netns add " .. ns, "ip link add " .. here .. " type veth peer name " .. there,
+      "ip link set " .. there .. " netns " .. ns, "ip addr add " .. subnet .. ".1/24 dev " .. here,
+      "ip link set " .. here .. " up", "ip netns exec " .. ns .. " ip addr add " .. subnet .. ".2/24 dev " .. there,
+      "ip netns exec " .. ns .. " ip link set " .. there .. " up", "ip netns exec " .. ns .. " ip link set lo up",
+    }, " && ")
+    local out, code = h.run(setup)
+    local function cleanup()
+      os.execute(("ip netns pids %s 2>/dev/null | xargs -r kill -9; ip netns del %s 2>/dev/null; ip link del %s 2>/dev/null")
+                 :format(ns, ns, here))
+    end
+    if code ~= 0 then
+      cleanup()
+      return pending("no network namespaces here (root and `ip netns` needed): " .. out:gsub("\n", " "))
+    end
+    local addr = subnet .. ".2"
+    local server = start_server({ env = "UCX_TLS=tcp ip netns exec " .. ns .. " ", name = "nodeP", host = addr })
+    local ok, err = pcall(function()
+      local p = xfer.connect(server.url, { timeout = 2 })
+      local big = xfer.zeros({ 64 * 1024 * 1024 }, { dtype = "u8" })
+      assert.is_true(big:to(p.devices[1]):equals(big)) -- the link works
+      local job = big:to_async(p.devices[1])
+      os.execute("ip link set " .. here .. " down")
+      local t0 = xfer.clock()
+      local e = h.raises("timeout", job.wait, job)
+      local took = xfer.clock() - t0
+      assert.is_true(took < 3.0, ("took %.2f s"):format(took))
+      assert.is_truthy(e.message:find("nodeP answered nothing within 2 s", 1, true), e.message)
+      assert.is_true(p.lost)
+      p:close()
+    end)
+    server.stop()
+    cleanup()
+    assert(ok, err)
   end)
 
   it("drops clients that break the protocol and serves the others (a wire fuzzer)", function()
