@@ -269,8 +269,11 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
 
 static xfer_code remote_open(xfer_runtime *rt, xfer_error *err)
 {
-  char why[512];
-  if (!xfer_ucx(why, sizeof why)) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s", why);
+  /* found, not loaded: UCX's constructors install process-wide handlers (SIGSEGV and more),
+  ** which a process that never connects should not get -- it is loaded at connect or listen */
+  char why[512], path[512];
+  if (!xfer_ucx_find(path, sizeof path, why, sizeof why))
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s", why);
   /* room for the devices peers bring later, so the list never moves under a running move */
   xfer_ctx *ctx = rt->ctx;
   if (ctx->cap < ctx->ndevices + RESERVED_DEVICES) {

@@ -5,6 +5,8 @@
 */
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <glob.h>
+#include <unistd.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <sched.h>
@@ -63,6 +65,60 @@ static void load(void)
   SYM(lib, ucp_request_free);
   SYM(lib, ucs_status_string);
   load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
+}
+
+/* Whether `name` is a readable file in `dir`. */
+static int found_in(const char *dir, size_t len, const char *name, char *out, size_t cap)
+{
+  if (!len) return 0;
+  snprintf(out, cap, "%.*s/%s", (int)len, dir, name);
+  return access(out, R_OK) == 0;
+}
+
+/* Each directory of a ':'-separated list; 1 when `name` is in one of them. */
+static int found_in_list(const char *list, const char *name, char *out, size_t cap)
+{
+  for (const char *at = list; at && *at;) {
+    const char *end = strchr(at, ':');
+    size_t len = end ? (size_t)(end - at) : strlen(at);
+    if (found_in(at, len, name, out, cap)) return 1;
+    at = end ? end + 1 : NULL;
+  }
+  return 0;
+}
+
+int xfer_ucx_find(char *path, size_t cap, char *why, size_t why_cap)
+{
+  const char *set = getenv("XFER_UCX_LIBRARY");
+  const char *name = set && *set ? set : "libucp.so.0";
+  if (strchr(name, '/')) {
+    snprintf(path, cap, "%s", name);
+    if (access(name, R_OK) == 0) return 1;
+    snprintf(why, why_cap, "cannot load the UCX library %s: no such file", name);
+    return 0;
+  }
+  if (found_in_list(getenv("LD_LIBRARY_PATH"), name, path, cap)) return 1;
+  /* the dynamic linker's directories: ld.so.conf's, then the defaults */
+  glob_t conf;
+  int hit = 0;
+  if (glob("/etc/ld.so.conf.d/*.conf", 0, NULL, &conf) == 0) {
+    for (size_t i = 0; i < conf.gl_pathc && !hit; i++) {
+      FILE *f = fopen(conf.gl_pathv[i], "r");
+      char line[512];
+      while (f && !hit && fgets(line, sizeof line, f)) {
+        line[strcspn(line, " \t\r\n")] = '\0';
+        if (line[0] == '/') hit = found_in(line, strlen(line), name, path, cap);
+      }
+      if (f) fclose(f);
+    }
+    globfree(&conf);
+  }
+  if (hit) return 1;
+  if (found_in_list("/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:/lib:/usr/lib:"
+                    "/usr/local/lib", name, path, cap))
+    return 1;
+  snprintf(why, why_cap, "cannot find the UCX library %s (install libucx0, or set XFER_UCX_LIBRARY)", name);
+  return 0;
 }
 
 const ucx_api *xfer_ucx(char *why, size_t cap)

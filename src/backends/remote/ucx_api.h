@@ -38,6 +38,11 @@ typedef struct ucx_api {
   const char *(*ucs_status_string)(ucs_status_t);
 } ucx_api;
 
+/* Whether the library is there to load, without loading it (its constructors install
+** process-wide signal handlers: UCX is loaded only when a peer connects or a server listens).
+** 1 with its path; 0 with the reason. */
+int xfer_ucx_find(char *path, size_t cap, char *why, size_t why_cap);
+
 /* The library, loaded once per process (XFER_UCX_LIBRARY: another libucp); NULL with the
 ** reason in `why` when it cannot be. */
 const ucx_api *xfer_ucx(char *why, size_t cap);
