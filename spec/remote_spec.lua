@@ -99,7 +99,17 @@ describe("remote devices #remote", function()
     local t = xfer.arange(6, { dtype = "i32" }):reshape({ 2, 3 }):contiguous():to("nodeL/host")
     assert.are.same({ 2, 3 }, t.shape)
     assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, t:totable())
-    t:free()
+    -- within the remote device, the server copies: a clone, a copy_from, a view made contiguous
+    xfer.stats_reset()
+    local c = t:clone()
+    assert.are.equal("same_device", xfer.stats()[1].path)
+    assert.are.same(t:totable(), c:totable())
+    local z = xfer.zeros({ 2, 3 }, { dtype = "i32", device = "nodeL/host" })
+    z:copy_from(c)
+    assert.are.same(t:totable(), z:totable())
+    local row = t[2]
+    assert.are.same({ 3, 4, 5 }, row:contiguous():totable())
+    for _, x in ipairs({ row, t, c, z }) do x:free() end
     p:close()
     assert.is_true(p.lost)
     server.stop()

@@ -179,7 +179,7 @@ static xfer_code injected(xfer_peer *p, const xfer_device *dev, const char *faul
   if (!xfer_fault_hit(p->ctx, "remote", fault, &native)) return XFER_E_OK;
   xfer_code code = !strcmp(fault, "send") ? XFER_E_PEER_LOST : !strcmp(fault, "recv") ? XFER_E_TIMEOUT
                    : !strcmp(fault, "alloc") ? XFER_E_ALLOC : !strcmp(fault, "read") ? XFER_E_READ
-                   : XFER_E_WRITE;
+                   : XFER_E_WRITE; /* write, copy: the target failed */
   const char *name = code == XFER_E_PEER_LOST ? "UCS_ERR_CONNECTION_RESET"
                      : code == XFER_E_TIMEOUT ? "UCS_ERR_TIMED_OUT" : "injected";
   xfer_err_native(err, code, fault, native ? native : code == XFER_E_PEER_LOST ? UCS_ERR_CONNECTION_RESET
@@ -199,12 +199,13 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
 {
   if (p->lost || !p->ep) return lost_error(p, op, err);
   xfer_code fault = XFER_E_OK;
-  if (!strcmp(op, "alloc") || !strcmp(op, "read") || !strcmp(op, "write")) fault = injected(p, dev, op, err);
+  if (!strcmp(op, "alloc") || !strcmp(op, "read") || !strcmp(op, "write") || !strcmp(op, "copy"))
+    fault = injected(p, dev, op, err);
   if (!fault) fault = injected(p, dev, "send", err);
   if (fault) return fault;
   double deadline = xfer_now() + p->timeout;
   h.request = ++p->next_request;
-  h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC ? h.length : len;
+  h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC || h.type == WIRE_COPY ? h.length : len;
   p->waiting = h.request;
   p->answered = 0;
   p->bad_answer = 0;
@@ -368,21 +369,20 @@ static xfer_code remote_read(xfer_device *dev, void *buf, size_t offset, void *d
   return move_chunks(dev, buf, offset, dst, n, 0, err);
 }
 
-/* within one remote device: through this host, a chunk at a time (the server has no copy
-** request yet) */
+/* within one remote device: the server copies, nothing crosses the network */
 static xfer_code remote_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                              size_t src_offset, size_t n, xfer_error *err)
 {
-  size_t chunk = n < WIRE_CHUNK ? n : (size_t)WIRE_CHUNK;
-  char *bytes = chunk ? malloc(chunk) : NULL;
-  if (chunk && !bytes) return xfer_err_set(err, XFER_E_ALLOC, "copy", "out of host memory");
-  xfer_code rc = XFER_E_OK;
-  for (size_t done = 0; done < n && !rc; done += chunk) {
-    size_t len = n - done < chunk ? n - done : chunk;
-    rc = remote_read(dev, src, src_offset + done, bytes, len, err);
-    if (!rc) rc = remote_write(dev, dst, dst_offset + done, bytes, len, err);
-  }
-  free(bytes);
+  xfer_peer *p = peer_of(dev);
+  wire_header h = wire_make(WIRE_COPY, 0);
+  h.handle = (uint64_t)(uintptr_t)dst;
+  h.offset = dst_offset;
+  h.src_handle = (uint64_t)(uintptr_t)src;
+  h.src_offset = src_offset;
+  h.length = n;
+  pthread_mutex_lock(&p->lock);
+  xfer_code rc = request(p, dev, h, NULL, 0, NULL, "copy", err);
+  pthread_mutex_unlock(&p->lock);
   return rc;
 }
 

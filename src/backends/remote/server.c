@@ -432,31 +432,57 @@ static void free_buffer(xfer_listener *l, conn *c, const message *m)
   reply_done(l, c, &m->h, 0);
 }
 
-/* the bytes [offset, offset+length) of a buffer, as a view; NULL with the reply sent */
-static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, const char *op)
+/* the bytes [offset, offset+length) of buffer `handle`, as a view; NULL with the reply sent */
+static xfer_tensor *range_at(xfer_listener *l, conn *c, const message *m, uint64_t handle,
+                             uint64_t offset, const char *op)
 {
-  buffer_entry *b = buffer_of(c, m->h.handle);
+  buffer_entry *b = buffer_of(c, handle);
+  xfer_error e;
   if (!b) {
-    unknown_handle(l, c, m, op);
+    xfer_err_set(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
+                 (unsigned long long)handle);
+    reply_error(l, c, &m->h, &e);
     return NULL;
   }
-  xfer_error e;
-  uint64_t end = m->h.offset + m->h.length; /* (wire_check refused a sum that wraps) */
+  uint64_t end = offset + m->h.length; /* (wire_check refused a sum that wraps) */
   if (end > xfer_tensor_nbytes(b->t)) {
     xfer_err_set(&e, XFER_E_INVALID, op, "bytes %llu to %llu are outside buffer %llu (%zu bytes)",
-                 (unsigned long long)m->h.offset, (unsigned long long)end,
-                 (unsigned long long)m->h.handle, xfer_tensor_nbytes(b->t));
+                 (unsigned long long)offset, (unsigned long long)end, (unsigned long long)handle,
+                 xfer_tensor_nbytes(b->t));
     reply_error(l, c, &m->h, &e);
     return NULL;
   }
   xfer_shape shape = {1, {(int64_t)m->h.length}};
   int64_t stride = 1;
   xfer_tensor *v;
-  if (xfer_tensor_view(b->t, &shape, &stride, (int64_t)m->h.offset, &v, &e)) {
+  if (xfer_tensor_view(b->t, &shape, &stride, (int64_t)offset, &v, &e)) {
     reply_error(l, c, &m->h, &e);
     return NULL;
   }
   return v;
+}
+
+static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, const char *op)
+{
+  return range_at(l, c, m, m->h.handle, m->h.offset, op);
+}
+
+/* within the server: one of its device's copies (or whatever path joins two of its devices) */
+static void copy_buffer(xfer_listener *l, conn *c, const message *m)
+{
+  if (!m->h.length) {
+    reply_done(l, c, &m->h, 0);
+    return;
+  }
+  xfer_tensor *dst = range_of(l, c, m, "copy");
+  xfer_tensor *src = dst ? range_at(l, c, m, m->h.src_handle, m->h.src_offset, "copy") : NULL;
+  xfer_error e;
+  if (src) {
+    if (xfer_transfer_copy(dst, src, NULL, &e)) reply_error(l, c, &m->h, &e);
+    else reply_done(l, c, &m->h, 0);
+  }
+  xfer_tensor_release(src);
+  xfer_tensor_release(dst);
 }
 
 static void write_buffer(xfer_listener *l, conn *c, const message *m)
@@ -517,6 +543,7 @@ static void serve(xfer_listener *l, message *m)
   case WIRE_FREE: free_buffer(l, c, m); break;
   case WIRE_WRITE: write_buffer(l, c, m); break;
   case WIRE_READ: read_buffer(l, c, m); break;
+  case WIRE_COPY: copy_buffer(l, c, m); break;
   default: c->broken = 1; break; /* a server's message from a client */
   }
   l->served++;

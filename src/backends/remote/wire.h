@@ -30,6 +30,8 @@ typedef enum {
   WIRE_READ,        /* client: handle, offset, length -> DATA (payload = the bytes) or REPLY */
   WIRE_REPLY,       /* server: code (0: done), native; payload = error text when code != 0 */
   WIRE_DATA,        /* server: the bytes a READ asked for */
+  WIRE_COPY,        /* client: length bytes from src_handle+src_offset to handle+offset, on the
+                    ** server (within one of its devices) -> REPLY */
   WIRE__LAST
 } wire_type;
 
@@ -41,6 +43,8 @@ typedef struct wire_header {
   uint64_t handle;    /* a buffer on the server (ALLOC's reply, FREE, WRITE, READ) */
   uint64_t offset;    /* bytes into the buffer */
   uint64_t length;    /* bytes to allocate or move; a payload's length */
+  uint64_t src_handle; /* COPY: the buffer it copies from, and where in it */
+  uint64_t src_offset;
   uint32_t device;    /* the server's device index (ALLOC) */
   int32_t code;       /* REPLY: an xfer_code, 0 for done */
   int64_t native;     /* REPLY: the server's native code */
@@ -89,7 +93,10 @@ static inline const char *wire_check(const void *header, size_t header_len, size
     if (payload_len) return "a payload where none belongs";
     break;
   }
-  if ((out->type == WIRE_WRITE || out->type == WIRE_READ) && out->offset + out->length < out->offset)
+  if ((out->type == WIRE_WRITE || out->type == WIRE_READ || out->type == WIRE_COPY) &&
+      out->offset + out->length < out->offset)
+    return "an offset that wraps";
+  if (out->type == WIRE_COPY && out->src_offset + out->length < out->src_offset)
     return "an offset that wraps";
   return NULL;
 }
