@@ -147,6 +147,8 @@ xfer_code xfer_device_close(xfer_device *dev, xfer_error *err);
 int xfer_device_is_closed(const xfer_device *dev);
 /* 1 once the driver said the device is gone (for the life of the process). */
 int xfer_device_is_lost(const xfer_device *dev);
+/* A UUID as text, "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (out: at least 37 bytes). */
+void xfer_uuid_text(const uint8_t uuid[16], char *out, size_t cap);
 /* 0 for a device that is gone for good -- a remote one whose peer was lost or closed: it
 ** stays (its tensors still name it, raising peer_lost) but xfer.devices() lists it no more */
 int xfer_device_listed(const xfer_device *dev);

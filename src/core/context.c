@@ -411,6 +411,13 @@ xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
 
 int xfer_device_is_lost(const xfer_device *dev) { return __atomic_load_n(&dev->lost, __ATOMIC_RELAXED); }
 
+void xfer_uuid_text(const uint8_t u[16], char *out, size_t cap)
+{
+  snprintf(out, cap, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+           u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+           u[15]);
+}
+
 int xfer_device_listed(const xfer_device *dev)
 {
   return !(dev->remote && xfer_device_is_lost(dev));

@@ -109,31 +109,43 @@ void xfer_costs_forget(xfer_ctx *ctx)
   pthread_mutex_unlock(&ctx->lock);
 }
 
+/* (ctx->lock held) */
+static int estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, xfer_path path,
+                    size_t nbytes, double *seconds)
+{
+  const xfer_cost_entry *e = find(ctx, from, to, path);
+  if (e) *seconds = e->latency + (double)nbytes / e->bandwidth;
+  return e != NULL;
+}
+
 int xfer_cost_estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                        xfer_path path, size_t nbytes, double *seconds)
 {
   if (!__atomic_load_n(&ctx->ncosts, __ATOMIC_ACQUIRE)) return 0; /* the usual case: no lock */
   pthread_mutex_lock(&ctx->lock);
-  const xfer_cost_entry *e = find(ctx, from, to, path);
-  if (e) *seconds = e->latency + (double)nbytes / e->bandwidth;
+  int found = estimate(ctx, from, to, path, nbytes, seconds);
   pthread_mutex_unlock(&ctx->lock);
-  return e != NULL;
+  return found;
 }
 
 xfer_path xfer_cost_choose(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                            size_t nbytes, xfer_path first, const xfer_path *others, int nothers)
 {
-  double best;
-  if (!xfer_cost_estimate(ctx, from, to, first, nbytes, &best)) return first;
-  double bar = best * CLEARLY_FASTER;
+  if (!__atomic_load_n(&ctx->ncosts, __ATOMIC_ACQUIRE)) return first; /* every move asks: no lock */
   xfer_path chosen = first;
-  for (int i = 0; i < nothers; i++) {
-    double s;
-    if (xfer_cost_estimate(ctx, from, to, others[i], nbytes, &s) && s < bar && s < best) {
-      best = s;
-      chosen = others[i];
+  double best;
+  pthread_mutex_lock(&ctx->lock); /* once for every path compared */
+  if (estimate(ctx, from, to, first, nbytes, &best)) {
+    double bar = best * CLEARLY_FASTER;
+    for (int i = 0; i < nothers; i++) {
+      double s;
+      if (estimate(ctx, from, to, others[i], nbytes, &s) && s < bar && s < best) {
+        best = s;
+        chosen = others[i];
+      }
     }
   }
+  pthread_mutex_unlock(&ctx->lock);
   return chosen;
 }
 
@@ -148,12 +160,7 @@ static void device_key(const xfer_device *dev, char *out, size_t cap)
   for (char *c = label; *c; c++)
     if (*c == '\t' || *c == '|' || *c == '\n' || *c == '\r') *c = ' ';
   char uuid[40] = "-";
-  if (dev->has_uuid) {
-    const uint8_t *u = dev->uuid;
-    snprintf(uuid, sizeof uuid, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
-  }
+  if (dev->has_uuid) xfer_uuid_text(dev->uuid, uuid, sizeof uuid);
   snprintf(out, cap, "%s|%s|%s", dev->name, label, uuid);
 }
 

@@ -49,12 +49,7 @@ static int l_costs(lua_State *L)
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
     lua_createtable(L, 0, 6);
-    lua_pushstring(L, list[i].from);
-    lua_setfield(L, -2, "from");
-    lua_pushstring(L, list[i].to);
-    lua_setfield(L, -2, "to");
-    lua_pushstring(L, xfer_path_name(list[i].path));
-    lua_setfield(L, -2, "path");
+    xl_set_move(L, list[i].from, list[i].to, list[i].path);
     lua_pushnumber(L, list[i].latency);
     lua_setfield(L, -2, "latency");
     lua_pushnumber(L, list[i].bandwidth);

@@ -82,10 +82,7 @@ static int device_tostring(lua_State *L)
 static void push_uuid(lua_State *L, const uint8_t *u)
 {
   char text[37];
-  snprintf(text, sizeof text,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-           u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-           u[15]);
+  xfer_uuid_text(u, text, sizeof text);
   lua_pushstring(L, text);
 }
 

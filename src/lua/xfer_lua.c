@@ -148,12 +148,7 @@ static int l_stats(lua_State *L)
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
     lua_createtable(L, 0, 6);
-    lua_pushstring(L, xfer_path_name(stats[i].path));
-    lua_setfield(L, -2, "path");
-    lua_pushstring(L, stats[i].from);
-    lua_setfield(L, -2, "from");
-    lua_pushstring(L, stats[i].to);
-    lua_setfield(L, -2, "to");
+    xl_set_move(L, stats[i].from, stats[i].to, stats[i].path);
     lua_pushnumber(L, (lua_Number)stats[i].count);
     lua_setfield(L, -2, "count");
     lua_pushnumber(L, (lua_Number)stats[i].bytes);
@@ -180,6 +175,16 @@ static int l_empty_cache(lua_State *L)
   return 0;
 }
 
+void xl_set_move(lua_State *L, const char *from, const char *to, xfer_path path)
+{
+  lua_pushstring(L, from);
+  lua_setfield(L, -2, "from");
+  lua_pushstring(L, to);
+  lua_setfield(L, -2, "to");
+  lua_pushstring(L, xfer_path_name(path));
+  lua_setfield(L, -2, "path");
+}
+
 /* xfer.health(): what the planner set aside ({from, to, path, failures, injected, when,
 ** reason}), the devices lost, and how often a set-aside path was passed over. */
 static int l_health(lua_State *L)
@@ -195,12 +200,7 @@ static int l_health(lua_State *L)
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
     lua_createtable(L, 0, 7);
-    lua_pushstring(L, info[i].from);
-    lua_setfield(L, -2, "from");
-    lua_pushstring(L, info[i].to);
-    lua_setfield(L, -2, "to");
-    lua_pushstring(L, xfer_path_name(info[i].path));
-    lua_setfield(L, -2, "path");
+    xl_set_move(L, info[i].from, info[i].to, info[i].path);
     lua_pushinteger(L, info[i].failures);
     lua_setfield(L, -2, "failures");
     lua_pushboolean(L, info[i].injected);

@@ -304,17 +304,6 @@ static int token_equal(const char *a, size_t alen, const char *b, size_t blen)
   return diff == 0;
 }
 
-static void uuid_text(const uint8_t *u, int has, char *out, size_t cap)
-{
-  if (!has) {
-    snprintf(out, cap, "-");
-    return;
-  }
-  snprintf(out, cap, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-           u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-           u[15]);
-}
-
 /* the devices this machine serves: its own, not those it reaches remotely itself */
 static size_t served_devices(xfer_listener *l, xfer_device **out, size_t cap)
 {
@@ -352,8 +341,8 @@ static void hello(xfer_listener *l, conn *c, const message *m)
   for (size_t i = 0; i < count && n < WIRE_MAX_TEXT; i++) {
     xfer_device_info info;
     xfer_device_get_info(devs[i], &info, NULL);
-    char uuid[40];
-    uuid_text(info.uuid, info.has_uuid, uuid, sizeof uuid);
+    char uuid[40] = "-";
+    if (info.has_uuid) xfer_uuid_text(info.uuid, uuid, sizeof uuid);
     char label[128];
     snprintf(label, sizeof label, "%s", info.label);
     for (char *ch = label; *ch; ch++)
