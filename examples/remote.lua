@@ -14,10 +14,9 @@ end
 
 -- the server: this very program, serving on a loopback port (a real one runs on nodeB)
 local self = arg and arg[-1] or "xferlua"
-local port = 20000 + os.time() % 20000
-local url = "ucx://127.0.0.1:" .. port
 local log = os.tmpname()
-local pid = io.popen(("timeout 60 %s --serve %s --name nodeB >%s 2>&1 & echo $!"):format(self, url, log)):read("*n")
+-- port 0: the system picks a free one; the server's first line says which
+local pid = io.popen(("timeout 60 %s --serve ucx://127.0.0.1:0 --name nodeB >%s 2>&1 & echo $!"):format(self, log)):read("*n")
 local function server_says()
   local f = io.open(log)
   local text = f and f:read("*a") or ""
@@ -28,7 +27,10 @@ for _ = 1, 200 do
   if server_says():find("serving", 1, true) then break end
   os.execute("sleep 0.05")
 end
-io.write((server_says():gsub("^xferlua: ", "the server: ")))
+local serving = server_says():match("xferlua: (serving [^\n]*)") -- (then what it left out)
+print("the server: " .. tostring(serving))
+local url = serving and serving:match(" on (ucx://%S+)")
+if not url then error("the server did not come up: " .. server_says(), 0) end
 
 local peer = xfer.connect(url, { timeout = 2 })
 print(("connected to %s: %d devices"):format(peer.name, #peer.devices))

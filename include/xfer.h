@@ -484,6 +484,8 @@ xfer_code xfer_listener_progress(xfer_listener *listener, double seconds, xfer_e
 void xfer_listener_stats(const xfer_listener *listener, uint64_t *clients, uint64_t *served,
                          uint64_t *dropped);
 void xfer_listener_close(xfer_listener *listener);
+/* "ucx://host:port": where it listens (the port chosen when port 0 was asked for). */
+const char *xfer_listener_url(const xfer_listener *listener);
 
 /* Gives what `dev` keeps cached back to its driver (every device's when dev is NULL). */
 void xfer_empty_cache(xfer_ctx *ctx, xfer_device *dev);

@@ -12,7 +12,8 @@
 --   beside every path forced: the default's time over the best one's (goal: within 1.1x).
 --   remote: a server process on loopback (xferlua --serve), 256 MiB host -> remote host and
 --   back by copy_from, over tcp and over shared memory, beside ucx_perftest (ucp_am_bw, the
---   same size) on the same transport in the same run.
+--   same size) on the same transport in the same run; then host -> each remote device and
+--   back (on the GPU machine: the server's CUDA, Vulkan and OpenCL devices).
 --   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
@@ -389,45 +390,54 @@ if wanted.remote then
     local self = arg and arg[-1] or "xferlua"
     math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
     for _, tls in ipairs({ "tcp", "shm,tcp" }) do
-      local port = 20000 + math.random(0, 30000)
-      local url = "ucx://127.0.0.1:" .. port
       local log = os.tmpname()
-      local pid = tonumber(run(("UCX_TLS=%s timeout 300 %s --serve %s --name bench >%s 2>&1 & echo $!"):format(tls, self, url, log)))
-      local up = false
+      -- port 0: the system picks a free port, and the server's line says which
+      local pid = tonumber(run(("UCX_TLS=%s timeout 300 %s --serve ucx://127.0.0.1:0 --name bench >%s 2>&1 & echo $!"):format(tls, self, log)))
+      local url
       for _ = 1, 100 do
         local f = io.open(log)
         local text = f and f:read("*a") or ""
         if f then f:close() end
-        if text:find("serving", 1, true) then up = true break end
+        url = text:match("serving .- on (ucx://%S+)")
+        if url then break end
         os.execute("sleep 0.05")
       end
-      if up then
+      if url then
         ffi.C.setenv("UCX_TLS", tls, 1) -- read when the peer's UCX context starts
         local peer = xfer.connect(url, { timeout = 60 })
         local src = xfer.full({ n }, 3, { dtype = "u8" })
-        local there = xfer.empty({ n }, { dtype = "u8", device = peer.devices[1] })
         local back = xfer.empty({ n }, { dtype = "u8" })
-        local to_s = bench.time(function() there:copy_from(src) end, 5)
-        local back_s = bench.time(function() back:copy_from(there) end, 5)
-        assert(back:equals(src), "remote bench: the bytes came back wrong")
+        local timed = {}
+        -- the remote host (what ucx_perftest compares with), then each remote device there
+        for _, dev in ipairs(peer.devices) do
+          local there = xfer.empty({ n }, { dtype = "u8", device = dev })
+          local reps = dev.name == "bench/host" and 5 or 3
+          local to_s = bench.time(function() there:copy_from(src) end, reps)
+          local back_s = bench.time(function() back:copy_from(there) end, reps)
+          assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+          there:free()
+          timed[#timed + 1] = { "host -> " .. dev.name, to_s, dev.name == "bench/host" }
+          timed[#timed + 1] = { dev.name .. " -> host", back_s, dev.name == "bench/host" }
+        end
         peer:close()
         -- ucx_perftest on the same transport: a server, then its client (MB/s are 2^20 bytes)
-        local pport = port + 1
+        local pport = 20000 + math.random(0, 30000)
         run(("UCX_TLS=%s timeout 120 ucx_perftest -p %d >/dev/null 2>&1 &"):format(tls, pport))
         os.execute("sleep 0.5")
         local out = run(("UCX_TLS=%s timeout 120 ucx_perftest 127.0.0.1 -p %d -t ucp_am_bw -s %d -n 10"):format(tls, pport, n))
         local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
         local perf = mbs and mbs * 1048576 / 1e9
-        for _, row in ipairs({ { "host -> bench/host", to_s }, { "bench/host -> host", back_s } }) do
+        for _, row in ipairs(timed) do
           local gbps = n / row[2] / 1e9
+          local compared = row[3] and perf
           rows[#rows + 1] = { tls, row[1], bench.format_size(n), ("%.2f"):format(gbps),
-                              perf and ("%.2f"):format(perf) or "not run (ucx_perftest missing?)",
-                              perf and ("%.2fx"):format(gbps / perf) or "-" }
+                              compared and ("%.2f"):format(perf) or (row[3] and "not run (ucx_perftest missing?)" or "-"),
+                              compared and ("%.2fx"):format(gbps / perf) or "-" }
         end
       else
         rows[#rows + 1] = { tls, "no server came up", "", "", "", "" }
       end
-      os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -f 'xferlua --serve " .. url .. "' 2>/dev/null")
+      os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
       os.remove(log)
     end
     emit(rows)

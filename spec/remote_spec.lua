@@ -26,47 +26,63 @@ local function read(file)
   return text
 end
 
--- A server on 127.0.0.1 at a free port: {url, pid, log, stop = function}. `env` sets UCX_TLS
--- and the like; the process is stopped after `limit` seconds whatever happens.
+-- What a spec started, closed after it whatever its outcome (a peer left connected would
+-- list its devices in the specs that follow).
+local started, peers = {}, {}
+local function connect(url, opts)
+  local p = xfer.connect(url, opts)
+  peers[#peers + 1] = p
+  return p
+end
+
+-- A server on 127.0.0.1 at a port the system chooses (port 0: its serving line says which):
+-- {url, pid, log, stop = function}. `env` sets UCX_TLS and the like; the process is stopped
+-- after `limit` seconds whatever happens.
 local function start_server(opts)
   opts = opts or {}
-  for _ = 1, 10 do
-    local port = 20000 + math.random(0, 30000)
-    local log = os.tmpname()
-    local token_arg = ""
-    if opts.token then
-      local tf = os.tmpname()
-      local f = io.open(tf, "w")
-      f:write(opts.token, "\n")
-      f:close()
-      token_arg = " --token-file " .. tf
-    end
-    local url = "ucx://" .. (opts.host or "127.0.0.1") .. ":" .. port
-    local cmd = ("%s timeout %d %s --serve %s --name %s%s >%s 2>&1 & echo $!"):format(
-      opts.env or "", opts.limit or 120, h.xferlua(), url, opts.name or "nodeT", token_arg, log)
-    local p = io.popen(cmd)
-    local pid = tonumber(p:read("*a"))
-    p:close()
-    local t0 = xfer.clock()
-    while xfer.clock() - t0 < 10 do
-      local text = read(log)
-      if text:find("xferlua: serving", 1, true) then
-        -- the xferlua under timeout: its child
-        local q = io.popen("pgrep -P " .. pid)
-        local child = tonumber(q:read("*a")) or pid
-        q:close()
-        return { url = url, pid = child, log = log,
-                 stop = function() os.execute("kill -9 " .. child .. " " .. pid .. " 2>/dev/null") end }
-      end
-      if text:find("already in use", 1, true) or text:find("xferlua: listen", 1, true) then break end
-      os.execute("sleep 0.05")
-    end
-    os.execute("kill -9 " .. pid .. " 2>/dev/null")
+  local log = os.tmpname()
+  local token_arg = ""
+  if opts.token then
+    local tf = os.tmpname()
+    local f = io.open(tf, "w")
+    f:write(opts.token, "\n")
+    f:close()
+    token_arg = " --token-file " .. tf
   end
-  error("no server came up (see its log)")
+  local url = "ucx://" .. (opts.host or "127.0.0.1") .. ":0"
+  local cmd = ("%s timeout %d %s --serve %s --name %s%s >%s 2>&1 & echo $!"):format(
+    opts.env or "", opts.limit or 120, h.xferlua(), url, opts.name or "nodeT", token_arg, log)
+  local p = io.popen(cmd)
+  local pid = tonumber(p:read("*a"))
+  p:close()
+  local t0 = xfer.clock()
+  while xfer.clock() - t0 < 10 do
+    local text = read(log)
+    local bound = text:match("xferlua: serving .- on (ucx://%S+) as ")
+    if bound then
+      -- the xferlua under timeout: its child
+      local q = io.popen("pgrep -P " .. pid)
+      local child = tonumber(q:read("*a")) or pid
+      q:close()
+      local server = { url = bound, pid = child, log = log,
+                       stop = function() os.execute("kill -9 " .. child .. " " .. pid .. " 2>/dev/null") end }
+      started[#started + 1] = server
+      return server
+    end
+    if text:find("xferlua: listen", 1, true) then break end
+    os.execute("sleep 0.05")
+  end
+  os.execute("kill -9 " .. pid .. " 2>/dev/null")
+  error("no server came up: " .. read(log))
 end
 
 describe("remote devices #remote", function()
+  after_each(function()
+    xfer.faults.clear()
+    for _, p in ipairs(peers) do p:close() end
+    for _, server in ipairs(started) do server.stop() end
+    started, peers = {}, {}
+  end)
   math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 1000)
 
   for _, tls in ipairs({ "tcp", "shm,tcp" }) do
@@ -82,7 +98,7 @@ describe("remote devices #remote", function()
 
   it("lists the server's devices as name/device, with their fields", function()
     local server = start_server({ name = "nodeL" })
-    local p = xfer.connect(server.url, { timeout = 10 })
+    local p = connect(server.url, { timeout = 10 })
     assert.are.equal("nodeL", p.name)
     local here = {}
     for _, d in ipairs(xfer.devices()) do if d.runtime ~= "remote" then here[#here + 1] = d end end
@@ -120,7 +136,7 @@ describe("remote devices #remote", function()
     local e = h.raises("unauthorized", xfer.connect, server.url, { timeout = 5, token = "open sesam" })
     assert.is_truthy(e.message:find("the server refused the token", 1, true), e.message)
     h.raises("unauthorized", xfer.connect, server.url, { timeout = 5 })
-    local p = xfer.connect(server.url, { timeout = 5, token = "open sesame" })
+    local p = connect(server.url, { timeout = 5, token = "open sesame" })
     assert.are.equal(3, #xfer.arange(4):to(p.devices[1]):totable() - 1)
     p:close()
     server.stop()
@@ -138,7 +154,7 @@ describe("remote devices #remote", function()
 
   it("turns a server killed mid-move into peer_lost within a second", function()
     local server = start_server({})
-    local p = xfer.connect(server.url, { timeout = 30 })
+    local p = connect(server.url, { timeout = 30 })
     local big = xfer.zeros({ 256 * 1024 * 1024 }, { dtype = "u8" })
     local r = xfer.arange(10):to(p.devices[1])
     local job = big:to_async(p.devices[1])
@@ -161,7 +177,7 @@ describe("remote devices #remote", function()
 
   it("gives up on a stopped server at the deadline (timeout), never hanging, then reconnects", function()
     local server = start_server({ name = "nodeS" })
-    local p = xfer.connect(server.url, { timeout = 1 })
+    local p = connect(server.url, { timeout = 1 })
     local r = xfer.arange(1000):to("nodeS/host")
     os.execute("kill -STOP " .. server.pid)
     local t0 = xfer.clock()
@@ -174,7 +190,7 @@ describe("remote devices #remote", function()
     local e2 = h.raises("peer_lost", r.tobytes, r)
     assert.are.equal("device nodeS/host was lost: nodeS did not answer in time", e2.message)
     -- connecting again gives new devices of the same names; the old handles stay refused
-    local again = xfer.connect(server.url, { timeout = 5 })
+    local again = connect(server.url, { timeout = 5 })
     assert.are_not.equal(p.devices[1], again.devices[1])
     assert.are.equal(again.devices[1], xfer.device("nodeS/host"))
     assert.are.same({ 0, 1, 2 }, xfer.arange(3):to("nodeS/host"):totable())
@@ -186,7 +202,7 @@ describe("remote devices #remote", function()
 
   it("injects faults on this side (remote:alloc/read/write keep the peer; send, recv lose it)", function()
     local server = start_server({ name = "nodeF" })
-    local p = xfer.connect(server.url, { timeout = 5 })
+    local p = connect(server.url, { timeout = 5 })
     local r = xfer.arange(10):to("nodeF/host")
     xfer.faults.inject({ runtime = "remote", op = "read", count = 1 })
     local e = h.raises("read", r.tobytes, r)
@@ -202,7 +218,7 @@ describe("remote devices #remote", function()
     h.raises("peer_lost", r.tobytes, r)
     xfer.faults.clear()
     p:close()
-    local p2 = xfer.connect(server.url, { timeout = 5 })
+    local p2 = connect(server.url, { timeout = 5 })
     xfer.faults.inject({ runtime = "remote", op = "send", count = 1 })
     e = h.raises("peer_lost", xfer.arange(3).to, xfer.arange(3), "nodeF/host")
     assert.is_true(e.injected)
@@ -221,10 +237,19 @@ describe("remote devices #remote", function()
     end
     if not rt_name then return pending("no Vulkan or OpenCL device to serve here") end
     local server = start_server({ name = "nodeE", env = ("XFER_FAULTS=%s:read:2:1 "):format(rt_name) })
-    local p = xfer.connect(server.url, { timeout = 5 })
+    local p = connect(server.url, { timeout = 5 })
     local r = xfer.arange(10):to("nodeE/" .. rt_name .. ":0")
-    assert.are.same(xfer.arange(10):totable(), r:totable()) -- its first read
-    local e = h.raises("read", r.tobytes, r) -- its second: failed there
+    -- the server's second read call fails (a read there is one driver call or more: which
+    -- move meets it depends on the driver), and that move only
+    local failed, e = 0, nil
+    for _ = 1, 3 do
+      local ok, err = pcall(r.totable, r)
+      if ok then assert.are.same(xfer.arange(10):totable(), err)
+      else failed, e = failed + 1, err end
+    end
+    assert.are.equal(1, failed)
+    assert.is_true(xfer.is_error(e), tostring(e))
+    assert.are.equal("read", e.code, e.message)
     assert.is_true(e.injected)
     assert.are.equal("nodeE/" .. rt_name .. ":0", e.from)
     assert.are.equal("host", e.to)
@@ -259,7 +284,7 @@ describe("remote devices #remote", function()
     local addr = subnet .. ".2"
     local server = start_server({ env = "UCX_TLS=tcp ip netns exec " .. ns .. " ", name = "nodeP", host = addr })
     local ok, err = pcall(function()
-      local p = xfer.connect(server.url, { timeout = 2 })
+      local p = connect(server.url, { timeout = 2 })
       local big = xfer.zeros({ 64 * 1024 * 1024 }, { dtype = "u8" })
       assert.is_true(big:to(p.devices[1]):equals(big)) -- the link works
       local job = big:to_async(p.devices[1])
@@ -283,7 +308,7 @@ describe("remote devices #remote", function()
     if not exists then return pending("wire_fuzz was not built (it links UCX's libraries)") end
     exists:close()
     local server = start_server({})
-    local p = xfer.connect(server.url, { timeout = 10 }) -- a good client, connected throughout
+    local p = connect(server.url, { timeout = 10 }) -- a good client, connected throughout
     local r = xfer.arange(100):to(p.devices[1])
     for seed = 1, 3 do
       local out, code = h.run(("timeout 120 %s %s %d 100"):format(fuzz, server.url, seed))
@@ -295,7 +320,7 @@ describe("remote devices #remote", function()
     -- a second connection to the same name is refused here (device names stay unique) ...
     h.raises("invalid", xfer.connect, server.url, { timeout = 10 })
     p:close()
-    local p2 = xfer.connect(server.url, { timeout = 10 }) -- ... and new ones are served
+    local p2 = connect(server.url, { timeout = 10 }) -- ... and new ones are served
     assert.are.same({ 0, 1 }, xfer.arange(2):to(p2.devices[1]):totable())
     p2:close()
     server.stop()

@@ -48,8 +48,9 @@ static void print_usage(FILE *out)
           "              the plan cache (XFER_PLAN_CACHE; --json: the figures as JSON).\n"
           "  --serve URL [--name NAME] [--token-file FILE]\n"
           "              Serve this machine's devices on URL (ucx://address:port, that\n"
-          "              address only) until stopped; clients see them as NAME/device\n"
-          "              (default node); FILE holds a token clients must give.\n"
+          "              address only; port 0: any free one) until stopped; clients see\n"
+          "              them as NAME/device (default node); FILE holds a token clients\n"
+          "              must give. A line on stderr says what is served at which URL.\n"
           "  -h, --help  Show this help.\n"
           "  --          Stop handling options.\n"
           "  -           Execute stdin and stop handling options.\n"
@@ -268,8 +269,12 @@ static int run_serve(lua_State *L, const char *serve, const char *name, const ch
     "local l = xfer.listen(url, {name = name, token = token})\n"
     "local names = {}\n"
     "for _, d in ipairs(xfer.devices()) do if d.runtime ~= 'remote' then names[#names + 1] = d.name end end\n"
-    "io.stderr:write(('xferlua: serving %s on %s as %s%s\\n'):format(table.concat(names, ', '), url,\n"
+    "io.stderr:write(('xferlua: serving %s on %s as %s%s\\n'):format(table.concat(names, ', '), l.url,\n"
     "  name or 'node', token and ' (token required)' or ''))\n"
+    "for _, r in ipairs(xfer.runtimes()) do\n"
+    "  if r.reason and r.reason ~= '' and r.name ~= 'remote' then io.stderr:write(('xferlua: %s%s: %s\\n'):format(r.name,\n"
+    "    r.available and '' or ' unavailable', r.reason)) end\n"
+    "end\n"
     "while true do l:progress(1) end\n";
   int status = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=--serve");
   if (status == 0) {

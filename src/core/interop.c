@@ -9,6 +9,7 @@
 ** is reached the same way, by importing its memory into the CUDA device of its GPU: the
 ** move is one peer copy.
 */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,7 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   uint64_t size = 0;
   xfer_code rc = xfer_be_export_fd(seg->dev, seg->buf, &fd, &size, err);
   if (rc) return rc;
+  (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* drivers make it inheritable; a child must not get it */
   void *ibuf = NULL, *handle = NULL;
   rc = xfer_be_import_fd(importer, fd, size, seg->size, "import", &ibuf, &handle, err);
   if (rc) {

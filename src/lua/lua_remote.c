@@ -1,7 +1,7 @@
 /*
 ** lua_remote.c -- remote devices from Lua: xfer.connect(url, {timeout, token}) -> an
 ** xfer.Peer (name, devices, lost; close()), xfer.listen(url, {name, token}) -> an
-** xfer.Listener (progress(seconds), stats(), close()). Both are closed by their __gc, which
+** xfer.Listener (url, progress(seconds), stats(), close()). Both are closed by their __gc, which
 ** never raises.
 */
 #include <string.h>
@@ -181,7 +181,21 @@ static int listener_close(lua_State *L)
 static int listener_tostring(lua_State *L)
 {
   listener_box *b = luaL_checkudata(L, 1, XL_LISTENER);
-  lua_pushstring(L, b->listener ? "xfer.Listener" : "xfer.Listener(closed)");
+  if (b->listener) lua_pushfstring(L, "xfer.Listener(%s)", xfer_listener_url(b->listener));
+  else lua_pushliteral(L, "xfer.Listener(closed)");
+  return 1;
+}
+
+/* listener.url (where it listens: the port chosen for port 0), else its methods (upvalue) */
+static int listener_index(lua_State *L)
+{
+  const char *key = lua_tostring(L, 2);
+  if (key && !strcmp(key, "url")) {
+    lua_pushstring(L, xfer_listener_url(check_listener(L, "url")));
+    return 1;
+  }
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
   return 1;
 }
 
@@ -205,6 +219,7 @@ void xl_open_remote(lua_State *L, int module)
                                        {"close", listener_close}, {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, methods);
+    lua_pushcclosure(L, listener_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, listener_close);
     lua_setfield(L, -2, "__gc");

@@ -3,6 +3,7 @@
 ** memory, a stream per device, peer copies between devices; host memory moves in
 ** cuda_host.c. Every call is checked; a sticky error loses the device for good.
 */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,7 +305,9 @@ static xfer_code cuda_import_fd(xfer_device *dev, int fd, uint64_t memory_size, 
 {
   xfer_code rc = xfer_cu_enter(dev, op, err);
   if (rc) return rc;
-  int given = dup(fd);
+  /* close-on-exec: the driver keeps it open as long as the import lives, and a child
+  ** process (a script's os.execute) must not inherit it */
+  int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (given < 0) return xfer_err_set(err, code_for(op), op, "cannot duplicate the fd");
   CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc;
   memset(&desc, 0, sizeof desc);

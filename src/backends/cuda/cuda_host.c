@@ -45,6 +45,8 @@ static int pinned(xfer_device *dev, const void *ptr, size_t n)
   xfer_device *key = registrar(dev);
   if (xfer_host_pin(dev->ctx, span.base, key)) return 1;
   xfer_error err;
+  /* a staged pipeline's reader or writer thread may have no context current yet */
+  if (xfer_cu_enter(dev, "register", &err)) return 0;
   if (CU(dev, "register", &err, cuMemHostRegister, span.base, page_round(span.size),
          CU_MEMHOSTREGISTER_PORTABLE))
     /* another move registered it a moment ago: it is pinned all the same */

@@ -596,7 +596,7 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
                         "(its driver fails on larger ones), not %zu", dev->name,
                         (unsigned long long)dev->max_import, nbytes);
   cl_import *im = malloc(sizeof *im);
-  int given = im ? dup(fd) : -1;
+  int given = im ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1; /* kept while imported: not for children */
   if (given < 0) {
     free(im);
     return xfer_err_set(err, code_for(op), op, "cannot duplicate the memory's fd");

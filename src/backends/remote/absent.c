@@ -43,3 +43,8 @@ void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *se
   if (dropped) *dropped = 0;
 }
 void xfer_listener_close(xfer_listener *l) { (void)l; }
+const char *xfer_listener_url(const xfer_listener *l)
+{
+  (void)l;
+  return "";
+}

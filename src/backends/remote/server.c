@@ -7,6 +7,7 @@
 ** alone. Buffers a client allocates are its own: handles of another client are unknown to it,
 ** and a dropped client's buffers are freed.
 */
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,7 @@ struct xfer_listener {
   message *head, *tail;
   sending *sends;
   uint64_t served, dropped;
+  char url[300]; /* where it listens, the port the system chose for port 0 */
 };
 
 /* -- Connections ---------------------------------------------------------------------------- */
@@ -595,6 +597,31 @@ xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *e
   return XFER_E_OK;
 }
 
+/* l->url: the host as given, the port as bound (asked of UCX: port 0 is any free one). */
+static xfer_code bound_url(xfer_listener *l, const char *host, uint16_t port, xfer_error *err)
+{
+  ucp_listener_attr_t attr;
+  memset(&attr, 0, sizeof attr);
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  ucs_status_t s = l->node.api->ucp_listener_query(l->listener, &attr);
+  char service[16] = "";
+  if (s == UCS_OK &&
+      getnameinfo((const struct sockaddr *)&attr.sockaddr, sizeof attr.sockaddr, NULL, 0, service,
+                  sizeof service, NI_NUMERICSERV))
+    service[0] = '\0';
+  if (!service[0] && !port)
+    return s != UCS_OK ? xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s,
+                                       "listen: cannot tell which port was bound", err)
+                       : xfer_err_set(err, XFER_E_UNAVAILABLE, "listen",
+                                      "listen: cannot tell which port was bound");
+  if (!service[0]) snprintf(service, sizeof service, "%u", (unsigned)port);
+  int v6 = strchr(host, ':') && host[0] != '[';
+  snprintf(l->url, sizeof l->url, "ucx://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", service);
+  return XFER_E_OK;
+}
+
+const char *xfer_listener_url(const xfer_listener *l) { return l->url; }
+
 xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,
                       xfer_listener **out, xfer_error *err)
 {
@@ -638,7 +665,9 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
       rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s, what, err);
     }
   }
+  if (!rc) rc = bound_url(l, host, port, err);
   if (rc) {
+    if (l->listener) l->node.api->ucp_listener_destroy(l->listener);
     xfer_ucx_node_close(&l->node);
     xfer_ctx_release(l->ctx);
     free(l);

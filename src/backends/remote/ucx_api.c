@@ -54,6 +54,7 @@ static void load(void)
   SYM(lib, ucp_worker_set_am_recv_handler);
   SYM(lib, ucp_listener_create);
   SYM(lib, ucp_listener_destroy);
+  SYM(lib, ucp_listener_query);
   SYM(lib, ucp_listener_reject);
   SYM(lib, ucp_ep_create);
   SYM(lib, ucp_ep_close_nbx);
@@ -262,9 +263,10 @@ xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t
                         "(ucx://host:port)", op, url);
   char *end = NULL;
   long p = strtol(colon + 1, &end, 10);
-  if (!colon[1] || *end || p < 1 || p > 65535)
-    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s': the port must be 1 to 65535", op,
-                        url);
+  long lowest = strcmp(op, "listen") ? 1 : 0; /* a listener's port 0: any free one */
+  if (!colon[1] || *end || p < lowest || p > 65535)
+    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s': the port must be %ld to 65535", op,
+                        url, lowest);
   memcpy(host, rest, (size_t)(colon - rest));
   host[colon - rest] = '\0';
   *port = (uint16_t)p;

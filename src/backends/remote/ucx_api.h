@@ -24,6 +24,7 @@ typedef struct ucx_api {
   ucs_status_t (*ucp_listener_create)(ucp_worker_h, const ucp_listener_params_t *,
                                       ucp_listener_h *);
   void (*ucp_listener_destroy)(ucp_listener_h);
+  ucs_status_t (*ucp_listener_query)(ucp_listener_h, ucp_listener_attr_t *);
   ucs_status_t (*ucp_listener_reject)(ucp_listener_h, ucp_conn_request_h);
   ucs_status_t (*ucp_ep_create)(ucp_worker_h, const ucp_ep_params_t *, ucp_ep_h *);
   ucs_status_ptr_t (*ucp_ep_close_nbx)(ucp_ep_h, const ucp_request_param_t *);
