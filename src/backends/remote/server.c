@@ -40,7 +40,8 @@ typedef struct conn {
 typedef struct message {
   conn *c;
   wire_header h;
-  char *data;                        /* the payload (malloc'd), NULL when none */
+  char *data;                        /* the payload, NULL when none: malloc'd, or the memory */
+  xfer_tensor *staging;              /* of this host tensor (large ones: see staging_for) */
   size_t len;
   int direct;                        /* a WRITE received straight into its host buffer */
   void *receiving;                   /* a rendezvous receive in progress */
@@ -156,6 +157,27 @@ static ucs_status_t discard(xfer_listener *l, conn *c, void *data, const ucp_am_
   return UCS_OK;
 }
 
+/* Host memory for `len` bytes of payload on their way to or from a device: a large one is a
+** host tensor, so it comes from the host pool (reused from message to message: no page
+** faults on fresh memory, and a GPU's driver registers it once and moves it at pinned speed);
+** a small one is malloc'd. NULL when there is no memory. */
+#define STAGING_MIN (64u << 10)
+static char *staging_for(xfer_listener *l, size_t len, xfer_tensor **staging)
+{
+  *staging = NULL;
+  if (len < STAGING_MIN) return malloc(len);
+  xfer_shape shape = {1, {(int64_t)len}};
+  xfer_error e;
+  if (xfer_tensor_empty(xfer_host_of(l->ctx), XFER_U8, &shape, staging, &e)) return NULL;
+  return xfer_tensor_host_data(*staging);
+}
+
+static void staging_done(char *data, xfer_tensor *staging)
+{
+  if (staging) xfer_tensor_release(staging);
+  else free(data);
+}
+
 static ucs_status_t on_message(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
@@ -183,16 +205,18 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     if (host && h.offset + len <= xfer_tensor_nbytes(b->t)) direct = host + h.offset;
   }
   message *m = calloc(1, sizeof *m);
-  char *copy = len && !direct ? malloc(len) : NULL;
+  xfer_tensor *staging = NULL;
+  char *copy = m && len && !direct ? staging_for(l, len, &staging) : NULL;
   if (!m || (len && !direct && !copy)) {
     free(m);
-    free(copy);
+    staging_done(copy, staging);
     return discard(l, c, data, param);
   }
   m->c = c;
   m->h = h;
   if (other_version) m->h.version = 0; /* marks the mismatch for serve() */
   m->data = copy;
+  m->staging = staging;
   m->direct = direct != NULL;
   m->len = len;
   c->queued += len;
@@ -502,18 +526,19 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
     return;
   }
   xfer_error e;
-  char *bytes = m->h.length ? malloc(m->h.length) : NULL;
+  xfer_tensor *staging = NULL;
+  char *bytes = m->h.length ? staging_for(l, m->h.length, &staging) : NULL;
   xfer_code rc = XFER_E_OK;
   if (m->h.length && !bytes) rc = xfer_err_set(&e, XFER_E_ALLOC, "read", "out of host memory on the server");
   if (!rc && m->h.length) rc = xfer_tensor_read(v, bytes, m->h.length, &e);
   xfer_tensor_release(v);
   if (rc) {
-    free(bytes);
+    staging_done(bytes, staging);
     reply_error(l, c, &m->h, &e);
     return;
   }
   wire_header h = wire_make(WIRE_DATA, m->h.request);
-  reply(l, c, h, bytes, m->h.length);
+  reply_from(l, c, h, bytes, m->h.length, staging); /* sent from the staging tensor's memory */
 }
 
 static void serve(xfer_listener *l, message *m)
@@ -558,7 +583,7 @@ static int serve_ready(xfer_listener *l)
       m->c->queued -= m->len;
       m->c->waiting--;
     }
-    free(m->data);
+    staging_done(m->data, m->staging);
     free(m);
     did = 1;
   }
@@ -704,7 +729,7 @@ void xfer_listener_close(xfer_listener *l)
       l->node.api->ucp_request_cancel(l->node.worker, m->receiving);
       xfer_ucx_wait(&l->node, m->receiving, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
     }
-    free(m->data);
+    staging_done(m->data, m->staging);
     free(m);
   }
   if (l->listener) l->node.api->ucp_listener_destroy(l->listener);
