@@ -18,7 +18,7 @@ end
 -- proportion (least squares weighted by 1 / seconds^2): a plain fit is the large sizes' alone,
 -- and its latency can be off by more than a small move takes. Where the times do not grow
 -- with the size (noise at small sizes only), the largest size's rate.
-local function fit(points)
+local function weighted_fit(points)
   local sw, sx, sy, sxx, sxy = 0, 0, 0, 0, 0
   for _, p in ipairs(points) do
     local x, y = p[1], p[2]
@@ -34,6 +34,24 @@ local function fit(points)
   return math.max(0, (sy - slope * sx) / sw), 1 / slope
 end
 
+-- latency + bytes / bandwidth, true at both ends: the bandwidth is the rate between the two
+-- largest sizes (what a move beyond them runs at: past the caches, where one line through
+-- every size was too optimistic -- on the H200 a move from a GPU to PoCL's CPU device is
+-- faster staged at 16 MiB and slower at 256 MiB), the latency what is left of the smallest
+-- size's time. Points sorted by size; where the two largest do not grow, the weighted line.
+local function fit(points)
+  table.sort(points, function(a, b) return a[1] < b[1] end)
+  local n = #points
+  if n >= 2 then
+    local a, b = points[n - 1], points[n]
+    if b[1] > a[1] and b[2] > a[2] then
+      local bandwidth = (b[1] - a[1]) / (b[2] - a[2])
+      return math.max(0, points[1][2] - points[1][1] / bandwidth), bandwidth
+    end
+  end
+  return weighted_fit(points)
+end
+
 -- The median of `reps` timed runs of fn after one untimed (first-use costs are not the path's).
 local function timed(fn, reps)
   fn()
@@ -47,7 +65,7 @@ local function timed(fn, reps)
   return times[math.floor((reps + 1) / 2)]
 end
 
---- xfer.calibrate{devices = {...}, sizes = {4096, 65536, 1048576, 16777216}, paths = {...}, reps = 5,
+--- xfer.calibrate{devices = {...}, sizes = {4096, 65536, 1048576, 16777216, 67108864}, paths = {...}, reps = 5,
 --- save = true, progress = function(pairs_done, pairs_total) end}
 --- returns {results = {{from, to, path, latency, bandwidth, points = {{bytes, seconds}, ...}}
 --- or {from, to, path, code, message}, ...}, seconds, saved = file or nil, save_error}.
@@ -59,7 +77,7 @@ function xfer.calibrate(opts)
       fail(format("unknown option '%s' (known: devices, sizes, paths, reps, save, progress)", tostring(k)))
     end
   end
-  local sizes = opts.sizes or { 4096, 64 * 1024, 1024 * 1024, 16 * 1024 * 1024 }
+  local sizes = opts.sizes or { 4096, 64 * 1024, 1024 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024 }
   if type(sizes) ~= "table" or #sizes < 2 then fail("sizes is a list of at least two byte counts") end
   for _, n in ipairs(sizes) do
     if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then fail("sizes are whole numbers of bytes >= 1") end
