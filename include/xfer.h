@@ -420,18 +420,26 @@ void xfer_forget_failures(xfer_ctx *ctx, const xfer_device *from, const xfer_dev
 ** it. Figures come from calibration (xfer.calibrate in Lua) or the self-test, and live in a
 ** cache file: XFER_PLAN_CACHE ("off": none), else $XDG_CACHE_HOME/xferlua/plan-cache.tsv or
 ** ~/.cache/xferlua/plan-cache.tsv, read when the context opens. */
+#define XFER_COST_POINTS 8
 typedef struct xfer_cost {
   const char *from, *to; /* device names */
   xfer_path path;
   double latency;        /* seconds */
   double bandwidth;      /* bytes per second */
   int64_t when;          /* time() of the measurement */
+  int npoints;           /* times measured at sizes (xfer_cost_set_points), 0 when none */
+  double bytes[XFER_COST_POINTS], seconds[XFER_COST_POINTS];
 } xfer_cost;
 
 /* XFER_E_INVALID for devices of another context, path auto, a negative or non-finite
 ** latency, a bandwidth that is not > 0 and finite. */
 xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
                         double latency, double bandwidth, xfer_error *err);
+/* Measured times at 2..XFER_COST_POINTS sizes (bytes increasing, both > 0 and finite): an
+** estimate is then read off the line between the two sizes around it (beyond the largest,
+** at the rate between the two largest), latency and bandwidth being that line's ends. */
+xfer_code xfer_cost_set_points(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
+                               const double *bytes, const double *seconds, int n, xfer_error *err);
 /* Copies at most `cap` figures into `out`; returns how many there are. */
 size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap);
 /* Forgets every figure (the cache file stays: xfer_costs_save or delete it). */

@@ -37,6 +37,40 @@ describe("the planner's costs", function()
   before_each(function() xfer.forget_costs() end)
   after_each(function() xfer.forget_costs() end)
 
+  it("reads estimates off measured times (between two sizes, and past the largest at its rate)", function()
+    local a, b, paths = a_pair()
+    if not a then return pending("no two devices here move by more than one path") end
+    -- 10 us at 1 KiB, 20 us at 1 MiB (cache), 2 ms at 8 MiB (memory)
+    xfer.set_cost(a, b, paths[2], { { 1024, 1e-5 }, { 1048576, 2e-5 }, { 8388608, 2e-3 } })
+    local function estimate(n)
+      local t = xfer.empty({ n }, { dtype = "u8", device = a })
+      local e = xfer.plan(t, b).estimates[2]
+      t:free()
+      assert.is_true(e.measured)
+      return e.seconds
+    end
+    local function near(x, y) return math.abs(x - y) < 1e-12 end
+    assert.is_true(near(1e-5, estimate(16)))                          -- below the smallest: its time
+    assert.is_true(near(2e-5, estimate(1048576)))                     -- a measured size: its time
+    assert.is_true(near(2e-5 + 0.5 * (2e-3 - 2e-5), estimate(4718592))) -- halfway between 1 and 8 MiB
+    local rate = (8388608 - 1048576) / (2e-3 - 2e-5)
+    assert.is_true(near(2e-3 + 8388608 / rate, estimate(16777216)))   -- past it, at the last rate
+    local c = xfer.costs()[1]
+    assert.are.same({ { 1024, 1e-5 }, { 1048576, 2e-5 }, { 8388608, 2e-3 } }, c.points)
+    assert.is_true(math.abs(c.bandwidth - rate) < 1e-3)
+    -- kept in the cache file, points and all
+    local file = os.tmpname()
+    xfer.save_costs(file)
+    xfer.forget_costs()
+    xfer.load_costs(file)
+    os.remove(file)
+    assert.are.same({ { 1024, 1e-5 }, { 1048576, 2e-5 }, { 8388608, 2e-3 } }, xfer.costs()[1].points)
+    h.raises("invalid", xfer.set_cost, a, b, paths[2], { { 1024, 1e-5 } })
+    h.raises("invalid", xfer.set_cost, a, b, paths[2], { { 2048, 1e-5 }, { 1024, 2e-5 } })
+    h.raises("invalid", xfer.set_cost, a, b, paths[2], { { 1024, 1e-5 }, { 2048, "x" } })
+    xfer.forget_costs()
+  end)
+
   it("shows each path that applies in plan, with an estimate where it has a figure", function()
     local a, b, paths = a_pair()
     if not a then return pending("no two devices here move by more than one path") end
@@ -121,7 +155,7 @@ describe("the planner's costs", function()
       xfer.set_cost(a, b, paths[2], 2.5e-5, 3e9)
       xfer.save_costs(file)
       local text = read(file)
-      assert.is_truthy(text:find("^# xferlua plan cache v1"))
+      assert.is_truthy(text:find("^# xferlua plan cache v2"))
       -- a figure of a device this machine does not have is passed over
       local f = io.open(file, "a")
       f:write("cuda:7|Imaginary GPU|-\t" .. a.name .. "|x|-\thost\t1e-05\t1e+09\t0\n")

@@ -15,6 +15,21 @@ describe("xfer module", function()
     assert.is_true(t:equals(xfer.tensor({ 1, 2 })))
   end)
 
+  it("leaves the environment as it found it (PoCL sets variables that hid NVIDIA's OpenCL from children)", function()
+    -- the environment a child of xferlua gets, after every runtime opened, against the one
+    -- xferlua itself was given
+    local given = h.run("env | sort")
+    local inherited = h.run(h.xferlua() .. [[ -e 'require "xfer"; io.write(io.popen("env | sort"):read("*a"))']])
+    local function set(text)
+      local out = {}
+      for line in text:gmatch("[^\n]+") do
+        if not line:match("^_=") and not line:match("^SHLVL=") then out[line] = true end
+      end
+      return out
+    end
+    assert.are.same(set(given), set(inherited))
+  end)
+
   describe("runtimes()", function()
     it("lists host, cuda, vulkan, opencl and remote in that order", function()
       local names = {}

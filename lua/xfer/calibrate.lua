@@ -52,6 +52,12 @@ local function fit(points)
   return weighted_fit(points)
 end
 
+-- Whether a calibration move of n bytes suits a device: within its largest buffer, and an
+-- eighth of its memory at most (a small device is timed at the sizes it can take).
+local function fits(n, dev)
+  return n <= (dev.max_alloc or math.huge) and n <= (dev.total_memory or math.huge) / 8
+end
+
 -- The median of `reps` timed runs of fn after one untimed (first-use costs are not the path's).
 local function timed(fn, reps)
   fn()
@@ -65,7 +71,7 @@ local function timed(fn, reps)
   return times[math.floor((reps + 1) / 2)]
 end
 
---- xfer.calibrate{devices = {...}, sizes = {4096, 65536, 1048576, 16777216, 67108864}, paths = {...}, reps = 5,
+--- xfer.calibrate{devices = {...}, sizes = {4096, 65536, 1048576, 16777216, 67108864, 268435456}, paths = {...}, reps = 5,
 --- save = true, progress = function(pairs_done, pairs_total) end}
 --- returns {results = {{from, to, path, latency, bandwidth, points = {{bytes, seconds}, ...}}
 --- or {from, to, path, code, message}, ...}, seconds, saved = file or nil, save_error}.
@@ -77,7 +83,7 @@ function xfer.calibrate(opts)
       fail(format("unknown option '%s' (known: devices, sizes, paths, reps, save, progress)", tostring(k)))
     end
   end
-  local sizes = opts.sizes or { 4096, 64 * 1024, 1024 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024 }
+  local sizes = opts.sizes or { 4096, 64 * 1024, 1024 * 1024, 16 * 1024 * 1024, 64 * 1024 * 1024, 256 * 1024 * 1024 }
   if type(sizes) ~= "table" or #sizes < 2 then fail("sizes is a list of at least two byte counts") end
   for _, n in ipairs(sizes) do
     if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then fail("sizes are whole numbers of bytes >= 1") end
@@ -109,6 +115,7 @@ function xfer.calibrate(opts)
         if pcall(xfer.plan, probe, b, { via = p }) then -- the path applies to this pair
           local entry, points = { from = a.name, to = b.name, path = p }, {}
           for _, n in ipairs(sizes) do
+            if not fits(n, a) or not fits(n, b) then goto next_size end
             local ok, seconds = pcall(function()
               local src = xfer.zeros({ n }, { dtype = "u8", device = a })
               local dst = xfer.empty({ n }, { dtype = "u8", device = b })
@@ -123,11 +130,16 @@ function xfer.calibrate(opts)
               break
             end
             points[#points + 1] = { n, seconds }
+            ::next_size::
           end
           if not entry.code then
             entry.latency, entry.bandwidth = fit(points)
             entry.points = points
-            xfer.set_cost(a, b, p, entry.latency, entry.bandwidth)
+            if #points >= 2 and #points <= 8 then -- the times themselves: estimates between them
+              xfer.set_cost(a, b, p, points)
+            else
+              xfer.set_cost(a, b, p, entry.latency, entry.bandwidth)
+            end
           end
           results[#results + 1] = entry
         end

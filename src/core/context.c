@@ -63,7 +63,11 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
     return;
   }
   xfer_error err;
-  if (rt->backend->open(rt, &err) != XFER_E_OK) {
+  char **env = xfer_env_snapshot(); /* see env_guard.c: drivers that edit the environment */
+  xfer_code opened = rt->backend->open(rt, &err);
+  xfer_env_restore(env);
+  xfer_env_free(env);
+  if (opened != XFER_E_OK) {
     snprintf(rt->reason, sizeof rt->reason, "%s", err.message);
     /* a runtime that failed half way keeps no devices */
     for (size_t d = rt->first_device; d < ctx->ndevices; d++)

@@ -1,7 +1,10 @@
 /*
 ** costs.c -- a planner that knows sizes: what a path costs a pair of devices, measured
 ** (xfer.calibrate, the self-test) as a latency and a bandwidth, so that an estimate for n bytes
-** is latency + n / bandwidth. The default choice is the first path that applies (transfer.c);
+** is latency + n / bandwidth, or as the times measured at a few sizes: then an estimate is
+** read off the line between the two measured sizes around n (beyond the largest, at the rate
+** between the two largest), since one line cannot follow a move that runs from the caches at
+** 1 MiB and from memory at 256 MiB. The default choice is the first path that applies (transfer.c);
 ** another one is taken for a move when both have figures and the other's estimate is under
 ** 0.9 of it (noise between two paths that cost the same never flips the choice). The figures
 ** are kept in a cache file (XFER_PLAN_CACHE, else ~/.cache/xferlua/plan-cache.tsv; "off":
@@ -26,6 +29,8 @@ struct xfer_cost_entry {
   const xfer_device *from, *to;
   xfer_path path;
   double latency, bandwidth; /* seconds; bytes per second */
+  int npoints;               /* measured times, by increasing size (0: the line alone) */
+  double bytes[XFER_COST_POINTS], seconds[XFER_COST_POINTS];
   time_t when;
 };
 
@@ -46,7 +51,8 @@ static int figures_valid(double latency, double bandwidth)
 
 /* (ctx->lock held) 0 when out of host memory: the figure is not kept. */
 static int keep(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, xfer_path path,
-                double latency, double bandwidth, time_t when)
+                double latency, double bandwidth, time_t when, int npoints, const double *bytes,
+                const double *seconds)
 {
   xfer_cost_entry *e = find(ctx, from, to, path);
   if (!e) {
@@ -66,7 +72,65 @@ static int keep(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, x
   e->latency = latency;
   e->bandwidth = bandwidth;
   e->when = when;
+  e->npoints = npoints;
+  for (int i = 0; i < npoints; i++) {
+    e->bytes[i] = bytes[i];
+    e->seconds[i] = seconds[i];
+  }
   return 1;
+}
+
+/* Whether n points are measured times: 2..XFER_COST_POINTS of them, sizes > 0 increasing,
+** times > 0, all finite. */
+static int points_valid(int n, const double *bytes, const double *seconds)
+{
+  if (n < 2 || n > XFER_COST_POINTS) return 0;
+  for (int i = 0; i < n; i++)
+    if (!isfinite(bytes[i]) || !isfinite(seconds[i]) || bytes[i] <= 0 || seconds[i] <= 0 ||
+        (i && bytes[i] <= bytes[i - 1]))
+      return 0;
+  return 1;
+}
+
+/* The line the points make at their ends (what xfer_costs_list shows): the rate between the
+** two largest sizes, and the smallest size's time less its bytes at that rate. */
+static void points_line(int n, const double *bytes, const double *seconds, double *latency,
+                        double *bandwidth)
+{
+  double db = bytes[n - 1] - bytes[n - 2], ds = seconds[n - 1] - seconds[n - 2];
+  *bandwidth = ds > 0 ? db / ds : bytes[n - 1] / seconds[n - 1];
+  *latency = fmax(0, seconds[0] - bytes[0] / *bandwidth);
+}
+
+/* The estimate for nbytes from measured points (see the top of the file). */
+static double from_points(const xfer_cost_entry *e, double nbytes)
+{
+  int n = e->npoints;
+  if (nbytes <= e->bytes[0]) return e->seconds[0];
+  for (int i = 1; i < n; i++)
+    if (nbytes <= e->bytes[i]) {
+      double f = (nbytes - e->bytes[i - 1]) / (e->bytes[i] - e->bytes[i - 1]);
+      return e->seconds[i - 1] + f * (e->seconds[i] - e->seconds[i - 1]);
+    }
+  return e->seconds[n - 1] + (nbytes - e->bytes[n - 1]) / e->bandwidth;
+}
+
+xfer_code xfer_cost_set_points(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
+                               const double *bytes, const double *seconds, int n, xfer_error *err)
+{
+  if (!from || !to || from->ctx != ctx || to->ctx != ctx)
+    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: two devices of this context are needed");
+  if (path <= XFER_PATH_AUTO || path >= XFER_PATH__COUNT)
+    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: a path other than auto is needed");
+  if (!points_valid(n, bytes, seconds))
+    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: points are 2 to %d {bytes, seconds} "
+                        "pairs, bytes increasing, both > 0 and finite", XFER_COST_POINTS);
+  double latency, bandwidth;
+  points_line(n, bytes, seconds, &latency, &bandwidth);
+  pthread_mutex_lock(&ctx->lock);
+  int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL), n, bytes, seconds);
+  pthread_mutex_unlock(&ctx->lock);
+  return kept ? XFER_E_OK : xfer_err_set(err, XFER_E_ALLOC, "set_cost", "out of host memory");
 }
 
 xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
@@ -84,7 +148,7 @@ xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_
                         "and bandwidth > 0 bytes per second, both finite (not %s and %s)", l, b);
   }
   pthread_mutex_lock(&ctx->lock);
-  int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL));
+  int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL), 0, NULL, NULL);
   pthread_mutex_unlock(&ctx->lock);
   return kept ? XFER_E_OK : xfer_err_set(err, XFER_E_ALLOC, "set_cost", "out of host memory");
 }
@@ -96,7 +160,11 @@ size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap)
   for (size_t i = 0; i < n && i < cap; i++) {
     const xfer_cost_entry *e = &ctx->costs[i];
     out[i] = (xfer_cost){e->from->name, e->to->name, e->path, e->latency, e->bandwidth,
-                         (int64_t)e->when};
+                         (int64_t)e->when, e->npoints, {0}, {0}};
+    for (int k = 0; k < e->npoints; k++) {
+      out[i].bytes[k] = e->bytes[k];
+      out[i].seconds[k] = e->seconds[k];
+    }
   }
   pthread_mutex_unlock(&ctx->lock);
   return n;
@@ -114,7 +182,7 @@ static int estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *t
                     size_t nbytes, double *seconds)
 {
   const xfer_cost_entry *e = find(ctx, from, to, path);
-  if (e) *seconds = e->latency + (double)nbytes / e->bandwidth;
+  if (e) *seconds = e->npoints ? from_points(e, (double)nbytes) : e->latency + (double)nbytes / e->bandwidth;
   return e != NULL;
 }
 
@@ -189,7 +257,25 @@ int xfer_costs_file(char *out, size_t cap)
   return 0;
 }
 
-#define FILE_HEADER "# xferlua plan cache v1: from\tto\tpath\tlatency_s\tbandwidth_Bps\tunix_time"
+#define FILE_HEADER "# xferlua plan cache v2: from\tto\tpath\tlatency_s\tbandwidth_Bps\tunix_time\tbytes:seconds,..."
+
+/* "-" (none) or "bytes:seconds,...": how many points, -1 for text this version does not read */
+static int parse_points(const char *text, double *bytes, double *seconds)
+{
+  if (!strcmp(text, "-")) return 0;
+  int n = 0;
+  for (const char *at = text; *at && n <= XFER_COST_POINTS;) {
+    char *end;
+    if (n == XFER_COST_POINTS) return -1;
+    bytes[n] = strtod(at, &end);
+    if (*end != ':') return -1;
+    seconds[n] = strtod(end + 1, &end);
+    if (*end && *end != ',') return -1;
+    n++;
+    at = *end ? end + 1 : end;
+  }
+  return points_valid(n, bytes, seconds) ? n : -1;
+}
 
 xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_error *err)
 {
@@ -204,7 +290,7 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
     if (errno == ENOENT) return XFER_E_OK; /* not calibrated yet */
     return xfer_err_set(err, XFER_E_INVALID, "load_costs", "load_costs: cannot read %s: %s", file, strerror(errno));
   }
-  char line[1024];
+  char line[4096];
   int first = 1;
   xfer_code rc = XFER_E_OK;
   while (fgets(line, sizeof line, f)) {
@@ -216,11 +302,14 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
     }
     first = 0;
     if (line[0] == '#' || !line[0]) continue;
-    char *fields[6], *save = NULL;
+    char *fields[7], *save = NULL;
     int n = 0;
-    for (char *tok = strtok_r(line, "\t", &save); tok && n < 6; tok = strtok_r(NULL, "\t", &save))
+    for (char *tok = strtok_r(line, "\t", &save); tok && n < 7; tok = strtok_r(NULL, "\t", &save))
       fields[n++] = tok;
-    if (n != 6) continue; /* a line cut short: the rest still counts */
+    if (n != 7) continue; /* a line cut short: the rest still counts */
+    double bytes[XFER_COST_POINTS], secs[XFER_COST_POINTS];
+    int npoints = parse_points(fields[6], bytes, secs);
+    if (npoints < 0) continue;
     xfer_device *from = device_by_key(ctx, fields[0]), *to = device_by_key(ctx, fields[1]);
     xfer_path p;
     char *end1 = NULL, *end2 = NULL;
@@ -229,7 +318,8 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
         !figures_valid(latency, bandwidth))
       continue; /* another machine's devices, or a line this version does not read */
     pthread_mutex_lock(&ctx->lock);
-    int kept = keep(ctx, from, to, p, latency, bandwidth, (time_t)strtoll(fields[5], NULL, 10));
+    int kept = keep(ctx, from, to, p, latency, bandwidth, (time_t)strtoll(fields[5], NULL, 10),
+                    npoints, bytes, secs);
     pthread_mutex_unlock(&ctx->lock);
     if (kept && loaded) (*loaded)++;
   }
@@ -277,8 +367,11 @@ xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err)
     char from[256], to[256];
     device_key(e->from, from, sizeof from);
     device_key(e->to, to, sizeof to);
-    fprintf(f, "%s\t%s\t%s\t%.9g\t%.9g\t%lld\n", from, to, xfer_path_name(e->path), e->latency,
+    fprintf(f, "%s\t%s\t%s\t%.9g\t%.9g\t%lld\t", from, to, xfer_path_name(e->path), e->latency,
             e->bandwidth, (long long)e->when);
+    for (int k = 0; k < e->npoints; k++)
+      fprintf(f, "%s%.9g:%.9g", k ? "," : "", e->bytes[k], e->seconds[k]);
+    fprintf(f, "%s\n", e->npoints ? "" : "-");
   }
   pthread_mutex_unlock(&ctx->lock);
   int bad = ferror(f);

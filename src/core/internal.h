@@ -315,6 +315,11 @@ static inline void xfer_objects(xfer_device *dev, int delta)
 
 /* The host device: the host runtime opens first, with its one device. */
 static inline xfer_device *xfer_host_of(const xfer_ctx *ctx) { return ctx->devices[0]; }
+
+/* env_guard.c: a copy of the environment, and putting it back (a driver's open edits it) */
+char **xfer_env_snapshot(void);
+void xfer_env_restore(char **snapshot);
+void xfer_env_free(char **snapshot);
 static inline int xfer_is_host(const xfer_device *dev) { return dev == dev->ctx->devices[0]; }
 
 /* An on/off switch from the environment (XFER_TRACE, XFER_CACHE, XFER_SHARED_MEMORY,

@@ -25,19 +25,53 @@ static double check_number(lua_State *L, int idx, const char *fname)
   return lua_tonumber(L, idx);
 }
 
-/* xfer.set_cost(from, to, path, latency_seconds, bandwidth_bytes_per_second) */
+/* {{bytes, seconds}, ...} at idx into bytes/seconds: how many (raises on a malformed list) */
+static int check_points(lua_State *L, int idx, double *bytes, double *seconds)
+{
+  int n = (int)lua_objlen(L, idx);
+  if (n < 2 || n > XFER_COST_POINTS)
+    xl_raise_code(L, XFER_E_INVALID, "set_cost", "set_cost: points are 2 to %d {bytes, seconds} pairs, "
+                  "not %d", XFER_COST_POINTS, n);
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, idx, i + 1);
+    int ok = lua_istable(L, -1);
+    if (ok) {
+      lua_rawgeti(L, -1, 1);
+      lua_rawgeti(L, -2, 2);
+      ok = lua_type(L, -2) == LUA_TNUMBER && lua_type(L, -1) == LUA_TNUMBER;
+      bytes[i] = lua_tonumber(L, -2);
+      seconds[i] = lua_tonumber(L, -1);
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    if (!ok)
+      xl_raise_code(L, XFER_E_INVALID, "set_cost", "set_cost: point %d is no {bytes, seconds} pair of numbers",
+                    i + 1);
+  }
+  return n;
+}
+
+/* xfer.set_cost(from, to, path, latency_seconds, bandwidth_bytes_per_second), or
+** xfer.set_cost(from, to, path, {{bytes, seconds}, ...}): times measured at those sizes */
 static int l_set_cost(lua_State *L)
 {
   xfer_device *from = xl_check_device(L, 1, "set_cost");
   xfer_device *to = xl_check_device(L, 2, "set_cost");
   xfer_path path = check_path(L, 3, "set_cost");
+  if (lua_istable(L, 4)) {
+    double bytes[XFER_COST_POINTS], seconds[XFER_COST_POINTS];
+    int n = check_points(L, 4, bytes, seconds);
+    xfer_error err;
+    if (xfer_cost_set_points(xl_ctx(L), from, to, path, bytes, seconds, n, &err)) xl_raise(L, &err);
+    return 0;
+  }
   double latency = check_number(L, 4, "set_cost"), bandwidth = check_number(L, 5, "set_cost");
   xfer_error err;
   if (xfer_cost_set(xl_ctx(L), from, to, path, latency, bandwidth, &err)) xl_raise(L, &err);
   return 0;
 }
 
-/* xfer.costs(): {{from, to, path, latency, bandwidth, when}, ...} */
+/* xfer.costs(): {{from, to, path, latency, bandwidth, when[, points]}, ...} */
 static int l_costs(lua_State *L)
 {
   xl_no_args(L, "costs");
@@ -56,6 +90,18 @@ static int l_costs(lua_State *L)
     lua_setfield(L, -2, "bandwidth");
     lua_pushnumber(L, (lua_Number)list[i].when);
     lua_setfield(L, -2, "when");
+    if (list[i].npoints) {
+      lua_createtable(L, list[i].npoints, 0);
+      for (int k = 0; k < list[i].npoints; k++) {
+        lua_createtable(L, 2, 0);
+        lua_pushnumber(L, list[i].bytes[k]);
+        lua_rawseti(L, -2, 1);
+        lua_pushnumber(L, list[i].seconds[k]);
+        lua_rawseti(L, -2, 2);
+        lua_rawseti(L, -2, k + 1);
+      }
+      lua_setfield(L, -2, "points");
+    }
     lua_rawseti(L, -2, (int)i + 1);
   }
   return 1;
