@@ -107,7 +107,10 @@ describe("remote devices #remote", function()
       assert.are.equal("nodeL/" .. here[i].name, d.name)
       assert.are.equal("remote", d.runtime)
       assert.are.equal(here[i].label, d.label)
-      assert.are.equal(here[i].total_memory, d.total_memory)
+      -- a device in host memory sizes itself by what the host has free (PoCL): another
+      -- process's figure differs
+      if here[i].unified then assert.is_true(d.total_memory > 0)
+      else assert.are.equal(here[i].total_memory, d.total_memory) end
       assert.are.equal(d, xfer.device(d.name))
     end
     assert.is_truthy(tostring(p):find("xfer.Peer(nodeL, " .. #here .. " devices)", 1, true))
