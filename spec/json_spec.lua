@@ -72,10 +72,24 @@ describe("xferlua's machine-readable flags", function()
     assert.are.equal(5, #inv.runtimes)
   end)
 
-  it("--json without --devices or --selftest is refused", function()
-    local out, code = h.run(h.xferlua() .. " --json -e 'print(1)'")
-    assert.are.equal(1, code)
-    assert.are.equal("xferlua: --json goes with --devices or --selftest, --quick with --selftest\n", out)
+  it("--json without --devices, --selftest or --calibrate is refused, and --sizes without --calibrate", function()
+    local says = "xferlua: --json goes with --devices, --selftest or --calibrate, --quick with " ..
+                 "--selftest, --sizes with --calibrate\n"
+    for _, args in ipairs({ "--json -e 'print(1)'", "--sizes 4K -e 'print(1)'", "--quick --devices" }) do
+      local out, code = h.run(h.xferlua() .. " " .. args)
+      assert.are.equal(1, code, args)
+      assert.are.equal(says, out, args)
+    end
+  end)
+
+  it("--calibrate --sizes LIST --json: the figures at those sizes, as JSON", function()
+    local out, code = h.run("XFER_PLAN_CACHE=off " .. h.xferlua() .. " --calibrate --sizes 4K,8K --json")
+    assert.are.equal(1, code, out) -- (the figures could not be saved: the cache is off)
+    local doc = decode(out:match("^(.-\n})"))
+    assert.is_true(#doc.results >= 1)
+    for _, e in ipairs(doc.results) do
+      if e.points then assert.are.same({ 4096, 8192 }, { e.points[1][1], e.points[2][1] }) end
+    end
   end)
 
   it("--version prints the version as -v does", function()

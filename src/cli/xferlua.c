@@ -43,9 +43,11 @@ static void print_usage(FILE *out)
           "  --selftest  Move a known pattern between every pair of devices by every path\n"
           "              that applies, check it, time it (--quick: small sizes; --json);\n"
           "              exits 1 when a default path fails.\n"
-          "  --calibrate Time every path between every pair of devices at a few sizes, give\n"
-          "              the planner the figures (it then chooses by size) and save them to\n"
-          "              the plan cache (XFER_PLAN_CACHE; --json: the figures as JSON).\n"
+          "  --calibrate [--sizes 4K,1M,...]\n"
+          "              Time every path between every pair of devices at a few sizes (by\n"
+          "              default 4K,64K,1M,16M,64M,256M), give the planner the times (it then\n"
+          "              chooses by size) and save them to the plan cache (XFER_PLAN_CACHE;\n"
+          "              --json: the figures as JSON).\n"
           "  --serve URL [--name NAME] [--token-file FILE]\n"
           "              Serve this machine's devices on URL (ucx://address:port, that\n"
           "              address only; port 0: any free one) until stopped; clients see\n"
@@ -289,20 +291,31 @@ static int run_serve(lua_State *L, const char *serve, const char *name, const ch
   return status;
 }
 
-/* --calibrate [--json]: the figures, saved to the plan cache; 1 when they could not be saved */
-static int run_calibrate(lua_State *L, int json)
+/* --calibrate [--sizes LIST] [--json]: the figures, saved to the plan cache; 1 when they
+** could not be saved */
+static int run_calibrate(lua_State *L, int json, const char *sizes)
 {
-  char chunk[768];
+  char chunk[1024];
   int line = !json && isatty(1) && isatty(2);
   snprintf(chunk, sizeof chunk,
            "local xfer = require 'xfer'\n"
-           "local r = xfer.calibrate{progress = %s}\n"
+           "local list, sizes = ...\n"
+           "if list then\n"
+           "  sizes = {}\n"
+           "  local parse = require('xfer.bench').parse_size\n"
+           "  for text in list:gmatch('[^,]+') do sizes[#sizes + 1] = parse(text) end\n"
+           "end\n"
+           "local r = xfer.calibrate{sizes = sizes, progress = %s}\n"
            "return %s, r.saved",
            line ? "function(d, n) io.stderr:write(('\\rcalibrate: pair %d of %d'):format(d, n), "
                   "d == n and '\\r\\27[K' or '') end" : "nil",
            json ? "xfer.json(r, {indent = 2})" : "xfer.calibrate_report(r)");
   int status = luaL_loadbuffer(L, chunk, strlen(chunk), "=--calibrate");
-  if (status == 0) status = docall(L, 0, 2);
+  if (status == 0) {
+    if (sizes) lua_pushstring(L, sizes);
+    else lua_pushnil(L);
+    status = docall(L, 1, 2);
+  }
   if (status == 0) {
     printf("%s\n", lua_tostring(L, -2));
     int saved = lua_toboolean(L, -1);
@@ -441,6 +454,7 @@ typedef struct cli {
   int bytecode;        /* index of a -b option, or 0 */
   int selftest, quick, calibrate;
   const char *serve, *name, *token_file; /* --serve URL [--name N] [--token-file F] */
+  const char *sizes;   /* --calibrate --sizes 4K,1M,... */
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -462,9 +476,11 @@ static void scan_args(char **argv, int argc, cli *c)
     else if (!strcmp(a, "--selftest")) c->selftest = 1;
     else if (!strcmp(a, "--quick")) c->quick = 1;
     else if (!strcmp(a, "--calibrate")) c->calibrate = 1;
-    else if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file")) {
+    else if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file") ||
+             !strcmp(a, "--sizes")) {
       if (++i >= argc) { c->bad = i - 1; return; }
-      *(a[2] == 's' ? &c->serve : a[2] == 'n' ? &c->name : &c->token_file) = argv[i];
+      *(!strcmp(a, "--serve") ? &c->serve : !strcmp(a, "--name") ? &c->name
+        : !strcmp(a, "--sizes") ? &c->sizes : &c->token_file) = argv[i];
     }
 
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
@@ -549,7 +565,7 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (c.version) print_version();
   if (c.devices && print_devices(L, c.json)) return 1;
   if (c.selftest && run_selftest(L, c.quick, c.json)) return 1;
-  if (c.calibrate && run_calibrate(L, c.json)) return 1;
+  if (c.calibrate && run_calibrate(L, c.json, c.sizes)) return 1;
   if (c.serve) return run_serve(L, c.serve, c.name, c.token_file) ? 1 : 0;
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
@@ -580,8 +596,10 @@ int main(int argc, char **argv)
     print_usage(stderr);
     return 1;
   }
-  if ((c.json && !c.devices && !c.selftest) || (c.quick && !c.selftest)) {
-    fprintf(stderr, "%s: --json goes with --devices or --selftest, --quick with --selftest\n",
+  if ((c.json && !c.devices && !c.selftest && !c.calibrate) || (c.quick && !c.selftest) ||
+      (c.sizes && !c.calibrate)) {
+    fprintf(stderr, "%s: --json goes with --devices, --selftest or --calibrate, --quick with "
+            "--selftest, --sizes with --calibrate\n",
             progname);
     return 1;
   }
