@@ -203,6 +203,32 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  it("moves between two devices of one server there (same_runtime), and says so in plan", function()
+    local one, other = start_server({ name = "nodeM" }), start_server({ name = "nodeN" })
+    local p = connect(one.url, { timeout = 10 })
+    local q = connect(other.url, { timeout = 10 })
+    if #p.devices < 2 then return pending("the server has one device here") end
+    local a, b = p.devices[1], p.devices[#p.devices]
+    local src = xfer.arange(1000, { dtype = "u32" }):to(a)
+    local plan = xfer.plan(src, b)
+    assert.are.equal("same_runtime", plan.path)
+    assert.are.equal(("%s and %s are devices of one server: it moves the bytes between them, "
+                      .. "nothing crosses the network"):format(a.name, b.name), plan.reason)
+    xfer.stats_reset()
+    local moved = src:to(b)
+    assert.are.equal("same_runtime", xfer.stats()[1].path)
+    assert.are.same(xfer.arange(1000, { dtype = "u32" }):totable(), moved:totable())
+    -- two servers' devices: no such path (the bytes come through here)
+    local e = h.raises("unsupported", xfer.plan, src, q.devices[1], { via = "same_runtime" })
+    assert.are.equal(("%s and %s are not joined by remote (two servers' devices)"):format(
+      a.name, q.devices[1].name), e.message)
+    local there = src:to(q.devices[1])
+    assert.are.same(moved:totable(), there:totable())
+    -- a remote end in plan's steps: where it is
+    local steps = table.concat(xfer.plan(xfer.arange(4), a).steps, "\n")
+    assert.is_truthy(steps:find(a.name .. ": across the network, in chunks (remote " .. one.url .. ")", 1, true), steps)
+  end)
+
   it("injects faults on this side (remote:alloc/read/write keep the peer; send, recv lose it)", function()
     local server = start_server({ name = "nodeF" })
     local p = connect(server.url, { timeout = 5 })

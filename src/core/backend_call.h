@@ -70,6 +70,11 @@ static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off
 }
 
 static inline int xfer_be_has_peer(const xfer_device *dev) { return xfer_be(dev)->peer != NULL; }
+/* whether the runtime's peer copy joins src and dst (two devices of one runtime) */
+static inline int xfer_be_peer_joins(const xfer_device *src, const xfer_device *dst)
+{
+  return xfer_be_has_peer(src) && (!xfer_be(src)->peer_joins || xfer_be(src)->peer_joins(src, dst));
+}
 static inline int xfer_rt_has_peer(const xfer_runtime *rt)
 {
   return rt->backend && rt->backend->peer;

@@ -17,8 +17,9 @@ typedef struct xfer_runtime xfer_runtime;
 /* One table per runtime. A buffer is whatever the backend says it is (a pointer, a
 ** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
 ** bytes. Optional members are NULL, and the core checks before calling. */
-/* 2: peer and copy_imported take offsets (blocks of segments); 3: shared memory, import op */
-#define XFER_BACKEND_VERSION 4
+/* 2: peer and copy_imported take offsets (blocks of segments); 3: shared memory, import op;
+** 5: peer_joins */
+#define XFER_BACKEND_VERSION 5
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
@@ -64,6 +65,9 @@ typedef struct xfer_backend {
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);
+  /* optional: whether peer joins these two devices (NULL: any two of the runtime's; the
+  ** remote runtime's devices are joined only on one server) */
+  int (*peer_joins)(const xfer_device *src_dev, const xfer_device *dst_dev);
   /* optional, queued host moves (the staged pipeline): write/read that may return once
   ** the driver has the work (*queued = 1), leaving the host memory untouched until
   ** finish(slot) has returned. `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish.

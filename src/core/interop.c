@@ -60,7 +60,7 @@ typedef struct peer_route {
 
 static int peer_route_for(const xfer_device *src, const xfer_device *dst, peer_route *route)
 {
-  if (src == dst || (src->rt == dst->rt && xfer_be_has_peer(src)) || !src->has_uuid ||
+  if (src == dst || (src->rt == dst->rt && xfer_be_peer_joins(src, dst)) || !src->has_uuid ||
       !dst->has_uuid || same_gpu(src, dst))
     return 0; /* a runtime's copy between its own devices is same_runtime's */
   xfer_ctx *ctx = src->ctx;

@@ -76,6 +76,9 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     if (!xfer_be_has_peer(src))
       return refuse(why, cap, "%s cannot copy between two of its devices directly",
                     src->rt->name);
+    if (!xfer_be_peer_joins(src, dst))
+      return refuse(why, cap, "%s and %s are not joined by %s (two servers' devices)",
+                    src->name, dst->name, src->rt->name);
     return NULL;
   case XFER_PATH_INTEROP:
     if (xfer_interop_applies(src, dst)) return NULL;
@@ -109,6 +112,12 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     xfer_plan_step(plan, "copy %zu bytes within %s", n, from);
     break;
   case XFER_PATH_SAME_RUNTIME:
+    if (src->dev->remote) {
+      snprintf(plan->reason, sizeof plan->reason, "%s and %s are devices of one server: it "
+               "moves the bytes between them, nothing crosses the network", from, to);
+      xfer_plan_step(plan, "the server copies %zu bytes from %s to %s", n, from, to);
+      return;
+    }
     snprintf(plan->reason, sizeof plan->reason, "%s copies between its own devices",
              src->dev->rt->name);
     xfer_plan_step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
@@ -148,6 +157,12 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
     }
     break;
   }
+  /* a remote end: what crossing the network means */
+  const xfer_device *ends[2] = {src->dev, dst};
+  for (int i = 0; i < 2; i++)
+    if (ends[i]->remote && (i == 0 || ends[1] != ends[0]))
+      xfer_plan_step(plan, "%s: across the network, in chunks (%s)", ends[i]->name,
+                     ends[i]->platform);
 }
 
 /* The path a move takes, without the words: transfers call this on every move. */

@@ -386,6 +386,20 @@ static xfer_code remote_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
   return rc;
 }
 
+/* between two devices of one server: the server moves the bytes (its own planner chooses
+** how), nothing crosses the network */
+static xfer_code remote_peer(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
+                             void *src, size_t src_offset, size_t n, xfer_error *err)
+{
+  (void)src_dev; /* (one server: peer_joins) */
+  return remote_copy(dst_dev, dst, dst_offset, src, src_offset, n, err);
+}
+
+static int remote_peer_joins(const xfer_device *src_dev, const xfer_device *dst_dev)
+{
+  return peer_of(src_dev) == peer_of(dst_dev);
+}
+
 const xfer_backend xfer_backend_remote = {
   .version = XFER_BACKEND_VERSION,
   .name = "remote",
@@ -396,6 +410,8 @@ const xfer_backend xfer_backend_remote = {
   .write = remote_write,
   .read = remote_read,
   .copy = remote_copy,
+  .peer = remote_peer,
+  .peer_joins = remote_peer_joins,
 };
 
 /* -- Connecting ------------------------------------------------------------------------------- */
