@@ -91,6 +91,11 @@ typedef struct xfer_tensor xfer_tensor;
 xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err);
 xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx);
 void xfer_ctx_release(xfer_ctx *ctx);
+/* A handle an application keeps on a device (the Lua binding's, one per xfer.Device object):
+** a lost remote device that neither a handle nor a tensor refers to gives its place in the
+** context to the devices of a later connection. The device lives as long as its context. */
+void xfer_device_retain(xfer_device *dev);
+void xfer_device_release(xfer_device *dev);
 
 typedef struct xfer_runtime_info {
   const char *name;      /* "host", "cuda", "vulkan", "opencl" */

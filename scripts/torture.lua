@@ -3,7 +3,8 @@
 -- every run is checked: nothing crashed; the failure surfaced as an xfer.Error naming the
 -- op and the runtime of the call that failed (or the move recovered, bytes right); sources
 -- byte for byte as they were; every device's memory and the process's open fds back to
--- where they were. Usage (scripts/torture runs it):
+-- where they were. A scenario may say it cannot run here (available(), with the reason) and
+-- end what it started for all its runs (finish()). Usage (scripts/torture runs it):
 --   xferlua scripts/torture.lua [--stride S] [--shard I/N] [--calls K,K...] [--deadline SECONDS] [--verbose] spec/torture/<scenario>.lua ...
 -- --stride S fails every S-th call only (a bounded run for CI); --shard I/N makes only the
 -- I-th of every N of those runs (N processes, one shard each, share a long scenario among
@@ -223,6 +224,13 @@ local total_problems = 0
 for _, file in ipairs(files) do
   local scenario = dofile(file)
   local name = scenario.name or file
+  local usable, why = true, nil
+  if scenario.available then usable, why = scenario.available() end
+  if not usable then
+    io.write(("torture %s: not run: %s\n"):format(name, tostring(why)))
+    goto next_scenario
+  end
+  do
   local function report(k, list)
     for _, p in ipairs(list) do
       io.write(("%s: call %s: %s\n"):format(name, tostring(k), p))
@@ -276,6 +284,9 @@ for _, file in ipairs(files) do
            :format(name, calls, runs, stride, shards > 1 and (", shard %d/%d"):format(shard, shards) or "", surfaced, recovered, missed, table.concat(ops, ", ")))
   io.write(("torture %s: %d s, %s\n"):format(name, os.time() - started, cut and
     ("stopped by --deadline after %d of its %d runs"):format(runs, planned) or "every run made"))
+  if scenario.finish then scenario.finish() end -- what it started for every run (a server)
+  end
+  ::next_scenario::
 end
 io.write(("torture: %d problem%s\n"):format(total_problems, total_problems == 1 and "" or "s"))
 os.exit(total_problems == 0 and 0 or 1, true) -- closing the state frees the context (LeakSanitizer)

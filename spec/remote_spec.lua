@@ -229,6 +229,35 @@ describe("remote devices #remote", function()
     assert.is_truthy(steps:find(a.name .. ": across the network, in chunks (remote " .. one.url .. ")", 1, true), steps)
   end)
 
+  it("reconnects without end: a closed peer's sockets close, its unused devices give their places back", function()
+    local server = start_server({ name = "nodeR" })
+    local pid = io.open("/proc/self/stat"):read("*n")
+    local function fds()
+      local n = 0
+      for _ in io.popen("ls /proc/" .. pid .. "/fd"):lines() do n = n + 1 end
+      return n
+    end
+    local function round()
+      local p = xfer.connect(server.url, { timeout = 10 })
+      local t = xfer.arange(100):to(p.devices[1])
+      assert.are.same(xfer.arange(100):totable(), t:totable())
+      t:free()
+      p:close()
+    end
+    round()
+    collectgarbage()
+    local before, listed = fds(), #xfer.devices()
+    -- more connections than the 128 places for remote devices, had none come back
+    local rounds = math.floor(128 / #xfer.connect(server.url, { timeout = 10 }).devices) + 8
+    collectgarbage()
+    for _ = 1, rounds do
+      round()
+      collectgarbage() -- (its Device objects, each holding its device)
+    end
+    assert.are.equal(before, fds())
+    assert.are.equal(listed, #xfer.devices())
+  end)
+
   it("injects faults on this side (remote:alloc/read/write keep the peer; send, recv lose it)", function()
     local server = start_server({ name = "nodeF" })
     local p = connect(server.url, { timeout = 5 })

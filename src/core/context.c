@@ -206,19 +206,13 @@ xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info 
   return XFER_E_OK;
 }
 
-xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
+void xfer_device_retain(xfer_device *dev) { __atomic_add_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
+void xfer_device_release(xfer_device *dev) { __atomic_sub_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
+
+/* A new device of rt at place `slot` of the context's list (not stored there yet). */
+static xfer_device *new_device(xfer_runtime *rt, size_t slot, xfer_error *err)
 {
   xfer_ctx *ctx = rt->ctx;
-  if (ctx->ndevices == ctx->cap) {
-    size_t cap = ctx->cap ? ctx->cap * 2 : 8;
-    xfer_device **grown = realloc(ctx->devices, cap * sizeof *grown);
-    if (!grown) {
-      xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory listing devices");
-      return NULL;
-    }
-    ctx->devices = grown;
-    ctx->cap = cap;
-  }
   xfer_device *dev = calloc(1, sizeof *dev);
   if (!dev || xfer_mem_device_init(dev, !strcmp(rt->name, "host")) != XFER_E_OK) {
     free(dev);
@@ -232,12 +226,36 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
   pthread_mutexattr_destroy(&attr);
   dev->ctx = ctx;
   dev->rt = rt;
-  dev->index = (int)(ctx->ndevices - rt->first_device);
+  dev->index = (int)(slot - rt->first_device);
   if (!strcmp(rt->name, "host"))
     snprintf(dev->name, sizeof dev->name, "host");
   else
     snprintf(dev->name, sizeof dev->name, "%s:%d", rt->name, dev->index);
-  ctx->devices[ctx->ndevices++] = dev;
+  return dev;
+}
+
+xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
+{
+  xfer_ctx *ctx = rt->ctx;
+  if (ctx->ndevices == ctx->cap) {
+    size_t cap = ctx->cap ? ctx->cap * 2 : 8;
+    xfer_device **grown = realloc(ctx->devices, cap * sizeof *grown);
+    if (!grown) {
+      xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory listing devices");
+      return NULL;
+    }
+    ctx->devices = grown;
+    ctx->cap = cap;
+  }
+  xfer_device *dev = new_device(rt, ctx->ndevices, err);
+  if (dev) ctx->devices[ctx->ndevices++] = dev;
+  return dev;
+}
+
+xfer_device *xfer_runtime_replace_device(xfer_runtime *rt, size_t slot, xfer_error *err)
+{
+  xfer_device *dev = new_device(rt, slot, err);
+  if (dev) __atomic_store_n(&rt->ctx->devices[slot], dev, __ATOMIC_RELEASE);
   return dev;
 }
 

@@ -128,6 +128,8 @@ struct xfer_runtime {
 struct xfer_device {
   xfer_ctx *ctx;
   xfer_runtime *rt;
+  int refs;                     /* tensors on it and the application's handles (atomic): a
+                                ** lost remote device with none gives its slot back */
   int index;                    /* within its runtime */
   char name[32];                /* "opencl:1" */
   char label[128];
@@ -353,6 +355,9 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
 int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native);
 
 xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err);
+/* A new device in place `slot` of the context's list, whose device the runtime retired (it
+** keeps that one until it closes: a reader may still hold it). */
+xfer_device *xfer_runtime_replace_device(xfer_runtime *rt, size_t slot, xfer_error *err);
 void xfer_device_destroy(xfer_device *dev);
 void xfer_device_lock(xfer_device *dev);
 void xfer_device_unlock(xfer_device *dev);

@@ -84,6 +84,7 @@ void xfer_tensor_adopt(xfer_tensor *t)
 {
   xfer_device *dev = t->dev;
   xfer_ctx_retain(dev->ctx);
+  xfer_device_retain(dev);
   pthread_mutex_lock(&dev->ctx->lock); /* listed, so that closing the device finds it */
   t->next_on_dev = dev->tensors;
   if (dev->tensors) dev->tensors->prev_on_dev = t;
@@ -184,10 +185,12 @@ void xfer_tensor_release(xfer_tensor *t)
 {
   if (!t || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   xfer_ctx *ctx = t->dev->ctx;
+  xfer_device *dev = t->dev;
   xfer_tensor *base = t->base;
   xfer_tensor_free(t, NULL); /* the last reference: no view holds it */
   free(t);
   xfer_tensor_release(base); /* a view's base, once the view is gone */
+  xfer_device_release(dev);
   xfer_ctx_release(ctx);
 }
 

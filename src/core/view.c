@@ -88,6 +88,7 @@ xfer_code xfer_tensor_view(xfer_tensor *t, const xfer_shape *shape, const int64_
   v->offset = owner->offset + (size_t)first * esize;
   v->base = xfer_tensor_retain(owner);
   xfer_ctx_retain(t->dev->ctx);
+  xfer_device_retain(t->dev);
   pthread_mutex_lock(&t->dev->ctx->lock);
   owner->views++;
   pthread_mutex_unlock(&t->dev->ctx->lock);

@@ -22,6 +22,7 @@ void xl_push_device(lua_State *L, xfer_device *dev)
   luaL_getmetatable(L, XL_DEVICE);
   lua_setmetatable(L, -2);
   xfer_ctx_retain(xfer_device_ctx(dev));
+  xfer_device_retain(dev);
   box->dev = dev;
 }
 
@@ -57,7 +58,11 @@ xfer_device *xl_check_device(lua_State *L, int idx, const char *fname)
 static int device_gc(lua_State *L)
 {
   device_box *box = lua_touserdata(L, 1);
-  if (box->dev) xfer_ctx_release(xfer_device_ctx(box->dev));
+  if (box->dev) {
+    xfer_ctx *ctx = xfer_device_ctx(box->dev);
+    xfer_device_release(box->dev); /* (before the context, which may go with it) */
+    xfer_ctx_release(ctx);
+  }
   box->dev = NULL;
   return 0;
 }

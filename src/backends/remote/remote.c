@@ -31,7 +31,10 @@ struct xfer_peer {
   uint64_t generation;
   uint64_t next_request;
   double timeout;                 /* seconds each request may take */
-  size_t first_device, ndevices;  /* its devices in the context */
+  int closed;                     /* the application let go of it (or never had it: a failed
+                                  ** connect): its lost devices may give their places back */
+  xfer_device *devices[WIRE_MAX_DEVICES]; /* its devices in the context */
+  size_t ndevices;
   /* the request waiting for its answer */
   uint64_t waiting;
   int answered;
@@ -44,6 +47,13 @@ struct xfer_peer {
   int bad_answer;                 /* the server broke the protocol */
   const char *bad_why;            /* how */
 };
+
+/* The runtime's state: devices that gave their places back, kept until the context closes
+** (another thread may still be reading one it found in the list a moment ago). */
+typedef struct remote_rt {
+  xfer_device **retired;
+  size_t nretired, cap;
+} remote_rt;
 
 typedef struct remote_dev {
   xfer_peer *peer;
@@ -59,8 +69,8 @@ static void lose(xfer_peer *p, const char *why)
 {
   if (p->lost) return;
   __atomic_store_n(&p->lost, 1, __ATOMIC_RELEASE);
-  for (size_t d = p->first_device; !p->detached && d < p->first_device + p->ndevices; d++) {
-    xfer_device *dev = p->ctx->devices[d];
+  for (size_t d = 0; !p->detached && d < p->ndevices; d++) {
+    xfer_device *dev = p->devices[d];
     snprintf(dev->lost_note, sizeof dev->lost_note, "%s", why);
     dev->lost_code = XFER_E_PEER_LOST;
     __atomic_store_n(&dev->lost, 1, __ATOMIC_RELEASE);
@@ -277,9 +287,15 @@ static xfer_code remote_open(xfer_runtime *rt, xfer_error *err)
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s", why);
   /* room for the devices peers bring later, so the list never moves under a running move */
   xfer_ctx *ctx = rt->ctx;
+  if (!(rt->impl = calloc(1, sizeof(remote_rt))))
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
   if (ctx->cap < ctx->ndevices + RESERVED_DEVICES) {
     xfer_device **grown = realloc(ctx->devices, (ctx->ndevices + RESERVED_DEVICES) * sizeof *grown);
-    if (!grown) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+    if (!grown) {
+      free(rt->impl);
+      rt->impl = NULL;
+      return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+    }
     ctx->devices = grown;
     ctx->cap = ctx->ndevices + RESERVED_DEVICES;
   }
@@ -290,6 +306,11 @@ static void peer_release(xfer_peer *p);
 
 static void remote_close(xfer_runtime *rt)
 {
+  remote_rt *state = rt->impl;
+  for (size_t i = 0; state && i < state->nretired; i++) xfer_device_destroy(state->retired[i]);
+  if (state) free(state->retired);
+  free(state);
+  rt->impl = NULL;
   /* each device holds its peer: the last one lets it go */
   for (size_t d = rt->first_device; d < rt->first_device + rt->ndevices; d++) {
     xfer_device *dev = rt->ctx->devices[d];
@@ -325,6 +346,7 @@ static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
 {
   (void)nbytes;
   xfer_objects(dev, -1);
+  if (!dev->impl) return; /* retired: its peer went long ago */
   xfer_peer *p = peer_of(dev);
   wire_header h = wire_make(WIRE_FREE, 0);
   h.handle = (uint64_t)(uintptr_t)buf;
@@ -448,6 +470,37 @@ static int parse_uuid(const char *text, uint8_t out[16])
   return n == 32;
 }
 
+/* A place in the context's list a new device may take: one of a closed peer's lost devices
+** that no tensor and no handle of the application refers to (SIZE_MAX: none). That device is
+** retired: its cache given back, its peer let go of, the device itself kept until close. */
+static size_t retire_one(xfer_runtime *rt)
+{
+  remote_rt *state = rt->impl;
+  xfer_ctx *ctx = rt->ctx;
+  if (!state) return SIZE_MAX;
+  for (size_t d = rt->first_device; d < rt->first_device + rt->ndevices; d++) {
+    xfer_device *dev = ctx->devices[d];
+    remote_dev *rd = dev->impl;
+    if (!rd || !__atomic_load_n(&dev->lost, __ATOMIC_ACQUIRE) || !rd->peer->closed ||
+        __atomic_load_n(&dev->refs, __ATOMIC_ACQUIRE))
+      continue;
+    if (state->nretired == state->cap) {
+      size_t cap = state->cap ? state->cap * 2 : 16;
+      xfer_device **grown = realloc(state->retired, cap * sizeof *grown);
+      if (!grown) return SIZE_MAX;
+      state->retired = grown;
+      state->cap = cap;
+    }
+    xfer_empty_cache(ctx, dev); /* (its peer is lost: nothing is sent) */
+    dev->impl = NULL;
+    peer_release(rd->peer); /* the device's hold on it */
+    free(rd);
+    state->retired[state->nretired++] = dev;
+    return d;
+  }
+  return SIZE_MAX;
+}
+
 /* WELCOME's text: "name\n" then a line per device, "name \t label \t total \t max_alloc \t uuid" */
 static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
 {
@@ -463,7 +516,6 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
       return xfer_err_set(err, XFER_E_INVALID, "connect", "connect: a peer named %s is connected "
                           "already (close it first, or name the server otherwise: --name)", p->name);
   uint32_t index = 0;
-  p->first_device = ctx->ndevices;
   while ((line = strtok_r(NULL, "\n", &save)) && index < WIRE_MAX_DEVICES) {
     char *f[5], *s2 = NULL;
     int n = 0;
@@ -471,14 +523,19 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
     if (n != 5 || strlen(f[0]) > 14) {
       return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s listed a device badly", p->url);
     }
-    if (ctx->ndevices >= ctx->cap)
-      return xfer_err_set(err, XFER_E_ALLOC, "connect", "connect: this context holds no more remote devices");
+    size_t slot = retire_one(rt);
+    if (slot == SIZE_MAX && ctx->ndevices >= ctx->cap)
+      return xfer_err_set(err, XFER_E_ALLOC, "connect", "connect: this context holds %d remote "
+                          "devices in use, and no more (close peers, let their tensors go)",
+                          RESERVED_DEVICES);
     remote_dev *rd = calloc(1, sizeof *rd);
-    xfer_device *dev = rd ? xfer_runtime_add_device(rt, err) : NULL;
+    xfer_device *dev = !rd ? NULL : slot == SIZE_MAX ? xfer_runtime_add_device(rt, err)
+                                                     : xfer_runtime_replace_device(rt, slot, err);
     if (!dev) {
       free(rd);
       return xfer_err_set(err, XFER_E_ALLOC, "connect", "out of host memory");
     }
+    if (slot == SIZE_MAX) rt->ndevices++;
     rd->peer = p;
     rd->index = index++;
     dev->impl = rd;
@@ -489,8 +546,7 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
     dev->total_memory = strtoull(f[2], NULL, 10);
     dev->max_alloc = strtoull(f[3], NULL, 10);
     dev->has_uuid = parse_uuid(f[4], dev->uuid);
-    rt->ndevices++;
-    p->ndevices++;
+    p->devices[p->ndevices++] = dev;
     __atomic_add_fetch(&p->refs, 1, __ATOMIC_ACQ_REL);
   }
   return XFER_E_OK;
@@ -549,7 +605,11 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
     if (rc == XFER_E_PEER_LOST && err && !p->bad_answer) { /* no connection came up */
       char what[448];
       snprintf(what, sizeof what, "connect: cannot reach %.200s: %.200s", url, err->message);
+      xfer_error cause = *err; /* its UCX status, and whether a fault was injected, stay */
       xfer_err_set(err, XFER_E_UNREACHABLE, "connect", "%s", what);
+      err->native = cause.native;
+      memcpy(err->native_name, cause.native_name, sizeof err->native_name);
+      err->injected = cause.injected;
       rc = XFER_E_UNREACHABLE;
     }
     if (!rc && p->answer.type != WIRE_WELCOME)
@@ -563,6 +623,8 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   }
   if (rc) {
     if (p->ndevices) { /* devices already listed stay, lost; they hold the peer */
+      p->closed = 1; /* (no one has it) */
+      xfer_ucx_node_close(&p->node);
       peer_release(p);
       return rc;
     }
@@ -577,10 +639,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
 
 const char *xfer_peer_name(const xfer_peer *p) { return p->name; }
 size_t xfer_peer_device_count(const xfer_peer *p) { return p->ndevices; }
-xfer_device *xfer_peer_device(xfer_peer *p, size_t i)
-{
-  return i < p->ndevices ? p->ctx->devices[p->first_device + i] : NULL;
-}
+xfer_device *xfer_peer_device(xfer_peer *p, size_t i) { return i < p->ndevices ? p->devices[i] : NULL; }
 int xfer_peer_is_lost(const xfer_peer *p) { return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE); }
 
 void xfer_peer_close(xfer_peer *p)
@@ -588,6 +647,12 @@ void xfer_peer_close(xfer_peer *p)
   if (!p) return;
   pthread_mutex_lock(&p->lock);
   lose(p, "disconnected");
+  /* its UCX worker and context (sockets, epoll fds, shared memory) go now, not when the last
+  ** of its devices goes with the context: a program that reconnects kept ~10 fds a connection
+  ** (the remote torture scenario). No request runs: each holds the lock, and a lost peer's
+  ** requests end before touching UCX. */
+  xfer_ucx_node_close(&p->node);
+  p->closed = 1;
   pthread_mutex_unlock(&p->lock);
   peer_release(p); /* the application's reference; its devices keep theirs */
 }

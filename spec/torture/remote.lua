@@ -1,0 +1,94 @@
+-- Torture scenario: remote devices -- a server process on loopback (started once, for every
+-- run), connected anew in each run: a tensor to every remote device, back to every local
+-- one, a copy between two of the server's devices, a remote tensor's copy_from and free.
+-- A failed remote call loses the peer or fails that move; the run stops using the peer at
+-- its first error, and closes it (what a script does), so one failed call surfaces once.
+local xfer = require "xfer"
+
+local server -- {url, pid}: one for the whole scenario
+local function start()
+  if server then return server end
+  local log = os.tmpname()
+  local self = arg and arg[-1] or "xferlua"
+  local p = io.popen(("timeout 900 %s --serve ucx://127.0.0.1:0 --name tort >%s 2>&1 & echo $!"):format(self, log))
+  local pid = p:read("*n")
+  p:close()
+  for _ = 1, 200 do
+    local f = io.open(log)
+    local text = f and f:read("*a") or ""
+    if f then f:close() end
+    local url = text:match("serving .- on (ucx://%S+)")
+    if url then
+      server = { url = url, pid = pid, log = log }
+      return server
+    end
+    os.execute("sleep 0.05")
+  end
+  error("the torture server did not come up")
+end
+
+return {
+  name = "remote",
+  available = function()
+    for _, r in ipairs(xfer.runtimes()) do
+      if r.name == "remote" then return r.available, r.reason end
+    end
+    return false, "no remote runtime"
+  end,
+  run = function(T)
+    local s = start()
+    -- connect has no device to blame yet: its failure is checked here -- an injected one,
+    -- told as the peer's loss, a timeout, or (the first message lost) unreachable
+    local ok, peer = pcall(xfer.connect, s.url, { timeout = 10 })
+    if not ok then
+      local told = { peer_lost = true, timeout = true, unreachable = true }
+      if not (xfer.is_error(peer) and peer.injected and told[peer.code]) then
+        T.problems[#T.problems + 1] = "connect failed otherwise than by the injected fault: " .. tostring(peer)
+      end
+      return
+    end
+    local function done() peer:close() end
+    local function failed() return #T.errors > 0 end
+    local n = 65536 + 11
+    local bytes = T.bytes(n, 9)
+    local made, src = T.try("make on host", xfer.tensor, bytes, { dtype = "u8" })
+    if not made then return done() end
+    T.source(src)
+    local there = {}
+    for _, dev in ipairs(peer.devices) do
+      local moved, r = T.move(T.host, dev, "to " .. dev.name, src.to, src, dev)
+      if not moved then return done() end
+      T.expect(bytes, r, "host -> " .. dev.name)
+      if failed() then return done() end
+      there[#there + 1] = r
+    end
+    -- back to every local device, from the first remote one
+    for _, dev in ipairs(T.devices) do
+      if dev.runtime ~= "remote" then
+        local moved, back = T.move(there[1].device, dev, "back to " .. dev.name, there[1].to, there[1], dev)
+        if not moved then return done() end
+        T.expect(bytes, back, there[1].device.name .. " -> " .. dev.name)
+        if failed() then return done() end
+      end
+    end
+    -- between two of the server's devices (there), and into a remote tensor made first
+    if #there >= 2 then
+      local a, b = there[1], there[#there]
+      local moved, c = T.move(a.device, b.device, "within the server", a.to, a, b.device)
+      if not moved then return done() end
+      T.expect(bytes, c, "within " .. s.url)
+      if failed() then return done() end
+      local z_ok, z = T.try("zeros there", xfer.zeros, { n }, { dtype = "u8", device = a.device })
+      if not z_ok then return done() end
+      local copied = T.move(b.device, a.device, "copy_from there", z.copy_from, z, b)
+      if not copied then return done() end
+      T.expect(bytes, z, "copy_from within the server")
+    end
+    for _, r in ipairs(there) do r:free() end
+    done()
+  end,
+  finish = function()
+    if server then os.execute("kill " .. server.pid .. " 2>/dev/null; pkill -P " .. server.pid .. " 2>/dev/null") end
+    if server then os.remove(server.log) end
+  end,
+}
