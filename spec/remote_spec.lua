@@ -229,6 +229,26 @@ describe("remote devices #remote", function()
     assert.is_truthy(steps:find(a.name .. ": across the network, in chunks (remote " .. one.url .. ")", 1, true), steps)
   end)
 
+  it("pipelines a move in requests of remote_chunk bytes, two in flight, bytes exact both ways", function()
+    local server = start_server({ name = "nodeQ" })
+    local p = connect(server.url, { timeout = 10 })
+    local saved = xfer.config().remote_chunk
+    local ok, why = pcall(function()
+      xfer.config({ remote_chunk = 4096 })
+      local n = 1024 * 1024 + 7 -- 257 requests, the last of 7 bytes
+      local src = xfer.tensor(h.random_bytes(n), { dtype = "u8" })
+      for _, dev in ipairs(p.devices) do
+        local there = src:to(dev)
+        assert.is_true(there:to("host"):equals(src), dev.name)
+        local into = xfer.zeros({ n }, { dtype = "u8", device = dev })
+        into:copy_from(src)
+        assert.are.equal(src:tobytes(), into:tobytes(), dev.name)
+      end
+    end)
+    xfer.config({ remote_chunk = saved })
+    assert(ok, why)
+  end)
+
   it("reconnects without end: a closed peer's sockets close, its unused devices give their places back", function()
     local server = start_server({ name = "nodeR" })
     local pid = io.open("/proc/self/stat"):read("*n")
@@ -404,6 +424,10 @@ describe("remote devices #remote", function()
         "listen: a name of at most 16 characters, without '/', ':', spaces or tabs, not 'nnnnnnnnnnnnnnnnn'" },
       { "config: a remote_timeout of 0", function() xfer.config({ remote_timeout = 0 }) end,
         "remote_timeout must be 0.001 to 86400 seconds, not 0" },
+      { "config: a remote_chunk of 4095", function() xfer.config({ remote_chunk = 4095 }) end,
+        "remote_chunk must be 4096 to 67108864 bytes, not 4095" },
+      { "config: a remote_chunk over 64 MiB", function() xfer.config({ remote_chunk = 67108865 }) end,
+        "remote_chunk must be 4096 to 67108864 bytes, not 67108865" },
     })
   end)
 end)

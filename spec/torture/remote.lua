@@ -3,9 +3,12 @@
 -- one, a copy between two of the server's devices, a remote tensor's copy_from and free.
 -- A failed remote call loses the peer or fails that move; the run stops using the peer at
 -- its first error, and closes it (what a script does), so one failed call surfaces once.
+-- Requests of 16 KiB (xfer.config remote_chunk): each move is five, two in flight at a time,
+-- so a failure meets a request with another on its way.
 local xfer = require "xfer"
 
 local server -- {url, pid}: one for the whole scenario
+local saved_chunk -- the setting before the scenario changed it
 local function start()
   if server then return server end
   local log = os.tmpname()
@@ -37,6 +40,8 @@ return {
   end,
   run = function(T)
     local s = start()
+    saved_chunk = saved_chunk or xfer.config().remote_chunk
+    xfer.config({ remote_chunk = 16384 })
     -- connect has no device to blame yet: its failure is checked here -- an injected one,
     -- told as the peer's loss, a timeout, or (the first message lost) unreachable
     local ok, peer = pcall(xfer.connect, s.url, { timeout = 10 })
@@ -88,6 +93,7 @@ return {
     done()
   end,
   finish = function()
+    if saved_chunk then xfer.config({ remote_chunk = saved_chunk }) end
     if server then os.execute("kill " .. server.pid .. " 2>/dev/null; pkill -P " .. server.pid .. " 2>/dev/null") end
     if server then os.remove(server.log) end
   end,

@@ -717,6 +717,7 @@ void xfer_mem_config_init(xfer_ctx *ctx)
   ctx->config.cache_limit = 0;
   ctx->config.setaside_after = 3;
   ctx->config.remote_timeout = 10.0;
+  ctx->config.remote_chunk = (size_t)64 << 20;
 }
 
 void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
@@ -727,6 +728,7 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->cache_limit = cache_limit(ctx);
   out->setaside_after = __atomic_load_n(&ctx->config.setaside_after, __ATOMIC_RELAXED);
   out->remote_timeout = ctx->config.remote_timeout;
+  out->remote_chunk = __atomic_load_n(&ctx->config.remote_chunk, __ATOMIC_RELAXED);
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
@@ -748,6 +750,10 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
   if (!(config->remote_timeout >= 0.001 && config->remote_timeout <= 86400))
     return xfer_err_set(err, XFER_E_INVALID, "config",
                         "remote_timeout must be 0.001 to 86400 seconds, not %g", config->remote_timeout);
+  if (config->remote_chunk < 4096 || config->remote_chunk > ((size_t)64 << 20))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "remote_chunk must be 4096 to 67108864 bytes, not %zu", config->remote_chunk);
+  __atomic_store_n(&ctx->config.remote_chunk, config->remote_chunk, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.setaside_after, config->setaside_after, __ATOMIC_RELAXED);
   ctx->config.remote_timeout = config->remote_timeout; /* read when a peer connects */
   __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);

@@ -271,7 +271,7 @@ static lua_Number config_number(lua_State *L, const char *key)
 static int l_config(lua_State *L)
 {
   static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
-                                     "setaside_after", "remote_timeout", NULL};
+                                     "setaside_after", "remote_timeout", "remote_chunk", NULL};
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
@@ -305,7 +305,9 @@ static int l_config(lua_State *L)
                       "seconds, not %s", luaL_typename(L, -1));
       cfg.remote_timeout = lua_tonumber(L, -1);
     }
-    lua_pop(L, 6);
+    lua_getfield(L, 1, "remote_chunk");
+    if (!lua_isnil(L, -1)) cfg.remote_chunk = (size_t)config_number(L, "remote_chunk");
+    lua_pop(L, 7);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
@@ -322,6 +324,8 @@ static int l_config(lua_State *L)
   lua_setfield(L, -2, "setaside_after");
   lua_pushnumber(L, cfg.remote_timeout);
   lua_setfield(L, -2, "remote_timeout");
+  lua_pushnumber(L, (lua_Number)cfg.remote_chunk);
+  lua_setfield(L, -2, "remote_chunk");
   return 1;
 }
 

@@ -8,6 +8,7 @@
 ** chunks of at most WIRE_CHUNK (rendezvous for large ones).
 */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,23 @@
 #include "wire.h"
 
 #define RESERVED_DEVICES 128 /* remote devices a context may gain after it opened */
+/* Requests a move keeps in flight to one peer: the next chunk is on its way while the server
+** writes the last one to its device and answers (the round trips do not add up). */
+#define PIPELINE 2
+
+typedef struct pending {          /* a request on its way, and its answer */
+  uint64_t id;                    /* 0: the slot is free */
+  wire_header header;             /* sent from here: UCX reads it until the send is done */
+  void *sending;                  /* the send, until it is done */
+  double deadline;
+  int answered;
+  wire_header answer;
+  char *read_into;                /* a READ's destination, read_len bytes */
+  size_t read_len;
+  void *receiving;                /* a rendezvous receive into it, in progress */
+  size_t text_len;
+  char text[WIRE_MAX_TEXT + 1];   /* a REPLY's or WELCOME's words */
+} pending;
 
 struct xfer_peer {
   xfer_ctx *ctx;
@@ -35,15 +53,9 @@ struct xfer_peer {
                                   ** connect): its lost devices may give their places back */
   xfer_device *devices[WIRE_MAX_DEVICES]; /* its devices in the context */
   size_t ndevices;
-  /* the request waiting for its answer */
-  uint64_t waiting;
-  int answered;
-  wire_header answer;
+  pending slot[PIPELINE];         /* the requests on their way (a move keeps PIPELINE) */
+  wire_header answer;             /* the answer of the request awaited last, and its text */
   char text[WIRE_MAX_TEXT + 1];
-  size_t text_len;
-  char *read_into;                /* a READ's destination, read_len bytes */
-  size_t read_len;
-  void *receiving;                /* a rendezvous receive into it, in progress */
   int bad_answer;                 /* the server broke the protocol */
   const char *bad_why;            /* how */
 };
@@ -114,21 +126,24 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
     p->bad_why = bad ? bad : "a client's message";
     return drop_data(p, data, param);
   }
-  if (h.request != p->waiting || p->answered) return drop_data(p, data, param); /* a late one */
+  pending *w = NULL;
+  for (int i = 0; i < PIPELINE; i++)
+    if (p->slot[i].id && p->slot[i].id == h.request && !p->slot[i].answered) w = &p->slot[i];
+  if (!w) return drop_data(p, data, param); /* a late one (its request was given up) */
   char *into = NULL;
   if (h.type == WIRE_DATA) {
-    if (len != p->read_len) {
+    if (len != w->read_len) {
       p->bad_answer = 1;
       p->bad_why = "data of another length than asked";
       return drop_data(p, data, param);
     }
-    into = p->read_into;
+    into = w->read_into;
   } else {
-    into = p->text;
-    p->text_len = len;
-    p->text[len] = '\0';
+    into = w->text;
+    w->text_len = len;
+    w->text[len] = '\0';
   }
-  p->answer = h;
+  w->answer = h;
   if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     ucp_request_param_t prm;
     memset(&prm, 0, sizeof prm);
@@ -137,11 +152,11 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
       p->broken = 1;
       return UCS_OK;
     }
-    p->receiving = r; /* NULL: done at once */
+    w->receiving = r; /* NULL: done at once */
   } else if (len) {
     memcpy(into, data, len);
   }
-  p->answered = 1;
+  w->answered = 1;
   return UCS_OK;
 }
 
@@ -203,9 +218,24 @@ static xfer_code injected(xfer_peer *p, const xfer_device *dev, const char *faul
   return code;
 }
 
-/* (peer->lock held) Sends a request and waits for its answer, by the peer's deadline. */
-static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
-                         size_t len, char *read_into, const char *op, xfer_error *err)
+/* A send or receive of a request that ends now: done (freed), or given up on (cancelled; UCX
+** frees it when it is through with it). UCS_OK or how it ended. */
+static ucs_status_t settle_request(xfer_peer *p, void **request)
+{
+  if (!*request) return UCS_OK;
+  const ucx_api *api = p->node.api;
+  ucs_status_t s = api->ucp_request_check_status(*request);
+  if (s == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, *request);
+  else api->ucp_request_free(*request);
+  *request = NULL;
+  return s;
+}
+
+/* (peer->lock held) Sends a request from slot w, without waiting for it: its deadline is the
+** peer's timeout from now. */
+static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_header h,
+                      const void *payload, size_t len, char *read_into, const char *op,
+                      xfer_error *err)
 {
   if (p->lost || !p->ep) return lost_error(p, op, err);
   xfer_code fault = XFER_E_OK;
@@ -213,53 +243,67 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
     fault = injected(p, dev, op, err);
   if (!fault) fault = injected(p, dev, "send", err);
   if (fault) return fault;
-  double deadline = xfer_now() + p->timeout;
   h.request = ++p->next_request;
   h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC || h.type == WIRE_COPY ? h.length : len;
-  p->waiting = h.request;
-  p->answered = 0;
-  p->bad_answer = 0;
-  p->receiving = NULL;
-  p->read_into = read_into;
-  p->read_len = h.type == WIRE_READ ? h.length : 0;
+  memset(w, 0, offsetof(pending, text));
+  w->id = h.request;
+  w->header = h;
+  w->deadline = xfer_now() + p->timeout;
+  w->read_into = read_into;
+  w->read_len = h.type == WIRE_READ ? h.length : 0;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  prm.flags = UCP_AM_SEND_FLAG_REPLY; /* (h, on this stack, lives until the send is done) */
-  char what[96];
-  snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
-  void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &h, sizeof h, payload, len, &prm);
-  xfer_code rc = xfer_ucx_wait(&p->node, r, deadline, XFER_E_PEER_LOST, op, what, err);
-  const ucx_api *api = p->node.api;
-  if (!rc && (rc = injected(p, dev, "recv", err))) { /* (it lost the peer) */
-    p->waiting = 0;
-    return rc;
+  prm.flags = UCP_AM_SEND_FLAG_REPLY;
+  void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &w->header, sizeof w->header, payload,
+                                         len, &prm);
+  if (UCS_PTR_IS_ERR(r)) {
+    char what[96];
+    snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
+    w->id = 0;
+    xfer_ucx_fail(p->node.api, XFER_E_PEER_LOST, op, UCS_PTR_STATUS(r), what, err);
+    lose(p, "it could not be sent to");
+    if (err) snprintf(err->device, sizeof err->device, "%s", dev ? dev->name : p->name);
+    return XFER_E_PEER_LOST;
   }
+  w->sending = r; /* NULL: sent already */
+  return XFER_E_OK;
+}
+
+/* (peer->lock held) Waits for slot w's request to be sent and answered, by its deadline; the
+** answer (and its words) become p->answer and p->text. Frees the slot whatever happens. */
+static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const char *op,
+                       xfer_error *err)
+{
+  const ucx_api *api = p->node.api;
+  xfer_code rc = p->lost ? lost_error(p, op, err) : injected(p, dev, "recv", err);
   ucx_idler idler = {0};
   while (!rc && !p->broken && !p->bad_answer &&
-         (!p->answered || (p->receiving && api->ucp_request_check_status(p->receiving) == UCS_INPROGRESS))) {
+         ((w->sending && api->ucp_request_check_status(w->sending) == UCS_INPROGRESS) ||
+          !w->answered ||
+          (w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS))) {
     unsigned progressed = api->ucp_worker_progress(p->node.worker);
     xfer_ucx_idle(&idler, progressed);
     if (progressed) continue;
-    if (xfer_now() > deadline) {
+    if (xfer_now() > w->deadline) {
       rc = xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", op, p->name,
                         p->timeout);
       break;
     }
   }
-  int received = 1; /* the answer's payload has landed */
-  if (p->receiving) { /* done, or given up on */
-    ucs_status_t s = api->ucp_request_check_status(p->receiving);
-    if (s == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, p->receiving);
-    else api->ucp_request_free(p->receiving);
-    received = s == UCS_OK;
-    p->receiving = NULL;
+  ucs_status_t sent = settle_request(p, &w->sending);
+  int received = settle_request(p, &w->receiving) == UCS_OK; /* the answer's payload landed */
+  int answered = w->answered;
+  w->id = 0;
+  if (!rc && sent != UCS_OK && !answered) {
+    char what[96];
+    snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
+    rc = xfer_ucx_fail(api, XFER_E_PEER_LOST, op, sent, what, err);
   }
-  p->waiting = 0;
   /* an answer that arrived whole counts, even if the connection broke just after (a server
   ** closes on a client it refused) */
-  int whole = p->answered && !p->bad_answer && received;
-  if (!rc && !whole && (p->broken || p->bad_answer)) {
+  int whole = answered && !p->bad_answer && received;
+  if (!rc && !whole && (p->broken || p->bad_answer || p->lost)) {
     rc = p->bad_answer ? xfer_err_set(err, XFER_E_PEER_LOST, op, "%s: %s broke the protocol (%s)", op,
                                       p->name, p->bad_why ? p->bad_why : "?")
                        : lost_error(p, op, err);
@@ -272,8 +316,18 @@ static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, co
     return rc;
   }
   if (rc) return rc;
+  p->answer = w->answer;
+  if (w->answer.type != WIRE_DATA) memcpy(p->text, w->text, w->text_len + 1);
   if (p->answer.type == WIRE_REPLY && p->answer.code) return remote_error(p, dev, err);
   return XFER_E_OK;
+}
+
+/* (peer->lock held) Sends a request and waits for its answer, by the peer's deadline. */
+static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
+                         size_t len, char *read_into, const char *op, xfer_error *err)
+{
+  xfer_code rc = post(p, dev, &p->slot[0], h, payload, len, read_into, op, err);
+  return rc ? rc : await(p, dev, &p->slot[0], op, err);
 }
 
 /* -- The backend ------------------------------------------------------------------------------ */
@@ -355,25 +409,45 @@ static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
   pthread_mutex_unlock(&p->lock);
 }
 
-/* host memory <-> a remote buffer, a request per chunk of at most WIRE_CHUNK bytes */
+/* host memory <-> a remote buffer, a request per chunk of at most WIRE_CHUNK bytes, PIPELINE
+** of them in flight. The first failure is the move's; the requests still on their way are
+** awaited all the same (their memory is the caller's until then). */
 static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *host, size_t n,
                              int to_remote, xfer_error *err)
 {
   xfer_peer *p = peer_of(dev);
   const char *op = to_remote ? "write" : "read";
   xfer_code rc = XFER_E_OK;
+  xfer_error later; /* what a request after the first failure says: not the move's */
+  size_t posted = 0, awaited = 0; /* requests, in order: slot = number % PIPELINE */
+  xfer_config cfg;
+  xfer_config_get(p->ctx, &cfg);
+  size_t chunk = cfg.remote_chunk < WIRE_CHUNK ? cfg.remote_chunk : (size_t)WIRE_CHUNK;
   pthread_mutex_lock(&p->lock);
-  for (size_t done = 0; done < n && !rc;) {
-    size_t len = n - done < WIRE_CHUNK ? n - done : (size_t)WIRE_CHUNK;
-    wire_header h = wire_make(to_remote ? WIRE_WRITE : WIRE_READ, 0);
-    h.handle = (uint64_t)(uintptr_t)buf;
-    h.offset = offset + done;
-    h.length = len;
-    rc = to_remote ? request(p, dev, h, host + done, len, NULL, op, err)
-                   : request(p, dev, h, NULL, 0, host + done, op, err);
-    if (!rc && !to_remote && p->answer.type != WIRE_DATA)
-      rc = xfer_err_set(err, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
-    done += len;
+  for (size_t done = 0; done < n || awaited < posted;) {
+    int room = posted - awaited < PIPELINE;
+    if (done < n && !rc && room) {
+      size_t len = n - done < chunk ? n - done : chunk;
+      wire_header h = wire_make(to_remote ? WIRE_WRITE : WIRE_READ, 0);
+      h.handle = (uint64_t)(uintptr_t)buf;
+      h.offset = offset + done;
+      h.length = len;
+      pending *w = &p->slot[posted % PIPELINE];
+      rc = to_remote ? post(p, dev, w, h, host + done, len, NULL, op, err)
+                     : post(p, dev, w, h, NULL, 0, host + done, op, err);
+      if (!rc) posted++;
+      done += len;
+      continue;
+    }
+    if (awaited == posted) break; /* failed before anything was on its way */
+    pending *w = &p->slot[awaited % PIPELINE];
+    xfer_error *into = rc ? &later : err;
+    xfer_code r = await(p, dev, w, op, into);
+    if (!r && !to_remote && p->answer.type != WIRE_DATA)
+      r = xfer_err_set(into, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
+    if (!rc) rc = r;
+    awaited++;
+    if (rc) done = n; /* nothing more is sent */
   }
   pthread_mutex_unlock(&p->lock);
   return rc;

@@ -34,6 +34,7 @@ typedef struct conn {
   uint64_t next_handle;
   size_t queued;                     /* bytes of its messages not served yet */
   size_t waiting;                    /* its messages not served yet */
+  size_t frees_waiting;              /* of which FREEs: a buffer may go before they are served */
   struct conn *next;
 } conn;
 
@@ -195,11 +196,11 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     len = 0;
   }
   if (c->queued + len > MAX_QUEUED) return discard(l, c, data, param); /* more than its share */
-  /* A WRITE into a host buffer, with nothing of this client's before it in the queue, lands
-  ** straight in the buffer: no copy (nothing queued can free it before the receive ends,
-  ** since what comes after waits for it) */
+  /* A WRITE into a host buffer lands straight in the buffer, no copy, unless a FREE of this
+  ** client's waits in the queue before it (it might be this buffer's; what comes after the
+  ** WRITE waits for it). A client's pipelined WRITEs each land in place. */
   char *direct = NULL;
-  if (h.type == WIRE_WRITE && len && c->authorized && !c->waiting) {
+  if (h.type == WIRE_WRITE && len && c->authorized && !c->frees_waiting) {
     buffer_entry *b = buffer_of(c, h.handle);
     char *host = b ? xfer_tensor_host_data(b->t) : NULL;
     if (host && h.offset + len <= xfer_tensor_nbytes(b->t)) direct = host + h.offset;
@@ -221,6 +222,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   m->len = len;
   c->queued += len;
   c->waiting++;
+  if (h.type == WIRE_FREE) c->frees_waiting++;
   if (direct) copy = direct;
   if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     ucp_request_param_t p;
@@ -582,6 +584,7 @@ static int serve_ready(xfer_listener *l)
     if (m->c) {
       m->c->queued -= m->len;
       m->c->waiting--;
+      if (m->h.type == WIRE_FREE) m->c->frees_waiting--;
     }
     staging_done(m->data, m->staging);
     free(m);
