@@ -1,6 +1,7 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
---   [--pair-size 256M] [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,plan,selftest] [--json]
+--   [--pair-size 256M] [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,plan,remote,selftest]
+--   [--json [FILE]] [--svg DIR] [--remote URL [--token T]]
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
 --   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
 --   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
@@ -12,8 +13,10 @@
 --   beside every path forced: the default's time over the best one's (goal: within 1.1x).
 --   remote: a server process on loopback (xferlua --serve), 256 MiB host -> remote host and
 --   back by copy_from, over tcp and over shared memory, beside ucx_perftest (ucp_am_bw, the
---   same size) on the same transport in the same run; then host -> each remote device and
---   back (on the GPU machine: the server's CUDA, Vulkan and OpenCL devices).
+--   same size; and tag_bw) on the same transport in the same run; then host -> each
+--   remote device and back (on the GPU machine: the server's CUDA, Vulkan and OpenCL
+--   devices). --remote URL [--token T]: a server already running on another machine
+--   (xferlua --serve there) instead, over whatever UCX_TLS says here.
 --   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
@@ -22,7 +25,7 @@ local args = { ... }
 local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local plan_sizes_text = "4K,64K,1M,256M"
 local tables_text = "host,pairs,staged,to,strided,plan,remote,selftest"
-local json, json_file, svg_dir = false, nil, nil
+local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil, nil
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
@@ -34,7 +37,9 @@ while i <= #args do
     json = true
     if args[i + 1] and not args[i + 1]:match("^%-%-") then json_file = args[i + 1]; i = i + 2 else i = i + 1 end
   elseif args[i] == "--svg" then svg_dir = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE] or --svg DIR)") end
+  elseif args[i] == "--remote" then remote_url = args[i + 1]; i = i + 2
+  elseif args[i] == "--token" then remote_token = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL or --token TOKEN)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
@@ -380,7 +385,8 @@ if wanted.remote then
     local ffi = require "ffi"
     pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
     local n = bench.parse_size(pair_text)
-    local rows = { { "over UCX_TLS", "move", "size", "xferlua GB/s", "ucx_perftest am_bw GB/s", "xferlua / perftest" } }
+    local rows = { { "over UCX_TLS", "move", "size", "xferlua GB/s", "ucx_perftest am_bw GB/s", "tag_bw GB/s",
+                     "xferlua / am_bw" } }
     local function run(cmd)
       local p = io.popen(cmd .. " 2>&1")
       local out = p:read("*a")
@@ -389,7 +395,50 @@ if wanted.remote then
     end
     local self = arg and arg[-1] or "xferlua"
     math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
-    for _, tls in ipairs({ "tcp", "shm,tcp" }) do
+    -- moves to and back from every device of a peer: {move, seconds, is the peer's host}
+    local function time_peer(peer, name)
+      local src = xfer.full({ n }, 3, { dtype = "u8" })
+      local back = xfer.empty({ n }, { dtype = "u8" })
+      local timed = {}
+      for _, dev in ipairs(peer.devices) do
+        local there = xfer.empty({ n }, { dtype = "u8", device = dev })
+        local is_host = dev.name == name .. "/host"
+        local reps = is_host and 5 or 3
+        local to_s = bench.time(function() there:copy_from(src) end, reps)
+        local back_s = bench.time(function() back:copy_from(there) end, reps)
+        assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+        there:free()
+        timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host }
+        timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host }
+      end
+      return timed
+    end
+    -- ucx_perftest on the same transport, loopback: a server, then its client (MB/s: 2^20 bytes)
+    local function perftest(tls, test)
+      for _ = 1, 3 do -- (a server slow to come up, or a port taken: again, on another port)
+        local pport = 20000 + math.random(0, 30000)
+        run(("UCX_TLS=%s timeout 120 ucx_perftest -p %d >/dev/null 2>&1 &"):format(tls, pport))
+        os.execute("sleep 0.5")
+        local out = run(("UCX_TLS=%s timeout 120 ucx_perftest 127.0.0.1 -p %d -t %s -s %d -n 10"):format(tls, pport, test, n))
+        local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
+        if mbs then return mbs * 1048576 / 1e9 end
+      end
+    end
+    local function add_rows(tls, timed, am, tag)
+      for _, row in ipairs(timed) do
+        local gbps = n / row[2] / 1e9
+        local function vs(perf) return row[3] and perf and ("%.2f"):format(perf) or (row[3] and "not run" or "-") end
+        rows[#rows + 1] = { tls, row[1], bench.format_size(n), ("%.2f"):format(gbps), vs(am), vs(tag),
+                            row[3] and am and ("%.2fx"):format(gbps / am) or "-" }
+      end
+    end
+    if remote_url then -- a server of another machine (xferlua --serve there): UCX_TLS as set here
+      local peer = xfer.connect(remote_url, { timeout = 60, token = remote_token })
+      add_rows(os.getenv("UCX_TLS") or "(UCX's choice)", time_peer(peer, peer.name), nil, nil)
+      peer:close()
+      rows[1][5], rows[1][6] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
+    end
+    for _, tls in ipairs(remote_url and {} or { "tcp", "shm,tcp" }) do
       local log = os.tmpname()
       -- port 0: the system picks a free port, and the server's line says which
       local pid = tonumber(run(("UCX_TLS=%s timeout 300 %s --serve ucx://127.0.0.1:0 --name bench >%s 2>&1 & echo $!"):format(tls, self, log)))
@@ -405,37 +454,11 @@ if wanted.remote then
       if url then
         ffi.C.setenv("UCX_TLS", tls, 1) -- read when the peer's UCX context starts
         local peer = xfer.connect(url, { timeout = 60 })
-        local src = xfer.full({ n }, 3, { dtype = "u8" })
-        local back = xfer.empty({ n }, { dtype = "u8" })
-        local timed = {}
-        -- the remote host (what ucx_perftest compares with), then each remote device there
-        for _, dev in ipairs(peer.devices) do
-          local there = xfer.empty({ n }, { dtype = "u8", device = dev })
-          local reps = dev.name == "bench/host" and 5 or 3
-          local to_s = bench.time(function() there:copy_from(src) end, reps)
-          local back_s = bench.time(function() back:copy_from(there) end, reps)
-          assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
-          there:free()
-          timed[#timed + 1] = { "host -> " .. dev.name, to_s, dev.name == "bench/host" }
-          timed[#timed + 1] = { dev.name .. " -> host", back_s, dev.name == "bench/host" }
-        end
+        local timed = time_peer(peer, "bench")
         peer:close()
-        -- ucx_perftest on the same transport: a server, then its client (MB/s are 2^20 bytes)
-        local pport = 20000 + math.random(0, 30000)
-        run(("UCX_TLS=%s timeout 120 ucx_perftest -p %d >/dev/null 2>&1 &"):format(tls, pport))
-        os.execute("sleep 0.5")
-        local out = run(("UCX_TLS=%s timeout 120 ucx_perftest 127.0.0.1 -p %d -t ucp_am_bw -s %d -n 10"):format(tls, pport, n))
-        local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
-        local perf = mbs and mbs * 1048576 / 1e9
-        for _, row in ipairs(timed) do
-          local gbps = n / row[2] / 1e9
-          local compared = row[3] and perf
-          rows[#rows + 1] = { tls, row[1], bench.format_size(n), ("%.2f"):format(gbps),
-                              compared and ("%.2f"):format(perf) or (row[3] and "not run (ucx_perftest missing?)" or "-"),
-                              compared and ("%.2fx"):format(gbps / perf) or "-" }
-        end
+        add_rows(tls, timed, perftest(tls, "ucp_am_bw"), perftest(tls, "tag_bw"))
       else
-        rows[#rows + 1] = { tls, "no server came up", "", "", "", "" }
+        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "" }
       end
       os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
       os.remove(log)
