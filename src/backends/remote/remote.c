@@ -67,6 +67,10 @@ typedef struct remote_rt {
   size_t nretired, cap;
 } remote_rt;
 
+/* Held while a connection adds its devices to the context's list (places taken, devices
+** retired): connects on two threads at once take turns. */
+static pthread_mutex_t listing = PTHREAD_MUTEX_INITIALIZER;
+
 typedef struct remote_dev {
   xfer_peer *peer;
   uint32_t index;                 /* the device's index on its server */
@@ -690,7 +694,9 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
       rc = xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s answered HELLO with no welcome", url);
     if (!rc) {
       p->generation = p->answer.handle;
+      pthread_mutex_lock(&listing); /* two connects at once: one edits the list at a time */
       rc = add_devices(p, rt, err);
+      pthread_mutex_unlock(&listing);
     }
     if (rc) lose(p, "the connection failed");
     pthread_mutex_unlock(&p->lock);
