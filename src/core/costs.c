@@ -258,6 +258,8 @@ int xfer_costs_file(char *out, size_t cap)
 }
 
 #define FILE_HEADER "# xferlua plan cache v2: from\tto\tpath\tlatency_s\tbandwidth_Bps\tunix_time\tbytes:seconds,..."
+/* the version before measured points: read as lines of six fields */
+#define FILE_HEADER_V1 "# xferlua plan cache v1: from\tto\tpath\tlatency_s\tbandwidth_Bps\tunix_time"
 
 /* "-" (none) or "bytes:seconds,...": how many points, -1 for text this version does not read */
 static int parse_points(const char *text, double *bytes, double *seconds)
@@ -291,11 +293,12 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
     return xfer_err_set(err, XFER_E_INVALID, "load_costs", "load_costs: cannot read %s: %s", file, strerror(errno));
   }
   char line[4096];
-  int first = 1;
+  int first = 1, fields_per_line = 7;
   xfer_code rc = XFER_E_OK;
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\r\n")] = '\0';
-    if (first && strcmp(line, FILE_HEADER)) {
+    if (first && !strcmp(line, FILE_HEADER_V1)) fields_per_line = 6;
+    else if (first && strcmp(line, FILE_HEADER)) {
       rc = xfer_err_set(err, XFER_E_INVALID, "load_costs", "load_costs: %s is no xferlua plan cache (its first line "
                         "is not the header this version writes): delete it", file);
       break;
@@ -306,9 +309,9 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
     int n = 0;
     for (char *tok = strtok_r(line, "\t", &save); tok && n < 7; tok = strtok_r(NULL, "\t", &save))
       fields[n++] = tok;
-    if (n != 7) continue; /* a line cut short: the rest still counts */
+    if (n != fields_per_line) continue; /* a line cut short: the rest still counts */
     double bytes[XFER_COST_POINTS], secs[XFER_COST_POINTS];
-    int npoints = parse_points(fields[6], bytes, secs);
+    int npoints = n == 7 ? parse_points(fields[6], bytes, secs) : 0;
     if (npoints < 0) continue;
     xfer_device *from = device_by_key(ctx, fields[0]), *to = device_by_key(ctx, fields[1]);
     xfer_path p;
