@@ -424,7 +424,7 @@ void xfer_forget_failures(xfer_ctx *ctx, const xfer_device *from, const xfer_dev
 
 /* A measured figure: moving n bytes from `from` to `to` by `path` takes about
 ** latency + n / bandwidth seconds. The default choice is the first path that applies; another
-** one is taken for a move when both have figures and the other's estimate is under 0.9 of
+** one is taken for a move when both have figures and the other's estimate is under 0.95 of
 ** it. Figures come from calibration (xfer.calibrate in Lua) or the self-test, and live in a
 ** cache file: XFER_PLAN_CACHE ("off": none), else $XDG_CACHE_HOME/xferlua/plan-cache.tsv or
 ** ~/.cache/xferlua/plan-cache.tsv, read when the context opens. */
