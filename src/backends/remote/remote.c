@@ -235,6 +235,14 @@ static ucs_status_t settle_request(xfer_peer *p, void **request)
   return s;
 }
 
+/* A request that could not be sent: peer_lost with UCX's status. */
+static xfer_code send_failed(xfer_peer *p, const char *op, ucs_status_t status, xfer_error *err)
+{
+  char what[96];
+  snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
+  return xfer_ucx_fail(p->node.api, XFER_E_PEER_LOST, op, status, what, err);
+}
+
 /* (peer->lock held) Sends a request from slot w, without waiting for it: its deadline is the
 ** peer's timeout from now. */
 static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_header h,
@@ -262,10 +270,8 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &w->header, sizeof w->header, payload,
                                          len, &prm);
   if (UCS_PTR_IS_ERR(r)) {
-    char what[96];
-    snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
     w->id = 0;
-    xfer_ucx_fail(p->node.api, XFER_E_PEER_LOST, op, UCS_PTR_STATUS(r), what, err);
+    send_failed(p, op, UCS_PTR_STATUS(r), err);
     lose(p, "it could not be sent to");
     if (err) snprintf(err->device, sizeof err->device, "%s", dev ? dev->name : p->name);
     return XFER_E_PEER_LOST;
@@ -299,11 +305,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
   int received = settle_request(p, &w->receiving) == UCS_OK; /* the answer's payload landed */
   int answered = w->answered;
   w->id = 0;
-  if (!rc && sent != UCS_OK && !answered) {
-    char what[96];
-    snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
-    rc = xfer_ucx_fail(api, XFER_E_PEER_LOST, op, sent, what, err);
-  }
+  if (!rc && sent != UCS_OK && !answered) rc = send_failed(p, op, sent, err);
   /* an answer that arrived whole counts, even if the connection broke just after (a server
   ** closes on a client it refused) */
   int whole = answered && !p->bad_answer && received;
