@@ -251,11 +251,20 @@ describe("remote devices #remote", function()
 
   it("reconnects without end: a closed peer's sockets close, its unused devices give their places back", function()
     local server = start_server({ name = "nodeR" })
-    local pid = io.open("/proc/self/stat"):read("*n")
-    local function fds()
-      local n = 0
-      for _ in io.popen("ls /proc/" .. pid .. "/fd"):lines() do n = n + 1 end
-      return n
+    local stat = io.open("/proc/self/stat")
+    local pid = stat:read("*n")
+    stat:close()
+    local function fds() -- this process's open fds, the listing's own pipe left out
+      collectgarbage() -- (file handles of earlier listings close when collected)
+      local listing = io.popen("ls -l /proc/" .. pid .. "/fd")
+      local open = {}
+      for line in listing:lines() do
+        local fd, target = line:match("(%d+) %-> (.*)$")
+        if fd and not target:find("^pipe:") then open[#open + 1] = fd .. " -> " .. target end
+      end
+      listing:close()
+      table.sort(open)
+      return table.concat(open, "\n")
     end
     local function round()
       local p = xfer.connect(server.url, { timeout = 10 })
