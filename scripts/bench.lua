@@ -1,7 +1,7 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
 --   [--pair-size 256M] [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,plan,remote,selftest]
---   [--json [FILE]] [--svg DIR] [--remote URL [--token T]]
+--   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
 --   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
 --   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
@@ -16,7 +16,9 @@
 --   same size; and tag_bw) on the same transport in the same run; then host -> each
 --   remote device and back (on the GPU machine: the server's CUDA, Vulkan and OpenCL
 --   devices). --remote URL [--token T]: a server already running on another machine
---   (xferlua --serve there) instead, over whatever UCX_TLS says here.
+--   (xferlua --serve there) instead, over whatever UCX_TLS says here. --remote-chunks LIST:
+--   the moves to and from the remote host once per request size (xfer.config remote_chunk;
+--   two requests in flight), the other devices at the configured one.
 --   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
@@ -26,6 +28,7 @@ local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local plan_sizes_text = "4K,64K,1M,256M"
 local tables_text = "host,pairs,staged,to,strided,plan,remote,selftest"
 local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil, nil
+local remote_chunks_text = nil
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
@@ -39,7 +42,8 @@ while i <= #args do
   elseif args[i] == "--svg" then svg_dir = args[i + 1]; i = i + 2
   elseif args[i] == "--remote" then remote_url = args[i + 1]; i = i + 2
   elseif args[i] == "--token" then remote_token = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL or --token TOKEN)") end
+  elseif args[i] == "--remote-chunks" then remote_chunks_text = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN or --remote-chunks LIST)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
@@ -326,6 +330,8 @@ if wanted.plan then
   say(("\ncalibrated %d paths in %.1f s (xfer.calibrate, not saved)"):format(#cal.results, cal.seconds))
   local rows = { { "pair", "size", "default", "us", "best forced", "us", "default / best" } }
   local within, total = 0, 0
+  -- a move over 1.1x: what the planner estimated for each path beside what each measured
+  local misses = { { "pair", "size", "path", "estimated us", "measured us" } }
   local devs = xfer.devices()
   local done, count = 0, #devs * #devs * #plan_sizes
   for _, n in ipairs(plan_sizes) do
@@ -356,7 +362,14 @@ if wanted.plan then
         if ok and best_path then
           local ratio = default_s / best_s
           total = total + 1
-          if ratio <= 1.1 then within = within + 1 end
+          if ratio <= 1.1 then
+            within = within + 1
+          else
+            for _, e in ipairs(xfer.plan(src, b).estimates) do
+              misses[#misses + 1] = { a.name .. " -> " .. b.name, bench.format_size(n), e.path,
+                                      fmt_us(e.seconds), fmt_us(forced[e.path]) }
+            end
+          end
           rows[#rows + 1] = { a.name .. " -> " .. b.name, bench.format_size(n), default_path, fmt_us(default_s),
                               best_path, fmt_us(best_s), ("%.2f%s"):format(ratio, ratio <= 1.1 and "" or " (over 1.1)") }
         else
@@ -372,6 +385,10 @@ if wanted.plan then
   progress("plan: move", count, count)
   emit(rows)
   say(("the default within 1.1x of the best forced path: %d of %d moves"):format(within, total))
+  if #misses > 1 then
+    say("\nthe moves over 1.1x: the planner's estimate of each path (from the calibration) and its time here")
+    emit(misses)
+  end
   xfer.forget_costs()
 end
 
@@ -385,8 +402,14 @@ if wanted.remote then
     local ffi = require "ffi"
     pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
     local n = bench.parse_size(pair_text)
-    local rows = { { "over UCX_TLS", "move", "size", "xferlua GB/s", "ucx_perftest am_bw GB/s", "tag_bw GB/s",
-                     "xferlua / am_bw" } }
+    local rows = { { "over UCX_TLS", "move", "size", "request", "xferlua GB/s", "ucx_perftest am_bw GB/s",
+                     "tag_bw GB/s", "xferlua / am_bw" } }
+    local configured_chunk = xfer.config().remote_chunk
+    local host_chunks = { configured_chunk }
+    if remote_chunks_text then
+      host_chunks = {}
+      for text in remote_chunks_text:gmatch("[^,]+") do host_chunks[#host_chunks + 1] = bench.parse_size(text) end
+    end
     local function run(cmd)
       local p = io.popen(cmd .. " 2>&1")
       local out = p:read("*a")
@@ -395,7 +418,7 @@ if wanted.remote then
     end
     local self = arg and arg[-1] or "xferlua"
     math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
-    -- moves to and back from every device of a peer: {move, seconds, is the peer's host}
+    -- moves to and back from every device of a peer: {move, seconds, is the peer's host, request size}
     local function time_peer(peer, name)
       local src = xfer.full({ n }, 3, { dtype = "u8" })
       local back = xfer.empty({ n }, { dtype = "u8" })
@@ -404,12 +427,16 @@ if wanted.remote then
         local there = xfer.empty({ n }, { dtype = "u8", device = dev })
         local is_host = dev.name == name .. "/host"
         local reps = is_host and 5 or 3
-        local to_s = bench.time(function() there:copy_from(src) end, reps)
-        local back_s = bench.time(function() back:copy_from(there) end, reps)
-        assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+        for _, chunk in ipairs(is_host and host_chunks or { configured_chunk }) do
+          xfer.config({ remote_chunk = chunk })
+          local to_s = bench.time(function() there:copy_from(src) end, reps)
+          local back_s = bench.time(function() back:copy_from(there) end, reps)
+          assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+          timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host, chunk }
+          timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host, chunk }
+        end
+        xfer.config({ remote_chunk = configured_chunk })
         there:free()
-        timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host }
-        timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host }
       end
       return timed
     end
@@ -428,7 +455,7 @@ if wanted.remote then
       for _, row in ipairs(timed) do
         local gbps = n / row[2] / 1e9
         local function vs(perf) return row[3] and perf and ("%.2f"):format(perf) or (row[3] and "not run" or "-") end
-        rows[#rows + 1] = { tls, row[1], bench.format_size(n), ("%.2f"):format(gbps), vs(am), vs(tag),
+        rows[#rows + 1] = { tls, row[1], bench.format_size(n), bench.format_size(row[4]), ("%.2f"):format(gbps), vs(am), vs(tag),
                             row[3] and am and ("%.2fx"):format(gbps / am) or "-" }
       end
     end
@@ -436,7 +463,7 @@ if wanted.remote then
       local peer = xfer.connect(remote_url, { timeout = 60, token = remote_token })
       add_rows(os.getenv("UCX_TLS") or "(UCX's choice)", time_peer(peer, peer.name), nil, nil)
       peer:close()
-      rows[1][5], rows[1][6] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
+      rows[1][6], rows[1][7] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
     end
     for _, tls in ipairs(remote_url and {} or { "tcp", "shm,tcp" }) do
       local log = os.tmpname()
@@ -458,7 +485,7 @@ if wanted.remote then
         peer:close()
         add_rows(tls, timed, perftest(tls, "ucp_am_bw"), perftest(tls, "tag_bw"))
       else
-        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "" }
+        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "", "" }
       end
       os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
       os.remove(log)

@@ -242,6 +242,27 @@ describe("the planner's costs", function()
       assert.is_truthy(report:find("calibrated " .. #r.results .. " paths in", 1, true), report)
     end)
 
+    it("repeats a quick move more than reps times, a slow one reps times, after one untimed", function()
+      -- host -> host at 4 KiB takes about a microsecond: repeated until ~10 ms or 60 runs;
+      -- at 128 MiB a run takes over 2.5 ms, so `reps` runs (in three rounds: reps rounded up to
+      -- a multiple of three, plus the first timed one) and the warm-up
+      local small, large = 4096, 128 * 1024 * 1024
+      xfer.stats_reset()
+      xfer.calibrate({ devices = { "host" }, sizes = { small, large }, paths = { "same_device" }, reps = 4, save = false })
+      local runs = {}
+      for _, s in ipairs(xfer.stats()) do
+        if s.path == "same_device" and s.from == "host" and s.to == "host" then
+          runs[#runs + 1] = s
+        end
+      end
+      assert.are.equal(1, #runs)
+      local large_runs = 1 + 1 + 3 * math.ceil((4 - 1) / 3) -- warm-up, first timed, rounds
+      local small_runs = (runs[1].bytes - large_runs * large) / small
+      assert.are.equal(math.floor(small_runs), small_runs, "whole runs: " .. tostring(small_runs))
+      assert.is_true(small_runs > 1 + 4 and small_runs <= 1 + 1 + 60, "runs at 4 KiB: " .. small_runs)
+      assert.are.equal(runs[1].count, large_runs + small_runs)
+    end)
+
     it("records a failing path as the error, with no figure", function()
       local dev
       for _, d in ipairs(xfer.devices()) do if d.runtime ~= "host" then dev = d break end end

@@ -58,17 +58,54 @@ local function fits(n, dev)
   return n <= (dev.max_alloc or math.huge) and n <= (dev.total_memory or math.huge) / 8
 end
 
--- The median of `reps` timed runs of fn after one untimed (first-use costs are not the path's).
-local function timed(fn, reps)
-  fn()
-  local times = {}
-  for i = 1, reps do
-    local t0 = xfer.clock()
-    fn()
-    times[i] = xfer.clock() - t0
+-- How long each size's timing of a path aims to take, the most runs it takes, and the rounds
+-- they come in. A small move is noisy (a 20 us move that once took 35 us decided a pair's path
+-- on the H200 when the median was of 3 runs): it is repeated until about 10 ms is spent. The
+-- paths of a pair take turns, round by round, so that a drift of the machine (another process,
+-- a change of clock) hits them all alike rather than the one timed while it lasted.
+local BUDGET_S, MAX_RUNS, ROUNDS = 0.01, 60, 3
+
+local function time_once(dst, src, path)
+  local t0 = xfer.clock()
+  dst:copy_from(src, { via = path })
+  return xfer.clock() - t0
+end
+
+local function median(list)
+  table.sort(list)
+  return list[math.floor((#list + 1) / 2)]
+end
+
+-- Times each path of `live` moving src to dst: the median of at least `reps` runs after one
+-- untimed (first-use costs are not the path's). Returns seconds[path] and failed[path] = error
+-- (a failure is no figure).
+local function time_paths(live, src, dst, reps)
+  local times, runs, failed = {}, {}, {}
+  for _, p in ipairs(live) do
+    local ok, e = pcall(function()
+      dst:copy_from(src, { via = p })
+      local one = time_once(dst, src, p)
+      times[p] = { one }
+      runs[p] = math.max(reps, math.min(MAX_RUNS, math.ceil(BUDGET_S / math.max(one, 1e-7))))
+    end)
+    if not ok then failed[p] = e end
   end
-  table.sort(times)
-  return times[math.floor((reps + 1) / 2)]
+  for _ = 1, ROUNDS do
+    for _, p in ipairs(live) do
+      if not failed[p] then
+        local list = times[p]
+        local ok, e = pcall(function()
+          for _ = 1, math.ceil((runs[p] - 1) / ROUNDS) do list[#list + 1] = time_once(dst, src, p) end
+        end)
+        if not ok then failed[p] = e end
+      end
+    end
+  end
+  local seconds = {}
+  for _, p in ipairs(live) do
+    if not failed[p] then seconds[p] = median(times[p]) end
+  end
+  return seconds, failed
 end
 
 --- xfer.calibrate{devices = {...}, sizes = {4096, 65536, 1048576, 16777216, 67108864, 268435456}, paths = {...}, reps = 5,
@@ -111,32 +148,51 @@ function xfer.calibrate(opts)
       if progress then progress(pairs_done, pairs_total) end
       pairs_done = pairs_done + 1
       local probe = xfer.empty({ 1 }, { dtype = "u8", device = a })
+      local live, entries, points = {}, {}, {}
       for _, p in ipairs(paths) do
         if pcall(xfer.plan, probe, b, { via = p }) then -- the path applies to this pair
-          local entry, points = { from = a.name, to = b.name, path = p }, {}
-          for _, n in ipairs(sizes) do
-            if not fits(n, a) or not fits(n, b) then goto next_size end
-            local ok, seconds = pcall(function()
-              local src = xfer.zeros({ n }, { dtype = "u8", device = a })
-              local dst = xfer.empty({ n }, { dtype = "u8", device = b })
-              local s = timed(function() dst:copy_from(src, { via = p }) end, reps)
-              src:free()
-              dst:free()
-              return s
-            end)
-            if not ok then -- a failure is no figure: the path keeps none for the pair
-              entry.code = xfer.is_error(seconds) and seconds.code or "error"
-              entry.message = xfer.is_error(seconds) and seconds.message or tostring(seconds)
-              break
-            end
-            points[#points + 1] = { n, seconds }
-            ::next_size::
+          live[#live + 1] = p
+          entries[p], points[p] = { from = a.name, to = b.name, path = p }, {}
+        end
+      end
+      for _, n in ipairs(sizes) do
+        if #live == 0 then break end
+        if fits(n, a) and fits(n, b) then
+          local ok, seconds, failed = pcall(function()
+            local src = xfer.zeros({ n }, { dtype = "u8", device = a })
+            local dst = xfer.empty({ n }, { dtype = "u8", device = b })
+            local s, f = time_paths(live, src, dst, reps)
+            src:free()
+            dst:free()
+            return s, f
+          end)
+          if not ok then -- the tensors themselves: no path of the pair gets a figure
+            failed = {}
+            for _, p in ipairs(live) do failed[p] = seconds end
+            seconds = {}
           end
+          local still = {}
+          for _, p in ipairs(live) do
+            local e = failed[p]
+            if e ~= nil then -- a failure is no figure: the path keeps none for the pair
+              entries[p].code = xfer.is_error(e) and e.code or "error"
+              entries[p].message = xfer.is_error(e) and e.message or tostring(e)
+            else
+              points[p][#points[p] + 1] = { n, seconds[p] }
+              still[#still + 1] = p
+            end
+          end
+          live = still
+        end
+      end
+      for _, p in ipairs(paths) do
+        local entry = entries[p]
+        if entry then
           if not entry.code then
-            entry.latency, entry.bandwidth = fit(points)
-            entry.points = points
-            if #points >= 2 and #points <= 8 then -- the times themselves: estimates between them
-              xfer.set_cost(a, b, p, points)
+            entry.latency, entry.bandwidth = fit(points[p])
+            entry.points = points[p]
+            if #points[p] >= 2 and #points[p] <= 8 then -- the times themselves: estimates between them
+              xfer.set_cost(a, b, p, points[p])
             else
               xfer.set_cost(a, b, p, entry.latency, entry.bandwidth)
             end
