@@ -480,6 +480,12 @@ const char *xfer_peer_name(const xfer_peer *peer);
 size_t xfer_peer_device_count(const xfer_peer *peer);
 xfer_device *xfer_peer_device(xfer_peer *peer, size_t index);
 int xfer_peer_is_lost(const xfer_peer *peer);
+/* Host memory registered with UCX for moves to and from this peer (ucp_mem_map, once per
+** host segment of xferlua's pool): segments and their bytes now, and mappings UCX refused. */
+typedef struct xfer_registered {
+  size_t segments, bytes, refused;
+} xfer_registered;
+void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out);
 /* Disconnects: its devices (and their tensors) raise XFER_E_PEER_LOST from now on. */
 void xfer_peer_close(xfer_peer *peer);
 
@@ -499,6 +505,8 @@ xfer_code xfer_listener_progress(xfer_listener *listener, double seconds, xfer_e
 /* Clients connected now, requests served, clients dropped (for breaking the protocol, or gone). */
 void xfer_listener_stats(const xfer_listener *listener, uint64_t *clients, uint64_t *served,
                          uint64_t *dropped);
+/* The server's registrations, as xfer_peer_registered. */
+void xfer_listener_registered(const xfer_listener *listener, xfer_registered *out);
 void xfer_listener_close(xfer_listener *listener);
 /* "ucx://host:port": where it listens (the port chosen when port 0 was asked for). */
 const char *xfer_listener_url(const xfer_listener *listener);

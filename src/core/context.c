@@ -360,13 +360,25 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
 {
   *out = NULL;
   if (!strcmp(name, "cpu")) name = "host"; /* what PyTorch users call it */
-  /* from the last: a peer connected again lists its devices anew, after the lost ones */
-  for (size_t d = ctx->ndevices; d-- > 0;)
-    if (!strcmp(ctx->devices[d]->name, name)) {
-      *out = ctx->devices[d];
-      __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE); /* asked for by name: open */
-      return XFER_E_OK;
+  /* A listed device first (a peer connected again, or another server of the same name, lists
+  ** its devices anew, in a place a closed peer gave back or after the lost ones); else the
+  ** last lost one of that name, whose calls say it was lost. */
+  xfer_device *lost = NULL;
+  for (size_t d = ctx->ndevices; d-- > 0;) {
+    xfer_device *dev = ctx->devices[d];
+    if (strcmp(dev->name, name)) continue;
+    if (!xfer_device_listed(dev)) {
+      if (!lost) lost = dev;
+      continue;
     }
+    *out = dev;
+    break;
+  }
+  if (!*out) *out = lost;
+  if (*out) {
+    __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE); /* asked for by name: open */
+    return XFER_E_OK;
+  }
   /* "cuda" alone means its first device */
   for (size_t r = 0; r < ctx->nruntimes; r++) {
     const xfer_runtime *rt = &ctx->runtimes[r];

@@ -214,11 +214,15 @@ typedef struct xfer_host_span {
 
 /* A segment's memory as another runtime imported it. */
 #define XFER_MAX_IMPORTS 4
-/* What a device made for a host segment (xfer_backend.host_unpin undoes it). */
+/* What a device made for a host segment (xfer_backend.host_unpin undoes it), or what another
+** owner made (a UCX context's registration: `undo` undoes it, with the owner as `key`). */
 #define XFER_MAX_PINS 16
+typedef void (*xfer_pin_undo)(void *key, void *base, size_t size, void *pin);
 typedef struct xfer_pin {
-  xfer_device *dev;
+  xfer_device *dev;             /* a device's pin: NULL for an owner's */
+  void *key;                    /* the device, or the owner */
   void *pin;
+  xfer_pin_undo undo;           /* an owner's: how it is undone */
 } xfer_pin;
 typedef struct xfer_import {
   xfer_device *dev;             /* the importing device */
@@ -433,12 +437,20 @@ void *xfer_driver_open(const char *env, const char *library, const char *what, c
 /* 1 and the span of the host segment holding [ptr, ptr+n), else 0 (memory xferlua does not
 ** own, which a runtime must not keep hold of). */
 int xfer_host_span_of(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
-/* What `dev` made for the host segment at `base` and kept with it, or NULL. */
-void *xfer_host_pin(xfer_ctx *ctx, const char *base, const xfer_device *dev);
+/* What `key` (a device, or an owner) made for the host segment at `base` and kept with it,
+** or NULL. */
+void *xfer_host_pin(xfer_ctx *ctx, const char *base, const void *key);
 /* Keeps `pin` with the segment at `base` until it goes back to the system (then dev's
 ** host_unpin undoes it). 0 when the segment is gone, holds one of dev's already, or has no
 ** room: the caller undoes its own. */
 int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin);
+/* The same for an owner that is no device: `undo(owner, base, size, pin)` undoes the pin when
+** the segment goes back to the system or xfer_host_unpin_owner(ctx, owner) is called; it runs
+** under the host allocator's lock (it must not call back into the allocator). */
+int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void *pin,
+                             xfer_pin_undo undo);
+/* Every pin `owner` kept is undone (the owner is closing). */
+void xfer_host_unpin_owner(xfer_ctx *ctx, void *owner);
 
 /* stats.c: records one move (and traces it when asked). */
 void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,

@@ -259,19 +259,19 @@ int xfer_host_span_of(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *
   return seg != NULL;
 }
 
-void *xfer_host_pin(xfer_ctx *ctx, const char *base, const xfer_device *dev)
+void *xfer_host_pin(xfer_ctx *ctx, const char *base, const void *key)
 {
   xfer_allocator *a = xfer_host_of(ctx)->alloc;
   void *pin = NULL;
   pthread_mutex_lock(&a->lock);
   xfer_segment *seg = host_segment(a, base, 1);
   for (int i = 0; seg && seg->buf == base && i < seg->npins && !pin; i++)
-    if (seg->pins[i].dev == dev) pin = seg->pins[i].pin;
+    if (seg->pins[i].key == key) pin = seg->pins[i].pin;
   pthread_mutex_unlock(&a->lock);
   return pin;
 }
 
-int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin)
+static int pin_keep(xfer_ctx *ctx, const char *base, xfer_pin kept_pin)
 {
   xfer_allocator *a = xfer_host_of(ctx)->alloc;
   int kept = 0;
@@ -279,11 +279,9 @@ int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *
   xfer_segment *seg = host_segment(a, base, 1);
   if (seg && seg->buf == base && seg->npins < XFER_MAX_PINS) {
     int taken = 0;
-    for (int i = 0; i < seg->npins; i++) taken |= seg->pins[i].dev == dev;
+    for (int i = 0; i < seg->npins; i++) taken |= seg->pins[i].key == kept_pin.key;
     if (!taken) {
-      seg->pins[seg->npins].dev = dev;
-      seg->pins[seg->npins].pin = pin;
-      seg->npins++;
+      seg->pins[seg->npins++] = kept_pin;
       kept = 1;
     }
   }
@@ -291,9 +289,28 @@ int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *
   return kept;
 }
 
-/* Everything `dev` made for host segments (its imports or pins of them) is undone: the device
-** is closing. (No move uses the device: its lock is held.) */
-void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
+int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin)
+{
+  return pin_keep(ctx, base, (xfer_pin){.dev = dev, .key = dev, .pin = pin});
+}
+
+int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void *pin,
+                             xfer_pin_undo undo)
+{
+  return pin_keep(ctx, base, (xfer_pin){.key = owner, .pin = pin, .undo = undo});
+}
+
+/* (a->lock held) What a pin made for the segment is undone. */
+static void pin_undo(const xfer_segment *seg, const xfer_pin *pin)
+{
+  if (pin->undo)
+    pin->undo(pin->key, seg->buf, seg->size, pin->pin);
+  else
+    xfer_be_host_unpin(pin->dev, seg->buf, seg->size, pin->pin);
+}
+
+/* Every pin kept under `key` is undone. */
+static void unpin_key(xfer_ctx *ctx, const void *key)
 {
   xfer_allocator *a = xfer_host_of(ctx)->alloc;
   pthread_mutex_lock(&a->lock);
@@ -301,14 +318,26 @@ void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
     xfer_segment *seg = a->by_addr.items[at];
     int kept = 0;
     for (int i = 0; i < seg->npins; i++) {
-      if (seg->pins[i].dev == dev)
-        xfer_be_host_unpin(dev, seg->buf, seg->size, seg->pins[i].pin);
+      if (seg->pins[i].key == key)
+        pin_undo(seg, &seg->pins[i]);
       else
         seg->pins[kept++] = seg->pins[i];
     }
     seg->npins = kept;
   }
   pthread_mutex_unlock(&a->lock);
+}
+
+/* Everything `dev` made for host segments (its imports or pins of them) is undone: the device
+** is closing. (No move uses the device: its lock is held.) */
+void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev)
+{
+  unpin_key(ctx, dev);
+}
+
+void xfer_host_unpin_owner(xfer_ctx *ctx, void *owner)
+{
+  unpin_key(ctx, owner);
 }
 
 /* Memory an application wrapped with pin = true, listed with the host segments so that the
@@ -348,7 +377,7 @@ void xfer_mem_host_external_drop(xfer_ctx *ctx, xfer_segment *seg)
   pthread_mutex_lock(&a->lock);
   addr_remove(a, seg);
   for (int i = 0; i < seg->npins; i++) /* the moves through it have ended */
-    xfer_be_host_unpin(seg->pins[i].dev, seg->buf, seg->size, seg->pins[i].pin);
+    pin_undo(seg, &seg->pins[i]);
   pthread_mutex_unlock(&a->lock);
   free(seg);
 }
@@ -439,7 +468,7 @@ static void segment_release(xfer_allocator *a, xfer_segment *seg)
   xfer_imports_release(seg->imports, &seg->nimports);
   if (a->host) addr_remove(a, seg);
   for (int i = 0; i < seg->npins; i++) /* no move uses it: runtimes let go before it is gone */
-    xfer_be_host_unpin(seg->pins[i].dev, seg->buf, seg->size, seg->pins[i].pin);
+    pin_undo(seg, &seg->pins[i]);
   seg_memory m = {seg->buf, seg->handle, seg->backing_buf};
   raw_free(seg->dev, &m, seg->size);
   a->stats.reserved -= seg->size;

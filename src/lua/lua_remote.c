@@ -28,6 +28,18 @@ static const char *check_url(lua_State *L, const char *fname)
   return url;
 }
 
+/* {segments, bytes, refused}: host memory registered with UCX (ucp_mem_map) */
+static void push_registered(lua_State *L, const xfer_registered *r)
+{
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, (lua_Number)r->segments);
+  lua_setfield(L, -2, "segments");
+  lua_pushnumber(L, (lua_Number)r->bytes);
+  lua_setfield(L, -2, "bytes");
+  lua_pushnumber(L, (lua_Number)r->refused);
+  lua_setfield(L, -2, "refused");
+}
+
 /* -- Peers ------------------------------------------------------------------------------------ */
 
 static int l_connect(lua_State *L)
@@ -76,6 +88,10 @@ static int peer_index(lua_State *L)
     lua_pushstring(L, xfer_peer_name(b->peer));
   } else if (!strcmp(key, "lost")) {
     lua_pushboolean(L, xfer_peer_is_lost(b->peer));
+  } else if (!strcmp(key, "registered")) {
+    xfer_registered r;
+    xfer_peer_registered(b->peer, &r);
+    push_registered(L, &r);
   } else if (!strcmp(key, "devices")) {
     size_t n = xfer_peer_device_count(b->peer);
     lua_createtable(L, (int)n, 0);
@@ -166,6 +182,10 @@ static int listener_stats(lua_State *L)
   lua_setfield(L, -2, "served");
   lua_pushnumber(L, (lua_Number)dropped);
   lua_setfield(L, -2, "dropped");
+  xfer_registered r;
+  xfer_listener_registered(l, &r);
+  push_registered(L, &r);
+  lua_setfield(L, -2, "registered");
   return 1;
 }
 

@@ -22,6 +22,16 @@ size_t xfer_peer_device_count(const xfer_peer *peer) { (void)peer; return 0; }
 xfer_device *xfer_peer_device(xfer_peer *peer, size_t index) { (void)peer, (void)index; return NULL; }
 int xfer_peer_is_lost(const xfer_peer *peer) { (void)peer; return 1; }
 void xfer_peer_close(xfer_peer *peer) { (void)peer; }
+void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out)
+{
+  (void)peer;
+  *out = (xfer_registered){0, 0, 0};
+}
+void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)
+{
+  (void)l;
+  *out = (xfer_registered){0, 0, 0};
+}
 
 xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,
                       xfer_listener **out, xfer_error *err)

@@ -30,6 +30,7 @@ typedef struct pending {          /* a request on its way, and its answer */
   wire_header answer;
   char *read_into;                /* a READ's destination, read_len bytes */
   size_t read_len;
+  ucp_mem_h read_memh;            /* read_into's registration (ucx_reg.c), or NULL */
   void *receiving;                /* a rendezvous receive into it, in progress */
   size_t text_len;
   char text[WIRE_MAX_TEXT + 1];   /* a REPLY's or WELCOME's words */
@@ -151,6 +152,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
   if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     ucp_request_param_t prm;
     memset(&prm, 0, sizeof prm);
+    if (h.type == WIRE_DATA) xfer_ucx_request_memh(&prm, w->read_memh);
     void *r = p->node.api->ucp_am_recv_data_nbx(p->node.worker, data, into, len, &prm);
     if (UCS_PTR_IS_ERR(r)) {
       p->broken = 1;
@@ -263,10 +265,13 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   w->deadline = xfer_now() + p->timeout;
   w->read_into = read_into;
   w->read_len = h.type == WIRE_READ ? h.length : 0;
+  /* host segments are registered with UCX once (ucx_reg.c): here, not in on_answer's callback */
+  w->read_memh = w->read_len ? xfer_ucx_memh(&p->node, read_into, w->read_len) : NULL;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   prm.flags = UCP_AM_SEND_FLAG_REPLY;
+  if (len) xfer_ucx_request_memh(&prm, xfer_ucx_memh(&p->node, payload, len));
   void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &w->header, sizeof w->header, payload,
                                          len, &prm);
   if (UCS_PTR_IS_ERR(r)) {
@@ -659,7 +664,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   snprintf(p->url, sizeof p->url, "%s", url);
   snprintf(p->name, sizeof p->name, "%.16s", host);
   pthread_mutex_init(&p->lock, NULL);
-  rc = xfer_ucx_node_open(&p->node, on_answer, p, "connect", err);
+  rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, "connect", err);
   if (!rc) {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof ep);
@@ -723,6 +728,11 @@ const char *xfer_peer_name(const xfer_peer *p) { return p->name; }
 size_t xfer_peer_device_count(const xfer_peer *p) { return p->ndevices; }
 xfer_device *xfer_peer_device(xfer_peer *p, size_t i) { return i < p->ndevices ? p->devices[i] : NULL; }
 int xfer_peer_is_lost(const xfer_peer *p) { return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE); }
+
+void xfer_peer_registered(const xfer_peer *p, xfer_registered *out)
+{
+  xfer_ucx_registered(&p->node, out);
+}
 
 void xfer_peer_close(xfer_peer *p)
 {

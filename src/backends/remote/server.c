@@ -230,6 +230,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv_am = on_received;
     p.user_data = m;
+    xfer_ucx_request_memh(&p, xfer_ucx_memh_known(&l->node, copy, len));
     void *r = l->node.api->ucp_am_recv_data_nbx(l->node.worker, data, copy, len, &p);
     if (UCS_PTR_IS_ERR(r)) c->broken = 1;
     else m->receiving = r;
@@ -270,6 +271,7 @@ static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, siz
   memset(&p, 0, sizeof p);
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
+  if (held) xfer_ucx_request_memh(&p, xfer_ucx_memh(&l->node, data, len)); /* host segment memory */
   void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &s->header, sizeof s->header, data, len, &p);
   if (r == NULL || UCS_PTR_IS_ERR(r)) { /* sent already, or never */
     if (r) c->broken = 1;
@@ -434,6 +436,8 @@ static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
   buffer_entry *b = &c->buffers[c->nbuffers++];
   b->handle = c->next_handle++;
   b->t = t;
+  char *host = xfer_tensor_host_data(t); /* WRITEs land in it: registered before they come */
+  if (host) xfer_ucx_memh(&l->node, host, xfer_tensor_nbytes(t));
   reply_done(l, c, &m->h, b->handle);
 }
 
@@ -586,6 +590,9 @@ static int serve_ready(xfer_listener *l)
       m->c->waiting--;
       if (m->h.type == WIRE_FREE) m->c->frees_waiting--;
     }
+    /* the staging tensor's memory goes back to the pool, to take a later message: mapped
+    ** now (not in the callback that received into it), the next one carries the handle */
+    if (m->staging) xfer_ucx_memh(&l->node, m->data, m->len);
     staging_done(m->data, m->staging);
     free(m);
     did = 1;
@@ -674,7 +681,7 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   l->generation = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)l << 7);
-  rc = xfer_ucx_node_open(&l->node, on_message, l, "listen", err);
+  rc = xfer_ucx_node_open(&l->node, l->ctx, on_message, l, "listen", err);
   struct sockaddr_storage addr;
   socklen_t addr_len = 0;
   if (!rc) rc = xfer_ucx_sockaddr(host, port, "listen", &addr, &addr_len, XFER_E_INVALID, err);
@@ -713,6 +720,11 @@ void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *se
   if (clients) *clients = n;
   if (served) *served = l->served;
   if (dropped) *dropped = l->dropped;
+}
+
+void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)
+{
+  xfer_ucx_registered(&l->node, out);
 }
 
 void xfer_listener_close(xfer_listener *l)

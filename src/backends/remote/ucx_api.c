@@ -65,6 +65,8 @@ static void load(void)
   SYM(lib, ucp_request_cancel);
   SYM(lib, ucp_request_free);
   SYM(lib, ucs_status_string);
+  SYM(lib, ucp_mem_map);
+  SYM(lib, ucp_mem_unmap);
   load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
 }
 
@@ -140,10 +142,11 @@ xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_
   return code;
 }
 
-xfer_code xfer_ucx_node_open(ucx_node *node, ucp_am_recv_callback_t on_message, void *arg,
-                             const char *op, xfer_error *err)
+xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback_t on_message,
+                             void *arg, const char *op, xfer_error *err)
 {
   memset(node, 0, sizeof *node);
+  node->ctx = ctx;
   char why[512];
   node->api = xfer_ucx(why, sizeof why);
   if (!node->api) return xfer_err_set(err, XFER_E_UNAVAILABLE, op, "%s", why);
@@ -153,8 +156,11 @@ xfer_code xfer_ucx_node_open(ucx_node *node, ucp_am_recv_callback_t on_message, 
   if (s != UCS_OK) return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "reading UCX's configuration", err);
   ucp_params_t params;
   memset(&params, 0, sizeof params);
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_AM;
+  /* the worker is its owner's alone, but a host segment may go back to the system on any
+  ** thread, and its registration is undone there (ucp_mem_unmap): the context takes a lock */
+  params.mt_workers_shared = 1;
   s = api->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &node->context);
   api->ucp_config_release(config);
   if (s != UCS_OK) return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "starting UCX", err);
@@ -185,6 +191,7 @@ xfer_code xfer_ucx_node_open(ucx_node *node, ucp_am_recv_callback_t on_message, 
 void xfer_ucx_node_close(ucx_node *node)
 {
   if (!node->api) return;
+  xfer_ucx_unmap_all(node); /* before the context they were made with goes */
   if (node->worker) node->api->ucp_worker_destroy(node->worker);
   if (node->context) node->api->ucp_cleanup(node->context);
   node->worker = NULL;

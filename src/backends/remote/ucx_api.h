@@ -37,6 +37,8 @@ typedef struct ucx_api {
   void (*ucp_request_cancel)(ucp_worker_h, void *);
   void (*ucp_request_free)(void *);
   const char *(*ucs_status_string)(ucs_status_t);
+  ucs_status_t (*ucp_mem_map)(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *);
+  ucs_status_t (*ucp_mem_unmap)(ucp_context_h, ucp_mem_h);
 } ucx_api;
 
 /* Whether the library is there to load, without loading it (its constructors install
@@ -52,14 +54,31 @@ const ucx_api *xfer_ucx(char *why, size_t cap);
 ** serialises every call). */
 typedef struct ucx_node {
   const ucx_api *api;
+  xfer_ctx *ctx;                        /* whose host segments it registers */
   ucp_context_h context;
   ucp_worker_h worker;
+  size_t mapped_segments, mapped_bytes; /* host segments registered with the context (atomic) */
+  size_t map_failures;                  /* ucp_mem_map or unmap refused (atomic) */
 } ucx_node;
 
 /* on_message (with arg) receives the active messages of the protocol (wire.h's id) */
-xfer_code xfer_ucx_node_open(ucx_node *node, ucp_am_recv_callback_t on_message, void *arg,
-                             const char *op, xfer_error *err);
+xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback_t on_message,
+                             void *arg, const char *op, xfer_error *err);
 void xfer_ucx_node_close(ucx_node *node);
+
+/* ucx_reg.c: the memory handle of the host segment holding [ptr, ptr+n), mapped with the
+** node's context the first time (kept until the segment goes back to the system or
+** xfer_ucx_unmap_all); NULL for memory that is not a host segment or could not be mapped (UCX
+** then registers what it needs itself). */
+ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n);
+/* The handle if the segment is mapped already, never mapping: for UCX's callbacks, which
+** should not make a registration while the worker progresses. */
+ucp_mem_h xfer_ucx_memh_known(ucx_node *node, const void *ptr, size_t n);
+/* Adds the handle to a request's parameters (nothing for NULL). */
+void xfer_ucx_request_memh(ucp_request_param_t *prm, ucp_mem_h memh);
+void xfer_ucx_registered(const ucx_node *node, xfer_registered *out);
+/* Undoes every mapping of the node: before its context is cleaned up. */
+void xfer_ucx_unmap_all(ucx_node *node);
 
 /* Progresses the worker until the request is done or `deadline` (xfer_now() seconds) passes:
 ** XFER_E_OK, the request's failure as `code_on_error` (its UCX status as native), or
