@@ -269,6 +269,7 @@ describe("remote devices #remote", function()
   end)
 
   it("registers host segments with UCX once (ucp_mem_map), both ends, and lets go when they go", function()
+    if os.getenv("XFER_UCX_REGISTER") == "0" then return pending("XFER_UCX_REGISTER=0: nothing is registered") end
     -- the server: a script of its own that listens, serves one client and, once it has gone,
     -- prints its registrations
     local script = os.tmpname() .. ".lua"
@@ -342,6 +343,7 @@ describe("remote devices #remote", function()
   end)
 
   it("moves on without a registration UCX refused (XFER_FAULTS remote:map), counting it", function()
+    if os.getenv("XFER_UCX_REGISTER") == "0" then return pending("XFER_UCX_REGISTER=0: nothing is registered") end
     local server = start_server({ name = "nodeF" })
     local p = connect(server.url, { timeout = 10 })
     xfer.empty_cache() -- segments mapped by earlier specs' peers are gone: this one meets new ones

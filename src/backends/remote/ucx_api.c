@@ -158,9 +158,11 @@ xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback
   memset(&params, 0, sizeof params);
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_AM;
+  /* XFER_UCX_REGISTER=0: no ucp_mem_map (ucx_reg.c); UCX registers what it needs itself */
+  node->registers = xfer_env_flag("XFER_UCX_REGISTER");
   /* the worker is its owner's alone, but a host segment may go back to the system on any
   ** thread, and its registration is undone there (ucp_mem_unmap): the context takes a lock */
-  params.mt_workers_shared = 1;
+  params.mt_workers_shared = node->registers;
   s = api->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &node->context);
   api->ucp_config_release(config);
   if (s != UCS_OK) return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "starting UCX", err);

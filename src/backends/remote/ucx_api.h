@@ -55,6 +55,7 @@ const ucx_api *xfer_ucx(char *why, size_t cap);
 typedef struct ucx_node {
   const ucx_api *api;
   xfer_ctx *ctx;                        /* whose host segments it registers */
+  int registers;                        /* whether it does (XFER_UCX_REGISTER, default 1) */
   ucp_context_h context;
   ucp_worker_h worker;
   size_t mapped_segments, mapped_bytes; /* host segments registered with the context (atomic) */

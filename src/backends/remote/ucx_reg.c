@@ -35,7 +35,7 @@ ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n)
 {
   xfer_ctx *ctx = node->ctx;
   xfer_host_span span;
-  if (!node->context || !ctx || !n || !xfer_host_span_of(ctx, ptr, n, &span)) return NULL;
+  if (!node->registers || !node->context || !ctx || !n || !xfer_host_span_of(ctx, ptr, n, &span)) return NULL;
   ucp_mem_h memh = xfer_host_pin(ctx, span.base, node);
   if (memh) return memh;
   ucp_mem_map_params_t mp;
