@@ -418,28 +418,6 @@ if wanted.remote then
     end
     local self = arg and arg[-1] or "xferlua"
     math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
-    -- moves to and back from every device of a peer: {move, seconds, is the peer's host, request size}
-    local function time_peer(peer, name)
-      local src = xfer.full({ n }, 3, { dtype = "u8" })
-      local back = xfer.empty({ n }, { dtype = "u8" })
-      local timed = {}
-      for _, dev in ipairs(peer.devices) do
-        local there = xfer.empty({ n }, { dtype = "u8", device = dev })
-        local is_host = dev.name == name .. "/host"
-        local reps = is_host and 5 or 3
-        for _, chunk in ipairs(is_host and host_chunks or { configured_chunk }) do
-          xfer.config({ remote_chunk = chunk })
-          local to_s = bench.time(function() there:copy_from(src) end, reps)
-          local back_s = bench.time(function() back:copy_from(there) end, reps)
-          assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
-          timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host, chunk }
-          timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host, chunk }
-        end
-        xfer.config({ remote_chunk = configured_chunk })
-        there:free()
-      end
-      return timed
-    end
     -- ucx_perftest on the same transport, loopback: a server, then its client (MB/s: 2^20 bytes)
     local function perftest(tls, test)
       for _ = 1, 3 do -- (a server slow to come up, or a port taken: again, on another port)
@@ -451,6 +429,49 @@ if wanted.remote then
         if mbs then return mbs * 1048576 / 1e9 end
       end
     end
+    -- moves to and back from the devices of a peer (its host alone, or all but its host):
+    -- {move, seconds, is the peer's host, request size}
+    local function time_peer(peer, name, host_only)
+      local src = xfer.full({ n }, 3, { dtype = "u8" })
+      local back = xfer.empty({ n }, { dtype = "u8" })
+      local timed = {}
+      for _, dev in ipairs(peer.devices) do
+        local is_host = dev.name == name .. "/host"
+        if is_host ~= host_only then goto next_device end
+        local there = xfer.empty({ n }, { dtype = "u8", device = dev })
+        local reps = is_host and 5 or 3
+        for _, chunk in ipairs(is_host and host_chunks or { configured_chunk }) do
+          xfer.config({ remote_chunk = chunk })
+          local to_s = bench.time(function() there:copy_from(src) end, reps)
+          local back_s = bench.time(function() back:copy_from(there) end, reps)
+          assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+          timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host, chunk }
+          timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host, chunk }
+        end
+        xfer.config({ remote_chunk = configured_chunk })
+        there:free()
+        ::next_device::
+      end
+      return timed
+    end
+    -- The host rows beside ucx_perftest, in three rounds that take turns, the fastest of each
+    -- kept: the machine's drift (both processes share its cores with whatever else runs) hits
+    -- both alike, where one run of each differed by 10-20% from one call to the next.
+    local ROUNDS = 3
+    local function time_host_rounds(peer, name, tls)
+      local best, am, tag = nil, nil, nil
+      for _ = 1, ROUNDS do
+        local timed = time_peer(peer, name, true)
+        if not best then best = timed
+        else for i, row in ipairs(timed) do best[i][2] = math.min(best[i][2], row[2]) end end
+        if tls then
+          local a, t = perftest(tls, "ucp_am_bw"), perftest(tls, "tag_bw")
+          am = a and math.max(am or 0, a) or am
+          tag = t and math.max(tag or 0, t) or tag
+        end
+      end
+      return best, am, tag
+    end
     local function add_rows(tls, timed, am, tag)
       for _, row in ipairs(timed) do
         local gbps = n / row[2] / 1e9
@@ -461,7 +482,9 @@ if wanted.remote then
     end
     if remote_url then -- a server of another machine (xferlua --serve there): UCX_TLS as set here
       local peer = xfer.connect(remote_url, { timeout = 60, token = remote_token })
-      add_rows(os.getenv("UCX_TLS") or "(UCX's choice)", time_peer(peer, peer.name), nil, nil)
+      local tls = os.getenv("UCX_TLS") or "(UCX's choice)"
+      add_rows(tls, (time_host_rounds(peer, peer.name, nil)), nil, nil)
+      add_rows(tls, time_peer(peer, peer.name, false), nil, nil)
       peer:close()
       rows[1][6], rows[1][7] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
     end
@@ -481,9 +504,11 @@ if wanted.remote then
       if url then
         ffi.C.setenv("UCX_TLS", tls, 1) -- read when the peer's UCX context starts
         local peer = xfer.connect(url, { timeout = 60 })
-        local timed = time_peer(peer, "bench")
+        local host_rows, am, tag = time_host_rounds(peer, "bench", tls)
+        local device_rows = time_peer(peer, "bench", false)
         peer:close()
-        add_rows(tls, timed, perftest(tls, "ucp_am_bw"), perftest(tls, "tag_bw"))
+        add_rows(tls, host_rows, am, tag)
+        add_rows(tls, device_rows, nil, nil)
       else
         rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "", "" }
       end
