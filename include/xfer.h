@@ -481,9 +481,10 @@ size_t xfer_peer_device_count(const xfer_peer *peer);
 xfer_device *xfer_peer_device(xfer_peer *peer, size_t index);
 int xfer_peer_is_lost(const xfer_peer *peer);
 /* Host memory registered with UCX for moves to and from this peer (ucp_mem_map, once per
-** host segment of xferlua's pool): segments and their bytes now, and mappings UCX refused. */
+** host segment of xferlua's pool): segments and their bytes now, registrations made since the
+** connection (each segment once while it lives), and mappings UCX refused. */
 typedef struct xfer_registered {
-  size_t segments, bytes, refused;
+  size_t segments, bytes, made, refused;
 } xfer_registered;
 void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out);
 /* Disconnects: its devices (and their tensors) raise XFER_E_PEER_LOST from now on. */

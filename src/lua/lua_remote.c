@@ -28,10 +28,12 @@ static const char *check_url(lua_State *L, const char *fname)
   return url;
 }
 
-/* {segments, bytes, refused}: host memory registered with UCX (ucp_mem_map) */
+/* {segments, bytes, made, refused}: host memory registered with UCX (ucp_mem_map) */
 static void push_registered(lua_State *L, const xfer_registered *r)
 {
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 4);
+  lua_pushnumber(L, (lua_Number)r->made);
+  lua_setfield(L, -2, "made");
   lua_pushnumber(L, (lua_Number)r->segments);
   lua_setfield(L, -2, "segments");
   lua_pushnumber(L, (lua_Number)r->bytes);

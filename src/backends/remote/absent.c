@@ -25,12 +25,12 @@ void xfer_peer_close(xfer_peer *peer) { (void)peer; }
 void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out)
 {
   (void)peer;
-  *out = (xfer_registered){0, 0, 0};
+  *out = (xfer_registered){0, 0, 0, 0};
 }
 void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)
 {
   (void)l;
-  *out = (xfer_registered){0, 0, 0};
+  *out = (xfer_registered){0, 0, 0, 0};
 }
 
 xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,

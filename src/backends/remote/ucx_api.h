@@ -59,6 +59,7 @@ typedef struct ucx_node {
   ucp_context_h context;
   ucp_worker_h worker;
   size_t mapped_segments, mapped_bytes; /* host segments registered with the context (atomic) */
+  size_t maps_made;                     /* registrations made, in all (atomic) */
   size_t map_failures;                  /* ucp_mem_map or unmap refused (atomic) */
 } ucx_node;
 

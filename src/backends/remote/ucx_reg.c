@@ -58,6 +58,7 @@ ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n)
   }
   __atomic_add_fetch(&node->mapped_segments, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&node->mapped_bytes, span.size, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&node->maps_made, 1, __ATOMIC_RELAXED);
   return memh;
 }
 
@@ -72,6 +73,7 @@ void xfer_ucx_registered(const ucx_node *node, xfer_registered *out)
 {
   out->segments = __atomic_load_n(&node->mapped_segments, __ATOMIC_RELAXED);
   out->bytes = __atomic_load_n(&node->mapped_bytes, __ATOMIC_RELAXED);
+  out->made = __atomic_load_n(&node->maps_made, __ATOMIC_RELAXED);
   out->refused = __atomic_load_n(&node->map_failures, __ATOMIC_RELAXED);
 }
 
