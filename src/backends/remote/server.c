@@ -571,6 +571,14 @@ static void serve(xfer_listener *l, message *m)
   l->served++;
 }
 
+/* Whether the host pool keeps freed memory for later tensors (xfer_config's cache). */
+static int pool_keeps(xfer_listener *l)
+{
+  xfer_config cfg;
+  xfer_config_get(l->ctx, &cfg);
+  return cfg.cache;
+}
+
 /* Serves what has arrived; 1 when anything was done. */
 static int serve_ready(xfer_listener *l)
 {
@@ -591,8 +599,9 @@ static int serve_ready(xfer_listener *l)
       if (m->h.type == WIRE_FREE) m->c->frees_waiting--;
     }
     /* the staging tensor's memory goes back to the pool, to take a later message: mapped
-    ** now (not in the callback that received into it), the next one carries the handle */
-    if (m->staging) xfer_ucx_memh(&l->node, m->data, m->len);
+    ** now (not in the callback that received into it), the next one carries the handle --
+    ** unless the pool keeps nothing (XFER_CACHE=0), when it goes back to the system at once */
+    if (m->staging && pool_keeps(l)) xfer_ucx_memh(&l->node, m->data, m->len);
     staging_done(m->data, m->staging);
     free(m);
     did = 1;
