@@ -13,7 +13,8 @@
 
 #include "ucx_api.h"
 
-/* Runs under the host allocator's lock: UCX only, nothing of xferlua's. */
+/* Undoes a mapping and uncounts it. Runs under the host allocator's lock when the segment
+** goes: UCX only, nothing of xferlua's. */
 static void unmap(void *key, void *base, size_t size, void *pin)
 {
   (void)base;
@@ -49,17 +50,18 @@ ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n)
     __atomic_add_fetch(&node->map_failures, 1, __ATOMIC_RELAXED); /* UCX registers it itself */
     return NULL;
   }
-  if (!xfer_host_pin_keep_owned(ctx, span.base, node, memh, unmap)) {
-    /* another thread kept one first, or the segment has no room for another pin: this one
-    ** would outlive the message unrecorded, so it is undone now (the other one, if any, is
-    ** used; else UCX registers the buffer itself) */
-    node->api->ucp_mem_unmap(node->context, memh);
-    return xfer_host_pin(ctx, span.base, node);
-  }
+  /* counted before it is kept: once kept, another thread may undo it (and uncount it) */
   __atomic_add_fetch(&node->mapped_segments, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&node->mapped_bytes, span.size, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&node->maps_made, 1, __ATOMIC_RELAXED);
-  return memh;
+  if (xfer_host_pin_keep_owned(ctx, span.base, node, memh, unmap)) {
+    __atomic_add_fetch(&node->maps_made, 1, __ATOMIC_RELAXED);
+    return memh;
+  }
+  /* another thread kept one first, or the segment has no room for another pin: this one
+  ** would outlive the message unrecorded, so it is undone now (the other one, if any, is
+  ** used; else UCX registers the buffer itself) */
+  unmap(node, span.base, span.size, memh);
+  return xfer_host_pin(ctx, span.base, node);
 }
 
 void xfer_ucx_request_memh(ucp_request_param_t *prm, ucp_mem_h memh)
