@@ -2,6 +2,7 @@
 -- the tests assert behaviour). Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
 --   [--pair-size 256M] [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,plan,remote,selftest]
 --   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
+--   [--remote-depths 1,2,4]
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
 --   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
 --   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
@@ -18,7 +19,8 @@
 --   devices). --remote URL [--token T]: a server already running on another machine
 --   (xferlua --serve there) instead, over whatever UCX_TLS says here. --remote-chunks LIST:
 --   the moves to and from the remote host once per request size (xfer.config remote_chunk;
---   two requests in flight), the other devices at the configured one.
+--   two requests in flight), the other devices at the configured one; --remote-depths LIST
+--   likewise for the requests in flight (xfer.config remote_depth).
 --   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
@@ -28,7 +30,7 @@ local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
 local plan_sizes_text = "4K,64K,1M,256M"
 local tables_text = "host,pairs,staged,to,strided,plan,remote,selftest"
 local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil, nil
-local remote_chunks_text = nil
+local remote_chunks_text, remote_depths_text = nil, nil
 local i = 1
 while i <= #args do
   if args[i] == "--raw" then raw_program = args[i + 1]; i = i + 2
@@ -43,7 +45,8 @@ while i <= #args do
   elseif args[i] == "--remote" then remote_url = args[i + 1]; i = i + 2
   elseif args[i] == "--token" then remote_token = args[i + 1]; i = i + 2
   elseif args[i] == "--remote-chunks" then remote_chunks_text = args[i + 1]; i = i + 2
-  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN or --remote-chunks LIST)") end
+  elseif args[i] == "--remote-depths" then remote_depths_text = args[i + 1]; i = i + 2
+  else error("unknown argument '" .. args[i] .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST or --remote-depths LIST)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do wanted[name] = true end
@@ -402,8 +405,14 @@ if wanted.remote then
     local ffi = require "ffi"
     pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
     local n = bench.parse_size(pair_text)
-    local rows = { { "over UCX_TLS", "move", "size", "request", "xferlua GB/s", "ucx_perftest am_bw GB/s",
-                     "tag_bw GB/s", "xferlua / am_bw" } }
+    local rows = { { "over UCX_TLS", "move", "size", "request", "in flight", "xferlua GB/s",
+                     "ucx_perftest am_bw GB/s", "tag_bw GB/s", "xferlua / am_bw" } }
+    local configured_depth = xfer.config().remote_depth
+    local host_depths = { configured_depth }
+    if remote_depths_text then
+      host_depths = {}
+      for text in remote_depths_text:gmatch("[^,]+") do host_depths[#host_depths + 1] = tonumber(text) end
+    end
     local configured_chunk = xfer.config().remote_chunk
     local host_chunks = { configured_chunk }
     if remote_chunks_text then
@@ -440,15 +449,17 @@ if wanted.remote then
         if is_host ~= host_only then goto next_device end
         local there = xfer.empty({ n }, { dtype = "u8", device = dev })
         local reps = is_host and 5 or 3
-        for _, chunk in ipairs(is_host and host_chunks or { configured_chunk }) do
-          xfer.config({ remote_chunk = chunk })
-          local to_s = bench.time(function() there:copy_from(src) end, reps)
-          local back_s = bench.time(function() back:copy_from(there) end, reps)
-          assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
-          timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host, chunk }
-          timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host, chunk }
+        for _, depth in ipairs(is_host and host_depths or { configured_depth }) do
+          for _, chunk in ipairs(is_host and host_chunks or { configured_chunk }) do
+            xfer.config({ remote_chunk = chunk, remote_depth = depth })
+            local to_s = bench.time(function() there:copy_from(src) end, reps)
+            local back_s = bench.time(function() back:copy_from(there) end, reps)
+            assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+            timed[#timed + 1] = { "host -> " .. dev.name, to_s, is_host, chunk, depth }
+            timed[#timed + 1] = { dev.name .. " -> host", back_s, is_host, chunk, depth }
+          end
         end
-        xfer.config({ remote_chunk = configured_chunk })
+        xfer.config({ remote_chunk = configured_chunk, remote_depth = configured_depth })
         there:free()
         ::next_device::
       end
@@ -476,7 +487,8 @@ if wanted.remote then
       for _, row in ipairs(timed) do
         local gbps = n / row[2] / 1e9
         local function vs(perf) return row[3] and perf and ("%.2f"):format(perf) or (row[3] and "not run" or "-") end
-        rows[#rows + 1] = { tls, row[1], bench.format_size(n), bench.format_size(row[4]), ("%.2f"):format(gbps), vs(am), vs(tag),
+        rows[#rows + 1] = { tls, row[1], bench.format_size(n), bench.format_size(row[4]), tostring(row[5]),
+                            ("%.2f"):format(gbps), vs(am), vs(tag),
                             row[3] and am and ("%.2fx"):format(gbps / am) or "-" }
       end
     end
@@ -486,7 +498,7 @@ if wanted.remote then
       add_rows(tls, (time_host_rounds(peer, peer.name, nil)), nil, nil)
       add_rows(tls, time_peer(peer, peer.name, false), nil, nil)
       peer:close()
-      rows[1][6], rows[1][7] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
+      rows[1][7], rows[1][8] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
     end
     for _, tls in ipairs(remote_url and {} or { "tcp", "shm,tcp" }) do
       local log = os.tmpname()
@@ -510,7 +522,7 @@ if wanted.remote then
         add_rows(tls, host_rows, am, tag)
         add_rows(tls, device_rows, nil, nil)
       else
-        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "", "" }
+        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "", "", "" }
       end
       os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
       os.remove(log)

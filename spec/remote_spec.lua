@@ -229,23 +229,25 @@ describe("remote devices #remote", function()
     assert.is_truthy(steps:find(a.name .. ": across the network, in chunks (remote " .. one.url .. ")", 1, true), steps)
   end)
 
-  it("pipelines a move in requests of remote_chunk bytes, two in flight, bytes exact both ways", function()
+  it("pipelines a move in requests of remote_chunk bytes, remote_depth in flight, bytes exact both ways", function()
     local server = start_server({ name = "nodeQ" })
     local p = connect(server.url, { timeout = 10 })
-    local saved = xfer.config().remote_chunk
+    local saved = xfer.config()
     local ok, why = pcall(function()
-      xfer.config({ remote_chunk = 4096 })
-      local n = 1024 * 1024 + 7 -- 257 requests, the last of 7 bytes
-      local src = xfer.tensor(h.random_bytes(n), { dtype = "u8" })
-      for _, dev in ipairs(p.devices) do
-        local there = src:to(dev)
-        assert.is_true(there:to("host"):equals(src), dev.name)
-        local into = xfer.zeros({ n }, { dtype = "u8", device = dev })
-        into:copy_from(src)
-        assert.are.equal(src:tobytes(), into:tobytes(), dev.name)
+      for _, depth in ipairs({ 1, 2, 4 }) do
+        xfer.config({ remote_chunk = 4096, remote_depth = depth })
+        local n = 1024 * 1024 + 7 -- 257 requests, the last of 7 bytes
+        local src = xfer.tensor(h.random_bytes(n), { dtype = "u8" })
+        for _, dev in ipairs(p.devices) do
+          local there = src:to(dev)
+          assert.is_true(there:to("host"):equals(src), dev.name .. " at depth " .. depth)
+          local into = xfer.zeros({ n }, { dtype = "u8", device = dev })
+          into:copy_from(src)
+          assert.are.equal(src:tobytes(), into:tobytes(), dev.name .. " at depth " .. depth)
+        end
       end
     end)
-    xfer.config({ remote_chunk = saved })
+    xfer.config({ remote_chunk = saved.remote_chunk, remote_depth = saved.remote_depth })
     assert(ok, why)
   end)
 
@@ -553,6 +555,10 @@ describe("remote devices #remote", function()
         "remote_chunk must be 4096 to 67108864 bytes, not 4095" },
       { "config: a remote_chunk over 64 MiB", function() xfer.config({ remote_chunk = 67108865 }) end,
         "remote_chunk must be 4096 to 67108864 bytes, not 67108865" },
+      { "config: a remote_depth of 0", function() xfer.config({ remote_depth = 0 }) end,
+        "remote_depth must be 1 to 4, not 0" },
+      { "config: a remote_depth of 5", function() xfer.config({ remote_depth = 5 }) end,
+        "remote_depth must be 1 to 4, not 5" },
     })
   end)
 end)

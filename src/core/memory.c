@@ -746,6 +746,7 @@ void xfer_mem_config_init(xfer_ctx *ctx)
   ctx->config.cache_limit = 0;
   ctx->config.setaside_after = 3;
   ctx->config.remote_timeout = 10.0;
+  ctx->config.remote_depth = 2;
   ctx->config.remote_chunk = (size_t)16 << 20; /* H200, 256 MiB over tcp and shm: 0.95-1.00x of
                                                  ** ucx_perftest at 16 MiB, 0.86-0.94x at 64 MiB */
 }
@@ -759,6 +760,7 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->setaside_after = __atomic_load_n(&ctx->config.setaside_after, __ATOMIC_RELAXED);
   out->remote_timeout = ctx->config.remote_timeout;
   out->remote_chunk = __atomic_load_n(&ctx->config.remote_chunk, __ATOMIC_RELAXED);
+  out->remote_depth = __atomic_load_n(&ctx->config.remote_depth, __ATOMIC_RELAXED);
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
@@ -783,7 +785,11 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
   if (config->remote_chunk < 4096 || config->remote_chunk > ((size_t)64 << 20))
     return xfer_err_set(err, XFER_E_INVALID, "config",
                         "remote_chunk must be 4096 to 67108864 bytes, not %zu", config->remote_chunk);
+  if (config->remote_depth < 1 || config->remote_depth > 4)
+    return xfer_err_set(err, XFER_E_INVALID, "config", "remote_depth must be 1 to 4, not %d",
+                        config->remote_depth);
   __atomic_store_n(&ctx->config.remote_chunk, config->remote_chunk, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->config.remote_depth, config->remote_depth, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.setaside_after, config->setaside_after, __ATOMIC_RELAXED);
   ctx->config.remote_timeout = config->remote_timeout; /* read when a peer connects */
   __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);

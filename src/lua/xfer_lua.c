@@ -271,7 +271,8 @@ static lua_Number config_number(lua_State *L, const char *key)
 static int l_config(lua_State *L)
 {
   static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
-                                     "setaside_after", "remote_timeout", "remote_chunk", NULL};
+                                     "setaside_after", "remote_timeout", "remote_chunk", "remote_depth",
+                                     NULL};
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
@@ -307,7 +308,12 @@ static int l_config(lua_State *L)
     }
     lua_getfield(L, 1, "remote_chunk");
     if (!lua_isnil(L, -1)) cfg.remote_chunk = (size_t)config_number(L, "remote_chunk");
-    lua_pop(L, 7);
+    lua_getfield(L, 1, "remote_depth");
+    if (!lua_isnil(L, -1)) {
+      lua_Number v = config_number(L, "remote_depth");
+      cfg.remote_depth = v > 1e6 ? 1000000 : (int)v;
+    }
+    lua_pop(L, 8);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
@@ -326,6 +332,8 @@ static int l_config(lua_State *L)
   lua_setfield(L, -2, "remote_timeout");
   lua_pushnumber(L, (lua_Number)cfg.remote_chunk);
   lua_setfield(L, -2, "remote_chunk");
+  lua_pushinteger(L, cfg.remote_depth);
+  lua_setfield(L, -2, "remote_depth");
   return 1;
 }
 

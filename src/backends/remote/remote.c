@@ -19,7 +19,7 @@
 #define RESERVED_DEVICES 128 /* remote devices a context may gain after it opened */
 /* Requests a move keeps in flight to one peer: the next chunk is on its way while the server
 ** writes the last one to its device and answers (the round trips do not add up). */
-#define PIPELINE 2
+#define PIPELINE 4 /* the most requests of a move in flight (xfer_config remote_depth) */
 
 typedef struct pending {          /* a request on its way, and its answer */
   uint64_t id;                    /* 0: the slot is free */
@@ -54,7 +54,7 @@ struct xfer_peer {
                                   ** connect): its lost devices may give their places back */
   xfer_device *devices[WIRE_MAX_DEVICES]; /* its devices in the context */
   size_t ndevices;
-  pending slot[PIPELINE];         /* the requests on their way (a move keeps PIPELINE) */
+  pending slot[PIPELINE];         /* the requests on their way (a move keeps remote_depth) */
   wire_header answer;             /* the answer of the request awaited last, and its text */
   char text[WIRE_MAX_TEXT + 1];
   int bad_answer;                 /* the server broke the protocol */
@@ -420,7 +420,7 @@ static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
   pthread_mutex_unlock(&p->lock);
 }
 
-/* host memory <-> a remote buffer, a request per chunk of at most WIRE_CHUNK bytes, PIPELINE
+/* host memory <-> a remote buffer, a request per chunk of at most WIRE_CHUNK bytes, remote_depth
 ** of them in flight. The first failure is the move's; the requests still on their way are
 ** awaited all the same (their memory is the caller's until then). */
 static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *host, size_t n,
@@ -430,20 +430,21 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *h
   const char *op = to_remote ? "write" : "read";
   xfer_code rc = XFER_E_OK;
   xfer_error later; /* what a request after the first failure says: not the move's */
-  size_t posted = 0, awaited = 0; /* requests, in order: slot = number % PIPELINE */
+  size_t posted = 0, awaited = 0; /* requests, in order: slot = number % depth */
   xfer_config cfg;
   xfer_config_get(p->ctx, &cfg);
   size_t chunk = cfg.remote_chunk < WIRE_CHUNK ? cfg.remote_chunk : (size_t)WIRE_CHUNK;
+  size_t depth = cfg.remote_depth >= 1 && cfg.remote_depth <= PIPELINE ? (size_t)cfg.remote_depth : 2;
   pthread_mutex_lock(&p->lock);
   for (size_t done = 0; done < n || awaited < posted;) {
-    int room = posted - awaited < PIPELINE;
+    int room = posted - awaited < depth;
     if (done < n && !rc && room) {
       size_t len = n - done < chunk ? n - done : chunk;
       wire_header h = wire_make(to_remote ? WIRE_WRITE : WIRE_READ, 0);
       h.handle = (uint64_t)(uintptr_t)buf;
       h.offset = offset + done;
       h.length = len;
-      pending *w = &p->slot[posted % PIPELINE];
+      pending *w = &p->slot[posted % depth];
       rc = to_remote ? post(p, dev, w, h, host + done, len, NULL, op, err)
                      : post(p, dev, w, h, NULL, 0, host + done, op, err);
       if (!rc) posted++;
@@ -451,7 +452,7 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *h
       continue;
     }
     if (awaited == posted) break; /* failed before anything was on its way */
-    pending *w = &p->slot[awaited % PIPELINE];
+    pending *w = &p->slot[awaited % depth];
     xfer_error *into = rc ? &later : err;
     xfer_code r = await(p, dev, w, op, into);
     if (!r && !to_remote && p->answer.type != WIRE_DATA)
