@@ -219,10 +219,9 @@ typedef struct xfer_host_span {
 #define XFER_MAX_PINS 16
 typedef void (*xfer_pin_undo)(void *key, void *base, size_t size, void *pin);
 typedef struct xfer_pin {
-  xfer_device *dev;             /* a device's pin: NULL for an owner's */
   void *key;                    /* the device, or the owner */
   void *pin;
-  xfer_pin_undo undo;           /* an owner's: how it is undone */
+  xfer_pin_undo undo;           /* an owner's: how it is undone (NULL: the device's host_unpin) */
 } xfer_pin;
 typedef struct xfer_import {
   xfer_device *dev;             /* the importing device */

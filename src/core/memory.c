@@ -291,7 +291,7 @@ static int pin_keep(xfer_ctx *ctx, const char *base, xfer_pin kept_pin)
 
 int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin)
 {
-  return pin_keep(ctx, base, (xfer_pin){.dev = dev, .key = dev, .pin = pin});
+  return pin_keep(ctx, base, (xfer_pin){.key = dev, .pin = pin});
 }
 
 int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void *pin,
@@ -306,7 +306,7 @@ static void pin_undo(const xfer_segment *seg, const xfer_pin *pin)
   if (pin->undo)
     pin->undo(pin->key, seg->buf, seg->size, pin->pin);
   else
-    xfer_be_host_unpin(pin->dev, seg->buf, seg->size, pin->pin);
+    xfer_be_host_unpin(pin->key, seg->buf, seg->size, pin->pin); /* a device's pin */
 }
 
 /* Every pin kept under `key` is undone. */

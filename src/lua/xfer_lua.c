@@ -266,6 +266,13 @@ static lua_Number config_number(lua_State *L, const char *key)
   return v;
 }
 
+/* config_number's, as an int no larger than `most`. */
+static int config_int(lua_State *L, const char *key, int most)
+{
+  lua_Number v = config_number(L, key);
+  return v > most ? most : (int)v;
+}
+
 /* xfer.config{staging_chunk=, staging_depth=, cache=, cache_limit=} sets what it names;
 ** returns the settings. */
 static int l_config(lua_State *L)
@@ -281,17 +288,11 @@ static int l_config(lua_State *L)
     lua_getfield(L, 1, "staging_chunk");
     if (!lua_isnil(L, -1)) cfg.staging_chunk = (size_t)config_number(L, "staging_chunk");
     lua_getfield(L, 1, "staging_depth");
-    if (!lua_isnil(L, -1)) {
-      lua_Number v = config_number(L, "staging_depth");
-      cfg.staging_depth = v > 1e6 ? 1000000 : (int)v;
-    }
+    if (!lua_isnil(L, -1)) cfg.staging_depth = config_int(L, "staging_depth", 1000000);
     lua_getfield(L, 1, "cache_limit");
     if (!lua_isnil(L, -1)) cfg.cache_limit = (uint64_t)config_number(L, "cache_limit");
     lua_getfield(L, 1, "setaside_after");
-    if (!lua_isnil(L, -1)) {
-      lua_Number v = config_number(L, "setaside_after");
-      cfg.setaside_after = v > 1e7 ? 10000000 : (int)v;
-    }
+    if (!lua_isnil(L, -1)) cfg.setaside_after = config_int(L, "setaside_after", 10000000);
     lua_getfield(L, 1, "cache");
     if (!lua_isnil(L, -1)) {
       if (!lua_isboolean(L, -1))
@@ -309,10 +310,7 @@ static int l_config(lua_State *L)
     lua_getfield(L, 1, "remote_chunk");
     if (!lua_isnil(L, -1)) cfg.remote_chunk = (size_t)config_number(L, "remote_chunk");
     lua_getfield(L, 1, "remote_depth");
-    if (!lua_isnil(L, -1)) {
-      lua_Number v = config_number(L, "remote_depth");
-      cfg.remote_depth = v > 1e6 ? 1000000 : (int)v;
-    }
+    if (!lua_isnil(L, -1)) cfg.remote_depth = config_int(L, "remote_depth", 1000000);
     lua_pop(L, 8);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);

@@ -25,18 +25,24 @@ static void unmap(void *key, void *base, size_t size, void *pin)
   if (s != UCS_OK) __atomic_add_fetch(&node->map_failures, 1, __ATOMIC_RELAXED); /* nothing else to do */
 }
 
+/* 1 with the host segment holding [ptr, ptr+n) where the node registers memory, else 0 */
+static int segment_of(const ucx_node *node, const void *ptr, size_t n, xfer_host_span *span)
+{
+  return node->registers && node->context && node->ctx && n &&
+         xfer_host_span_of(node->ctx, ptr, n, span);
+}
+
 ucp_mem_h xfer_ucx_memh_known(ucx_node *node, const void *ptr, size_t n)
 {
   xfer_host_span span;
-  if (!node->context || !node->ctx || !n || !xfer_host_span_of(node->ctx, ptr, n, &span)) return NULL;
-  return xfer_host_pin(node->ctx, span.base, node);
+  return segment_of(node, ptr, n, &span) ? xfer_host_pin(node->ctx, span.base, node) : NULL;
 }
 
 ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n)
 {
   xfer_ctx *ctx = node->ctx;
   xfer_host_span span;
-  if (!node->registers || !node->context || !ctx || !n || !xfer_host_span_of(ctx, ptr, n, &span)) return NULL;
+  if (!segment_of(node, ptr, n, &span)) return NULL;
   ucp_mem_h memh = xfer_host_pin(ctx, span.base, node);
   if (memh) return memh;
   ucp_mem_map_params_t mp;
