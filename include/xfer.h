@@ -489,6 +489,10 @@ typedef struct xfer_registered {
   size_t segments, bytes, made, refused;
 } xfer_registered;
 void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out);
+/* The transports UCX moves this peer's messages on, a line each: "transport/device: uses"
+** ("sysv/memory: am am_bw keepalive", "tcp/lo: rma_bw"). How many (0 once lost); `out` holds
+** what fits in `cap` bytes. */
+size_t xfer_peer_transports(xfer_peer *peer, char *out, size_t cap);
 /* Disconnects: its devices (and their tensors) raise XFER_E_PEER_LOST from now on. */
 void xfer_peer_close(xfer_peer *peer);
 

@@ -93,6 +93,15 @@ describe("remote devices #remote", function()
       server.stop()
       assert.are.equal(0, code, out .. read(server.log))
       assert.is_truthy(out:find("moves: %d+ checked, 0 failed"), out)
+      -- the transport asked for is the one used: shared memory carries the messages (UCX 1.13
+      -- leaves it out of an endpoint that handles peer errors unless told it may)
+      local lanes = out:match("transports: ([^\n]*)")
+      assert.is_truthy(lanes and #lanes > 0, out)
+      if tls == "tcp" then
+        for lane in lanes:gmatch("[^;]+") do assert.is_truthy(lane:match("^%s*tcp/"), lanes) end
+      else
+        assert.is_truthy(lanes:match("sysv/[^;]* am") or lanes:match("posix/[^;]* am"), lanes)
+      end
     end)
   end
 

@@ -1,11 +1,13 @@
 -- spec/remote/moves.lua URL [TOKEN]: byte-exact moves between every local device and every
 -- device of the server at URL, both ways, at 0, 1, odd and 64 MiB, by to, copy_from and
 -- to_async. Run by spec/remote_spec.lua in a process of its own (UCX reads UCX_TLS when it
--- starts: one process per transport). Prints one line per failure, then "moves: N checked,
--- N failed"; exits 1 on any failure.
+-- starts: one process per transport). Prints the transports UCX chose ("transports: sysv/memory:
+-- am ...; tcp/lo: rma_bw"), one line per failure, then "moves: N checked, N failed"; exits 1
+-- on any failure.
 local xfer = require "xfer"
 local url, token = ...
 local peer = xfer.connect(url, { timeout = 20, token = token })
+print("transports: " .. table.concat(peer.transports, "; "))
 
 local checked, failed = 0, 0
 local function check(ok, what)

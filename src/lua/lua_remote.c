@@ -94,6 +94,17 @@ static int peer_index(lua_State *L)
     xfer_registered r;
     xfer_peer_registered(b->peer, &r);
     push_registered(L, &r);
+  } else if (!strcmp(key, "transports")) {
+    char lines[2048];
+    xfer_peer_transports(b->peer, lines, sizeof lines);
+    lua_newtable(L);
+    int i = 0;
+    for (char *line = lines, *end; *line; line = end + 1) {
+      end = strchr(line, '\n');
+      if (!end) break;
+      lua_pushlstring(L, line, (size_t)(end - line));
+      lua_rawseti(L, -2, ++i);
+    }
   } else if (!strcmp(key, "devices")) {
     size_t n = xfer_peer_device_count(b->peer);
     lua_createtable(L, (int)n, 0);

@@ -27,6 +27,12 @@ void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out)
   (void)peer;
   *out = (xfer_registered){0, 0, 0, 0};
 }
+size_t xfer_peer_transports(xfer_peer *peer, char *out, size_t cap)
+{
+  (void)peer;
+  if (cap) out[0] = '\0';
+  return 0;
+}
 void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)
 {
   (void)l;

@@ -735,6 +735,15 @@ void xfer_peer_registered(const xfer_peer *p, xfer_registered *out)
   xfer_ucx_registered(&p->node, out);
 }
 
+size_t xfer_peer_transports(xfer_peer *p, char *out, size_t cap)
+{
+  pthread_mutex_lock(&p->lock);
+  size_t lanes = p->lost ? 0 : xfer_ucx_ep_lanes(p->node.api, p->ep, out, cap);
+  if (p->lost && cap) out[0] = '\0';
+  pthread_mutex_unlock(&p->lock);
+  return lanes;
+}
+
 void xfer_peer_close(xfer_peer *p)
 {
   if (!p) return;

@@ -46,6 +46,7 @@ static void load(void)
   loaded.lib = lib;
   SYM(lib, ucp_config_read);
   SYM(lib, ucp_config_release);
+  SYM(lib, ucp_config_modify);
   SYM(lib, ucp_init_version);
   SYM(lib, ucp_cleanup);
   SYM(lib, ucp_worker_create);
@@ -67,6 +68,7 @@ static void load(void)
   SYM(lib, ucs_status_string);
   SYM(lib, ucp_mem_map);
   SYM(lib, ucp_mem_unmap);
+  SYM(lib, ucp_ep_print_info);
   load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
 }
 
@@ -142,6 +144,38 @@ xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_
   return code;
 }
 
+/* Endpoints are made with peer error handling (a lost peer must surface as an error, not a
+** hang), and UCX 1.13 leaves out every shared memory transport of such an endpoint unless
+** they are told to handle errors too (their keepalive checks that the peer process lives):
+** without this, UCX_TLS=shm,tcp quietly ran over tcp. What the environment says is kept. */
+/* Whether UCX_TLS (unset: all of them) lets UCX use a memory-mapping transport (sysv, posix):
+** setting theirs where none is loaded makes UCX warn of an invalid configuration. */
+static int tls_may_map_memory(const char *tls)
+{
+  if (!tls || !*tls) return 1;
+  int excluding = tls[0] == '^';
+  int named = 0;
+  char list[256];
+  snprintf(list, sizeof list, "%s", tls + excluding);
+  char *save = NULL;
+  for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+    if (*name == '\\') name++; /* "\\sysv": that transport, not an alias */
+    if (!strcmp(name, "all")) return !excluding;
+    named |= !strcmp(name, "sm") || !strcmp(name, "shm") || !strcmp(name, "mm") ||
+             !strcmp(name, "sysv") || !strcmp(name, "posix");
+  }
+  return excluding ? !named : named;
+}
+
+static ucs_status_t allow_shared_memory(const ucx_api *api, ucp_config_t *config)
+{
+  if (getenv("UCX_MM_ERROR_HANDLING") || getenv("UCX_SYSV_ERROR_HANDLING") ||
+      getenv("UCX_POSIX_ERROR_HANDLING") || !tls_may_map_memory(getenv("UCX_TLS")))
+    return UCS_OK;
+  /* a transport's setting: UCX keeps it and applies it to the sysv and posix transports */
+  return api->ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+}
+
 xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback_t on_message,
                              void *arg, const char *op, xfer_error *err)
 {
@@ -154,6 +188,11 @@ xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback
   ucp_config_t *config = NULL;
   ucs_status_t s = api->ucp_config_read(NULL, NULL, &config);
   if (s != UCS_OK) return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "reading UCX's configuration", err);
+  s = allow_shared_memory(api, config);
+  if (s != UCS_OK) {
+    api->ucp_config_release(config);
+    return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "configuring UCX's shared memory", err);
+  }
   ucp_params_t params;
   memset(&params, 0, sizeof params);
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -300,4 +339,61 @@ xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
   *len = found->ai_addrlen;
   freeaddrinfo(found);
   return XFER_E_OK;
+}
+
+/* One line of ucp_ep_print_info, "#   lane[1]:  2:sysv/memory.0 md[1]  -> md[1]/sysv/sysdev[255]
+** am am_bw#0 keepalive", as "sysv/memory: am am_bw keepalive"; 0 for any other line (the
+** connection manager's lane has no "->"). */
+static int lane_line(const char *line, char *out, size_t cap)
+{
+  const char *at = strstr(line, "lane[");
+  const char *arrow = at ? strstr(at, "->") : NULL;
+  if (!arrow) return 0;
+  char words[512];
+  snprintf(words, sizeof words, "%s", strchr(at, ':') + 1);
+  char *save = NULL;
+  char *tl = strtok_r(words, " \t\n", &save); /* "2:sysv/memory.0" */
+  if (!tl) return 0;
+  char *colon = strchr(tl, ':');
+  if (colon) tl = colon + 1;
+  char *dot = strrchr(tl, '.');
+  if (dot && strchr(tl, '/') && dot > strchr(tl, '/')) *dot = '\0'; /* the path index */
+  size_t n = (size_t)snprintf(out, cap, "%s:", tl);
+  int past_arrow = 0, past_remote = 0;
+  for (char *w = strtok_r(NULL, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save)) {
+    if (!past_arrow) {
+      past_arrow = !strcmp(w, "->");
+      continue;
+    }
+    if (!past_remote) { /* the remote end's address */
+      past_remote = 1;
+      continue;
+    }
+    char *hash = strchr(w, '#'); /* "am_bw#0": the lane's rank among those of its use */
+    if (hash) *hash = '\0';
+    if (n < cap) n += (size_t)snprintf(out + n, cap - n, " %s", w);
+  }
+  return 1;
+}
+
+size_t xfer_ucx_ep_lanes(const ucx_api *api, ucp_ep_h ep, char *out, size_t cap)
+{
+  if (cap) out[0] = '\0';
+  if (!ep) return 0;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return 0;
+  api->ucp_ep_print_info(ep, f);
+  fclose(f);
+  size_t lanes = 0, used = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char one[256];
+    if (!lane_line(line, one, sizeof one)) continue;
+    lanes++;
+    if (used < cap) used += (size_t)snprintf(out + used, cap - used, "%s\n", one);
+  }
+  free(text);
+  return lanes;
 }

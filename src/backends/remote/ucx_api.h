@@ -6,6 +6,7 @@
 #ifndef XFER_UCX_API_H
 #define XFER_UCX_API_H
 
+#include <stdio.h>
 #include <ucp/api/ucp.h>
 
 #include "../../core/internal.h"
@@ -14,6 +15,7 @@ typedef struct ucx_api {
   void *lib, *ucs;
   ucs_status_t (*ucp_config_read)(const char *, const char *, ucp_config_t **);
   void (*ucp_config_release)(ucp_config_t *);
+  ucs_status_t (*ucp_config_modify)(ucp_config_t *, const char *, const char *);
   ucs_status_t (*ucp_init_version)(unsigned, unsigned, const ucp_params_t *, const ucp_config_t *,
                                    ucp_context_h *);
   void (*ucp_cleanup)(ucp_context_h);
@@ -39,6 +41,7 @@ typedef struct ucx_api {
   const char *(*ucs_status_string)(ucs_status_t);
   ucs_status_t (*ucp_mem_map)(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *);
   ucs_status_t (*ucp_mem_unmap)(ucp_context_h, ucp_mem_h);
+  void (*ucp_ep_print_info)(ucp_ep_h, FILE *);
 } ucx_api;
 
 /* Whether the library is there to load, without loading it (its constructors install
@@ -112,5 +115,10 @@ xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t
 xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
                             struct sockaddr_storage *out, socklen_t *len, xfer_code code_on_error,
                             xfer_error *err);
+
+/* The lanes UCX moves this endpoint's messages on, a line each ("sysv/memory: am am_bw
+** keepalive"), as UCX prints them (ucp_ep_print_info); the connection manager's lane is left
+** out. How many lanes; out holds what fitted. */
+size_t xfer_ucx_ep_lanes(const ucx_api *api, ucp_ep_h ep, char *out, size_t cap);
 
 #endif
