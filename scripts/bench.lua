@@ -14,7 +14,8 @@
 --   beside every path forced: the default's time over the best one's (goal: within 1.1x).
 --   remote: a server process on loopback (xferlua --serve), 256 MiB host -> remote host and
 --   back by copy_from, over tcp and over shared memory, beside ucx_perftest (ucp_am_bw, the
---   same size; and tag_bw) on the same transport in the same run; then host -> each
+--   same size, without and with -e, the peer error handling xferlua's endpoints have; and
+--   tag_bw) on the same transport in the same run, and the lanes UCX gave xferlua; then host -> each
 --   remote device and back (on the GPU machine: the server's CUDA, Vulkan and OpenCL
 --   devices). --remote URL [--token T]: a server already running on another machine
 --   (xferlua --serve there) instead, over whatever UCX_TLS says here. --remote-chunks LIST:
@@ -405,8 +406,13 @@ if wanted.remote then
     local ffi = require "ffi"
     pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
     local n = bench.parse_size(pair_text)
+    -- perftest's endpoints handle no peer errors unless -e; xferlua's always do (a lost peer
+    -- is an error, not a hang), and with them UCX 1.13 picks other lanes (shared memory: no
+    -- cma; tcp: no rma lanes), so both are beside it
     local rows = { { "over UCX_TLS", "move", "size", "request", "in flight", "xferlua GB/s",
-                     "ucx_perftest am_bw GB/s", "tag_bw GB/s", "xferlua / am_bw" } }
+                     "ucx_perftest am_bw GB/s", "am_bw -e GB/s", "tag_bw GB/s", "xferlua / am_bw",
+                     "xferlua / am_bw -e" } }
+    local lanes_seen = {}
     local configured_depth = xfer.config().remote_depth
     local host_depths = { configured_depth }
     if remote_depths_text then
@@ -428,12 +434,13 @@ if wanted.remote then
     local self = arg and arg[-1] or "xferlua"
     math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
     -- ucx_perftest on the same transport, loopback: a server, then its client (MB/s: 2^20 bytes)
-    local function perftest(tls, test)
+    local function perftest(tls, test, errors)
+      local e = errors and " -e" or ""
       for _ = 1, 3 do -- (a server slow to come up, or a port taken: again, on another port)
         local pport = 20000 + math.random(0, 30000)
-        run(("UCX_TLS=%s timeout 120 ucx_perftest -p %d >/dev/null 2>&1 &"):format(tls, pport))
+        run(("UCX_TLS=%s timeout 120 ucx_perftest -p %d%s >/dev/null 2>&1 &"):format(tls, pport, e))
         os.execute("sleep 0.5")
-        local out = run(("UCX_TLS=%s timeout 120 ucx_perftest 127.0.0.1 -p %d -t %s -s %d -n 10"):format(tls, pport, test, n))
+        local out = run(("UCX_TLS=%s timeout 120 ucx_perftest 127.0.0.1 -p %d%s -t %s -s %d -n 10"):format(tls, pport, e, test, n))
         local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
         if mbs then return mbs * 1048576 / 1e9 end
       end
@@ -470,35 +477,38 @@ if wanted.remote then
     -- both alike, where one run of each differed by 10-20% from one call to the next.
     local ROUNDS = 3
     local function time_host_rounds(peer, name, tls)
-      local best, am, tag = nil, nil, nil
+      local best, perf = nil, {}
       for _ = 1, ROUNDS do
         local timed = time_peer(peer, name, true)
         if not best then best = timed
         else for i, row in ipairs(timed) do best[i][2] = math.min(best[i][2], row[2]) end end
         if tls then
-          local a, t = perftest(tls, "ucp_am_bw"), perftest(tls, "tag_bw")
-          am = a and math.max(am or 0, a) or am
-          tag = t and math.max(tag or 0, t) or tag
+          local got = { am = perftest(tls, "ucp_am_bw"), am_e = perftest(tls, "ucp_am_bw", true),
+                        tag = perftest(tls, "tag_bw") }
+          for k, v in pairs(got) do perf[k] = math.max(perf[k] or 0, v) end
         end
       end
-      return best, am, tag
+      return best, perf
     end
-    local function add_rows(tls, timed, am, tag)
+    local function add_rows(tls, timed, perf)
+      perf = perf or {}
       for _, row in ipairs(timed) do
         local gbps = n / row[2] / 1e9
-        local function vs(perf) return row[3] and perf and ("%.2f"):format(perf) or (row[3] and "not run" or "-") end
+        local function vs(v) return row[3] and v and ("%.2f"):format(v) or (row[3] and "not run" or "-") end
+        local function ratio(v) return row[3] and v and ("%.2fx"):format(gbps / v) or "-" end
         rows[#rows + 1] = { tls, row[1], bench.format_size(n), bench.format_size(row[4]), tostring(row[5]),
-                            ("%.2f"):format(gbps), vs(am), vs(tag),
-                            row[3] and am and ("%.2fx"):format(gbps / am) or "-" }
+                            ("%.2f"):format(gbps), vs(perf.am), vs(perf.am_e), vs(perf.tag),
+                            ratio(perf.am), ratio(perf.am_e) }
       end
     end
     if remote_url then -- a server of another machine (xferlua --serve there): UCX_TLS as set here
       local peer = xfer.connect(remote_url, { timeout = 60, token = remote_token })
       local tls = os.getenv("UCX_TLS") or "(UCX's choice)"
-      add_rows(tls, (time_host_rounds(peer, peer.name, nil)), nil, nil)
-      add_rows(tls, time_peer(peer, peer.name, false), nil, nil)
+      lanes_seen[#lanes_seen + 1] = { tls, peer.transports }
+      add_rows(tls, (time_host_rounds(peer, peer.name, nil)))
+      add_rows(tls, time_peer(peer, peer.name, false))
       peer:close()
-      rows[1][7], rows[1][8] = "ucx_perftest am_bw GB/s (run it between the hosts)", "tag_bw GB/s"
+      rows[1][7] = "ucx_perftest am_bw GB/s (run it between the hosts)"
     end
     for _, tls in ipairs(remote_url and {} or { "tcp", "shm,tcp" }) do
       local log = os.tmpname()
@@ -516,18 +526,22 @@ if wanted.remote then
       if url then
         ffi.C.setenv("UCX_TLS", tls, 1) -- read when the peer's UCX context starts
         local peer = xfer.connect(url, { timeout = 60 })
-        local host_rows, am, tag = time_host_rounds(peer, "bench", tls)
+        lanes_seen[#lanes_seen + 1] = { tls, peer.transports }
+        local host_rows, perf = time_host_rounds(peer, "bench", tls)
         local device_rows = time_peer(peer, "bench", false)
         peer:close()
-        add_rows(tls, host_rows, am, tag)
-        add_rows(tls, device_rows, nil, nil)
+        add_rows(tls, host_rows, perf)
+        add_rows(tls, device_rows)
       else
-        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "", "", "" }
+        rows[#rows + 1] = { tls, "no server came up", "", "", "", "", "", "", "", "", "" }
       end
       os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
       os.remove(log)
     end
     emit(rows)
+    for _, seen in ipairs(lanes_seen) do
+      say(("UCX_TLS=%s: xferlua's lanes %s"):format(seen[1], table.concat(seen[2], "; ")))
+    end
   end
 end
 
