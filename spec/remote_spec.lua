@@ -143,6 +143,43 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  -- CPU seconds a process has used (user + system), from /proc
+  local function cpu_seconds(pid)
+    local stat = read("/proc/" .. pid .. "/stat")
+    local fields = {}
+    for w in stat:gsub("^.*%) ", ""):gmatch("%S+") do fields[#fields + 1] = w end
+    local p = io.popen("getconf CLK_TCK")
+    local hz = tonumber(p:read("*a")) or 100
+    p:close()
+    return (tonumber(fields[12]) + tonumber(fields[13])) / hz -- utime, stime (fields 14, 15)
+  end
+
+  it("an idle server waits for events: it takes next to no CPU, and answers the next client", function()
+    if not io.open("/proc/self/stat") then return pending("no /proc here to read a process's CPU time from") end
+    local server = start_server({ name = "nodeI" })
+    os.execute("sleep 0.5") -- past the first fifth of a second, when it still polls
+    local before = cpu_seconds(server.pid)
+    os.execute("sleep 2")
+    local used = cpu_seconds(server.pid) - before
+    -- polling with 20 us sleeps it took 15-20% of a core; waiting on UCX's event fd, ~1%
+    assert.is_true(used < 0.2, ("an idle server used %.2f s of CPU in 2 s"):format(used))
+    local p = connect(server.url, { timeout = 10 })
+    local t = xfer.arange(5, { dtype = "i32" }):to("nodeI/host")
+    assert.are.same({ 0, 1, 2, 3, 4 }, t:totable())
+    t:free()
+  end)
+
+  it("l:progress(0) serves what has arrived and returns at once, idle for long or not", function()
+    local l = xfer.listen("ucx://127.0.0.1:0", { name = "nodeZ" })
+    local t0 = xfer.clock()
+    while xfer.clock() - t0 < 0.4 do l:progress(0.01) end -- quiet long enough to wait for events
+    local t1 = xfer.clock()
+    for _ = 1, 100 do l:progress(0) end
+    -- a wait of 10 ms per call would take a second
+    assert.is_true(xfer.clock() - t1 < 0.5, ("100 calls of progress(0) took %.3f s"):format(xfer.clock() - t1))
+    l:close()
+  end)
+
   it("refuses a wrong or missing token (unauthorized), and takes the right one", function()
     local server = start_server({ token = "open sesame" })
     local e = h.raises("unauthorized", xfer.connect, server.url, { timeout = 5, token = "open sesam" })

@@ -298,7 +298,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
           !w->answered ||
           (w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS))) {
     unsigned progressed = api->ucp_worker_progress(p->node.worker);
-    xfer_ucx_idle(&idler, progressed);
+    xfer_ucx_idle(&p->node, &idler, progressed, w->deadline);
     if (progressed) continue;
     if (xfer_now() > w->deadline) {
       rc = xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", op, p->name,

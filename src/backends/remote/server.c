@@ -67,6 +67,8 @@ struct xfer_listener {
   size_t token_len;
   uint64_t generation;               /* told to clients: a handle of another is refused */
   uint64_t next_conn;
+  ucx_idler idler;                   /* kept from one xfer_listener_progress to the next: a
+                                     ** server idle for long waits on events, not polls */
   conn *conns;
   message *head, *tail;
   sending *sends;
@@ -631,11 +633,10 @@ xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *e
 {
   (void)err;
   double until = xfer_now() + (seconds > 0 ? seconds : 0);
-  ucx_idler idler = {0};
   do {
     unsigned progressed = l->node.api->ucp_worker_progress(l->node.worker);
     int served = serve_ready(l);
-    xfer_ucx_idle(&idler, progressed || served);
+    xfer_ucx_idle(&l->node, &l->idler, progressed || served, until);
     if (!progressed && !served && xfer_now() >= until) break;
   } while (xfer_now() < until);
   return XFER_E_OK;

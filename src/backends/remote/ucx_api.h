@@ -42,6 +42,8 @@ typedef struct ucx_api {
   ucs_status_t (*ucp_mem_map)(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *);
   ucs_status_t (*ucp_mem_unmap)(ucp_context_h, ucp_mem_h);
   void (*ucp_ep_print_info)(ucp_ep_h, FILE *);
+  ucs_status_t (*ucp_worker_get_efd)(ucp_worker_h, int *);
+  ucs_status_t (*ucp_worker_arm)(ucp_worker_h);
 } ucx_api;
 
 /* Whether the library is there to load, without loading it (its constructors install
@@ -61,6 +63,7 @@ typedef struct ucx_node {
   int registers;                        /* whether it does (XFER_UCX_REGISTER, default 1) */
   ucp_context_h context;
   ucp_worker_h worker;
+  int efd;                              /* the worker's event fd (-1: none; idling sleeps) */
   size_t mapped_segments, mapped_bytes; /* host segments registered with the context (atomic) */
   size_t maps_made;                     /* registrations made, in all (atomic) */
   size_t map_failures;                  /* ucp_mem_map or unmap refused (atomic) */
@@ -93,12 +96,15 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
                         xfer_code code_on_error, const char *op, const char *what,
                         xfer_error *err);
 
-/* Polls without sleeping for half a millisecond after the last progress, then sleeps a
-** little between polls: call after each ucp_worker_progress with what it returned. */
+/* Between polls of a worker with nothing to do: nothing for half a millisecond after the last
+** progress, then short sleeps, and after 0.2 s a wait on the worker's event fd (woken by the
+** next message, or after 10 ms at most: callers check their deadlines). Call
+** after each ucp_worker_progress with what it returned (or whether anything was done); it
+** waits not at all once `until` (xfer_now's clock) has passed, and never much past it. */
 typedef struct ucx_idler {
   double since; /* xfer_now() of the first idle poll in a row (0: busy) */
 } ucx_idler;
-void xfer_ucx_idle(ucx_idler *idler, unsigned progressed);
+void xfer_ucx_idle(ucx_node *node, ucx_idler *idler, unsigned progressed, double until);
 
 /* Cancels a request and lets it go (waiting a second at most for it to end). */
 void xfer_ucx_abandon(ucx_node *node, void *request);
