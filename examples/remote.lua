@@ -34,6 +34,7 @@ if not url then error("the server did not come up: " .. server_says(), 0) end
 
 local peer = xfer.connect(url, { timeout = 2 })
 print(("connected to %s: %d devices"):format(peer.name, #peer.devices))
+print("over " .. table.concat(peer.transports, "; ")) -- the lanes UCX chose
 local t = xfer.arange(1000000, { dtype = "f32" })
 for _, dev in ipairs(peer.devices) do
   local there = t:to(dev)
