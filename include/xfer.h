@@ -398,9 +398,9 @@ typedef struct xfer_config {
   double remote_timeout; /* seconds a request to a remote peer may take before the peer is
                          ** given up as lost (default 10; xfer_connect's timeout overrides) */
   size_t remote_chunk;   /* bytes per request of a move to or from a remote device, 4 KiB to
-                         ** 64 MiB (the most a server takes at once; default 16 MiB, the
-                         ** fastest measured) */
-  int remote_depth;      /* requests of a move in flight per peer, 1 to 4 (default 2; a server
+                         ** 64 MiB (the most a server takes at once; default 4 MiB, the
+                         ** fastest measured with remote_depth 4) */
+  int remote_depth;      /* requests of a move in flight per peer, 1 to 4 (default 4; a server
                          ** queues at most 256 MiB of one client's) */
 } xfer_config;
 

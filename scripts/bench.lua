@@ -19,9 +19,9 @@
 --   remote device and back (on the GPU machine: the server's CUDA, Vulkan and OpenCL
 --   devices). --remote URL [--token T]: a server already running on another machine
 --   (xferlua --serve there) instead, over whatever UCX_TLS says here. --remote-chunks LIST:
---   the moves to and from the remote host once per request size (xfer.config remote_chunk;
---   two requests in flight), the other devices at the configured one; --remote-depths LIST
---   likewise for the requests in flight (xfer.config remote_depth).
+--   the moves to and from each remote device once per request size (xfer.config remote_chunk;
+--   remote_depth requests in flight); --remote-depths LIST likewise for the requests in flight
+--   (xfer.config remote_depth); with both, every pair.
 --   On a terminal, a progress line on stderr (not when the output is piped).
 local xfer = require "xfer"
 local bench = require "xfer.bench"
@@ -456,8 +456,8 @@ if wanted.remote then
         if is_host ~= host_only then goto next_device end
         local there = xfer.empty({ n }, { dtype = "u8", device = dev })
         local reps = is_host and 5 or 3
-        for _, depth in ipairs(is_host and host_depths or { configured_depth }) do
-          for _, chunk in ipairs(is_host and host_chunks or { configured_chunk }) do
+        for _, depth in ipairs(host_depths) do
+          for _, chunk in ipairs(host_chunks) do
             xfer.config({ remote_chunk = chunk, remote_depth = depth })
             local to_s = bench.time(function() there:copy_from(src) end, reps)
             local back_s = bench.time(function() back:copy_from(there) end, reps)
