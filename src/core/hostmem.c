@@ -10,6 +10,7 @@
 ** (UCX's allocator asks for them), so without this the remote bench compared 4 KiB pages to
 ** its 2 MiB ones. XFER_HUGE_PAGES=0 turns it off.
 */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -44,11 +45,13 @@ static void *huge_pages_alloc(size_t nbytes)
   if (start > raw) munmap(raw, (size_t)(start - raw));
   if (raw + span > start + length) munmap(start + length, (size_t)(raw + span - (start + length)));
   (void)madvise(start, length, MADV_HUGEPAGE); /* a request: a kernel without THP says no */
-  if (madvise(start, length, MADV_POPULATE_WRITE) != 0) {
-    /* an older kernel: one write a page populates it all the same */
+  if (madvise(start, length, MADV_POPULATE_WRITE) == 0) return start;
+  if (errno == EINVAL) { /* a kernel before 5.14: one write a page populates it all the same */
     for (size_t at = 0; at < length; at += page_size()) ((volatile char *)start)[at] = 0;
+    return start;
   }
-  return start;
+  munmap(start, length); /* no memory to populate it with: the plain way, as before */
+  return NULL;
 }
 
 void *xfer_host_pages_alloc(size_t nbytes)

@@ -147,29 +147,31 @@ xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_
   return code;
 }
 
-/* Endpoints are made with peer error handling (a lost peer must surface as an error, not a
-** hang), and UCX 1.13 leaves out every shared memory transport of such an endpoint unless
-** they are told to handle errors too (their keepalive checks that the peer process lives):
-** without this, UCX_TLS=shm,tcp quietly ran over tcp. What the environment says is kept. */
 /* Whether UCX_TLS (unset: all of them) lets UCX use a memory-mapping transport (sysv, posix):
 ** setting theirs where none is loaded makes UCX warn of an invalid configuration. */
 static int tls_may_map_memory(const char *tls)
 {
   if (!tls || !*tls) return 1;
   int excluding = tls[0] == '^';
-  int named = 0;
+  int all_of_them = 0, sysv = 0, posix = 0; /* named in the list */
   char list[256];
   snprintf(list, sizeof list, "%s", tls + excluding);
   char *save = NULL;
   for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
     if (*name == '\\') name++; /* "\\sysv": that transport, not an alias */
-    if (!strcmp(name, "all")) return !excluding;
-    named |= !strcmp(name, "sm") || !strcmp(name, "shm") || !strcmp(name, "mm") ||
-             !strcmp(name, "sysv") || !strcmp(name, "posix");
+    all_of_them |= !strcmp(name, "all") || !strcmp(name, "sm") || !strcmp(name, "shm") ||
+                   !strcmp(name, "mm");
+    sysv |= !strcmp(name, "sysv");
+    posix |= !strcmp(name, "posix");
   }
-  return excluding ? !named : named;
+  /* "^sysv" leaves posix; "sm,tcp" takes both */
+  return excluding ? !(all_of_them || (sysv && posix)) : all_of_them || sysv || posix;
 }
 
+/* Endpoints are made with peer error handling (a lost peer must surface as an error, not a
+** hang), and UCX 1.13 leaves out every shared memory transport of such an endpoint unless
+** they are told to handle errors too (their keepalive checks that the peer process lives):
+** without this, UCX_TLS=shm,tcp quietly ran over tcp. What the environment says is kept. */
 static ucs_status_t allow_shared_memory(const ucx_api *api, ucp_config_t *config)
 {
   if (getenv("UCX_MM_ERROR_HANDLING") || getenv("UCX_SYSV_ERROR_HANDLING") ||
@@ -373,9 +375,10 @@ static int lane_line(const char *line, char *out, size_t cap)
 {
   const char *at = strstr(line, "lane[");
   const char *arrow = at ? strstr(at, "->") : NULL;
-  if (!arrow) return 0;
+  const char *colon_at = at ? strchr(at, ':') : NULL;
+  if (!arrow || !colon_at || colon_at > arrow) return 0;
   char words[512];
-  snprintf(words, sizeof words, "%s", strchr(at, ':') + 1);
+  snprintf(words, sizeof words, "%s", colon_at + 1);
   char *save = NULL;
   char *tl = strtok_r(words, " \t\n", &save); /* "2:sysv/memory.0" */
   if (!tl) return 0;
