@@ -369,8 +369,9 @@ xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
 }
 
 /* One line of ucp_ep_print_info, "#   lane[1]:  2:sysv/memory.0 md[1]  -> md[1]/sysv/sysdev[255]
-** am am_bw#0 keepalive", as "sysv/memory: am am_bw keepalive"; 0 for any other line (the
-** connection manager's lane has no "->"). */
+** am am_bw#0 keepalive" (UCX 1.13; 1.22 puts "seg 4294967295" before the uses), as
+** "sysv/memory: am am_bw keepalive"; 0 for any other line (the connection manager's lane has
+** no "->"). */
 static int lane_line(const char *line, char *out, size_t cap)
 {
   const char *at = strstr(line, "lane[");
@@ -387,7 +388,7 @@ static int lane_line(const char *line, char *out, size_t cap)
   char *dot = strrchr(tl, '.');
   if (dot && strchr(tl, '/') && dot > strchr(tl, '/')) *dot = '\0'; /* the path index */
   size_t n = (size_t)snprintf(out, cap, "%s:", tl);
-  int past_arrow = 0, past_remote = 0;
+  int past_arrow = 0, past_remote = 0, skip = 0;
   for (char *w = strtok_r(NULL, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save)) {
     if (!past_arrow) {
       past_arrow = !strcmp(w, "->");
@@ -395,6 +396,14 @@ static int lane_line(const char *line, char *out, size_t cap)
     }
     if (!past_remote) { /* the remote end's address */
       past_remote = 1;
+      continue;
+    }
+    if (skip) { /* the number after "seg" */
+      skip = 0;
+      continue;
+    }
+    if (!strcmp(w, "seg")) { /* UCX 1.22 prints the lane's segment size: not a use */
+      skip = 1;
       continue;
     }
     char *hash = strchr(w, '#'); /* "am_bw#0": the lane's rank among those of its use */
