@@ -497,12 +497,15 @@ size_t xfer_peer_transports(xfer_peer *peer, char *out, size_t cap);
 void xfer_peer_close(xfer_peer *peer);
 
 /* A server of this context's devices (not its remote ones) on `url` ("ucx://0.0.0.0:13337":
-** that address only). It serves while xfer_listener_progress runs. */
+** that address only). It serves while xfer_listener_progress runs, or all the time on a
+** thread of its own (opts->thread). */
 typedef struct xfer_listener xfer_listener;
 typedef struct xfer_listen_opts {
   const char *name;      /* what clients call this machine (default "node"; at most 16
                          ** characters, no '/', ':' or spaces) */
   const char *token;     /* clients must say it (NULL: anyone may connect) */
+  int thread;            /* nonzero: serve on a thread of its own until xfer_listener_close
+                         ** (xfer_listener_progress is then refused: XFER_E_INVALID) */
 } xfer_listen_opts;
 
 xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,

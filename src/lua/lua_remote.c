@@ -151,13 +151,19 @@ static xfer_listener *check_listener(lua_State *L, const char *fname)
 
 static int l_listen(lua_State *L)
 {
-  static const char *const keys[] = {"name", "token", NULL};
+  static const char *const keys[] = {"name", "token", "thread", NULL};
   const char *url = check_url(L, "listen");
-  xfer_listen_opts opts = {NULL, NULL};
+  xfer_listen_opts opts = {NULL, NULL, 0};
   if (!lua_isnoneornil(L, 2)) {
     xl_check_options(L, 2, "listen", keys);
     opts.name = xl_opt_string(L, 2, "listen", "name", NULL);
     opts.token = xl_opt_string(L, 2, "listen", "token", NULL);
+    lua_getfield(L, 2, "thread");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, "listen", "listen: option 'thread' must be a boolean, not a %s",
+                    luaL_typename(L, -1));
+    opts.thread = lua_toboolean(L, -1);
+    lua_pop(L, 1);
   }
   listener_box *b = lua_newuserdata(L, sizeof *b);
   b->listener = NULL;

@@ -8,6 +8,7 @@
 ** and a dropped client's buffers are freed.
 */
 #include <netdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,10 @@ struct xfer_listener {
   size_t token_len;
   uint64_t generation;               /* told to clients: a handle of another is refused */
   uint64_t next_conn;
+  uint64_t clients;                  /* conns listed (atomic: read by xfer_listener_stats) */
+  int threaded;                      /* serves on `thread` until stop is set */
+  int stop;                          /* (atomic) */
+  pthread_t thread;
   ucx_idler idler;                   /* kept from one xfer_listener_progress to the next: a
                                      ** server idle for long waits on events, not polls */
   conn *conns;
@@ -116,6 +121,7 @@ static void on_conn_request(ucp_conn_request_h request, void *arg)
   c->next_handle = 1;
   c->next = l->conns;
   l->conns = c;
+  __atomic_add_fetch(&l->clients, 1, __ATOMIC_RELAXED);
 }
 
 static void drop_conn(xfer_listener *l, conn *c)
@@ -124,6 +130,7 @@ static void drop_conn(xfer_listener *l, conn *c)
   for (conn **at = &l->conns; *at; at = &(*at)->next)
     if (*at == c) {
       *at = c->next;
+      __atomic_sub_fetch(&l->clients, 1, __ATOMIC_RELAXED);
       break;
     }
   for (message *m = l->head; m; m = m->next)
@@ -137,7 +144,7 @@ static void drop_conn(xfer_listener *l, conn *c)
   void *r = l->node.api->ucp_ep_close_nbx(c->ep, &p);
   xfer_ucx_wait(&l->node, r, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
   free(c);
-  l->dropped++;
+  __atomic_add_fetch(&l->dropped, 1, __ATOMIC_RELAXED);
 }
 
 static buffer_entry *buffer_of(conn *c, uint64_t handle);
@@ -570,7 +577,7 @@ static void serve(xfer_listener *l, message *m)
   case WIRE_COPY: copy_buffer(l, c, m); break;
   default: c->broken = 1; break; /* a server's message from a client */
   }
-  l->served++;
+  __atomic_add_fetch(&l->served, 1, __ATOMIC_RELAXED);
 }
 
 /* Whether the host pool keeps freed memory for later tensors (xfer_config's cache). */
@@ -629,9 +636,9 @@ static int serve_ready(xfer_listener *l)
   return did;
 }
 
-xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *err)
+/* Serves for `seconds` (0: what has arrived), on whichever thread owns the listener. */
+static void serve_for(xfer_listener *l, double seconds)
 {
-  (void)err;
   double until = xfer_now() + (seconds > 0 ? seconds : 0);
   do {
     unsigned progressed = l->node.api->ucp_worker_progress(l->node.worker);
@@ -639,7 +646,25 @@ xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *e
     xfer_ucx_idle(&l->node, &l->idler, progressed || served, until);
     if (!progressed && !served && xfer_now() >= until) break;
   } while (xfer_now() < until);
+}
+
+xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *err)
+{
+  if (l->threaded) /* its worker is its thread's alone */
+    return xfer_err_set(err, XFER_E_INVALID, "progress",
+                        "progress: this listener serves on a thread of its own");
+  serve_for(l, seconds);
   return XFER_E_OK;
+}
+
+/* The listener's own thread (xfer_listen_opts.thread): serves until xfer_listener_close says
+** stop, looking at the flag at least every tenth of a second (an idle worker waits on its
+** event fd in between: xfer_ucx_idle). */
+static void *serving_thread(void *arg)
+{
+  xfer_listener *l = arg;
+  while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) serve_for(l, 0.1);
+  return NULL;
 }
 
 /* l->url: the host as given, the port as bound (asked of UCX: port 0 is any free one). */
@@ -711,6 +736,12 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
     }
   }
   if (!rc) rc = bound_url(l, host, port, err);
+  if (!rc && opts && opts->thread) {
+    int e = pthread_create(&l->thread, NULL, serving_thread, l);
+    if (e) rc = xfer_err_set(err, XFER_E_UNAVAILABLE, "listen", "listen: cannot start its thread: %s",
+                             strerror(e));
+    else l->threaded = 1;
+  }
   if (rc) {
     if (l->listener) l->node.api->ucp_listener_destroy(l->listener);
     xfer_ucx_node_close(&l->node);
@@ -725,11 +756,10 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
 void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *served,
                          uint64_t *dropped)
 {
-  uint64_t n = 0;
-  for (conn *c = l->conns; c; c = c->next) n++;
-  if (clients) *clients = n;
-  if (served) *served = l->served;
-  if (dropped) *dropped = l->dropped;
+  /* atomics: a listener on its own thread counts while another reads */
+  if (clients) *clients = __atomic_load_n(&l->clients, __ATOMIC_RELAXED);
+  if (served) *served = __atomic_load_n(&l->served, __ATOMIC_RELAXED);
+  if (dropped) *dropped = __atomic_load_n(&l->dropped, __ATOMIC_RELAXED);
 }
 
 void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)
@@ -740,6 +770,11 @@ void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)
 void xfer_listener_close(xfer_listener *l)
 {
   if (!l) return;
+  if (l->threaded) { /* it stops within a tenth of a second; then this thread owns it all */
+    __atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(l->thread, NULL);
+    l->threaded = 0;
+  }
   while (l->conns) drop_conn(l, l->conns);
   while (l->sends) {
     sending *s = l->sends;
