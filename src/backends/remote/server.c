@@ -1,8 +1,8 @@
 /*
 ** server.c -- serving this machine's devices to remote runtimes (xferlua --serve,
 ** xfer_listen): a UCX listener on the address given, one endpoint per client, and a loop the
-** caller runs (xfer_listener_progress) that answers each request in order with the public
-** API on the listener's context. A client says HELLO with the protocol version and the token
+** caller runs (xfer_listener_progress) or the listener's own thread runs (opts->thread) that
+** answers each request in order with the public API on the listener's context. A client says HELLO with the protocol version and the token
 ** first; every header is checked (wire.h) and a client that breaks the protocol is dropped,
 ** alone. Buffers a client allocates are its own: handles of another client are unknown to it,
 ** and a dropped client's buffers are freed.
