@@ -30,7 +30,10 @@ describe("xferlua", function()
       for _, opt in ipairs({ "-e chunk", "-l name", "-j cmd", "-O[opt]", "-i", "-v", "-E", "--devices", "--" }) do
         assert.is_truthy(out:find("  " .. opt, 1, true), opt)
       end
-      for _, var in ipairs({ "XFER_FAULTS", "XFER_TRACE", "XFER_CUDA_LIBRARY", "XFER_VULKAN_NO_MAP" }) do
+      -- every switch xferlua reads (context.c's env_flags), and the libraries it can be pointed at
+      for _, var in ipairs({ "XFER_FAULTS", "XFER_TRACE", "XFER_CUDA_LIBRARY", "XFER_VULKAN_NO_MAP",
+                             "XFER_CACHE", "XFER_SHARED_MEMORY", "XFER_UCX_REGISTER", "XFER_HUGE_PAGES",
+                             "XFER_UCX_LIBRARY", "XFER_PLAN_CACHE", "XFER_SELFTEST" }) do
         assert.is_truthy(out:find(var, 1, true), var)
       end
     end
