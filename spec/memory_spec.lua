@@ -145,6 +145,36 @@ describe("memory", function()
     end
   end)
 
+  it("asks for transparent huge pages for host blocks of 2 MiB and more (XFER_HUGE_PAGES=0: not)", function()
+    local f = io.open("/sys/kernel/mm/transparent_hugepage/enabled")
+    local thp = f and f:read("*a") or ""
+    if f then f:close() end
+    if not thp:find("%[madvise%]") then
+      return pending("the kernel's transparent huge pages are not 'madvise' here: " .. (thp ~= "" and thp or "none"))
+    end
+    -- in a process of its own: the AnonHugePages of a fresh 64 MiB host tensor
+    local script = [[
+      local xfer = require 'xfer'
+      local function huge()
+        local f = io.open('/proc/self/smaps_rollup'); local text = f:read('*a'); f:close()
+        return tonumber(text:match('AnonHugePages:%s+(%d+) kB')) * 1024
+      end
+      local before = huge()
+      local t = xfer.full({ 64 * 1048576 }, 1, { dtype = 'u8' })
+      print(('huge %d'):format(huge() - before), t[1])
+    ]]
+    local function huge_bytes(env)
+      local out, code = h.run(("%s%s -e %q"):format(env, h.xferlua(), script))
+      assert.are.equal(0, code, out)
+      return tonumber(out:match("huge (%d+)")), out
+    end
+    local on, out_on = huge_bytes("")
+    -- most of it: the kernel may leave a page or two small where it could not compact
+    assert.is_true(on >= 48 * MiB, out_on)
+    local off, out_off = huge_bytes("XFER_HUGE_PAGES=0 ")
+    assert.are.equal(0, off, out_off)
+  end)
+
   describe("out of memory", function()
     it("a refused allocation with a full cache empties it and succeeds on the retry, counted", function()
       if caching_pending() then return end
