@@ -114,10 +114,10 @@ int main(int argc, char **argv)
     }
     /* the client, in a process of its own: $XFERLUA (scripts/test's), else the xferlua beside
     ** this program */
-    char cmd[4096], self_dir[1024];
+    char cmd[4096], beside[1024];
     const char *slash = strrchr(argv[0], '/');
-    snprintf(self_dir, sizeof self_dir, "%.*sxferlua", slash ? (int)(slash - argv[0] + 1) : 0, argv[0]);
-    const char *xferlua = getenv("XFERLUA") ? getenv("XFERLUA") : self_dir;
+    snprintf(beside, sizeof beside, "%.*sxferlua", slash ? (int)(slash - argv[0] + 1) : 0, argv[0]);
+    const char *xferlua = getenv("XFERLUA") ? getenv("XFERLUA") : beside;
     snprintf(cmd, sizeof cmd, "XFER_WORKERS_URL=%s timeout 300 %s -e \"%s\"",
              xfer_listener_url(listener), xferlua, client_script);
     client = popen(cmd, "r");
@@ -156,10 +156,11 @@ int main(int argc, char **argv)
       failed = 1;
     }
   }
+  int served = listener != NULL;
   xfer_listener_close(listener);
   xfer_ctx_release(ctx);
   printf("workers: %d Lua states on %d threads, one context%s, %d moves checked%s\n", WORKERS,
-         WORKERS, listener ? " serving another process on a listener thread" : "", moves,
+         WORKERS, served ? " serving another process on a listener thread" : "", moves,
          failed ? ", FAILED" : "");
   return failed;
 }
