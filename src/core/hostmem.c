@@ -40,14 +40,15 @@ static void *huge_pages_alloc(size_t nbytes)
   char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return NULL;
   char *start = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-  size_t length = (nbytes + page_size() - 1) & ~(page_size() - 1);
+  size_t page = page_size();
+  size_t length = (nbytes + page - 1) & ~(page - 1);
   /* the unaligned head and the tail past the block go back at once */
   if (start > raw) munmap(raw, (size_t)(start - raw));
   if (raw + span > start + length) munmap(start + length, (size_t)(raw + span - (start + length)));
   (void)madvise(start, length, MADV_HUGEPAGE); /* a request: a kernel without THP says no */
   if (madvise(start, length, MADV_POPULATE_WRITE) == 0) return start;
   if (errno == EINVAL) { /* a kernel before 5.14: one write a page populates it all the same */
-    for (size_t at = 0; at < length; at += page_size()) ((volatile char *)start)[at] = 0;
+    for (size_t at = 0; at < length; at += page) ((volatile char *)start)[at] = 0;
     return start;
   }
   munmap(start, length); /* no memory to populate it with: the plain way, as before */

@@ -738,8 +738,8 @@ void xfer_peer_registered(const xfer_peer *p, xfer_registered *out)
 size_t xfer_peer_transports(xfer_peer *p, char *out, size_t cap)
 {
   pthread_mutex_lock(&p->lock);
+  if (cap) out[0] = '\0'; /* a lost peer has none */
   size_t lanes = p->lost ? 0 : xfer_ucx_ep_lanes(p->node.api, p->ep, out, cap);
-  if (p->lost && cap) out[0] = '\0';
   pthread_mutex_unlock(&p->lock);
   return lanes;
 }

@@ -385,8 +385,9 @@ static int lane_line(const char *line, char *out, size_t cap)
   if (!tl) return 0;
   char *colon = strchr(tl, ':');
   if (colon) tl = colon + 1;
-  char *dot = strrchr(tl, '.');
-  if (dot && strchr(tl, '/') && dot > strchr(tl, '/')) *dot = '\0'; /* the path index */
+  char *slash = strchr(tl, '/');
+  char *dot = slash ? strrchr(slash, '.') : NULL;
+  if (dot) *dot = '\0'; /* the path index */
   size_t n = (size_t)snprintf(out, cap, "%s:", tl);
   int past_arrow = 0, past_remote = 0, skip = 0;
   for (char *w = strtok_r(NULL, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save)) {
