@@ -293,6 +293,7 @@ typedef enum {
   XFER_PATH_SAME_DEVICE,  /* device-local copy */
   XFER_PATH_SAME_RUNTIME, /* the runtime's own copy between two of its devices */
   XFER_PATH_INTEROP,      /* one physical GPU shared between runtimes */
+  XFER_PATH_DIRECT,       /* a transport (UCX) moves device memory in place: a remote end */
   XFER_PATH_STAGED,       /* pipelined through staging chunks */
   XFER_PATH_HOST,         /* explicit host round-trip */
   XFER_PATH__COUNT
@@ -493,6 +494,11 @@ void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out);
 ** ("sysv/memory: am am_bw keepalive", "tcp/lo: rma_bw"). How many (0 once lost); `out` holds
 ** what fits in `cap` bytes. */
 size_t xfer_peer_transports(xfer_peer *peer, char *out, size_t cap);
+/* The memory UCX moves in place for moves with this peer, on this side (`here`) and on the
+** server's (`there`), as words: "host", or "host cuda" where UCX is a CUDA-enabled build (and
+** XFER_UCX_CUDA is not 0). CUDA memory here goes straight to the transport (the path
+** "direct"); CUDA memory there is received into and sent from in place by the server. */
+void xfer_peer_memory(const xfer_peer *peer, char *here, char *there, size_t cap);
 /* Disconnects: its devices (and their tensors) raise XFER_E_PEER_LOST from now on. */
 void xfer_peer_close(xfer_peer *peer);
 

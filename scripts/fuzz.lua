@@ -16,7 +16,7 @@ local rand = math.random
 
 local devices = xfer.devices()
 local host = xfer.device("host")
-local paths = { "auto", "auto", "auto", "same_device", "same_runtime", "interop", "staged", "host" }
+local paths = { "auto", "auto", "auto", "same_device", "same_runtime", "interop", "direct", "staged", "host" }
 local dtypes = { u8 = 1, i16 = 2, f32 = 4, u32 = 4, f64 = 8, i64 = 8 }
 local dtype_names = { "u8", "i16", "f32", "u32", "f64", "i64" }
 local fault_ops = { "alloc", "read", "write", "copy", "import", "export", "register", "sync", "peer" }

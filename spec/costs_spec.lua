@@ -310,11 +310,11 @@ describe("the planner's costs", function()
   describe("bad input", function()
     h.each_invalid({
       { "set_cost: a path that is not one", function() xfer.set_cost("host", "host", "fast", 1, 1) end,
-        "set_cost: unknown path 'fast' (same_device, same_runtime, interop, staged or host)" },
+        "set_cost: unknown path 'fast' (same_device, same_runtime, interop, direct, staged or host)" },
       { "set_cost: auto", function() xfer.set_cost("host", "host", "auto", 1, 1) end,
-        "set_cost: unknown path 'auto' (same_device, same_runtime, interop, staged or host)" },
+        "set_cost: unknown path 'auto' (same_device, same_runtime, interop, direct, staged or host)" },
       { "set_cost: a NUL in the path", function() xfer.set_cost("host", "host", "host\0x", 1, 1) end,
-        "set_cost: unknown path 'host' (same_device, same_runtime, interop, staged or host)" },
+        "set_cost: unknown path 'host' (same_device, same_runtime, interop, direct, staged or host)" },
       { "set_cost: a negative latency", function() xfer.set_cost("host", "host", "host", -1, 1) end,
         "set_cost: latency must be >= 0 seconds and bandwidth > 0 bytes per second, both finite (not -1 and 1)" },
       { "set_cost: NaN", function() xfer.set_cost("host", "host", "host", 0 / 0, 1) end,
@@ -337,7 +337,7 @@ describe("the planner's costs", function()
       { "calibrate: reps 0", function() xfer.calibrate({ reps = 0 }) end,
         "calibrate: reps is a whole number >= 1" },
       { "calibrate: an unknown path", function() xfer.calibrate({ paths = { "fast" } }) end,
-        "calibrate: unknown path 'fast' (same_device, same_runtime, interop, staged, host)" },
+        "calibrate: unknown path 'fast' (same_device, same_runtime, interop, direct, staged, host)" },
       { "calibrate: a progress that is not a function", function() xfer.calibrate({ progress = 1 }) end,
         "calibrate: progress is a function(pairs_done, pairs_total)" },
     })

@@ -3,7 +3,7 @@
 local xfer = require "xfer"
 local h = require "support.helpers"
 
-local paths = { "same_device", "same_runtime", "interop", "staged", "host" }
+local paths = { "same_device", "same_runtime", "interop", "direct", "staged", "host" }
 
 local function pairs_of_devices()
   local list, devs = {}, xfer.devices()

@@ -23,7 +23,7 @@ describe("selftest", function()
           assert.is_true(seen[a.name .. ">" .. b.name .. ">auto>" .. n], a.name .. " -> " .. b.name)
           -- each forced path that applies is there too
           local probe = xfer.zeros({ 1 }, { device = a })
-          for _, p in ipairs({ "same_device", "same_runtime", "interop", "staged", "host" }) do
+          for _, p in ipairs({ "same_device", "same_runtime", "interop", "direct", "staged", "host" }) do
             local applies = pcall(xfer.plan, probe, b, { via = p })
             assert.are.equal(applies, seen[a.name .. ">" .. b.name .. ">" .. p .. ">" .. n] == true,
                              a.name .. " -> " .. b.name .. " via " .. p)
@@ -81,7 +81,7 @@ describe("selftest", function()
     { "an unknown option", function() return xfer.selftest({ fast = true }) end,
       "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit, progress, costs)" },
     { "an unknown path", function() return xfer.selftest({ paths = { "teleport" } }) end,
-      "selftest: unknown path 'teleport' (auto, same_device, same_runtime, interop, staged, host)" },
+      "selftest: unknown path 'teleport' (auto, same_device, same_runtime, interop, direct, staged, host)" },
     { "a bad size", function() return xfer.selftest({ sizes = { 0 } }) end, "selftest: sizes are whole numbers of bytes >= 1" },
     { "a bad time limit", function() return xfer.selftest({ time_limit = -1 }) end, "selftest: time_limit is a number of seconds > 0" },
     { "an unknown device", function() return xfer.selftest({ devices = { "gpu" } }) end,

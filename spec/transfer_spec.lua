@@ -30,6 +30,7 @@ describe("transfers", function()
       local cases = {
         same_runtime = "same_runtime moves between two devices; host is both ends",
         interop = "interop needs two runtimes on one physical GPU (equal device UUIDs), or two GPUs that CUDA joins, each end CUDA's or exported to it; host and host are neither",
+        direct = "direct moves between a remote device and local device memory; host and host are both local",
         staged = "staged moves between two devices; host is host memory, which the host path moves in one copy",
       }
       for via, message in pairs(cases) do

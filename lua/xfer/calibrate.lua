@@ -7,7 +7,9 @@ local xfer = ...
 
 local format, concat = string.format, table.concat
 
-local PATHS = { "same_device", "same_runtime", "interop", "staged", "host" }
+local PATHS = xfer.paths
+local KNOWN_PATH = {}
+for _, name in ipairs(PATHS) do KNOWN_PATH[name] = true end
 local KNOWN = { devices = 1, sizes = 1, paths = 1, reps = 1, save = 1, progress = 1 }
 
 local function fail(message)
@@ -128,7 +130,7 @@ function xfer.calibrate(opts)
   local paths = opts.paths or PATHS
   if type(paths) ~= "table" then fail("paths is a list of path names") end
   for _, p in ipairs(paths) do
-    if not ({ same_device = 1, same_runtime = 1, interop = 1, staged = 1, host = 1 })[p] then
+    if not KNOWN_PATH[p] then
       fail(format("unknown path '%s' (%s)", tostring(p), concat(PATHS, ", ")))
     end
   end

@@ -15,8 +15,9 @@ end
 --- passed to opts.log (default: a line on stderr; false: silent). Returns the new tensor and
 --- the list of failed attempts {path, code, op, message, retryable}; raises the last error
 --- when every path failed.
-local paths_known = { same_device = true, same_runtime = true, interop = true, staged = true,
-                      host = true }
+local paths_known = {}
+for _, name in ipairs(xfer.paths) do paths_known[name] = true end
+local paths_listed = table.concat(xfer.paths, ", ", 1, #xfer.paths - 1) .. " or " .. xfer.paths[#xfer.paths]
 
 local function invalid(message)
   error(xfer.error({ code = "invalid", op = "transfer", message = "transfer: " .. message }), 3)
@@ -34,8 +35,8 @@ local function check_options(opts)
     if type(paths) ~= "table" or #paths == 0 then invalid("fallback must be a list of paths") end
     for i, path in ipairs(paths) do
       if type(path) ~= "string" or not paths_known[path] then
-        invalid(format("fallback[%d] is %s, not a path (same_device, same_runtime, interop, " ..
-                       "staged or host)", i, type(path) == "string" and "'" .. path .. "'" or "a " .. type(path)))
+        invalid(format("fallback[%d] is %s, not a path (%s)", i,
+                       type(path) == "string" and "'" .. path .. "'" or "a " .. type(path), paths_listed))
       end
     end
   end

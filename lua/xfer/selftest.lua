@@ -8,7 +8,9 @@ local xfer = ...
 
 local format, concat = string.format, table.concat
 
-local PATHS = { "same_device", "same_runtime", "interop", "staged", "host" }
+local PATHS = xfer.paths
+local KNOWN_PATH = {}
+for _, name in ipairs(PATHS) do KNOWN_PATH[name] = true end
 
 local function fail(message)
   error(xfer.error({ code = "invalid", op = "selftest", message = "selftest: " .. message }), 3)
@@ -59,7 +61,7 @@ function xfer.selftest(opts)
   end
   local paths = list_option(opts, "paths", "path names") or { "auto", unpack(PATHS) }
   for _, p in ipairs(paths) do
-    if p ~= "auto" and not ({ same_device = 1, same_runtime = 1, interop = 1, staged = 1, host = 1 })[p] then
+    if p ~= "auto" and not KNOWN_PATH[p] then
       fail(format("unknown path '%s' (auto, %s)", tostring(p), concat(PATHS, ", ")))
     end
   end

@@ -162,6 +162,33 @@ static inline xfer_code xfer_be_copy_imported(xfer_device *dev, void *buf, size_
 }
 
 /* The CPU address of byte `off` of a buffer, or NULL where the CPU cannot use it in place. */
+static inline xfer_memory_kind xfer_be_memory_kind(const xfer_device *dev)
+{
+  return xfer_be(dev)->device_memory ? xfer_be(dev)->memory_kind : XFER_MEMORY_HOST;
+}
+
+static inline xfer_code xfer_be_device_memory(xfer_device *dev, void *buf, size_t off,
+                                              xfer_memory *out, xfer_error *err)
+{
+  return xfer_be_blame(dev, xfer_be(dev)->device_memory(dev, buf, off, out, err), err);
+}
+
+/* Whether dev's transport moves other's device memory in place (the direct path); why not
+** in `why` (when given) if the transport says. */
+static inline int xfer_be_direct_joins(const xfer_device *dev, const xfer_device *other,
+                                       char *why, size_t cap)
+{
+  return xfer_be(dev)->direct && xfer_be_memory_kind(other) != XFER_MEMORY_HOST &&
+         xfer_be(dev)->direct_joins(dev, other, why, cap);
+}
+
+static inline xfer_code xfer_be_direct(xfer_device *dev, void *buf, size_t off,
+                                       const xfer_memory *mem, size_t n, int into_buf,
+                                       xfer_error *err)
+{
+  return xfer_be_blame(dev, xfer_be(dev)->direct(dev, buf, off, mem, n, into_buf, err), err);
+}
+
 static inline char *xfer_be_host_address(xfer_device *dev, void *buf, size_t off)
 {
   const xfer_backend *be = xfer_be(dev);

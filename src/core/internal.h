@@ -18,8 +18,18 @@ typedef struct xfer_runtime xfer_runtime;
 ** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
 ** bytes. Optional members are NULL, and the core checks before calling. */
 /* 2: peer and copy_imported take offsets (blocks of segments); 3: shared memory, import op;
-** 5: peer_joins */
-#define XFER_BACKEND_VERSION 5
+** 5: peer_joins; 6: device memory for a transport (memory_kind, device_memory, direct) */
+#define XFER_BACKEND_VERSION 6
+
+/* What kind of memory a buffer is, as a transport that moves memory in place (UCX) tells
+** them apart: host memory, or a CUDA device's. */
+typedef enum { XFER_MEMORY_HOST = 0, XFER_MEMORY_CUDA } xfer_memory_kind;
+
+/* A buffer's bytes as a transport uses them in place: where they start, and what they are. */
+typedef struct xfer_memory {
+  void *address;
+  xfer_memory_kind kind;
+} xfer_memory;
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
@@ -106,6 +116,19 @@ typedef struct xfer_backend {
   ** the device made for it and kept with it (xfer_host_pin_keep): a registration, a pin, an
   ** import. No move uses the segment. */
   void (*host_unpin)(xfer_device *dev, void *base, size_t size, void *pin);
+  /* optional, device memory a transport uses in place: the kind of memory the runtime's
+  ** buffers are (0, host: none to lend), and the address of buf+offset, the device's context
+  ** made current on the calling thread (the transport's copies of it run there) */
+  xfer_memory_kind memory_kind;
+  xfer_code (*device_memory)(xfer_device *dev, void *buf, size_t offset, xfer_memory *out,
+                             xfer_error *err);
+  /* optional, the direct path: whether this runtime's transport moves `other`'s device memory
+  ** in place (other: a device of another runtime whose backend lends memory of that kind;
+  ** why not in `why`, when given), and the move: n bytes between buf+offset on dev and `mem` (into_buf: mem -> buf, else
+  ** buf -> mem), done when it returns */
+  int (*direct_joins)(const xfer_device *dev, const xfer_device *other, char *why, size_t cap);
+  xfer_code (*direct)(xfer_device *dev, void *buf, size_t offset, const xfer_memory *mem,
+                      size_t n, int into_buf, xfer_error *err);
   /* optional: free and total bytes as the driver reports them now */
   xfer_code (*memory)(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
                       xfer_error *err);
@@ -311,6 +334,12 @@ struct xfer_tensor {
 };
 
 /* -- Helpers shared by the core and the backends -------------------------------- */
+
+/* The device memory at byte `offset` of a contiguous tensor, for a transport to move in place
+** (the remote runtime's server): its address and kind, the device's context current on this
+** thread; XFER_E_UNSUPPORTED for host memory and runtimes that lend none. */
+xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
+                                   xfer_error *err);
 
 /* Backends count the driver objects a tensor, a segment or a pin holds, on the device that made
 ** them and its runtime (buffers, memory,

@@ -219,6 +219,16 @@ void *xfer_tensor_host_data(xfer_tensor *t)
   return xfer_be_host_address(t->dev, t->buf, t->offset);
 }
 
+xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
+                                   xfer_error *err)
+{
+  if (t->freed || offset >= t->nbytes || !t->contiguous ||
+      xfer_be_memory_kind(t->dev) == XFER_MEMORY_HOST)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "direct", "%s lends no device memory here",
+                        t->dev->name);
+  return xfer_be_device_memory(t->dev, t->buf, t->offset + offset, out, err);
+}
+
 static xfer_code check_size(const xfer_tensor *t, size_t nbytes, const char *op,
                             xfer_error *err)
 {

@@ -11,7 +11,7 @@
 #include "backend_call.h"
 
 static const char *const path_names[XFER_PATH__COUNT] = {
-  "auto", "same_device", "same_runtime", "interop", "staged", "host",
+  "auto", "same_device", "same_runtime", "interop", "direct", "staged", "host",
 };
 
 const char *xfer_path_name(xfer_path path)
@@ -90,6 +90,19 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     return refuse(why, cap, "%s and %s share a GPU, but neither can export its memory as an "
                   "opaque fd to the other (nor can a Vulkan device of that GPU)",
                   src->name, dst->name);
+  case XFER_PATH_DIRECT: {
+    if (src->remote == dst->remote)
+      return refuse(why, cap, "direct moves between a remote device and local device memory; "
+                    "%s and %s are %s", src->name, dst->name, src->remote ? "both remote" : "both local");
+    const xfer_device *far = src->remote ? src : dst, *near = src->remote ? dst : src;
+    if (xfer_be_memory_kind(near) == XFER_MEMORY_HOST)
+      return refuse(why, cap, "direct lends device memory to the transport in place, and %s has "
+                    "none it lends (CUDA's only; host memory takes the host path, one copy)",
+                    near->name);
+    if (!xfer_be_direct_joins(far, near, why, cap))
+      return why ? why : "";
+    return NULL;
+  }
   case XFER_PATH_STAGED:
     if (xfer_is_host(src) || xfer_is_host(dst))
       return refuse(why, cap, "staged moves between two devices; %s is host memory, which the "
@@ -125,6 +138,17 @@ static void describe(xfer_plan *plan, const xfer_tensor *src, const xfer_device 
   case XFER_PATH_INTEROP:
     xfer_interop_describe(src, dst, plan);
     break;
+  case XFER_PATH_DIRECT: {
+    const xfer_device *far = src->dev->remote ? src->dev : dst;
+    const xfer_device *near = src->dev->remote ? dst : src->dev;
+    snprintf(plan->reason, sizeof plan->reason, "%s's transport moves %s's memory in place: no "
+             "host staging on this side", far->name, near->name);
+    if (near == src->dev)
+      xfer_plan_step(plan, "send %zu bytes from %s's memory to %s", n, from, to);
+    else
+      xfer_plan_step(plan, "receive %zu bytes from %s into %s's memory", n, from, to);
+    break;
+  }
   case XFER_PATH_STAGED: {
     size_t chunk = 0;
     int depth = xfer_staged_chunks(src->dev->ctx, n, &chunk);
@@ -300,6 +324,18 @@ static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_err
   return rc;
 }
 
+/* The remote end's transport moves the local end's device memory in place. */
+static xfer_code run_direct(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+{
+  int into_remote = dst->dev->remote;
+  xfer_tensor *far = into_remote ? dst : src, *near = into_remote ? src : dst;
+  xfer_memory mem;
+  xfer_code rc = xfer_be_device_memory(near->dev, near->buf, near->offset, &mem, err);
+  if (!rc)
+    rc = xfer_be_direct(far->dev, far->buf, far->offset, &mem, src->nbytes, into_remote, err);
+  return rc;
+}
+
 static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   size_t n = src->nbytes;
@@ -315,6 +351,9 @@ static xfer_code run(xfer_path path, xfer_tensor *src, xfer_tensor *dst, xfer_er
     break;
   case XFER_PATH_INTEROP:
     rc = xfer_interop_run(src, dst, err);
+    break;
+  case XFER_PATH_DIRECT:
+    rc = run_direct(src, dst, err);
     break;
   case XFER_PATH_STAGED:
     rc = xfer_staged_run(src, dst, err);

@@ -92,6 +92,9 @@ int xl_tensor_index(lua_State *L, xfer_tensor *t, int key);
 
 /* The {via=...} options of a move at `idx` (absent: the planner chooses). */
 void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_opts *out);
+/* The paths' names in the planner's order, "same_device, ..., staged or host" ("auto, " first
+** when with_auto): for messages that list what is known. */
+const char *xl_path_list(char *out, size_t cap, int with_auto);
 /* After a move its progress callback stopped: the error says what the callback raised. */
 void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err);
 

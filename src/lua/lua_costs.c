@@ -13,9 +13,10 @@ static xfer_path check_path(lua_State *L, int idx, const char *fname)
   size_t len = 0;
   lua_tolstring(L, idx, &len);
   xfer_path path;
+  char known[160];
   if (strlen(name) != len || xfer_path_parse(name, &path))
-    xl_raise_code(L, XFER_E_INVALID, fname, "%s: unknown path '%s' (same_device, same_runtime, "
-                  "interop, staged or host)", fname, name);
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: unknown path '%s' (%s)", fname, name,
+                  xl_path_list(known, sizeof known, 0));
   return path;
 }
 

@@ -94,6 +94,20 @@ static int peer_index(lua_State *L)
     xfer_registered r;
     xfer_peer_registered(b->peer, &r);
     push_registered(L, &r);
+  } else if (!strcmp(key, "memory")) { /* {here = {"host", "cuda"}, there = {"host"}} */
+    char sides[2][32];
+    xfer_peer_memory(b->peer, sides[0], sides[1], sizeof sides[0]);
+    lua_createtable(L, 0, 2);
+    for (int side = 0; side < 2; side++) {
+      lua_newtable(L);
+      int i = 0;
+      char *save = NULL;
+      for (char *word = strtok_r(sides[side], " ", &save); word; word = strtok_r(NULL, " ", &save)) {
+        lua_pushstring(L, word);
+        lua_rawseti(L, -2, ++i);
+      }
+      lua_setfield(L, -2, side ? "there" : "here");
+    }
   } else if (!strcmp(key, "transports")) {
     char lines[2048];
     xfer_peer_transports(b->peer, lines, sizeof lines);

@@ -180,10 +180,19 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
     }
   }
   out->via = XFER_PATH_AUTO;
+  char known[160];
   if (strcmp(via, "auto") && xfer_path_parse(via, &out->via))
-    xl_raise_code(L, XFER_E_INVALID, fname,
-                  "%s: unknown path '%s' (expected auto, same_device, same_runtime, interop, "
-                  "staged or host)", fname, via);
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: unknown path '%s' (expected %s)", fname, via,
+                  xl_path_list(known, sizeof known, 1));
+}
+
+const char *xl_path_list(char *out, size_t cap, int with_auto)
+{
+  size_t n = (size_t)snprintf(out, cap, "%s", with_auto ? "auto, " : "");
+  for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH__COUNT && n < cap; p++)
+    n += (size_t)snprintf(out + n, cap - n, "%s%s", p == XFER_PATH__COUNT - 1 ? " or " :
+                          p == XFER_PATH_SAME_DEVICE ? "" : ", ", xfer_path_name((xfer_path)p));
+  return out;
 }
 
 static size_t shape_numel(const xfer_shape *shape)

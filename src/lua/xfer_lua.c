@@ -532,6 +532,12 @@ int luaopen_xfer(lua_State *L)
   luaL_register(L, NULL, fns);
   lua_pushliteral(L, XFER_VERSION);
   lua_setfield(L, module, "version");
+  lua_newtable(L); /* the paths' names, in the planner's order: one list for every module */
+  for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH__COUNT; p++) {
+    lua_pushstring(L, xfer_path_name((xfer_path)p));
+    lua_rawseti(L, -2, p);
+  }
+  lua_setfield(L, module, "paths");
   xl_open_device(L, module);
   xl_open_tensor(L, module);
   xl_open_job(L, module);

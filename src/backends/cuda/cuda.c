@@ -371,6 +371,16 @@ static void *cuda_native(xfer_device *dev, void *buf)
   return buf;
 }
 
+/* For a transport that moves CUDA memory itself (UCX): the CUdeviceptr, and the device's
+** context current on this thread, where the transport's copies of it run. */
+static xfer_code cuda_device_memory(xfer_device *dev, void *buf, size_t offset, xfer_memory *out,
+                                    xfer_error *err)
+{
+  out->address = (char *)buf + offset;
+  out->kind = XFER_MEMORY_CUDA;
+  return xfer_cu_enter(dev, "direct", err);
+}
+
 /* A CUdeviceptr the application owns is the buffer every op takes. */
 static xfer_code cuda_wrap(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err)
 {
@@ -394,6 +404,8 @@ const xfer_backend xfer_backend_cuda = {
   .copy_rows = cuda_copy_rows,
   .wrap = cuda_wrap,
   .native = cuda_native,
+  .memory_kind = XFER_MEMORY_CUDA,
+  .device_memory = cuda_device_memory,
   .write_start = xfer_cu_write_start,
   .read_start = xfer_cu_read_start,
   .finish = xfer_cu_finish,

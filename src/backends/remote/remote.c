@@ -30,6 +30,7 @@ typedef struct pending {          /* a request on its way, and its answer */
   wire_header answer;
   char *read_into;                /* a READ's destination, read_len bytes */
   size_t read_len;
+  xfer_memory_kind read_kind;     /* what memory read_into is (device memory: by rendezvous) */
   ucp_mem_h read_memh;            /* read_into's registration (ucx_reg.c), or NULL */
   void *receiving;                /* a rendezvous receive into it, in progress */
   size_t text_len;
@@ -47,6 +48,7 @@ struct xfer_peer {
   int lost;                       /* given up: devices lost, endpoint closed */
   char name[WIRE_NAME_MAX + 1];
   char url[256];
+  int server_cuda_memory;         /* the server's UCX moves its CUDA memory in place */
   uint64_t generation;
   uint64_t next_request;
   double timeout;                 /* seconds each request may take */
@@ -143,6 +145,11 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
       return drop_data(p, data, param);
     }
     into = w->read_into;
+    if (w->read_kind != XFER_MEMORY_HOST && len && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+      p->bad_answer = 1; /* asked for by rendezvous (WIRE_FLAG_RNDV): memcpy cannot reach it */
+      p->bad_why = "data for device memory not sent by rendezvous";
+      return drop_data(p, data, param);
+    }
   } else {
     into = w->text;
     w->text_len = len;
@@ -152,7 +159,10 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
   if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     ucp_request_param_t prm;
     memset(&prm, 0, sizeof prm);
-    if (h.type == WIRE_DATA) xfer_ucx_request_memh(&prm, w->read_memh);
+    if (h.type == WIRE_DATA) {
+      xfer_ucx_request_memh(&prm, w->read_memh);
+      xfer_ucx_request_kind(&prm, w->read_kind);
+    }
     void *r = p->node.api->ucp_am_recv_data_nbx(p->node.worker, data, into, len, &prm);
     if (UCS_PTR_IS_ERR(r)) {
       p->broken = 1;
@@ -246,10 +256,10 @@ static xfer_code send_failed(xfer_peer *p, const char *op, ucs_status_t status, 
 }
 
 /* (peer->lock held) Sends a request from slot w, without waiting for it: its deadline is the
-** peer's timeout from now. */
+** peer's timeout from now. `kind`: the memory the payload is, or a READ's destination. */
 static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_header h,
-                      const void *payload, size_t len, char *read_into, const char *op,
-                      xfer_error *err)
+                      const void *payload, size_t len, char *read_into, xfer_memory_kind kind,
+                      const char *op, xfer_error *err)
 {
   if (p->lost || !p->ep) return lost_error(p, op, err);
   xfer_code fault = XFER_E_OK;
@@ -265,13 +275,17 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   w->deadline = xfer_now() + p->timeout;
   w->read_into = read_into;
   w->read_len = h.type == WIRE_READ ? h.length : 0;
+  w->read_kind = kind;
+  int host = kind == XFER_MEMORY_HOST;
+  if (w->read_len && !host) w->header.flags |= WIRE_FLAG_RNDV;
   /* host segments are registered with UCX once (ucx_reg.c): here, not in on_answer's callback */
-  w->read_memh = w->read_len ? xfer_ucx_memh(&p->node, read_into, w->read_len) : NULL;
+  w->read_memh = w->read_len && host ? xfer_ucx_memh(&p->node, read_into, w->read_len) : NULL;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   prm.flags = UCP_AM_SEND_FLAG_REPLY;
-  if (len) xfer_ucx_request_memh(&prm, xfer_ucx_memh(&p->node, payload, len));
+  if (len && host) xfer_ucx_request_memh(&prm, xfer_ucx_memh(&p->node, payload, len));
+  if (len) xfer_ucx_request_kind(&prm, kind);
   void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &w->header, sizeof w->header, payload,
                                          len, &prm);
   if (UCS_PTR_IS_ERR(r)) {
@@ -337,7 +351,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
 static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
                          size_t len, char *read_into, const char *op, xfer_error *err)
 {
-  xfer_code rc = post(p, dev, &p->slot[0], h, payload, len, read_into, op, err);
+  xfer_code rc = post(p, dev, &p->slot[0], h, payload, len, read_into, XFER_MEMORY_HOST, op, err);
   return rc ? rc : await(p, dev, &p->slot[0], op, err);
 }
 
@@ -420,11 +434,12 @@ static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
   pthread_mutex_unlock(&p->lock);
 }
 
-/* host memory <-> a remote buffer, a request per chunk of at most WIRE_CHUNK bytes, remote_depth
-** of them in flight. The first failure is the move's; the requests still on their way are
-** awaited all the same (their memory is the caller's until then). */
-static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *host, size_t n,
-                             int to_remote, xfer_error *err)
+/* local memory (host, or device memory UCX moves in place: `kind`) <-> a remote buffer, a
+** request per chunk of at most WIRE_CHUNK bytes, remote_depth of them in flight. The first
+** failure is the move's; the requests still on their way are awaited all the same (their
+** memory is the caller's until then). */
+static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *local,
+                             xfer_memory_kind kind, size_t n, int to_remote, xfer_error *err)
 {
   xfer_peer *p = peer_of(dev);
   const char *op = to_remote ? "write" : "read";
@@ -445,8 +460,8 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *h
       h.offset = offset + done;
       h.length = len;
       pending *w = &p->slot[posted % depth];
-      rc = to_remote ? post(p, dev, w, h, host + done, len, NULL, op, err)
-                     : post(p, dev, w, h, NULL, 0, host + done, op, err);
+      rc = to_remote ? post(p, dev, w, h, local + done, len, NULL, kind, op, err)
+                     : post(p, dev, w, h, NULL, 0, local + done, kind, op, err);
       if (!rc) posted++;
       done += len;
       continue;
@@ -468,13 +483,34 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *h
 static xfer_code remote_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
                               xfer_error *err)
 {
-  return move_chunks(dev, buf, offset, (char *)src, n, 1, err);
+  return move_chunks(dev, buf, offset, (char *)src, XFER_MEMORY_HOST, n, 1, err);
 }
 
 static xfer_code remote_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                              xfer_error *err)
 {
-  return move_chunks(dev, buf, offset, dst, n, 0, err);
+  return move_chunks(dev, buf, offset, dst, XFER_MEMORY_HOST, n, 0, err);
+}
+
+/* The direct path: another runtime's device memory, which UCX reads and writes in place (a
+** CUDA-enabled build: cuda_ipc on one machine, GPUDirect RDMA between two, or its own
+** pipeline through host memory over tcp), to and from a remote buffer. */
+static int remote_direct_joins(const xfer_device *dev, const xfer_device *other, char *why,
+                               size_t cap)
+{
+  const xfer_peer *p = peer_of(dev);
+  if (other->rt->backend->memory_kind == XFER_MEMORY_CUDA && p->node.cuda_memory) return 1;
+  if (why)
+    snprintf(why, cap, "direct needs a UCX that moves %s's memory in place; the one %s uses %s",
+             other->name, p->name, !xfer_env_flag("XFER_UCX_CUDA") ? "is told not to (XFER_UCX_CUDA=0)"
+             : "reports no CUDA memory (a CUDA-enabled build does: XFER_UCX_LIBRARY)");
+  return 0;
+}
+
+static xfer_code remote_direct(xfer_device *dev, void *buf, size_t offset, const xfer_memory *mem,
+                               size_t n, int into_buf, xfer_error *err)
+{
+  return move_chunks(dev, buf, offset, mem->address, mem->kind, n, into_buf, err);
 }
 
 /* within one remote device: the server copies, nothing crosses the network */
@@ -520,6 +556,8 @@ const xfer_backend xfer_backend_remote = {
   .copy = remote_copy,
   .peer = remote_peer,
   .peer_joins = remote_peer_joins,
+  .direct_joins = remote_direct_joins,
+  .direct = remote_direct,
 };
 
 /* -- Connecting ------------------------------------------------------------------------------- */
@@ -587,13 +625,17 @@ static size_t retire_one(xfer_runtime *rt)
   return SIZE_MAX;
 }
 
-/* WELCOME's text: "name\n" then a line per device, "name \t label \t total \t max_alloc \t uuid" */
+/* WELCOME's text: "name \t memory\n" (memory: what its UCX moves in place, "host" or
+** "host cuda"), then a line per device, "name \t label \t total \t max_alloc \t uuid" */
 static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
 {
   char *save = NULL;
   char *line = strtok_r(p->text, "\n", &save);
-  if (!line || !*line || strlen(line) > WIRE_NAME_MAX || strpbrk(line, "/\t :"))
+  char *memory = line ? strchr(line, '\t') : NULL;
+  if (memory) *memory++ = '\0';
+  if (!line || !*line || strlen(line) > WIRE_NAME_MAX || strpbrk(line, "/\t :") || !memory)
     return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s named itself badly", p->url);
+  p->server_cuda_memory = strstr(memory, "cuda") != NULL;
   snprintf(p->name, sizeof p->name, "%s", line);
   xfer_ctx *ctx = p->ctx;
   for (size_t d = 0; d < ctx->ndevices; d++) /* one peer per name: its devices' names are unique */
@@ -733,6 +775,12 @@ int xfer_peer_is_lost(const xfer_peer *p) { return __atomic_load_n(&p->lost, __A
 void xfer_peer_registered(const xfer_peer *p, xfer_registered *out)
 {
   xfer_ucx_registered(&p->node, out);
+}
+
+void xfer_peer_memory(const xfer_peer *p, char *here, char *there, size_t cap)
+{
+  snprintf(here, cap, "%s", p->node.cuda_memory ? "host cuda" : "host");
+  snprintf(there, cap, "%s", p->server_cuda_memory ? "host cuda" : "host");
 }
 
 size_t xfer_peer_transports(xfer_peer *p, char *out, size_t cap)

@@ -45,7 +45,11 @@ typedef struct message {
   char *data;                        /* the payload, NULL when none: malloc'd, or the memory */
   xfer_tensor *staging;              /* of this host tensor (large ones: see staging_for) */
   size_t len;
-  int direct;                        /* a WRITE received straight into its host buffer */
+  int direct;                        /* a WRITE received straight into its buffer: host memory,
+                                     ** or device memory UCX writes in place */
+  int on_device;                     /* ... device memory: a failed receive is the WRITE's
+                                     ** error, not the connection's */
+  ucs_status_t received;             /* how the rendezvous receive ended */
   void *receiving;                   /* a rendezvous receive in progress */
   struct message *next;
 } message;
@@ -156,7 +160,8 @@ static void on_received(void *request, ucs_status_t status, size_t length, void 
   (void)request;
   (void)length;
   message *m = arg;
-  if (status != UCS_OK && m->c) m->c->broken = 1;
+  m->received = status;
+  if (status != UCS_OK && m->c && !m->on_device) m->c->broken = 1;
 }
 
 /* a message not taken: a rendezvous one's data is let go of */
@@ -197,7 +202,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   wire_header h;
   int other_version;
   const char *bad = wire_check(header, header_len, len, &h, &other_version);
-  if (bad && !(other_version && header_len == sizeof h))
+  if (bad && !other_version)
     return discard(l, c, data, param); /* a malformed message: this client is dropped, no one else */
   if (other_version) { /* answered in words it reads, then dropped */
     if (len) discard(l, NULL, data, param);
@@ -207,12 +212,20 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   if (c->queued + len > MAX_QUEUED) return discard(l, c, data, param); /* more than its share */
   /* A WRITE into a host buffer lands straight in the buffer, no copy, unless a FREE of this
   ** client's waits in the queue before it (it might be this buffer's; what comes after the
-  ** WRITE waits for it). A client's pipelined WRITEs each land in place. */
+  ** WRITE waits for it). A client's pipelined WRITEs each land in place. So does one into
+  ** device memory UCX writes in place, when it comes by rendezvous (an eager one is in host
+  ** memory already: it is staged and written as before). */
   char *direct = NULL;
+  xfer_memory device = {NULL, XFER_MEMORY_HOST};
   if (h.type == WIRE_WRITE && len && c->authorized && !c->frees_waiting) {
     buffer_entry *b = buffer_of(c, h.handle);
     char *host = b ? xfer_tensor_host_data(b->t) : NULL;
-    if (host && h.offset + len <= xfer_tensor_nbytes(b->t)) direct = host + h.offset;
+    if (b && h.offset + len <= xfer_tensor_nbytes(b->t)) {
+      if (host) direct = host + h.offset;
+      else if (l->node.cuda_memory && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
+               !xfer_tensor_device_memory(b->t, h.offset, &device, NULL))
+        direct = device.address;
+    }
   }
   message *m = calloc(1, sizeof *m);
   xfer_tensor *staging = NULL;
@@ -228,6 +241,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   m->data = copy;
   m->staging = staging;
   m->direct = direct != NULL;
+  m->on_device = device.kind != XFER_MEMORY_HOST;
   m->len = len;
   c->queued += len;
   c->waiting++;
@@ -239,7 +253,8 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv_am = on_received;
     p.user_data = m;
-    xfer_ucx_request_memh(&p, xfer_ucx_memh_known(&l->node, copy, len));
+    if (m->on_device) xfer_ucx_request_kind(&p, device.kind);
+    else xfer_ucx_request_memh(&p, xfer_ucx_memh_known(&l->node, copy, len));
     void *r = l->node.api->ucp_am_recv_data_nbx(l->node.worker, data, copy, len, &p);
     if (UCS_PTR_IS_ERR(r)) c->broken = 1;
     else m->receiving = r;
@@ -261,9 +276,11 @@ static void sent(sending *s)
   free(s);
 }
 
-/* data: malloc'd (freed when sent), or the memory of `held` (released when sent) */
+/* data: malloc'd (freed when sent), or the memory of `held` (released when sent): host
+** memory, or device memory UCX reads in place (kind); by rendezvous when the request said
+** so (WIRE_FLAG_RNDV: the client receives into device memory) */
 static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, size_t len,
-                       xfer_tensor *held)
+                       xfer_tensor *held, xfer_memory_kind kind, uint32_t flags)
 {
   sending *s = malloc(sizeof *s); /* the header must outlive this call (UCX 1.13 sends from it) */
   if (!s) {
@@ -279,8 +296,9 @@ static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, siz
   ucp_request_param_t p;
   memset(&p, 0, sizeof p);
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_AM_SEND_FLAG_REPLY;
-  if (held) xfer_ucx_request_memh(&p, xfer_ucx_memh(&l->node, data, len)); /* host segment memory */
+  p.flags = UCP_AM_SEND_FLAG_REPLY | (len && (flags & WIRE_FLAG_RNDV) ? UCP_AM_SEND_FLAG_RNDV : 0);
+  if (kind != XFER_MEMORY_HOST) xfer_ucx_request_kind(&p, kind);
+  else if (held) xfer_ucx_request_memh(&p, xfer_ucx_memh(&l->node, data, len)); /* host segment memory */
   void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &s->header, sizeof s->header, data, len, &p);
   if (r == NULL || UCS_PTR_IS_ERR(r)) { /* sent already, or never */
     if (r) c->broken = 1;
@@ -294,7 +312,7 @@ static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, siz
 
 static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t len)
 {
-  reply_from(l, c, h, data, len, NULL);
+  reply_from(l, c, h, data, len, NULL, XFER_MEMORY_HOST, 0);
 }
 
 static void reply_error(xfer_listener *l, conn *c, const wire_header *req, const xfer_error *e)
@@ -374,7 +392,8 @@ static void hello(xfer_listener *l, conn *c, const message *m)
     c->broken = 1;
     return;
   }
-  size_t n = (size_t)snprintf(text, WIRE_MAX_TEXT, "%s\n", l->name);
+  size_t n = (size_t)snprintf(text, WIRE_MAX_TEXT, "%s\t%s\n", l->name,
+                              l->node.cuda_memory ? "host cuda" : "host");
   xfer_device *devs[WIRE_MAX_DEVICES];
   size_t count = served_devices(l, devs, WIRE_MAX_DEVICES);
   for (size_t i = 0; i < count && n < WIRE_MAX_TEXT; i++) {
@@ -517,6 +536,13 @@ static void copy_buffer(xfer_listener *l, conn *c, const message *m)
 
 static void write_buffer(xfer_listener *l, conn *c, const message *m)
 {
+  if (m->direct && m->received != UCS_OK) { /* UCX could not write the device memory */
+    xfer_error e;
+    xfer_ucx_fail(l->node.api, XFER_E_WRITE, "write", m->received,
+                  "write: receiving into device memory", &e);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
   if (m->direct) { /* landed in place */
     reply_done(l, c, &m->h, 0);
     return;
@@ -537,7 +563,13 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
   char *host = m->h.length ? xfer_tensor_host_data(v) : NULL;
   if (host) { /* a host buffer is sent from in place, the view held until it has gone */
     wire_header h = wire_make(WIRE_DATA, m->h.request);
-    reply_from(l, c, h, host, m->h.length, v);
+    reply_from(l, c, h, host, m->h.length, v, XFER_MEMORY_HOST, m->h.flags);
+    return;
+  }
+  xfer_memory device; /* so is device memory UCX reads in place */
+  if (m->h.length && l->node.cuda_memory && !xfer_tensor_device_memory(v, 0, &device, NULL)) {
+    wire_header h = wire_make(WIRE_DATA, m->h.request);
+    reply_from(l, c, h, device.address, m->h.length, v, device.kind, m->h.flags);
     return;
   }
   xfer_error e;
@@ -553,7 +585,8 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
     return;
   }
   wire_header h = wire_make(WIRE_DATA, m->h.request);
-  reply_from(l, c, h, bytes, m->h.length, staging); /* sent from the staging tensor's memory */
+  /* sent from the staging tensor's memory */
+  reply_from(l, c, h, bytes, m->h.length, staging, XFER_MEMORY_HOST, m->h.flags);
 }
 
 static void serve(xfer_listener *l, message *m)

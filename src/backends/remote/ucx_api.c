@@ -72,6 +72,7 @@ static void load(void)
   SYM(lib, ucp_ep_print_info);
   SYM(lib, ucp_worker_get_efd);
   SYM(lib, ucp_worker_arm);
+  SYM(lib, ucp_context_query);
   load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
 }
 
@@ -224,6 +225,13 @@ xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback
     return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "making a UCX worker", err);
   }
   if (api->ucp_worker_get_efd(node->worker, &node->efd) != UCS_OK) node->efd = -1;
+  /* Debian's UCX moves host memory only; a CUDA-enabled build says so here */
+  ucp_context_attr_t attr;
+  memset(&attr, 0, sizeof attr);
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  node->cuda_memory = xfer_env_flag("XFER_UCX_CUDA") &&
+                      api->ucp_context_query(node->context, &attr) == UCS_OK &&
+                      (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
   ucp_am_handler_param_t hp;
   memset(&hp, 0, sizeof hp);
   hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;

@@ -44,6 +44,7 @@ typedef struct ucx_api {
   void (*ucp_ep_print_info)(ucp_ep_h, FILE *);
   ucs_status_t (*ucp_worker_get_efd)(ucp_worker_h, int *);
   ucs_status_t (*ucp_worker_arm)(ucp_worker_h);
+  ucs_status_t (*ucp_context_query)(ucp_context_h, ucp_context_attr_t *);
 } ucx_api;
 
 /* Whether the library is there to load, without loading it (its constructors install
@@ -61,6 +62,8 @@ typedef struct ucx_node {
   const ucx_api *api;
   xfer_ctx *ctx;                        /* whose host segments it registers */
   int registers;                        /* whether it does (XFER_UCX_REGISTER, default 1) */
+  int cuda_memory;                      /* UCX moves CUDA memory in place: this build of it
+                                        ** reports the memory type, and XFER_UCX_CUDA is not 0 */
   ucp_context_h context;
   ucp_worker_h worker;
   int efd;                              /* the worker's event fd (-1: none; idling sleeps) */
@@ -84,6 +87,9 @@ ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n);
 ucp_mem_h xfer_ucx_memh_known(ucx_node *node, const void *ptr, size_t n);
 /* Adds the handle to a request's parameters (nothing for NULL). */
 void xfer_ucx_request_memh(ucp_request_param_t *prm, ucp_mem_h memh);
+/* Tells UCX what memory a request's buffer is (nothing for host memory: UCX's default guess
+** costs a lookup, and a registration handle says it already). */
+void xfer_ucx_request_kind(ucp_request_param_t *prm, xfer_memory_kind kind);
 void xfer_ucx_registered(const ucx_node *node, xfer_registered *out);
 /* Undoes every mapping of the node: before its context is cleaned up. */
 void xfer_ucx_unmap_all(ucx_node *node);

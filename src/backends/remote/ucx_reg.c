@@ -89,3 +89,10 @@ void xfer_ucx_unmap_all(ucx_node *node)
 {
   if (node->context && node->ctx) xfer_host_unpin_owner(node->ctx, node);
 }
+
+void xfer_ucx_request_kind(ucp_request_param_t *prm, xfer_memory_kind kind)
+{
+  if (kind != XFER_MEMORY_CUDA) return;
+  prm->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  prm->memory_type = UCS_MEMORY_TYPE_CUDA;
+}

@@ -13,7 +13,7 @@
 
 #define WIRE_AM_ID 11
 #define WIRE_MAGIC 0x58465231u /* "XFR1" */
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2 /* 2: flags (WIRE_FLAG_RNDV) */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most devices a server lists, and the longest text a message carries */
@@ -48,7 +48,13 @@ typedef struct wire_header {
   uint32_t device;    /* the server's device index (ALLOC) */
   int32_t code;       /* REPLY: an xfer_code, 0 for done */
   int64_t native;     /* REPLY: the server's native code */
+  uint32_t flags;     /* WIRE_FLAG_* */
+  uint32_t unused;    /* zero */
 } wire_header;
+
+/* READ: send the DATA by rendezvous, whatever its size -- the client receives it into device
+** memory, which UCX writes only by rendezvous (an eager message lands in host memory) */
+#define WIRE_FLAG_RNDV 1u
 
 static inline wire_header wire_make(wire_type type, uint64_t request)
 {
@@ -68,14 +74,19 @@ static inline const char *wire_check(const void *header, size_t header_len, size
                                      wire_header *out, int *other_version)
 {
   *other_version = 0;
-  if (header_len != sizeof *out) return "a header of the wrong size";
-  memcpy(out, header, sizeof *out);
-  if (out->magic != WIRE_MAGIC) return "not an xferlua message";
+  /* magic, version and request lead every version's header: another version is told apart
+  ** (and can be answered) whatever the size of its header */
+  memset(out, 0, sizeof *out);
+  memcpy(out, header, header_len < sizeof *out ? header_len : sizeof *out);
+  if (header_len < offsetof(wire_header, handle) || out->magic != WIRE_MAGIC)
+    return "not an xferlua message";
   if (out->version != WIRE_VERSION) {
     *other_version = 1;
     return "another protocol version";
   }
+  if (header_len != sizeof *out) return "a header of the wrong size";
   if (out->type < WIRE_HELLO || out->type >= WIRE__LAST) return "an unknown message type";
+  if (out->flags & ~WIRE_FLAG_RNDV) return "unknown flags";
   switch (out->type) {
   case WIRE_HELLO:
   case WIRE_WELCOME:
