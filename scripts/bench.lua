@@ -18,7 +18,10 @@
 --   tag_bw) on the same transport in the same run, and the lanes UCX gave xferlua; then host -> each
 --   remote device and back (on the GPU machine: the server's CUDA, Vulkan and OpenCL
 --   devices). --remote URL [--token T]: a server already running on another machine
---   (xferlua --serve there) instead, over whatever UCX_TLS says here. --remote-chunks LIST:
+--   (xferlua --serve there) instead, over whatever UCX_TLS says here. Where CUDA works, also
+--   cuda:0 -> the server's CUDA devices and back, UCX_TLS unset, by the default path (direct
+--   where UCX moves CUDA memory in place) and staged, beside PyTorch's and CuPy's copy of
+--   another process's buffer through CUDA IPC (scripts/bench_frameworks.py --ipc). --remote-chunks LIST:
 --   the moves to and from each remote device once per request size (xfer.config remote_chunk;
 --   remote_depth requests in flight); --remote-depths LIST likewise for the requests in flight
 --   (xfer.config remote_depth); with both, every pair.
@@ -541,6 +544,67 @@ if wanted.remote then
     emit(rows)
     for _, seen in ipairs(lanes_seen) do
       say(("UCX_TLS=%s: xferlua's lanes %s"):format(seen[1], table.concat(seen[2], "; ")))
+    end
+    -- CUDA memory to a server's CUDA device and back, UCX_TLS unset (UCX's choice: cuda_ipc
+    -- where its build has it), by the default path (direct where it applies) and staged,
+    -- beside what a PyTorch or CuPy user does between two processes of one machine: copy the
+    -- other's buffer opened through CUDA IPC (scripts/bench_frameworks.py --ipc)
+    local has_cuda = false
+    for _, d in ipairs(xfer.devices()) do if d.name == "cuda:0" then has_cuda = true end end
+    if has_cuda and not remote_url then
+      pcall(ffi.cdef, "int unsetenv(const char *name);")
+      local anchors = {}
+      local py = run(("timeout 300 python3 %s/bench_frameworks.py --ipc %d"):format(
+        (arg and arg[0] or "scripts/bench.lua"):match("^(.*)/[^/]*$") or "scripts", n))
+      for name, gbps in py:gmatch("ipc (%a+): another process's GPU buffer%s+%d+%s+([%d.]+) GB/s") do
+        anchors[name] = tonumber(gbps)
+      end
+      for line in py:gmatch("# ipc [^\n]*") do say(line) end
+      local log = os.tmpname()
+      local pid = tonumber(run(("env -u UCX_TLS timeout 300 %s --serve ucx://127.0.0.1:0 --name benchc >%s 2>&1 & echo $!"):format(self, log)))
+      local url
+      for _ = 1, 100 do
+        local f = io.open(log)
+        local text = f and f:read("*a") or ""
+        if f then f:close() end
+        url = text:match("serving .- on (ucx://%S+)")
+        if url then break end
+        os.execute("sleep 0.05")
+      end
+      local crows = { { "move", "size", "path", "xferlua GB/s", "PyTorch IPC GB/s", "CuPy IPC GB/s", "xferlua / CuPy" } }
+      if url then
+        ffi.C.unsetenv("UCX_TLS")
+        local peer = xfer.connect(url, { timeout = 60 })
+        say(("UCX_TLS unset: lanes %s; memory UCX moves in place: here %s, there %s"):format(
+          table.concat(peer.transports, "; "), table.concat(peer.memory.here, " "), table.concat(peer.memory.there, " ")))
+        local src = xfer.full({ n }, 5, { dtype = "u8", device = "cuda:0" })
+        local back = xfer.empty({ n }, { dtype = "u8", device = "cuda:0" })
+        for _, dev in ipairs(peer.devices) do
+          if dev.name:match("/cuda:%d+$") then
+            local there = xfer.empty({ n }, { dtype = "u8", device = dev })
+            local paths = { xfer.plan(src, dev).path }
+            if paths[1] ~= "staged" then paths[2] = "staged" end
+            for _, path in ipairs(paths) do
+              local to_s = bench.time(function() there:copy_from(src, { via = path }) end, 5)
+              local back_s = bench.time(function() back:copy_from(there, { via = path }) end, 5)
+              assert(back:equals(src), "remote bench: the bytes came back wrong from " .. dev.name)
+              for _, m in ipairs({ { "cuda:0 -> " .. dev.name, to_s }, { dev.name .. " -> cuda:0", back_s } }) do
+                local gbps = n / m[2] / 1e9
+                local function a(v) return v and ("%.1f"):format(v) or "not run" end
+                crows[#crows + 1] = { m[1], bench.format_size(n), path, ("%.2f"):format(gbps), a(anchors.PyTorch),
+                                      a(anchors.CuPy), anchors.CuPy and ("%.2fx"):format(gbps / anchors.CuPy) or "-" }
+              end
+            end
+            there:free()
+          end
+        end
+        peer:close()
+      else
+        crows[#crows + 1] = { "no server came up", "", "", "", "", "", "" }
+      end
+      os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
+      os.remove(log)
+      emit(crows)
     end
   end
 end

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""scripts/bench_frameworks.py [--sizes 4K,256M]: the same moves as xferlua's to() table,
-made with the tools users would otherwise pick (PyTorch, CuPy, JAX), timed the same way:
+"""scripts/bench_frameworks.py [--sizes 4K,256M] | --ipc SIZE: the same moves as xferlua's to()
+table, made with the tools users would otherwise pick (PyTorch, CuPy, JAX), timed the same way:
 the median of several runs after a warm-up, each run ending when the copy has landed.
-A framework that is not installed is said so and skipped. Runs where CUDA works."""
+--ipc: the anchor of xferlua's direct path on one machine -- another process's GPU buffer of
+SIZE bytes copied into this process's, the other process's memory opened through CUDA IPC
+(PyTorch shares a tensor through torch.multiprocessing, CuPy through ipcGetMemHandle); JAX has
+no way to share memory across processes. A framework that is not installed is said so and
+skipped. Runs where CUDA works."""
 import statistics
 import sys
 import time
@@ -80,7 +84,65 @@ def bench_jax(sizes):
             timed(lambda: numpy.asarray(on + 0), lambda: None, reps))
 
 
+def ipc_owner(framework, n, queue, done):
+    """The other process: a GPU buffer of n bytes of 7s, shared; kept until `done`."""
+    if framework == "PyTorch":
+        import torch
+        t = torch.full((n,), 7, dtype=torch.uint8, device="cuda:0")
+        torch.cuda.synchronize()
+        queue.put(t)  # torch.multiprocessing sends a CUDA tensor as an IPC handle
+    else:
+        import cupy as cp
+        a = cp.full(n, 7, dtype=cp.uint8)
+        cp.cuda.Device().synchronize()
+        queue.put(cp.cuda.runtime.ipcGetMemHandle(a.data.ptr))
+    done.wait()
+
+
+def bench_ipc(n):
+    import multiprocessing
+    for framework in ("PyTorch", "CuPy"):
+        try:
+            if framework == "PyTorch":
+                import torch.multiprocessing as mp
+            else:
+                import cupy  # noqa: F401 (missing: said so below)
+                mp = multiprocessing
+            ctx = mp.get_context("spawn")
+            queue, done = ctx.Queue(), ctx.Event()
+            owner = ctx.Process(target=ipc_owner, args=(framework, n, queue, done))
+            owner.start()
+            got = queue.get(timeout=120)
+            if framework == "PyTorch":
+                import torch
+                dst = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+                seconds = timed(lambda: dst.copy_(got), torch.cuda.synchronize, 9)
+                ok = bool((dst == 7).all())
+                del got
+            else:
+                import cupy as cp
+                ptr = cp.cuda.runtime.ipcOpenMemHandle(got)
+                src = cp.ndarray((n,), dtype=cp.uint8,
+                                 memptr=cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(ptr, n, None), 0))
+                dst = cp.empty(n, dtype=cp.uint8)
+                seconds = timed(lambda: dst.__setitem__(Ellipsis, src), cp.cuda.Device().synchronize, 9)
+                ok = bool((dst == 7).all())
+                del src
+                cp.cuda.runtime.ipcCloseMemHandle(ptr)
+            done.set()
+            owner.join(60)
+            if not ok:
+                raise RuntimeError("the bytes came over wrong")
+            row(f"ipc {framework}: another process's GPU buffer", n, seconds)
+        except Exception as e:
+            print(f"# ipc {framework}: not measured ({type(e).__name__}: {e})")
+    print("# ipc JAX: not measured (JAX shares no memory across processes)")
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--ipc":
+        bench_ipc(parse_size(sys.argv[2]))
+        return
     sizes = [4096, 256 << 20]
     if len(sys.argv) > 2 and sys.argv[1] == "--sizes":
         sizes = [parse_size(s) for s in sys.argv[2].split(",")]

@@ -320,7 +320,8 @@ describe("remote devices #remote", function()
     if not (cuda and cuda.available) then return pending("no CUDA device here") end
     local server = start_server({ name = "nodeR" })
     local p = connect(server.url, { timeout = 30 })
-    local r = p.devices[1]
+    local r
+    for _, d in ipairs(p.devices) do if d.name:match("/cuda:0$") then r = d end end
     if p.memory.here[2] ~= "cuda" then
       local e = h.raises("unsupported", xfer.plan, xfer.zeros({ 4 }, { device = "cuda:0" }), r, { via = "direct" })
       assert.is_truthy(e.message:find("reports no CUDA memory (a CUDA-enabled build does: XFER_UCX_LIBRARY)", 1, true), e.message)
@@ -331,13 +332,19 @@ describe("remote devices #remote", function()
     local saved = xfer.config()
     local ok, why = pcall(function()
       -- small requests, several in flight: a move is many direct requests, the last one short
-      xfer.config({ remote_chunk = 64 * 1024, remote_depth = 3 })
+      xfer.config({ remote_device_chunk = 64 * 1024, remote_depth = 3 })
       for _, n in ipairs({ 1, 4099, 1024 * 1024 + 7 }) do
         local bytes = h.random_bytes(n)
         local src = xfer.tensor(bytes, { dtype = "u8", device = "cuda:0" })
         for _, r in ipairs(p.devices) do
           local what = ("%d bytes cuda:0 <-> %s"):format(n, r.name)
           local plan = xfer.plan(src, r)
+          if not r.name:match("/cuda:%d+$") then -- the others' memory is staged there: so here too
+            assert.are_not.equal("direct", plan.path, what)
+            local e = h.raises("unsupported", xfer.plan, src, r, { via = "direct" })
+            assert.are.equal(("direct moves between CUDA memory at both ends; %s is not CUDA's"):format(r.name), e.message)
+            goto next_device
+          end
           assert.are.equal("direct", plan.path, what)
           assert.are.equal(("%s's transport moves cuda:0's memory in place: no host staging on this side")
                            :format(r.name), plan.reason)
@@ -357,24 +364,25 @@ describe("remote devices #remote", function()
           assert.are.equal(bytes, src:to_async(r):wait():to("cuda:0", { via = "direct" }):tobytes(), what .. " (to_async)")
           -- staged still there, forced: the same bytes
           assert.are.equal(bytes, src:to(r, { via = "staged" }):to("cuda:0", { via = "staged" }):tobytes(), what .. " (staged)")
+          ::next_device::
         end
       end
       -- a failure on the way is a value: an injected write fault keeps the peer, and the
       -- fallback policy moves on to the next path
       xfer.faults.inject({ runtime = "remote", op = "write", nth = 1 })
       local src = xfer.arange(1000, { dtype = "f32", device = "cuda:0" })
-      local e = h.raises("write", src.to, src, p.devices[1])
+      local e = h.raises("write", src.to, src, r)
       assert.are.equal("cuda:0", e.from)
-      assert.are.equal(p.devices[1].name, e.to)
+      assert.are.equal(r.name, e.to)
       assert.is_false(p.lost)
       xfer.faults.inject({ runtime = "remote", op = "read", nth = 1 })
-      local moved, attempts = xfer.transfer(src:to(p.devices[1]), "cuda:0", { fallback = { "direct", "staged" }, log = false })
+      local moved, attempts = xfer.transfer(src:to(r), "cuda:0", { fallback = { "direct", "staged" }, log = false })
       assert.are.equal(1, #attempts)
       assert.are.equal("direct", attempts[1].path)
       assert.are.same(xfer.arange(1000, { dtype = "f32" }):totable(), moved:totable())
     end)
     xfer.faults.clear()
-    xfer.config({ remote_chunk = saved.remote_chunk, remote_depth = saved.remote_depth })
+    xfer.config({ remote_device_chunk = saved.remote_device_chunk, remote_depth = saved.remote_depth })
     assert(ok, why)
   end)
 
@@ -708,6 +716,8 @@ describe("remote devices #remote", function()
         "remote_depth must be 1 to 4, not 0" },
       { "config: a remote_depth of 5", function() xfer.config({ remote_depth = 5 }) end,
         "remote_depth must be 1 to 4, not 5" },
+      { "config: a remote_device_chunk of 4095", function() xfer.config({ remote_device_chunk = 4095 }) end,
+        "remote_device_chunk must be 4096 to 67108864 bytes, not 4095" },
     })
   end)
 end)

@@ -751,6 +751,7 @@ void xfer_mem_config_init(xfer_ctx *ctx)
   ** its devices (the server's device writes pipelined finer); on a 2-core VM 10-15% faster */
   ctx->config.remote_depth = 4;
   ctx->config.remote_chunk = (size_t)4 << 20;
+  ctx->config.remote_device_chunk = (size_t)64 << 20;
 }
 
 void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
@@ -763,6 +764,7 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->remote_timeout = ctx->config.remote_timeout;
   out->remote_chunk = __atomic_load_n(&ctx->config.remote_chunk, __ATOMIC_RELAXED);
   out->remote_depth = __atomic_load_n(&ctx->config.remote_depth, __ATOMIC_RELAXED);
+  out->remote_device_chunk = __atomic_load_n(&ctx->config.remote_device_chunk, __ATOMIC_RELAXED);
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
@@ -787,11 +789,16 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
   if (config->remote_chunk < 4096 || config->remote_chunk > ((size_t)64 << 20))
     return xfer_err_set(err, XFER_E_INVALID, "config",
                         "remote_chunk must be 4096 to 67108864 bytes, not %zu", config->remote_chunk);
+  if (config->remote_device_chunk < 4096 || config->remote_device_chunk > ((size_t)64 << 20))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "remote_device_chunk must be 4096 to 67108864 bytes, not %zu",
+                        config->remote_device_chunk);
   if (config->remote_depth < 1 || config->remote_depth > 4)
     return xfer_err_set(err, XFER_E_INVALID, "config", "remote_depth must be 1 to 4, not %d",
                         config->remote_depth);
   __atomic_store_n(&ctx->config.remote_chunk, config->remote_chunk, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.remote_depth, config->remote_depth, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->config.remote_device_chunk, config->remote_device_chunk, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.setaside_after, config->setaside_after, __ATOMIC_RELAXED);
   ctx->config.remote_timeout = config->remote_timeout; /* read when a peer connects */
   __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);

@@ -279,7 +279,7 @@ static int l_config(lua_State *L)
 {
   static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
                                      "setaside_after", "remote_timeout", "remote_chunk", "remote_depth",
-                                     NULL};
+                                     "remote_device_chunk", NULL};
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
@@ -311,7 +311,9 @@ static int l_config(lua_State *L)
     if (!lua_isnil(L, -1)) cfg.remote_chunk = (size_t)config_number(L, "remote_chunk");
     lua_getfield(L, 1, "remote_depth");
     if (!lua_isnil(L, -1)) cfg.remote_depth = config_int(L, "remote_depth", 1000000);
-    lua_pop(L, 8);
+    lua_getfield(L, 1, "remote_device_chunk");
+    if (!lua_isnil(L, -1)) cfg.remote_device_chunk = (size_t)config_number(L, "remote_device_chunk");
+    lua_pop(L, 9);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
@@ -332,6 +334,8 @@ static int l_config(lua_State *L)
   lua_setfield(L, -2, "remote_chunk");
   lua_pushinteger(L, cfg.remote_depth);
   lua_setfield(L, -2, "remote_depth");
+  lua_pushnumber(L, (lua_Number)cfg.remote_device_chunk);
+  lua_setfield(L, -2, "remote_device_chunk");
   return 1;
 }
 

@@ -48,7 +48,8 @@ struct xfer_peer {
   int lost;                       /* given up: devices lost, endpoint closed */
   char name[WIRE_NAME_MAX + 1];
   char url[256];
-  int server_cuda_memory;         /* the server's UCX moves its CUDA memory in place */
+  int server_cuda_memory;         /* the server moves its CUDA memory to UCX in place */
+  int direct_cuda;                /* so does this side (xfer_ucx_ep_moves_cuda) */
   uint64_t generation;
   uint64_t next_request;
   double timeout;                 /* seconds each request may take */
@@ -77,6 +78,7 @@ static pthread_mutex_t listing = PTHREAD_MUTEX_INITIALIZER;
 typedef struct remote_dev {
   xfer_peer *peer;
   uint32_t index;                 /* the device's index on its server */
+  int cuda;                       /* its memory is CUDA's (moved in place there, if at all) */
 } remote_dev;
 
 static xfer_peer *peer_of(const xfer_device *dev) { return ((remote_dev *)dev->impl)->peer; }
@@ -286,6 +288,7 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   prm.flags = UCP_AM_SEND_FLAG_REPLY;
   if (len && host) xfer_ucx_request_memh(&prm, xfer_ucx_memh(&p->node, payload, len));
   if (len) xfer_ucx_request_kind(&prm, kind);
+  if (len && !host) w->header.flags |= WIRE_FLAG_DEVICE;
   void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &w->header, sizeof w->header, payload,
                                          len, &prm);
   if (UCS_PTR_IS_ERR(r)) {
@@ -448,7 +451,8 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
   size_t posted = 0, awaited = 0; /* requests, in order: slot = number % depth */
   xfer_config cfg;
   xfer_config_get(p->ctx, &cfg);
-  size_t chunk = cfg.remote_chunk < WIRE_CHUNK ? cfg.remote_chunk : (size_t)WIRE_CHUNK;
+  size_t asked = kind == XFER_MEMORY_HOST ? cfg.remote_chunk : cfg.remote_device_chunk;
+  size_t chunk = asked < WIRE_CHUNK ? asked : (size_t)WIRE_CHUNK;
   size_t depth = cfg.remote_depth >= 1 && cfg.remote_depth <= PIPELINE ? (size_t)cfg.remote_depth : 2;
   pthread_mutex_lock(&p->lock);
   for (size_t done = 0; done < n || awaited < posted;) {
@@ -499,11 +503,26 @@ static int remote_direct_joins(const xfer_device *dev, const xfer_device *other,
                                size_t cap)
 {
   const xfer_peer *p = peer_of(dev);
-  if (other->rt->backend->memory_kind == XFER_MEMORY_CUDA && p->node.cuda_memory) return 1;
-  if (why)
-    snprintf(why, cap, "direct needs a UCX that moves %s's memory in place; the one %s uses %s",
-             other->name, p->name, !xfer_env_flag("XFER_UCX_CUDA") ? "is told not to (XFER_UCX_CUDA=0)"
-             : "reports no CUDA memory (a CUDA-enabled build does: XFER_UCX_LIBRARY)");
+  const remote_dev *rd = dev->impl;
+  int cuda_here = other->rt->backend->memory_kind == XFER_MEMORY_CUDA;
+  if (cuda_here && p->direct_cuda && p->server_cuda_memory && rd->cuda) return 1;
+  if (!why) return 0;
+  if (!cuda_here)
+    snprintf(why, cap, "direct moves CUDA memory; %s's is not", other->name);
+  else if (!xfer_env_flag("XFER_UCX_CUDA"))
+    snprintf(why, cap, "direct is turned off (XFER_UCX_CUDA=0)");
+  else if (!p->node.cuda_memory)
+    snprintf(why, cap, "direct needs a UCX that moves %s's memory in place; the one %s uses reports "
+             "no CUDA memory (a CUDA-enabled build does: XFER_UCX_LIBRARY)", other->name, p->name);
+  else if (!p->direct_cuda)
+    snprintf(why, cap, "direct needs a lane that moves CUDA memory in place to %s (cuda_ipc: one "
+             "machine), or XFER_UCX_CUDA=1 for any (GPUDirect RDMA); UCX's own pipeline through host "
+             "memory is slower than staging", p->name);
+  else if (!rd->cuda)
+    snprintf(why, cap, "direct moves between CUDA memory at both ends; %s is not CUDA's", dev->name);
+  else
+    snprintf(why, cap, "direct needs %s to move its CUDA memory in place too, and it does not "
+             "(its UCX, or its XFER_UCX_CUDA)", p->name);
   return 0;
 }
 
@@ -625,8 +644,9 @@ static size_t retire_one(xfer_runtime *rt)
   return SIZE_MAX;
 }
 
-/* WELCOME's text: "name \t memory\n" (memory: what its UCX moves in place, "host" or
-** "host cuda"), then a line per device, "name \t label \t total \t max_alloc \t uuid" */
+/* WELCOME's text: "name \t memory\n" (memory: what the server moves to UCX in place for this
+** client, "host" or "host cuda"), then a line per device, "name \t label \t total \t
+** max_alloc \t uuid \t memory" (memory: "cuda" or "none", what its buffers are for UCX) */
 static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
 {
   char *save = NULL;
@@ -645,10 +665,10 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
                           "already (close it first, or name the server otherwise: --name)", p->name);
   uint32_t index = 0;
   while ((line = strtok_r(NULL, "\n", &save)) && index < WIRE_MAX_DEVICES) {
-    char *f[5], *s2 = NULL;
+    char *f[6], *s2 = NULL;
     int n = 0;
-    for (char *tok = strtok_r(line, "\t", &s2); tok && n < 5; tok = strtok_r(NULL, "\t", &s2)) f[n++] = tok;
-    if (n != 5 || strlen(f[0]) > 14) {
+    for (char *tok = strtok_r(line, "\t", &s2); tok && n < 6; tok = strtok_r(NULL, "\t", &s2)) f[n++] = tok;
+    if (n != 6 || strlen(f[0]) > 14) {
       return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s listed a device badly", p->url);
     }
     size_t slot = retire_one(rt);
@@ -666,6 +686,7 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
     if (slot == SIZE_MAX) rt->ndevices++;
     rd->peer = p;
     rd->index = index++;
+    rd->cuda = !strcmp(f[5], "cuda");
     dev->impl = rd;
     dev->remote = 1;
     snprintf(dev->name, sizeof dev->name, "%s/%s", p->name, f[0]);
@@ -744,6 +765,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
       rc = xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s answered HELLO with no welcome", url);
     if (!rc) {
       p->generation = p->answer.handle;
+      p->direct_cuda = xfer_ucx_ep_moves_cuda(&p->node, p->ep); /* its lanes are up now */
       pthread_mutex_lock(&listing); /* two connects at once: one edits the list at a time */
       rc = add_devices(p, rt, err);
       pthread_mutex_unlock(&listing);
@@ -779,7 +801,7 @@ void xfer_peer_registered(const xfer_peer *p, xfer_registered *out)
 
 void xfer_peer_memory(const xfer_peer *p, char *here, char *there, size_t cap)
 {
-  snprintf(here, cap, "%s", p->node.cuda_memory ? "host cuda" : "host");
+  snprintf(here, cap, "%s", p->direct_cuda ? "host cuda" : "host");
   snprintf(there, cap, "%s", p->server_cuda_memory ? "host cuda" : "host");
 }
 

@@ -28,6 +28,7 @@ typedef struct buffer_entry {
 typedef struct conn {
   ucp_ep_h ep;
   int authorized, broken, closing;
+  int cuda;                          /* its CUDA memory goes to UCX in place (xfer_ucx_ep_moves_cuda) */
   double closing_since;              /* refused: dropped when it goes, or after a while */
   uint64_t id;
   buffer_entry *buffers;
@@ -222,7 +223,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     char *host = b ? xfer_tensor_host_data(b->t) : NULL;
     if (b && h.offset + len <= xfer_tensor_nbytes(b->t)) {
       if (host) direct = host + h.offset;
-      else if (l->node.cuda_memory && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
+      else if (c->cuda && (h.flags & WIRE_FLAG_DEVICE) && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
                !xfer_tensor_device_memory(b->t, h.offset, &device, NULL))
         direct = device.address;
     }
@@ -387,13 +388,14 @@ static void hello(xfer_listener *l, conn *c, const message *m)
     return;
   }
   c->authorized = 1;
+  c->cuda = xfer_ucx_ep_moves_cuda(&l->node, c->ep); /* its lanes are up now */
   char *text = malloc(WIRE_MAX_TEXT);
   if (!text) {
     c->broken = 1;
     return;
   }
   size_t n = (size_t)snprintf(text, WIRE_MAX_TEXT, "%s\t%s\n", l->name,
-                              l->node.cuda_memory ? "host cuda" : "host");
+                              c->cuda ? "host cuda" : "host");
   xfer_device *devs[WIRE_MAX_DEVICES];
   size_t count = served_devices(l, devs, WIRE_MAX_DEVICES);
   for (size_t i = 0; i < count && n < WIRE_MAX_TEXT; i++) {
@@ -405,9 +407,10 @@ static void hello(xfer_listener *l, conn *c, const message *m)
     snprintf(label, sizeof label, "%s", info.label);
     for (char *ch = label; *ch; ch++)
       if (*ch == '\t' || *ch == '\n') *ch = ' ';
-    n += (size_t)snprintf(text + n, WIRE_MAX_TEXT - n, "%s\t%s\t%llu\t%llu\t%s\n", info.name, label,
-                          (unsigned long long)info.total_memory, (unsigned long long)info.max_alloc,
-                          uuid);
+    n += (size_t)snprintf(text + n, WIRE_MAX_TEXT - n, "%s\t%s\t%llu\t%llu\t%s\t%s\n", info.name,
+                          label, (unsigned long long)info.total_memory,
+                          (unsigned long long)info.max_alloc, uuid,
+                          devs[i]->rt->backend->memory_kind == XFER_MEMORY_CUDA ? "cuda" : "none");
   }
   wire_header h = wire_make(WIRE_WELCOME, m->h.request);
   h.handle = l->generation;
@@ -567,7 +570,7 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
     return;
   }
   xfer_memory device; /* so is device memory UCX reads in place */
-  if (m->h.length && l->node.cuda_memory && !xfer_tensor_device_memory(v, 0, &device, NULL)) {
+  if (m->h.length && c->cuda && !xfer_tensor_device_memory(v, 0, &device, NULL)) {
     wire_header h = wire_make(WIRE_DATA, m->h.request);
     reply_from(l, c, h, device.address, m->h.length, v, device.kind, m->h.flags);
     return;

@@ -422,6 +422,15 @@ static int lane_line(const char *line, char *out, size_t cap)
   return 1;
 }
 
+int xfer_ucx_ep_moves_cuda(const ucx_node *node, ucp_ep_h ep)
+{
+  if (!node->cuda_memory || !ep) return 0;
+  if (xfer_env_flag("XFER_UCX_CUDA") == 1) return 1;
+  char lanes[2048];
+  xfer_ucx_ep_lanes(node->api, ep, lanes, sizeof lanes);
+  return strstr(lanes, "cuda_ipc/") != NULL;
+}
+
 size_t xfer_ucx_ep_lanes(const ucx_api *api, ucp_ep_h ep, char *out, size_t cap)
 {
   if (cap) out[0] = '\0';

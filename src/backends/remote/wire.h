@@ -55,6 +55,9 @@ typedef struct wire_header {
 /* READ: send the DATA by rendezvous, whatever its size -- the client receives it into device
 ** memory, which UCX writes only by rendezvous (an eager message lands in host memory) */
 #define WIRE_FLAG_RNDV 1u
+/* WRITE: the payload is device memory (UCX moves it in place): the server may receive it
+** into device memory in place too -- from host memory that is UCX's slow pipeline */
+#define WIRE_FLAG_DEVICE 2u
 
 static inline wire_header wire_make(wire_type type, uint64_t request)
 {
@@ -86,7 +89,7 @@ static inline const char *wire_check(const void *header, size_t header_len, size
   }
   if (header_len != sizeof *out) return "a header of the wrong size";
   if (out->type < WIRE_HELLO || out->type >= WIRE__LAST) return "an unknown message type";
-  if (out->flags & ~WIRE_FLAG_RNDV) return "unknown flags";
+  if (out->flags & ~(WIRE_FLAG_RNDV | WIRE_FLAG_DEVICE)) return "unknown flags";
   switch (out->type) {
   case WIRE_HELLO:
   case WIRE_WELCOME:
