@@ -560,6 +560,20 @@ if wanted.remote then
         anchors[name] = tonumber(gbps)
       end
       for line in py:gmatch("# ipc [^\n]*") do say(line) end
+      -- and ucx_perftest of the UCX xferlua loads (XFER_UCX_LIBRARY's, beside it in ../bin),
+      -- CUDA memory at both ends, peer error handling on (-e) as xferlua's endpoints have it
+      local lib = os.getenv("XFER_UCX_LIBRARY")
+      local libdir = lib and lib:match("^(.*)/[^/]*$")
+      local perf_bin = libdir and libdir .. "/../bin/ucx_perftest" or "ucx_perftest"
+      local perf_env = libdir and ("env -u UCX_TLS LD_LIBRARY_PATH=%s"):format(libdir) or "env -u UCX_TLS"
+      for _ = 1, 3 do
+        local pport = 20000 + math.random(0, 30000)
+        run(("%s timeout 120 %s -p %d -e >/dev/null 2>&1 &"):format(perf_env, perf_bin, pport))
+        os.execute("sleep 1")
+        local out = run(("%s timeout 120 %s 127.0.0.1 -p %d -e -t ucp_am_bw -m cuda,cuda -s %d -n 20"):format(perf_env, perf_bin, pport, n))
+        local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
+        if mbs then anchors.perftest = mbs * 1048576 / 1e9 break end
+      end
       local log = os.tmpname()
       local pid = tonumber(run(("env -u UCX_TLS timeout 300 %s --serve ucx://127.0.0.1:0 --name benchc >%s 2>&1 & echo $!"):format(self, log)))
       local url
@@ -571,7 +585,8 @@ if wanted.remote then
         if url then break end
         os.execute("sleep 0.05")
       end
-      local crows = { { "move", "size", "path", "xferlua GB/s", "PyTorch IPC GB/s", "CuPy IPC GB/s", "xferlua / CuPy" } }
+      local crows = { { "move", "size", "path", "xferlua GB/s", "ucx_perftest -e cuda GB/s", "PyTorch IPC GB/s",
+                        "CuPy IPC GB/s", "xferlua / perftest", "xferlua / CuPy" } }
       if url then
         ffi.C.unsetenv("UCX_TLS")
         local peer = xfer.connect(url, { timeout = 60 })
@@ -591,8 +606,9 @@ if wanted.remote then
               for _, m in ipairs({ { "cuda:0 -> " .. dev.name, to_s }, { dev.name .. " -> cuda:0", back_s } }) do
                 local gbps = n / m[2] / 1e9
                 local function a(v) return v and ("%.1f"):format(v) or "not run" end
-                crows[#crows + 1] = { m[1], bench.format_size(n), path, ("%.2f"):format(gbps), a(anchors.PyTorch),
-                                      a(anchors.CuPy), anchors.CuPy and ("%.2fx"):format(gbps / anchors.CuPy) or "-" }
+                local function ratio(v) return v and ("%.2fx"):format(gbps / v) or "-" end
+                crows[#crows + 1] = { m[1], bench.format_size(n), path, ("%.2f"):format(gbps), a(anchors.perftest),
+                                      a(anchors.PyTorch), a(anchors.CuPy), ratio(anchors.perftest), ratio(anchors.CuPy) }
               end
             end
             there:free()
@@ -600,7 +616,7 @@ if wanted.remote then
         end
         peer:close()
       else
-        crows[#crows + 1] = { "no server came up", "", "", "", "", "", "" }
+        crows[#crows + 1] = { "no server came up", "", "", "", "", "", "", "", "" }
       end
       os.execute("kill " .. tostring(pid) .. " 2>/dev/null; pkill -P " .. tostring(pid) .. " 2>/dev/null")
       os.remove(log)
