@@ -69,6 +69,8 @@ static void print_usage(FILE *out)
           "  XFER_CACHE=0       no caching allocator: every allocation and free reaches the driver\n"
           "  XFER_SHARED_MEMORY=0  OpenCL tensors in OpenCL's own memory, not CUDA's\n"          "  XFER_HUGE_PAGES=0  host blocks in 4 KiB pages, not transparent huge pages\n"
           "  XFER_UCX_REGISTER=0  no host memory registered with UCX (ucp_mem_map)\n"
+          "  XFER_UCX_CUDA=0|1  CUDA memory to UCX in place (the direct path): never, or over\n"
+          "                     any lane (unset: over cuda_ipc lanes, where UCX has CUDA)\n"
           "  XFER_FAIL_AT=k     fail the k-th fallible driver call (torture)\n"
           "  XFER_PLAN_CACHE=file  the planner's measured figures (default\n"
           "                     ~/.cache/xferlua/plan-cache.tsv; off: none)\n"
