@@ -35,6 +35,10 @@ if not url then error("the server did not come up: " .. server_says(), 0) end
 local peer = xfer.connect(url, { timeout = 2 })
 print(("connected to %s: %d devices"):format(peer.name, #peer.devices))
 print("over " .. table.concat(peer.transports, "; ")) -- the lanes UCX chose
+-- what UCX moves in place on each side ("host cuda" with a CUDA-enabled UCX over cuda_ipc: the
+-- direct path, cuda:0 -> nodeB/cuda:0 with no host memory between)
+print(("memory moved in place: here %s, there %s"):format(table.concat(peer.memory.here, " "),
+                                                        table.concat(peer.memory.there, " ")))
 local t = xfer.arange(1000000, { dtype = "f32" })
 for _, dev in ipairs(peer.devices) do
   local there = t:to(dev)

@@ -80,7 +80,7 @@ static inline const char *wire_check(const void *header, size_t header_len, size
   /* magic, version and request lead every version's header: another version is told apart
   ** (and can be answered) whatever the size of its header */
   memset(out, 0, sizeof *out);
-  memcpy(out, header, header_len < sizeof *out ? header_len : sizeof *out);
+  if (header_len) memcpy(out, header, header_len < sizeof *out ? header_len : sizeof *out);
   if (header_len < offsetof(wire_header, handle) || out->magic != WIRE_MAGIC)
     return "not an xferlua message";
   if (out->version != WIRE_VERSION) {
