@@ -4,11 +4,13 @@
 -- A failed remote call loses the peer or fails that move; the run stops using the peer at
 -- its first error, and closes it (what a script does), so one failed call surfaces once.
 -- Requests of 16 KiB (xfer.config remote_chunk): each move is five, two in flight at a time,
--- so a failure meets a request with another on its way.
+-- so a failure meets a request with another on its way. Where UCX moves CUDA memory in place
+-- (a CUDA-enabled UCX, cuda_ipc), CUDA memory to the server's CUDA device and back too: the
+-- direct path, in requests of 16 KiB (remote_device_chunk).
 local xfer = require "xfer"
 
 local server -- {url, pid}: one for the whole scenario
-local saved_chunk -- the setting before the scenario changed it
+local saved_chunk, saved_device_chunk -- the settings before the scenario changed them
 local function start()
   if server then return server end
   local log = os.tmpname()
@@ -41,7 +43,8 @@ return {
   run = function(T)
     local s = start()
     saved_chunk = saved_chunk or xfer.config().remote_chunk
-    xfer.config({ remote_chunk = 16384 })
+    saved_device_chunk = saved_device_chunk or xfer.config().remote_device_chunk
+    xfer.config({ remote_chunk = 16384, remote_device_chunk = 16384 })
     -- connect has no device to blame yet: its failure is checked here -- an injected one,
     -- told as the peer's loss, a timeout, or (the first message lost) unreachable
     local ok, peer = pcall(xfer.connect, s.url, { timeout = 10 })
@@ -76,6 +79,25 @@ return {
         if failed() then return done() end
       end
     end
+    -- CUDA memory to the server's CUDA devices and back: the direct path where UCX moves it
+    for _, dev in ipairs(T.devices) do
+      if dev.runtime == "cuda" then
+        for _, r in ipairs(there) do
+          if r.device.name:match("/cuda:%d+$") then -- (direct, or staged where UCX cannot)
+            local put, c = T.move(T.host, dev, "to " .. dev.name, src.to, src, dev)
+            if not put then return done() end
+            local moved, d = T.move(dev, r.device, "cuda to " .. r.device.name, c.to, c, r.device)
+            if not moved then return done() end
+            T.expect(bytes, d, dev.name .. " -> " .. r.device.name)
+            if failed() then return done() end
+            local back_ok, e = T.move(r.device, dev, "cuda back to " .. dev.name, d.to, d, dev)
+            if not back_ok then return done() end
+            T.expect(bytes, e, r.device.name .. " -> " .. dev.name)
+            if failed() then return done() end
+          end
+        end
+      end
+    end
     -- between two of the server's devices (there), and into a remote tensor made first
     if #there >= 2 then
       local a, b = there[1], there[#there]
@@ -93,7 +115,7 @@ return {
     done()
   end,
   finish = function()
-    if saved_chunk then xfer.config({ remote_chunk = saved_chunk }) end
+    if saved_chunk then xfer.config({ remote_chunk = saved_chunk, remote_device_chunk = saved_device_chunk }) end
     if server then os.execute("kill " .. server.pid .. " 2>/dev/null; pkill -P " .. server.pid .. " 2>/dev/null") end
     if server then os.remove(server.log) end
   end,
