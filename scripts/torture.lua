@@ -239,10 +239,16 @@ for _, file in ipairs(files) do
     if #list > 0 and list.context then io.write(("%s: call %s: (%s)\n"):format(name, tostring(k), list.context)) end
   end
   -- a warm-up run: drivers open device nodes on first use and keep them for the process
-  -- (NVIDIA's /dev/nvidiaN, a second one per GPU); that is no leak, anything else is
+  -- (NVIDIA's /dev/nvidiaN, a second one per GPU), and one eventfd (seen with UCX 1.22 the
+  -- first time it moved CUDA memory over cuda_ipc: one for the process, none in the hundreds
+  -- of runs after it); that is no leak, anything else is -- and every later run is checked
+  -- for every fd
   local warm = {}
   for _, p in ipairs((one_run(scenario, 0))) do
-    if not p:find("^leaked: an fd opened and not closed: %d+ %-> /dev/") then warm[#warm + 1] = p end
+    if not (p:find("^leaked: an fd opened and not closed: %d+ %-> /dev/") or
+            p:find("^leaked: an fd opened and not closed: %d+ %-> anon_inode:%[eventfd%]$")) then
+      warm[#warm + 1] = p
+    end
   end
   report("0 (warm-up)", warm)
   -- the counting run, which must itself leave nothing behind
