@@ -97,11 +97,11 @@ static const char *inapplicable(xfer_path path, const xfer_device *src, const xf
     const xfer_device *far = src->remote ? src : dst, *near = src->remote ? dst : src;
     if (xfer_be_memory_kind(near) == XFER_MEMORY_HOST)
       return refuse(why, cap, "direct lends device memory to the transport in place, and %s has "
-                    "none it lends (CUDA's only; host memory takes the host path, one copy)",
-                    near->name);
-    if (!xfer_be_direct_joins(far, near, why, cap))
-      return why ? why : "";
-    return NULL;
+                    "none it lends (CUDA's only; %s)", near->name, xfer_is_host(near)
+                    ? "host memory takes the host path, one copy" : "its moves are staged");
+    /* the transport says why not where it can; this, where it cannot */
+    refuse(why, cap, "%s's runtime moves no device memory in place", far->name);
+    return xfer_be_direct_joins(far, near, why, cap) ? NULL : why ? why : "";
   }
   case XFER_PATH_STAGED:
     if (xfer_is_host(src) || xfer_is_host(dst))
