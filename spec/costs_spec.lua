@@ -209,8 +209,10 @@ describe("the planner's costs", function()
       xfer.set_cost("host", "host", "host", 1e-6, 1e10)
       local e = h.raises("invalid", xfer.save_costs, "/proc/no/such/dir/plan.tsv")
       assert.is_truthy(e.message:find("^save_costs: cannot write /proc/no/such/dir/plan.tsv"), e.message)
-      e = h.raises("invalid", xfer.save_costs) -- scripts/test runs the specs with XFER_PLAN_CACHE=off
+      -- scripts/test runs the specs with XFER_PLAN_CACHE=off; run otherwise, save_costs() would
+      -- write the user's own plan cache, which a spec leaves alone
       if os.getenv("XFER_PLAN_CACHE") == "off" then
+        e = h.raises("invalid", xfer.save_costs)
         assert.are.equal("save_costs: no plan cache to write: XFER_PLAN_CACHE is off", e.message)
       end
     end)
