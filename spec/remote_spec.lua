@@ -256,7 +256,8 @@ describe("remote devices #remote", function()
     local e = h.raises("timeout", r.tobytes, r)
     local took = xfer.clock() - t0
     os.execute("kill -CONT " .. server.pid)
-    assert.is_true(took >= 0.9 and took < 3, ("took %.2f s"):format(took))
+    -- at the deadline: the endpoint closed by force at once, not waited on (it took up to 2 s more)
+    assert.is_true(took >= 0.9 and took < 1.5, ("took %.2f s"):format(took))
     assert.is_truthy(e.message:find("nodeS answered nothing within 1 s", 1, true), e.message)
     -- the peer is lost now: its tensors say so at once
     local e2 = h.raises("peer_lost", r.tobytes, r)
@@ -654,7 +655,7 @@ describe("remote devices #remote", function()
       local t0 = xfer.clock()
       local e = h.raises("timeout", job.wait, job)
       local took = xfer.clock() - t0
-      assert.is_true(took < 3.0, ("took %.2f s"):format(took))
+      assert.is_true(took < 2.5, ("took %.2f s"):format(took)) -- the 2 s deadline (it once took 3.00)
       assert.is_truthy(e.message:find("nodeP answered nothing within 2 s", 1, true), e.message)
       assert.is_true(p.lost)
       p:close()

@@ -102,7 +102,9 @@ static void lose(xfer_peer *p, const char *why)
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
     void *r = p->node.api->ucp_ep_close_nbx(p->ep, &prm);
-    xfer_ucx_wait(&p->node, r, xfer_now() + 1.0, XFER_E_PEER_LOST, "close", "closing", NULL);
+    /* forced: it ends at once, as a rule; one that does not is let go of (its failure is
+    ** being raised, and should not wait on it) */
+    xfer_ucx_wait(&p->node, r, xfer_now() + 0.25, XFER_E_PEER_LOST, "close", "closing", NULL);
     p->ep = NULL;
   }
 }
@@ -322,6 +324,14 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
                         p->timeout);
       break;
     }
+  }
+  /* a peer given up on is closed first: the forced close ends the requests still on their
+  ** way to it (a rendezvous send to a partitioned peer cannot be cancelled), so that settling
+  ** them below takes no time, and the timeout surfaces at the deadline */
+  if (rc == XFER_E_TIMEOUT) {
+    char why[96];
+    snprintf(why, sizeof why, "%s did not answer in time", p->name);
+    lose(p, why);
   }
   ucs_status_t sent = settle_request(p, &w->sending);
   int received = settle_request(p, &w->receiving) == UCS_OK; /* the answer's payload landed */

@@ -301,8 +301,9 @@ void xfer_ucx_abandon(ucx_node *node, void *request)
   const ucx_api *api = node->api;
   api->ucp_request_cancel(node->worker, request);
   /* a cancelled request ends at once, as a rule; one that does not (an endpoint's close to
-  ** a stopped peer) is let go of after a second: freed, it ends when UCX is done with it */
-  double until = xfer_now() + 1.0;
+  ** a stopped peer, a send UCX cannot cancel) is let go of after a quarter of a second:
+  ** freed, it ends when UCX is done with it (a failure waiting on it would come late) */
+  double until = xfer_now() + 0.25;
   while (api->ucp_request_check_status(request) == UCS_INPROGRESS && xfer_now() < until)
     if (!api->ucp_worker_progress(node->worker)) idle();
   api->ucp_request_free(request);

@@ -112,7 +112,7 @@ typedef struct ucx_idler {
 } ucx_idler;
 void xfer_ucx_idle(ucx_node *node, ucx_idler *idler, unsigned progressed, double until);
 
-/* Cancels a request and lets it go (waiting a second at most for it to end). */
+/* Cancels a request and lets it go (waiting a quarter of a second at most for it to end). */
 void xfer_ucx_abandon(ucx_node *node, void *request);
 
 /* The error for a UCX status: code, op, native = status, native_name = its string. */
