@@ -506,14 +506,19 @@ static xfer_code remote_read(xfer_device *dev, void *buf, size_t offset, void *d
   return move_chunks(dev, buf, offset, dst, XFER_MEMORY_HOST, n, 0, err);
 }
 
-/* The direct path: another runtime's device memory, which UCX reads and writes in place (a
-** CUDA-enabled build: cuda_ipc on one machine, GPUDirect RDMA between two, or its own
-** pipeline through host memory over tcp), to and from a remote buffer. */
+/* The direct path: another runtime's device memory, which UCX reads and writes in place, to
+** and from a remote buffer -- where both ends are CUDA memory and the connection has a lane
+** that moves it in place (cuda_ipc: one machine; any lane with XFER_UCX_CUDA=1, for GPUDirect
+** RDMA between two), decided at connect (xfer_ucx_ep_moves_cuda) on each side. */
 static int remote_direct_joins(const xfer_device *dev, const xfer_device *other, char *why,
                                size_t cap)
 {
-  const xfer_peer *p = peer_of(dev);
   const remote_dev *rd = dev->impl;
+  if (!rd) { /* retired: its peer went long ago */
+    if (why) snprintf(why, cap, "%s was lost", dev->name);
+    return 0;
+  }
+  const xfer_peer *p = rd->peer;
   int cuda_here = other->rt->backend->memory_kind == XFER_MEMORY_CUDA;
   if (cuda_here && p->direct_cuda && p->server_cuda_memory && rd->cuda) return 1;
   if (!why) return 0;
