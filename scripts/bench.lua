@@ -436,6 +436,21 @@ if wanted.remote then
     end
     local self = arg and arg[-1] or "xferlua"
     math.randomseed(os.time() + math.floor(xfer.clock() * 1e6) % 100000)
+    -- an xferlua server on loopback, started with `env` ("UCX_TLS=tcp"): its url (nil when it did
+    -- not come up), pid and log; port 0: the system picks a free port, and its line says which
+    local function serve_here(env, name)
+      local log = os.tmpname()
+      local pid = tonumber(run(("%s timeout 300 %s --serve ucx://127.0.0.1:0 --name %s >%s 2>&1 & echo $!"):format(env, self, name, log)))
+      for _ = 1, 100 do
+        local f = io.open(log)
+        local text = f and f:read("*a") or ""
+        if f then f:close() end
+        local url = text:match("serving .- on (ucx://%S+)")
+        if url then return url, pid, log end
+        os.execute("sleep 0.05")
+      end
+      return nil, pid, log
+    end
     -- ucx_perftest on the same transport, loopback: a server, then its client (MB/s: 2^20 bytes)
     local function perftest(tls, test, errors)
       local e = errors and " -e" or ""
@@ -514,18 +529,7 @@ if wanted.remote then
       rows[1][7] = "ucx_perftest am_bw GB/s (run it between the hosts)"
     end
     for _, tls in ipairs(remote_url and {} or { "tcp", "shm,tcp" }) do
-      local log = os.tmpname()
-      -- port 0: the system picks a free port, and the server's line says which
-      local pid = tonumber(run(("UCX_TLS=%s timeout 300 %s --serve ucx://127.0.0.1:0 --name bench >%s 2>&1 & echo $!"):format(tls, self, log)))
-      local url
-      for _ = 1, 100 do
-        local f = io.open(log)
-        local text = f and f:read("*a") or ""
-        if f then f:close() end
-        url = text:match("serving .- on (ucx://%S+)")
-        if url then break end
-        os.execute("sleep 0.05")
-      end
+      local url, pid, log = serve_here("UCX_TLS=" .. tls, "bench")
       if url then
         ffi.C.setenv("UCX_TLS", tls, 1) -- read when the peer's UCX context starts
         local peer = xfer.connect(url, { timeout = 60 })
@@ -574,17 +578,7 @@ if wanted.remote then
         local mbs = tonumber(out:match("Final:%s+%d+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+([%d.]+)"))
         if mbs then anchors.perftest = mbs * 1048576 / 1e9 break end
       end
-      local log = os.tmpname()
-      local pid = tonumber(run(("env -u UCX_TLS timeout 300 %s --serve ucx://127.0.0.1:0 --name benchc >%s 2>&1 & echo $!"):format(self, log)))
-      local url
-      for _ = 1, 100 do
-        local f = io.open(log)
-        local text = f and f:read("*a") or ""
-        if f then f:close() end
-        url = text:match("serving .- on (ucx://%S+)")
-        if url then break end
-        os.execute("sleep 0.05")
-      end
+      local url, pid, log = serve_here("env -u UCX_TLS", "benchc")
       local crows = { { "move", "size", "path", "xferlua GB/s", "ucx_perftest -e cuda GB/s", "PyTorch IPC GB/s",
                         "CuPy IPC GB/s", "xferlua / perftest", "xferlua / CuPy" } }
       if url then
