@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/internal.h"
+#include "../core/backend.h"
 
 /* -- The checked wrapper ---------------------------------------------------------- */
 

@@ -6,7 +6,7 @@
 #ifndef XFER_BACKEND_CALL_H
 #define XFER_BACKEND_CALL_H
 
-#include "internal.h"
+#include "util.h"
 
 static inline const xfer_backend *xfer_be(const xfer_device *dev) { return dev->rt->backend; }
 
@@ -182,6 +182,14 @@ static inline int xfer_be_direct_joins(const xfer_device *dev, const xfer_device
          xfer_be(dev)->direct_joins(dev, other, why, cap);
 }
 
+/* Whether dev's runtime has a transport that moves other devices' memory in place (the
+** remote runtime): its devices are the far end of the direct path. */
+static inline int xfer_be_has_direct(const xfer_device *dev) { return xfer_be(dev)->direct != NULL; }
+
+/* A device that shares no memory with this process (another machine's, or this very GPU served
+** back over the network): no interop, and its moves cross a network. */
+static inline int xfer_be_shares_nothing(const xfer_device *dev) { return dev->remote; }
+
 static inline xfer_code xfer_be_direct(xfer_device *dev, void *buf, size_t off,
                                        const xfer_memory *mem, size_t n, int into_buf,
                                        xfer_error *err)
@@ -199,6 +207,13 @@ static inline char *xfer_be_host_address(xfer_device *dev, void *buf, size_t off
 static inline int xfer_be_addressable(const xfer_device *dev)
 {
   return xfer_be(dev)->host_address != NULL;
+}
+
+/* The backend's handle for memory the application owns, let go of (the memory stays the
+** application's). */
+static inline void xfer_be_unwrap(xfer_device *dev, void *buf)
+{
+  if (xfer_be(dev)->unwrap) xfer_be(dev)->unwrap(dev, buf);
 }
 
 static inline xfer_code xfer_be_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *total,

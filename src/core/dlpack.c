@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_call.h"
+#include "tensor.h"
 
 typedef struct { uint32_t major, minor; } dl_version;
 typedef struct { int32_t device_type, device_id; } dl_device; /* DLDeviceType is an enum */

@@ -6,7 +6,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "util.h"
 
 void *xfer_driver_open(const char *env, const char *library, const char *what, const char **path,
                        xfer_error *err)

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "util.h"
 
 static const struct {
   const char *name;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "util.h"
 
 static const char *const code_names[] = {
 #define XFER_ERRNAME(name, lua_name, what) lua_name,

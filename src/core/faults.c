@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "faults.h"
 
 static const char *const fault_ops[] = {
   "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
@@ -123,8 +123,8 @@ void xfer_fault_clear(xfer_ctx *ctx)
 {
   pthread_mutex_lock(&ctx->lock);
   __atomic_store_n(&ctx->nfaults, 0, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&ctx->fault_epoch, 1, __ATOMIC_RELEASE); /* their failures are over */
   pthread_mutex_unlock(&ctx->lock);
-  xfer_health_forget_injected(ctx); /* the failures they caused are not the machine's */
 }
 
 size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max)
@@ -148,8 +148,8 @@ void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k)
   memset(&ctx->failed, 0, sizeof ctx->failed);
   __atomic_store_n(&ctx->fault_calls, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->fail_at, k, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&ctx->fault_epoch, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
-  xfer_health_forget_injected(ctx);
 }
 
 uint64_t xfer_fault_calls(xfer_ctx *ctx)
@@ -204,4 +204,9 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long
   __atomic_store_n(&ctx->nfaults, kept, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
   return hit;
+}
+
+uint64_t xfer_fault_epoch(const xfer_ctx *ctx)
+{
+  return __atomic_load_n(&ctx->fault_epoch, __ATOMIC_ACQUIRE);
 }

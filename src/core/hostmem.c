@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "memory.h"
 
 /* Below this, a page-aligned heap block is cheaper than a mapping of its own. */
 #define MAP_THRESHOLD ((size_t)256 * 1024)

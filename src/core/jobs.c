@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tensor.h"
 
 struct xfer_job {
   pthread_t thread;

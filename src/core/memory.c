@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend_call.h"
+#include "memory.h"
 
 #define SMALL_SIZE ((size_t)1 << 20)      /* the largest block of the small pool */
 #define SMALL_SEGMENT ((size_t)2 << 20)   /* what the small pool asks the driver for */
@@ -861,4 +862,12 @@ void xfer_gc_done(xfer_ctx *ctx)
   __atomic_store_n(&ctx->gc_debt, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->gc_baseline, __atomic_load_n(&ctx->tensor_bytes, __ATOMIC_RELAXED),
                    __ATOMIC_RELAXED);
+}
+
+void xfer_imports_release(xfer_import *imports, int *nimports)
+{
+  for (int i = 0; i < *nimports; i++) {
+    xfer_be_release_import(imports[i].dev, imports[i].buf, imports[i].handle);
+  }
+  *nimports = 0;
 }

@@ -2,13 +2,13 @@
 ** staged.c -- the staged path: a move between two devices that cannot share memory runs
 ** through a ring of host chunks, a helper thread reading chunk k+1 off the source while
 ** the calling thread writes chunk k to the target. The chunks are blocks of the host pool
-** (memory.c), sized to the move: runtimes pin or import their segments once, and moves
+** (memory.c), as many and as large as the route says: runtimes pin or import their segments once, and moves
 ** between disjoint devices run at once, each with chunks of its own.
 */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_call.h"
+#include "paths.h"
 
 #define MAX_DEPTH 16
 _Static_assert(MAX_DEPTH <= XFER_QUEUE_SLOTS / 2, "a read and a write slot for each chunk");
@@ -21,24 +21,16 @@ typedef struct xfer_staging {
   char *slot[MAX_DEPTH];
 } xfer_staging;
 
-int xfer_staged_chunks(const xfer_ctx *ctx, size_t n, size_t *chunk)
-{
-  xfer_config cfg;
-  xfer_config_get(ctx, &cfg);
-  *chunk = n < cfg.staging_chunk ? n : cfg.staging_chunk;
-  size_t chunks = *chunk ? (n + *chunk - 1) / *chunk : 1;
-  return chunks < (size_t)cfg.staging_depth ? (int)chunks : cfg.staging_depth;
-}
-
 static void staging_free(xfer_staging *st)
 {
   for (int s = 0; s < st->depth; s++) xfer_mem_free(st->block[s]);
 }
 
-static xfer_code staging_take(xfer_ctx *ctx, size_t n, xfer_staging *st, xfer_error *err)
+static xfer_code staging_take(xfer_ctx *ctx, int depth, size_t chunk, xfer_staging *st,
+                              xfer_error *err)
 {
   memset(st, 0, sizeof *st);
-  int depth = xfer_staged_chunks(ctx, n, &st->chunk);
+  st->chunk = chunk;
   xfer_device *host = xfer_host_of(ctx);
   for (st->depth = 0; st->depth < depth; st->depth++) {
     xfer_code rc = xfer_mem_alloc(host, st->chunk, &st->block[st->depth], err);
@@ -203,10 +195,12 @@ static void *reader(void *arg)
 static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor *dst,
                            xfer_error *err);
 
-xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                          xfer_error *err)
 {
   xfer_staging st;
-  xfer_code rc = staging_take(src->dev->ctx, src->nbytes, &st, err);
+  int depth = route->depth < MAX_DEPTH ? route->depth : MAX_DEPTH;
+  xfer_code rc = staging_take(src->dev->ctx, depth, route->chunk, &st, err);
   if (rc) return rc;
   if (st.depth == 1) /* one chunk: nothing to overlap, no thread to pay for */
     rc = xfer_be_read(src->dev, src->buf, src->offset, st.slot[0], src->nbytes, err);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_call.h"
+#include "tensor.h"
 
 /* Fill and compare work in host chunks of this size, never a whole-tensor copy. */
 #define CHUNK_BYTES ((size_t)1 << 20)
@@ -135,6 +135,16 @@ static void view_free(xfer_tensor *v)
   pthread_mutex_unlock(&ctx->lock);
 }
 
+/* What a wrapped tensor's free does, once: the backend's handle, the owner's release. */
+static void wrapped_release(xfer_tensor *t, void *buf)
+{
+  xfer_mem_host_external_drop(t->dev->ctx, t->external); /* the pins first: the memory goes next */
+  t->external = NULL;
+  if (buf) xfer_be_unwrap(t->dev, buf);
+  if (t->release) t->release(t->release_ud);
+  t->release = NULL;
+}
+
 xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
 {
   if (!t) return XFER_E_OK;
@@ -170,7 +180,7 @@ xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
   }
   pthread_mutex_unlock(&ctx->lock);
   if (!was_freed && t->wrapped) { /* the application's memory: its handle and release */
-    xfer_wrap_release(t, wrapped_buf);
+    wrapped_release(t, wrapped_buf);
     return XFER_E_OK;
   }
   if (was_freed || !block) return XFER_E_OK;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_call.h"
+#include "tensor.h"
 
 static const char *const kind_runtime[] = {
   [XFER_EXTERNAL_HOST] = "host", [XFER_EXTERNAL_CUDA] = "cuda",
@@ -80,13 +80,4 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
 int xfer_tensor_is_wrapped(const xfer_tensor *t)
 {
   return t && (t->wrapped || (t->base && t->base->wrapped));
-}
-
-void xfer_wrap_release(xfer_tensor *t, void *buf)
-{
-  xfer_mem_host_external_drop(t->dev->ctx, t->external); /* the pins first: the memory goes next */
-  t->external = NULL;
-  if (buf && xfer_be(t->dev)->unwrap) xfer_be(t->dev)->unwrap(t->dev, buf);
-  if (t->release) t->release(t->release_ud);
-  t->release = NULL;
 }

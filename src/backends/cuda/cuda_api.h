@@ -8,7 +8,7 @@
 
 #include <cuda.h>
 
-#include "../../core/internal.h"
+#include "../../core/backend.h"
 
 /* The API version the entry points are asked for: 12.0 signatures, which cuda.h's
 ** names (cuMemAlloc -> cuMemAlloc_v2, ...) match. */

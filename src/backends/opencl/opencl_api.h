@@ -10,7 +10,7 @@
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
 
-#include "../../core/internal.h"
+#include "../../core/backend.h"
 
 #define XFER_CL_FUNCTIONS(X)                                                        \
   X(clGetPlatformIDs) X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo)     \

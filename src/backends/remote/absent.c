@@ -2,7 +2,7 @@
 ** absent.c -- the remote runtime's entry points in a build without UCX's headers: each says
 ** so (the runtime itself is listed as unavailable, with the same reason).
 */
-#include "../../core/internal.h"
+#include "../../core/backend.h"
 
 static xfer_code absent(const char *op, xfer_error *err)
 {

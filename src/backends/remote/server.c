@@ -16,6 +16,7 @@
 
 #include "ucx_api.h"
 #include "wire.h"
+#include "../../core/tensor.h"
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
 #define MAX_QUEUED ((size_t)256 << 20) /* bytes of one client's requests waiting to be served */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <ucp/api/ucp.h>
 
-#include "../../core/internal.h"
+#include "../../core/backend.h"
 
 typedef struct ucx_api {
   void *lib, *ucs;

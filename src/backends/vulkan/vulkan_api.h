@@ -9,7 +9,7 @@
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan.h>
 
-#include "../../core/internal.h"
+#include "../../core/backend.h"
 
 /* Loader-level entry points, resolved with a NULL instance. */
 #define XFER_VK_GLOBAL(X) X(vkCreateInstance) X(vkEnumerateInstanceVersion)

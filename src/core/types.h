@@ -1,9 +1,10 @@
 /*
-** internal.h -- the core's own structures and the backend vtable.
-** Backends include this; nothing outside src/ does.
+** types.h -- the core's structures and the backend table: what every layer shares, and no
+** code. Layer 0 of docs/architecture.md: it includes nothing of the core but the public
+** xfer.h, and every core header starts from it.
 */
-#ifndef XFER_INTERNAL_H
-#define XFER_INTERNAL_H
+#ifndef XFER_TYPES_H
+#define XFER_TYPES_H
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -207,16 +208,17 @@ struct xfer_ctx {
   uint64_t fault_calls;         /* fallible driver calls since the last fail_at (atomic) */
   uint64_t fail_at;             /* that call fails (0: none) (atomic) */
   xfer_fault failed;            /* what fail_at failed: runtime, op, nth = the call (ctx->lock) */
+  uint64_t fault_epoch;         /* rules cleared or replaced so far (atomic; faults.h) */
   pthread_mutex_t lock;         /* faults, stats, busy tensors */
   pthread_cond_t idle;          /* a tensor stopped being busy, or a job ended */
   int jobs_running;             /* started moves whose threads have not ended (ctx->lock) */
-  xfer_stat *stats;
-  size_t nstats, stats_cap;
-  struct xfer_health_entry *health; /* what the planner remembers (health.c; ctx->lock) */
-  size_t nhealth, health_cap;
-  uint64_t health_decisions;    /* set-aside paths passed over (atomic) */
-  struct xfer_cost_entry *costs; /* measured figures per pair and path (costs.c; ctx->lock) */
-  size_t ncosts, costs_cap;     /* ncosts: atomic, read without the lock */
+  struct xfer_ledger_entry *ledger; /* per (from, to, path): moves, failures, costs (ledger.c;
+                                ** ctx->lock) */
+  size_t nledger, ledger_cap;
+  uint64_t failing;             /* entries with failures or set aside (atomic: a move with none
+                                ** to clear takes no lock) */
+  uint64_t costed;              /* entries with measured figures (atomic, likewise) */
+  uint64_t decisions;           /* set-aside paths passed over (atomic) */
   int trace;
   xfer_config config;
   /* The host application's reclaimer (the Lua binding's full GC): run when a driver
@@ -251,7 +253,7 @@ typedef struct xfer_import {
   void *buf, *handle;
 } xfer_import;
 
-/* -- Memory (memory.c) ------------------------------------------------------------ */
+/* -- Memory ------------------------------------------------------------------------ */
 
 /* A segment is one driver allocation; blocks are carved from it. What the memory has cost
 ** stays with the segment for as long as the driver's allocation lives: its imports into
@@ -281,32 +283,6 @@ typedef struct xfer_block {
   struct xfer_block *prev, *next; /* neighbours in the segment */
 } xfer_block;
 
-/* A block of at least nbytes (NULL for 0 bytes): from the device's cache, or from the
-** driver (emptying the cache, running the reclaimer and retrying once when it refuses). */
-xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer_error *err);
-/* Back to the cache (or to the driver, when caching is off or over the limit). */
-void xfer_mem_free(xfer_block *b);
-/* host: blocks are whole pages, so any host block can be pinned or imported in place */
-xfer_code xfer_mem_device_init(xfer_device *dev, int host);
-void xfer_mem_device_fini(xfer_device *dev);
-/* A segment's imports, under its allocator's lock: `importer`'s view of it or NULL (*room:
-** whether another import would fit), and one more kept (0 when there was no room). */
-void *xfer_mem_import_find(xfer_segment *seg, const xfer_device *importer, int *room);
-int xfer_mem_import_keep(xfer_segment *seg, xfer_device *importer, void *buf, void *handle);
-/* Undoes what `dev` made for host segments, and its imports of other devices' segments (a
-** closing device). */
-void xfer_mem_host_unpin_device(xfer_ctx *ctx, xfer_device *dev);
-void xfer_mem_drop_imports_by(xfer_ctx *ctx, xfer_device *dev);
-/* After the runtimes open: which devices keep their memory in another runtime's. */
-void xfer_mem_link_backing(xfer_ctx *ctx);
-/* At close, before the runtimes: every cached segment back to its driver. */
-void xfer_mem_release_all(xfer_ctx *ctx);
-/* Reads XFER_CACHE; the defaults. */
-void xfer_mem_config_init(xfer_ctx *ctx);
-/* Tensor bytes made and dropped, for the GC pressure count. */
-void xfer_mem_tensor_made(xfer_ctx *ctx, size_t nbytes);
-void xfer_mem_tensor_dropped(xfer_ctx *ctx, size_t nbytes);
-
 struct xfer_tensor {
   int refs;
   xfer_device *dev;
@@ -333,13 +309,6 @@ struct xfer_tensor {
   int busy;                     /* moves using it now: free() waits for them (ctx->lock) */
 };
 
-/* -- Helpers shared by the core and the backends -------------------------------- */
-
-/* The device memory at byte `offset` of a contiguous tensor, for a transport to move in place
-** (the remote runtime's server): its address and kind, the device's context current on this
-** thread; XFER_E_UNSUPPORTED for host memory and runtimes that lend none. */
-xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
-                                   xfer_error *err);
 
 /* Backends count the driver objects a tensor, a segment or a pin holds, on the device that made
 ** them and its runtime (buffers, memory,
@@ -353,180 +322,6 @@ static inline void xfer_objects(xfer_device *dev, int delta)
 
 /* The host device: the host runtime opens first, with its one device. */
 static inline xfer_device *xfer_host_of(const xfer_ctx *ctx) { return ctx->devices[0]; }
-
-/* env_guard.c: a copy of the environment, and putting it back (a driver's open edits it) */
-char **xfer_env_snapshot(void);
-void xfer_env_restore(char **snapshot);
-void xfer_env_free(char **snapshot);
 static inline int xfer_is_host(const xfer_device *dev) { return dev == dev->ctx->devices[0]; }
-
-/* An on/off switch from the environment (XFER_TRACE, XFER_CACHE, XFER_SHARED_MEMORY,
-** XFER_VULKAN_NO_MAP): its default when unset, else 1 for "1" (xfer_ctx_open refuses other
-** values). */
-int xfer_env_flag(const char *name);
-
-/* Copies text into dst of cap bytes, cut short to fit, always terminated. */
-void xfer_copy_text(char *dst, size_t cap, const char *src);
-
-/* Sets code, op and a formatted message; clears the rest. Returns code. */
-xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-/* A driver call failed: records its native code, name and text as the cause. */
-xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long long native,
-                          const char *native_name, const char *native_text, int retryable,
-                          int injected);
-/* Puts a backend's cause into words naming both ends of the movement. */
-void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device *to,
-                    size_t nbytes);
-
-/* Called by a backend's checked wrapper before each driver call: 1 means fail it, with
-** *native the code the rule asks for (0: the backend's usual code for op). */
-int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native);
-
-xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err);
-/* A new device in place `slot` of the context's list, whose device the runtime retired (it
-** keeps that one until it closes: a reader may still hold it). */
-xfer_device *xfer_runtime_replace_device(xfer_runtime *rt, size_t slot, xfer_error *err);
-void xfer_device_destroy(xfer_device *dev);
-void xfer_device_lock(xfer_device *dev);
-void xfer_device_unlock(xfer_device *dev);
-void xfer_device_lock_pair(xfer_device *a, xfer_device *b);
-void xfer_device_unlock_pair(xfer_device *a, xfer_device *b);
-/* What a move holds: the devices at both ends (and those an interop move may use besides:
-** the exporter two importers meet in, or the CUDA devices standing for the ends of a peer copy across
-** two GPUs), locked in one global order, and both tensors marked busy. */
-typedef struct xfer_hold {
-  xfer_device *devs[4];
-  int ndevs;
-  xfer_tensor *tensors[2];
-} xfer_hold;
-void xfer_hold_take(xfer_hold *h, xfer_tensor *src, xfer_device *dst_dev, xfer_tensor *dst);
-void xfer_hold_drop(xfer_hold *h);
-
-/* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
-/* transfer.c: the progress of the move running on this thread (its caller's callback):
-** 0 to go on, else the move stops with XFER_E_INVALID (op "progress") in err */
-xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err);
-
-/* health.c: failures per pair and path; whether one is set aside (and why, in `why`) */
-typedef struct xfer_health_entry xfer_health_entry;
-void xfer_health_record(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                        xfer_path path, xfer_code rc, const xfer_error *err);
-int xfer_health_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                          xfer_path path, char *why, size_t cap);
-void xfer_health_note_decision(xfer_ctx *ctx);
-void xfer_health_forget_injected(xfer_ctx *ctx);
-/* costs.c: the measured figures; the default choice among the paths that apply */
-typedef struct xfer_cost_entry xfer_cost_entry;
-int xfer_cost_estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                       xfer_path path, size_t nbytes, double *seconds);
-/* `first`, or one of `others` whose estimate is under 0.9 of first's (both measured) */
-xfer_path xfer_cost_choose(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                           size_t nbytes, xfer_path first, const xfer_path *others, int nothers);
-int xfer_costs_file(char *out, size_t cap);
-void xfer_costs_fini(xfer_ctx *ctx);
-void xfer_health_fini(xfer_ctx *ctx);
-
-/* memory.c: wrapped host memory the runtimes may pin (pin = true), and letting go of it */
-xfer_segment *xfer_mem_host_external(xfer_ctx *ctx, void *base, size_t size);
-void xfer_mem_host_external_drop(xfer_ctx *ctx, xfer_segment *seg);
-
-/* wrap.c: what a wrapped tensor's free does, once: the backend's handle, the owner's release */
-void xfer_wrap_release(xfer_tensor *t, void *buf);
-
-/* view.c: packed (row-major) strides for a shape, whether strides are packed, and a view's
-** elements packed into host memory or scattered from it (device locked, tensor checked). */
-void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);
-int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides);
-/* The elements, from the first, that a layout reaches: [0, extent) (0 when it is empty). */
-int64_t xfer_layout_extent(const xfer_shape *shape, const int64_t *strides);
-xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err);
-/* Whether a view can be packed or scattered on its own device (copy_rows, a layout of rows),
-** and doing it between the view and `packed`, a contiguous tensor on the same device
-** (device locked, both checked). */
-int xfer_view_on_device(const xfer_tensor *t);
-xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_packed,
-                                xfer_error *err);
-/* A new tensor of its device: the context retained, listed for closing (tensor.c). */
-void xfer_tensor_adopt(xfer_tensor *t);
-xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
-                            const xfer_device *from, xfer_tensor **out, xfer_error *err);
-
-
-/* dlopen()s `library`, or the one the environment variable `env` names; NULL with an
-** unavailable error naming `what` ("the CUDA driver") otherwise. *path: the name used. */
-void *xfer_driver_open(const char *env, const char *library, const char *what, const char **path,
-                       xfer_error *err);
-
-/* memory.c: host segments, the one registry of host memory runtimes may use in place. */
-/* 1 and the span of the host segment holding [ptr, ptr+n), else 0 (memory xferlua does not
-** own, which a runtime must not keep hold of). */
-int xfer_host_span_of(xfer_ctx *ctx, const void *ptr, size_t n, xfer_host_span *out);
-/* What `key` (a device, or an owner) made for the host segment at `base` and kept with it,
-** or NULL. */
-void *xfer_host_pin(xfer_ctx *ctx, const char *base, const void *key);
-/* Keeps `pin` with the segment at `base` until it goes back to the system (then dev's
-** host_unpin undoes it). 0 when the segment is gone, holds one of dev's already, or has no
-** room: the caller undoes its own. */
-int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *pin);
-/* The same for an owner that is no device: `undo(owner, base, size, pin)` undoes the pin when
-** the segment goes back to the system or xfer_host_unpin_owner(ctx, owner) is called; it runs
-** under the host allocator's lock (it must not call back into the allocator). */
-int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void *pin,
-                             xfer_pin_undo undo);
-/* Every pin `owner` kept is undone (the owner is closing). */
-void xfer_host_unpin_owner(xfer_ctx *ctx, void *owner);
-
-/* stats.c: records one move (and traces it when asked). */
-void xfer_stats_record(xfer_ctx *ctx, xfer_path path, const xfer_device *from,
-                       const xfer_device *to, size_t bytes, double seconds);
-void xfer_stats_clear(xfer_ctx *ctx);
-/* A lost device's error, for op: its code and "device X was lost[: why]". */
-xfer_code xfer_device_lost_error(const xfer_device *dev, const char *op, xfer_error *err);
-double xfer_now(void);
-
-/* transfer.c: adds a step to a plan's description. */
-void xfer_plan_step(xfer_plan *plan, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-/* interop.c: the interop path. */
-void xfer_interop_describe(const xfer_tensor *src, const xfer_device *dst, xfer_plan *plan);
-int xfer_interop_applies(const xfer_device *src, const xfer_device *dst);
-/* 0 when a move of nbytes between src and dst would import a buffer larger than a device
-** there imports (max_import): interop does not apply to it, the next path does. */
-int xfer_interop_fits(const xfer_device *src, const xfer_device *dst, size_t nbytes);
-/* The devices besides both ends that an interop move src -> dst uses (the
-** exporter, or the peer runtime's devices standing for the ends): how many, into out. */
-int xfer_interop_helpers(const xfer_device *src, const xfer_device *dst, xfer_device *out[2]);
-xfer_code xfer_interop_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
-void xfer_imports_release(xfer_import *imports, int *nimports);
-
-/* staged.c: the staged path, its chunks from the host pool. */
-xfer_code xfer_staged_run(xfer_tensor *src, xfer_tensor *dst, xfer_error *err);
-/* The chunks a staged move of n bytes takes: how many (at most the depth), and *chunk their
-** size (at most the setting, no more than the move needs). */
-int xfer_staged_chunks(const xfer_ctx *ctx, size_t n, size_t *chunk);
-
-/* Page-aligned host memory; large blocks come populated (no page-fault storm). */
-void *xfer_host_pages_alloc(size_t nbytes);
-void xfer_host_pages_free(void *p, size_t nbytes);
-
-extern const xfer_backend xfer_backend_host;
-#ifdef XFER_WITH_OPENCL
-extern const xfer_backend xfer_backend_remote;
-extern const xfer_backend xfer_backend_opencl;
-#endif
-#ifdef XFER_WITH_VULKAN
-extern const xfer_backend xfer_backend_vulkan;
-#endif
-#ifdef XFER_WITH_CUDA
-extern const xfer_backend xfer_backend_cuda;
-#endif
 
 #endif

@@ -1,15 +1,26 @@
 /*
-** costs.c -- a planner that knows sizes: what a path costs a pair of devices, measured
-** (xfer.calibrate, the self-test) as a latency and a bandwidth, so that an estimate for n bytes
-** is latency + n / bandwidth, or as the times measured at a few sizes: then an estimate is
-** read off the line between the two measured sizes around n (beyond the largest, at the rate
-** between the two largest), since one line cannot follow a move that runs from the caches at
-** 1 MiB and from memory at 256 MiB. The default choice is the first path that applies (transfer.c);
-** another one is taken for a move when both have figures and the other's estimate is under
-** 0.95 of it (noise between two paths that cost the same never flips the choice). The figures
-** are kept in a cache file (XFER_PLAN_CACHE, else ~/.cache/xferlua/plan-cache.tsv; "off":
-** none), read when the context opens, written by xfer_costs_save; delete it to forget them.
-** A figure names its devices by name, label and UUID: another machine's do not apply.
+** ledger.c -- what the planner knows, one entry per (from, to, path), under the context's
+** lock:
+**  - what moved: count, bytes and seconds (xfer_stats), and the trace line per move
+**    (xfer.trace(true) or XFER_TRACE=1);
+**  - what failed: a path that failed for a pair with an error that will not go away by itself
+**    (not retryable), or `setaside_after` times in a row, is set aside for that pair, and the
+**    default choice takes the next path that applies; a forced `via` still tries it, a success
+**    clears its count, xfer_forget_failures clears what was set aside, and what injected faults
+**    set aside is over once the faults are cleared (faults.h's epoch);
+**  - what it costs: measured (xfer.calibrate, the self-test) as a latency and a bandwidth, so
+**    that an estimate for n bytes is latency + n / bandwidth, or as the times measured at a few
+**    sizes: then an estimate is read off the line between the two measured sizes around n
+**    (beyond the largest, at the rate between the two largest), since one line cannot follow a
+**    move that runs from the caches at 1 MiB and from memory at 256 MiB. The default choice is
+**    the first path that applies (route.c); another one is taken for a move when both have
+**    figures and the other's estimate is under 0.95 of it (noise between two paths that cost
+**    the same never flips the choice). The figures are kept in a cache file (XFER_PLAN_CACHE,
+**    else ~/.cache/xferlua/plan-cache.tsv; "off": none), read when the context opens, written
+**    by xfer_costs_save; delete it to forget them. A figure names its devices by name, label
+**    and UUID: another machine's do not apply.
+** Every move asks it (set aside? cheaper?) and tells it (done, failed): the usual case, nothing
+** failing and nothing measured, takes no lock but the one that counts the move.
 */
 #include <errno.h>
 #include <math.h>
@@ -20,31 +31,257 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "ledger.h"
 
 /* another path is taken when its estimate is under this share of the first one's */
 /* (0.9 before the estimates came from times measured at each size: a path 5-10% faster kept
 ** losing to the first, and the benchmark's goal is within 1.1x of the best, noise included) */
 #define CLEARLY_FASTER 0.95
 
-struct xfer_cost_entry {
+struct xfer_ledger_entry {
   const xfer_device *from, *to;
   xfer_path path;
-  double latency, bandwidth; /* seconds; bytes per second */
-  int npoints;               /* measured times, by increasing size (0: the line alone) */
-  double bytes[XFER_COST_POINTS], seconds[XFER_COST_POINTS];
+  /* moved */
+  uint64_t count, bytes;
+  double moving;                /* seconds */
+  /* failed */
+  int failures;                 /* in a row */
+  int set_aside;
+  int injected;                 /* the last failure was an injected fault ... */
+  uint64_t epoch;               /* ... of this fault epoch */
   time_t when;
+  char reason[200];
+  /* costs */
+  int costed;
+  double latency, bandwidth;    /* seconds; bytes per second */
+  int npoints;                  /* measured times, by increasing size (0: the line alone) */
+  double bytes_at[XFER_COST_POINTS], seconds[XFER_COST_POINTS];
+  time_t measured;
+};
+typedef struct xfer_ledger_entry xfer_ledger_entry;
+
+static const char *const path_names[XFER_PATH__COUNT] = {
+  "auto", "same_device", "same_runtime", "interop", "direct", "staged", "host",
 };
 
-static xfer_cost_entry *find(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                             xfer_path path)
+const char *xfer_path_name(xfer_path path)
 {
-  for (size_t i = 0; i < ctx->ncosts; i++) {
-    xfer_cost_entry *e = &ctx->costs[i];
-    if (e->from == from && e->to == to && e->path == path) return e;
-  }
-  return NULL;
+  return (unsigned)path < XFER_PATH__COUNT ? path_names[path] : "?";
 }
+
+int xfer_path_parse(const char *name, xfer_path *out)
+{
+  for (int i = XFER_PATH_SAME_DEVICE; i < XFER_PATH__COUNT; i++)
+    if (!strcmp(name, path_names[i])) {
+      *out = (xfer_path)i;
+      return 0;
+    }
+  return -1;
+}
+
+/* -- Entries ---------------------------------------------------------------------------- */
+
+/* (ctx->lock held) A failure an injected fault caused is over once the rules were cleared. */
+static void settle(xfer_ctx *ctx, xfer_ledger_entry *e)
+{
+  if (!e->injected || e->epoch == xfer_fault_epoch(ctx)) return;
+  if (e->failures || e->set_aside) __atomic_sub_fetch(&ctx->failing, 1, __ATOMIC_RELEASE);
+  e->failures = e->set_aside = e->injected = 0;
+}
+
+/* (ctx->lock held) The entry of (from, to, path), made when `make` (NULL when out of memory:
+** then the move is not counted, rather than failed). */
+static xfer_ledger_entry *entry_of(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                                   xfer_path path, int make)
+{
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    xfer_ledger_entry *e = &ctx->ledger[i];
+    if (e->from == from && e->to == to && e->path == path) {
+      settle(ctx, e);
+      return e;
+    }
+  }
+  if (!make) return NULL;
+  if (ctx->nledger == ctx->ledger_cap) {
+    size_t cap = ctx->ledger_cap ? ctx->ledger_cap * 2 : 16;
+    xfer_ledger_entry *grown = realloc(ctx->ledger, cap * sizeof *grown);
+    if (!grown) return NULL;
+    ctx->ledger = grown;
+    ctx->ledger_cap = cap;
+  }
+  xfer_ledger_entry *e = &ctx->ledger[ctx->nledger++];
+  memset(e, 0, sizeof *e);
+  e->from = from;
+  e->to = to;
+  e->path = path;
+  return e;
+}
+
+/* -- What moved, and what failed ----------------------------------------------------------- */
+
+static void count_failure(xfer_ctx *ctx, xfer_ledger_entry *e, xfer_code rc, const xfer_error *err)
+{
+  if (!e->failures && !e->set_aside) __atomic_add_fetch(&ctx->failing, 1, __ATOMIC_RELEASE);
+  e->failures++;
+  e->injected = err && err->injected;
+  e->epoch = xfer_fault_epoch(ctx);
+  int after = __atomic_load_n(&ctx->config.setaside_after, __ATOMIC_RELAXED);
+  if (after > 0 && !e->set_aside && ((err && !err->retryable) || e->failures >= after)) {
+    e->set_aside = 1;
+    e->when = time(NULL);
+    snprintf(e->reason, sizeof e->reason, "%.199s", err ? err->message : xfer_code_name(rc));
+  }
+}
+
+void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                        xfer_path path, size_t bytes, double seconds, xfer_code rc,
+                        const xfer_error *err)
+{
+  /* the caller stopped it (its progress callback): neither a move nor a failure */
+  if (rc && err && !strcmp(err->op, "progress")) return;
+  /* the last resort is never set aside: its failures are not counted */
+  if (rc && path == XFER_PATH_HOST) return;
+  pthread_mutex_lock(&ctx->lock);
+  xfer_ledger_entry *e = entry_of(ctx, from, to, path, 1);
+  if (e && !rc) {
+    e->count++;
+    e->bytes += bytes;
+    e->moving += seconds;
+    if (e->failures && !e->set_aside) __atomic_sub_fetch(&ctx->failing, 1, __ATOMIC_RELEASE);
+    e->failures = 0;
+  } else if (e) {
+    count_failure(ctx, e, rc, err);
+  }
+  int trace = ctx->trace;
+  pthread_mutex_unlock(&ctx->lock);
+  if (trace && !rc)
+    fprintf(stderr, "xfer: %s -> %s  %-12s %zu bytes  %.3f ms  %.2f GB/s\n", from->name, to->name,
+            xfer_path_name(path), bytes, seconds * 1e3,
+            seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0);
+}
+
+/* The first entry named as e is (a remote device replaced after a lost peer has the name of
+** the one before): xfer_stats adds up the moves of one pair of names. */
+static const xfer_ledger_entry *first_named(const xfer_ctx *ctx, const xfer_ledger_entry *e)
+{
+  for (const xfer_ledger_entry *f = ctx->ledger; f <= e; f++)
+    if (f->count && f->path == e->path && !strcmp(f->from->name, e->from->name) &&
+        !strcmp(f->to->name, e->to->name))
+      return f;
+  return e;
+}
+
+size_t xfer_stats(xfer_ctx *ctx, xfer_stat *out, size_t max)
+{
+  pthread_mutex_lock(&ctx->lock);
+  size_t n = 0;
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    const xfer_ledger_entry *e = &ctx->ledger[i];
+    if (!e->count) continue;
+    const xfer_ledger_entry *first = first_named(ctx, e);
+    size_t at = n;
+    if (first != e) /* the row of its names, already out */
+      for (at = 0; at < n && at < max; at++)
+        if (out[at].path == e->path && !strcmp(out[at].from, e->from->name) &&
+            !strcmp(out[at].to, e->to->name))
+          break;
+    if (at == n) {
+      if (n < max) {
+        out[n] = (xfer_stat){.path = e->path};
+        xfer_copy_text(out[n].from, sizeof out[n].from, e->from->name);
+        xfer_copy_text(out[n].to, sizeof out[n].to, e->to->name);
+      }
+      n++;
+    }
+    if (at < max) {
+      out[at].count += e->count;
+      out[at].bytes += e->bytes;
+      out[at].seconds += e->moving;
+    }
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  return n;
+}
+
+void xfer_stats_reset(xfer_ctx *ctx)
+{
+  pthread_mutex_lock(&ctx->lock);
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    ctx->ledger[i].count = ctx->ledger[i].bytes = 0;
+    ctx->ledger[i].moving = 0;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void xfer_trace(xfer_ctx *ctx, int on)
+{
+  pthread_mutex_lock(&ctx->lock);
+  ctx->trace = on;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+int xfer_ledger_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                          xfer_path path, char *why, size_t cap)
+{
+  if (!__atomic_load_n(&ctx->failing, __ATOMIC_ACQUIRE)) return 0; /* the usual case: no lock */
+  pthread_mutex_lock(&ctx->lock);
+  const xfer_ledger_entry *e = entry_of(ctx, from, to, path, 0);
+  int aside = e && e->set_aside;
+  if (aside && why) {
+    struct tm tm;
+    char at[32];
+    strftime(at, sizeof at, "%H:%M:%S", localtime_r(&e->when, &tm));
+    snprintf(why, cap, "%s set aside for %s -> %s after %.120s at %s", xfer_path_name(path),
+             from->name, to->name, e->reason, at);
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  return aside;
+}
+
+void xfer_ledger_note_decision(xfer_ctx *ctx)
+{
+  __atomic_add_fetch(&ctx->decisions, 1, __ATOMIC_RELAXED);
+}
+
+size_t xfer_health(xfer_ctx *ctx, xfer_health_info *out, size_t max, uint64_t *decisions)
+{
+  size_t n = 0;
+  pthread_mutex_lock(&ctx->lock);
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    xfer_ledger_entry *e = &ctx->ledger[i];
+    settle(ctx, e);
+    if (!e->set_aside) continue;
+    if (n < max) {
+      xfer_health_info *o = &out[n];
+      memset(o, 0, sizeof *o);
+      snprintf(o->from, sizeof o->from, "%s", e->from->name);
+      snprintf(o->to, sizeof o->to, "%s", e->to->name);
+      o->path = e->path;
+      o->failures = e->failures;
+      o->injected = e->injected;
+      o->when = (int64_t)e->when;
+      memcpy(o->reason, e->reason, sizeof o->reason);
+    }
+    n++;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  if (decisions) *decisions = __atomic_load_n(&ctx->decisions, __ATOMIC_RELAXED);
+  return n;
+}
+
+void xfer_forget_failures(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to)
+{
+  pthread_mutex_lock(&ctx->lock);
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    xfer_ledger_entry *e = &ctx->ledger[i];
+    if ((from && e->from != from) || (to && e->to != to)) continue;
+    if (e->failures || e->set_aside) __atomic_sub_fetch(&ctx->failing, 1, __ATOMIC_RELEASE);
+    e->failures = e->set_aside = e->injected = 0;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+/* -- What it costs ---------------------------------------------------------------------------- */
 
 static int figures_valid(double latency, double bandwidth)
 {
@@ -56,27 +293,16 @@ static int keep(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, x
                 double latency, double bandwidth, time_t when, int npoints, const double *bytes,
                 const double *seconds)
 {
-  xfer_cost_entry *e = find(ctx, from, to, path);
-  if (!e) {
-    if (ctx->ncosts == ctx->costs_cap) {
-      size_t cap = ctx->costs_cap ? ctx->costs_cap * 2 : 16;
-      xfer_cost_entry *grown = realloc(ctx->costs, cap * sizeof *grown);
-      if (!grown) return 0;
-      ctx->costs = grown;
-      ctx->costs_cap = cap;
-    }
-    e = &ctx->costs[ctx->ncosts];
-    __atomic_store_n(&ctx->ncosts, ctx->ncosts + 1, __ATOMIC_RELEASE);
-    e->from = from;
-    e->to = to;
-    e->path = path;
-  }
+  xfer_ledger_entry *e = entry_of(ctx, from, to, path, 1);
+  if (!e) return 0;
+  if (!e->costed) __atomic_add_fetch(&ctx->costed, 1, __ATOMIC_RELEASE);
+  e->costed = 1;
   e->latency = latency;
   e->bandwidth = bandwidth;
-  e->when = when;
+  e->measured = when;
   e->npoints = npoints;
   for (int i = 0; i < npoints; i++) {
-    e->bytes[i] = bytes[i];
+    e->bytes_at[i] = bytes[i];
     e->seconds[i] = seconds[i];
   }
   return 1;
@@ -105,16 +331,16 @@ static void points_line(int n, const double *bytes, const double *seconds, doubl
 }
 
 /* The estimate for nbytes from measured points (see the top of the file). */
-static double from_points(const xfer_cost_entry *e, double nbytes)
+static double from_points(const xfer_ledger_entry *e, double nbytes)
 {
   int n = e->npoints;
-  if (nbytes <= e->bytes[0]) return e->seconds[0];
+  if (nbytes <= e->bytes_at[0]) return e->seconds[0];
   for (int i = 1; i < n; i++)
-    if (nbytes <= e->bytes[i]) {
-      double f = (nbytes - e->bytes[i - 1]) / (e->bytes[i] - e->bytes[i - 1]);
+    if (nbytes <= e->bytes_at[i]) {
+      double f = (nbytes - e->bytes_at[i - 1]) / (e->bytes_at[i] - e->bytes_at[i - 1]);
       return e->seconds[i - 1] + f * (e->seconds[i] - e->seconds[i - 1]);
     }
-  return e->seconds[n - 1] + (nbytes - e->bytes[n - 1]) / e->bandwidth;
+  return e->seconds[n - 1] + (nbytes - e->bytes_at[n - 1]) / e->bandwidth;
 }
 
 xfer_code xfer_cost_set_points(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
@@ -158,15 +384,19 @@ xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_
 size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap)
 {
   pthread_mutex_lock(&ctx->lock);
-  size_t n = ctx->ncosts;
-  for (size_t i = 0; i < n && i < cap; i++) {
-    const xfer_cost_entry *e = &ctx->costs[i];
-    out[i] = (xfer_cost){e->from->name, e->to->name, e->path, e->latency, e->bandwidth,
-                         (int64_t)e->when, e->npoints, {0}, {0}};
-    for (int k = 0; k < e->npoints; k++) {
-      out[i].bytes[k] = e->bytes[k];
-      out[i].seconds[k] = e->seconds[k];
+  size_t n = 0;
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    const xfer_ledger_entry *e = &ctx->ledger[i];
+    if (!e->costed) continue;
+    if (n < cap) {
+      out[n] = (xfer_cost){e->from->name, e->to->name, e->path, e->latency, e->bandwidth,
+                           (int64_t)e->measured, e->npoints, {0}, {0}};
+      for (int k = 0; k < e->npoints; k++) {
+        out[n].bytes[k] = e->bytes_at[k];
+        out[n].seconds[k] = e->seconds[k];
+      }
     }
+    n++;
   }
   pthread_mutex_unlock(&ctx->lock);
   return n;
@@ -175,7 +405,8 @@ size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap)
 void xfer_costs_forget(xfer_ctx *ctx)
 {
   pthread_mutex_lock(&ctx->lock);
-  __atomic_store_n(&ctx->ncosts, 0, __ATOMIC_RELEASE);
+  for (size_t i = 0; i < ctx->nledger; i++) ctx->ledger[i].costed = 0;
+  __atomic_store_n(&ctx->costed, 0, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -183,25 +414,26 @@ void xfer_costs_forget(xfer_ctx *ctx)
 static int estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, xfer_path path,
                     size_t nbytes, double *seconds)
 {
-  const xfer_cost_entry *e = find(ctx, from, to, path);
+  const xfer_ledger_entry *e = entry_of(ctx, from, to, path, 0);
+  if (e && !e->costed) return 0;
   if (e) *seconds = e->npoints ? from_points(e, (double)nbytes) : e->latency + (double)nbytes / e->bandwidth;
   return e != NULL;
 }
 
-int xfer_cost_estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+int xfer_ledger_estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                        xfer_path path, size_t nbytes, double *seconds)
 {
-  if (!__atomic_load_n(&ctx->ncosts, __ATOMIC_ACQUIRE)) return 0; /* the usual case: no lock */
+  if (!__atomic_load_n(&ctx->costed, __ATOMIC_ACQUIRE)) return 0; /* the usual case: no lock */
   pthread_mutex_lock(&ctx->lock);
   int found = estimate(ctx, from, to, path, nbytes, seconds);
   pthread_mutex_unlock(&ctx->lock);
   return found;
 }
 
-xfer_path xfer_cost_choose(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+xfer_path xfer_ledger_choose(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                            size_t nbytes, xfer_path first, const xfer_path *others, int nothers)
 {
-  if (!__atomic_load_n(&ctx->ncosts, __ATOMIC_ACQUIRE)) return first; /* every move asks: no lock */
+  if (!__atomic_load_n(&ctx->costed, __ATOMIC_ACQUIRE)) return first; /* every move asks: no lock */
   xfer_path chosen = first;
   double best;
   pthread_mutex_lock(&ctx->lock); /* once for every path compared */
@@ -367,15 +599,16 @@ xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err)
   if (!f) return xfer_err_set(err, XFER_E_INVALID, "save_costs", "save_costs: cannot write %s: %s", tmp, strerror(errno));
   fprintf(f, "%s\n", FILE_HEADER);
   pthread_mutex_lock(&ctx->lock);
-  for (size_t i = 0; i < ctx->ncosts; i++) {
-    const xfer_cost_entry *e = &ctx->costs[i];
+  for (size_t i = 0; i < ctx->nledger; i++) {
+    const xfer_ledger_entry *e = &ctx->ledger[i];
+    if (!e->costed) continue;
     char from[256], to[256];
     device_key(e->from, from, sizeof from);
     device_key(e->to, to, sizeof to);
     fprintf(f, "%s\t%s\t%s\t%.9g\t%.9g\t%lld\t", from, to, xfer_path_name(e->path), e->latency,
             e->bandwidth, (long long)e->when);
     for (int k = 0; k < e->npoints; k++)
-      fprintf(f, "%s%.9g:%.9g", k ? "," : "", e->bytes[k], e->seconds[k]);
+      fprintf(f, "%s%.9g:%.9g", k ? "," : "", e->bytes_at[k], e->seconds[k]);
     fprintf(f, "%s\n", e->npoints ? "" : "-");
   }
   pthread_mutex_unlock(&ctx->lock);
@@ -392,9 +625,9 @@ xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err)
   return XFER_E_OK;
 }
 
-void xfer_costs_fini(xfer_ctx *ctx)
+void xfer_ledger_fini(xfer_ctx *ctx)
 {
-  free(ctx->costs);
-  ctx->costs = NULL;
-  ctx->ncosts = ctx->costs_cap = 0;
+  free(ctx->ledger);
+  ctx->ledger = NULL;
+  ctx->nledger = ctx->ledger_cap = 0;
 }

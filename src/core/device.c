@@ -1,0 +1,134 @@
+/*
+** device.c -- a device's own state: its references, its lock (one move at a time uses its
+** driver state), whether it is lost or closed, and what it says of itself. The context lists
+** devices (runtime.c); the allocator gives them memory (memory.c).
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+
+void xfer_device_retain(xfer_device *dev) { __atomic_add_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
+
+void xfer_device_release(xfer_device *dev) { __atomic_sub_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
+
+xfer_code xfer_device_lost_error(const xfer_device *dev, const char *op, xfer_error *err)
+{
+  xfer_code code = dev->lost_code ? dev->lost_code : XFER_E_DEVICE_LOST;
+  return xfer_err_set(err, code, op, "device %s was lost%s%s", dev->name, dev->lost_note[0] ? ": " : "",
+                      dev->lost_note);
+}
+
+/* Moves may run on worker threads (to_async, the staged reader): a device's driver state
+** is used by one move at a time. Host memory needs no lock: its backend is stateless. */
+void xfer_device_lock(xfer_device *dev)
+{
+  if (!xfer_is_host(dev)) pthread_mutex_lock(&dev->lock);
+}
+
+void xfer_device_unlock(xfer_device *dev)
+{
+  if (!xfer_is_host(dev)) pthread_mutex_unlock(&dev->lock);
+}
+
+/* Both, always in one order (by address), so two moves between the same pair in opposite
+** directions cannot each hold one lock and wait for the other. */
+void xfer_device_lock_pair(xfer_device *a, xfer_device *b)
+{
+  if (a == b) {
+    xfer_device_lock(a);
+    return;
+  }
+  if ((uintptr_t)a > (uintptr_t)b) {
+    xfer_device *t = a;
+    a = b;
+    b = t;
+  }
+  xfer_device_lock(a);
+  xfer_device_lock(b);
+}
+
+void xfer_device_unlock_pair(xfer_device *a, xfer_device *b)
+{
+  xfer_device_unlock(a);
+  if (a != b) xfer_device_unlock(b);
+}
+
+size_t xfer_device_count(const xfer_ctx *ctx) { return ctx->ndevices; }
+
+xfer_device *xfer_device_at(xfer_ctx *ctx, size_t index)
+{
+  return index < ctx->ndevices ? ctx->devices[index] : NULL;
+}
+
+xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err)
+{
+  memset(out, 0, sizeof *out);
+  out->name = dev->name;
+  out->runtime = dev->rt->name;
+  out->index = dev->index;
+  out->label = dev->label;
+  out->platform = dev->platform;
+  out->vendor = dev->vendor;
+  out->total_memory = dev->total_memory;
+  out->max_alloc = dev->max_alloc ? dev->max_alloc : dev->total_memory;
+  out->max_import = dev->max_import;
+  out->unified = dev->unified;
+  out->has_uuid = dev->has_uuid;
+  memcpy(out->uuid, dev->uuid, sizeof out->uuid);
+  out->pci_bus_id = dev->pci_bus_id;
+  out->cc_major = dev->cc_major;
+  out->cc_minor = dev->cc_minor;
+  out->has_driver_uuid = dev->has_driver_uuid;
+  memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
+  out->backing = dev->backing ? dev->backing->name : "";
+  out->closed = xfer_device_is_closed(dev);
+  (void)err;
+  return XFER_E_OK;
+}
+
+xfer_ctx *xfer_device_ctx(const xfer_device *dev) { return dev->ctx; }
+
+int xfer_device_is_lost(const xfer_device *dev) { return __atomic_load_n(&dev->lost, __ATOMIC_RELAXED); }
+
+void xfer_uuid_text(const uint8_t u[16], char *out, size_t cap)
+{
+  snprintf(out, cap, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+           u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+           u[15]);
+}
+
+int xfer_device_listed(const xfer_device *dev)
+{
+  return !(dev->remote && xfer_device_is_lost(dev));
+}
+
+int xfer_device_is_closed(const xfer_device *dev)
+{
+  return __atomic_load_n(&dev->closed, __ATOMIC_ACQUIRE);
+}
+
+int xfer_device_lock_all(xfer_device *const *devs, int n, xfer_device *held[4])
+{
+  int nheld = 0;
+  for (int i = 0; i < n && i < 4; i++) { /* unique, sorted by address: one order for everyone */
+    if (!devs[i]) continue;
+    int seen = 0;
+    for (int j = 0; j < nheld; j++) seen |= held[j] == devs[i];
+    if (seen) continue;
+    int at = nheld++;
+    while (at > 0 && (uintptr_t)held[at - 1] > (uintptr_t)devs[i]) {
+      held[at] = held[at - 1];
+      at--;
+    }
+    held[at] = devs[i];
+  }
+  for (int i = 0; i < nheld; i++) xfer_device_lock(held[i]);
+  return nheld;
+}
+
+void xfer_device_unlock_all(xfer_device *const *held, int n)
+{
+  for (int i = n; i-- > 0;) xfer_device_unlock(held[i]);
+}

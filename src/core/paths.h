@@ -1,0 +1,20 @@
+/*
+** paths.h -- the paths that are more than one backend call: interop (interop.c: memory one
+** runtime exports and another imports, or a peer copy across two GPUs) and staged (staged.c:
+** a pipeline through host chunks). They carry out a route (route.h) and decide nothing.
+** Layer 9 of docs/architecture.md: they call route.h's layers below, never transfer.c.
+*/
+#ifndef XFER_PATHS_H
+#define XFER_PATHS_H
+
+#include "route.h"
+
+/* The interop move of route->share between src and dst (devices held). */
+xfer_code xfer_interop_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                           xfer_error *err);
+/* The staged move: route->depth host chunks of route->chunk bytes, the source read into one
+** while the target is written from another. */
+xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                          xfer_error *err);
+
+#endif

@@ -1,0 +1,453 @@
+/*
+** route.c -- the one place that decides how a move goes (DESIGN.md, "Transfers"): the first
+** path that applies, unless the ledger set it aside for this pair or measured a later one
+** clearly cheaper; for interop, which runtime exports, which imports and which helper devices
+** stand between; for staged, the chunks. transfer.c runs the route, interop.c and staged.c
+** carry out their parts of it, and xfer_transfer_plan puts it into words. Nothing here moves
+** a byte or takes a device lock: a move locks the devices its route names.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ledger.h"
+#include "route.h"
+
+/* -- Interop: how two devices share memory ---------------------------------------------- */
+
+static int same_gpu(const xfer_device *a, const xfer_device *b)
+{
+  /* a device that shares nothing here (another machine's, even this very GPU served back over
+  ** the network) is on no GPU of ours */
+  return !xfer_be_shares_nothing(a) && !xfer_be_shares_nothing(b) && a->has_uuid && b->has_uuid &&
+         !memcmp(a->uuid, b->uuid, sizeof a->uuid);
+}
+
+/* An exporting device on the same GPU as `dev`, for a move between two importers. */
+static xfer_device *exporter_for(const xfer_device *dev)
+{
+  xfer_ctx *ctx = dev->ctx;
+  for (size_t d = 0; d < ctx->ndevices; d++)
+    if (ctx->devices[d]->can_export && !ctx->devices[d]->lost && same_gpu(ctx->devices[d], dev))
+      return ctx->devices[d];
+  return NULL;
+}
+
+/* `dev` as runtime `rt` sees it: itself, or the device of `rt` on the same GPU whose memory
+** dev's is, or that imports what `dev` exports. NULL when there is none. */
+static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
+{
+  if (dev->rt == rt) return (xfer_device *)dev;
+  if (dev->backing && dev->backing->rt == rt && !dev->backing->lost) return dev->backing;
+  if (!dev->can_export || dev->lost) return NULL;
+  xfer_ctx *ctx = dev->ctx;
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_device *alias = ctx->devices[d];
+    if (alias->rt == rt && alias->can_import && !alias->lost && same_gpu(alias, dev)) return alias;
+  }
+  return NULL;
+}
+
+/* Two GPUs that a runtime with peer copies (CUDA, over NVLink) joins, where an end of another
+** runtime (Vulkan) exports its memory to the runtime's device on its GPU: one peer copy. */
+static int peer_share(const xfer_device *src, const xfer_device *dst, xfer_route *r)
+{
+  if (src == dst || (src->rt == dst->rt && xfer_be_peer_joins(src, dst)) || !src->has_uuid ||
+      !dst->has_uuid || same_gpu(src, dst))
+    return 0; /* a runtime's copy between its own devices is same_runtime's */
+  xfer_ctx *ctx = src->ctx;
+  for (size_t i = 0; i < ctx->nruntimes; i++) {
+    const xfer_runtime *rt = &ctx->runtimes[i];
+    if (!rt->available || !xfer_rt_has_peer(rt)) continue;
+    xfer_device *s = peer_alias(src, rt), *d = peer_alias(dst, rt);
+    if (s && d && s != d) {
+      r->share = XFER_SHARE_PEER;
+      r->helpers[0] = s;
+      r->helpers[1] = d;
+      r->nhelpers = 2;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The interop decision, the only one: how src and dst share memory, if they do (r->share,
+** r->helpers). */
+static xfer_share share_for(const xfer_device *src, const xfer_device *dst, xfer_route *r)
+{
+  r->share = XFER_SHARE_NONE;
+  r->nhelpers = 0;
+  r->helpers[0] = r->helpers[1] = NULL;
+  if (peer_share(src, dst, r)) return r->share;
+  if (src->rt == dst->rt || !same_gpu(src, dst)) return XFER_SHARE_NONE;
+  if (dst->backing == src && !src->lost) return r->share = XFER_SHARE_INTO_BACKED;
+  if (src->backing == dst && !dst->lost) return r->share = XFER_SHARE_OUT_OF_BACKED;
+  if (src->can_export && dst->can_import) return r->share = XFER_SHARE_SRC_EXPORTS;
+  if (dst->can_export && src->can_import) return r->share = XFER_SHARE_DST_EXPORTS;
+  if (src->can_import && dst->can_import && (r->helpers[0] = exporter_for(src))) {
+    r->nhelpers = 1;
+    return r->share = XFER_SHARE_BETWEEN;
+  }
+  return XFER_SHARE_NONE;
+}
+
+/* 0 when the route would import a buffer larger than a device on it imports (max_import:
+** NVIDIA's OpenCL fails on large imports): interop does not apply to it, the next path does.
+** A large tensor's segment is its size rounded up to 2 MiB (memory.c). */
+static const xfer_device *import_too_large(const xfer_route *r)
+{
+  uint64_t segment = ((uint64_t)r->nbytes + ((uint64_t)2 << 20) - 1) & ~(((uint64_t)2 << 20) - 1);
+  const xfer_device *ends[4] = {r->from, r->to, r->helpers[0], r->helpers[1]};
+  for (int i = 0; i < 4; i++)
+    if (ends[i] && ends[i]->max_import && segment > ends[i]->max_import) return ends[i];
+  return NULL;
+}
+
+/* -- Which paths apply ------------------------------------------------------------------ */
+
+/* Why a path does not apply, in `why` -- or, when `why` is NULL (the planner in a hurry),
+** only that it does not. */
+static const char *refuse(char *why, size_t cap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static const char *refuse(char *why, size_t cap, const char *fmt, ...)
+{
+  if (!why) return "";
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, cap, fmt, ap);
+  va_end(ap);
+  return why;
+}
+
+static const char *interop_refused(const xfer_device *src, const xfer_device *dst, char *why,
+                                   size_t cap)
+{
+  if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
+      src->rt == dst->rt)
+    return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
+                  "UUIDs), or two GPUs that CUDA joins, each end CUDA's or exported to it; "
+                  "%s and %s are neither", src->name, dst->name);
+  return refuse(why, cap, "%s and %s share a GPU, but neither can export its memory as an "
+                "opaque fd to the other (nor can a Vulkan device of that GPU)",
+                src->name, dst->name);
+}
+
+static const char *direct_refused(const xfer_device *src, const xfer_device *dst, char *why,
+                                  size_t cap)
+{
+  int src_far = xfer_be_has_direct(src), dst_far = xfer_be_has_direct(dst);
+  if (src_far == dst_far)
+    return refuse(why, cap, "direct moves between a remote device and local device memory; "
+                  "%s and %s are %s", src->name, dst->name, src_far ? "both remote" : "both local");
+  const xfer_device *far = src_far ? src : dst, *near = src_far ? dst : src;
+  if (xfer_be_memory_kind(near) == XFER_MEMORY_HOST)
+    return refuse(why, cap, "direct lends device memory to the transport in place, and %s has "
+                  "none it lends (CUDA's only; %s)", near->name, xfer_is_host(near)
+                  ? "host memory takes the host path, one copy" : "its moves are staged");
+  /* the transport says why not where it can; this, where it cannot */
+  refuse(why, cap, "%s's runtime moves no device memory in place", far->name);
+  return xfer_be_direct_joins(far, near, why, cap) ? NULL : why ? why : "";
+}
+
+/* Why `path` cannot take the route's move, or NULL when it can (interop: r->share set). */
+static const char *inapplicable(xfer_path path, xfer_route *r, const xfer_tensor *src,
+                                const xfer_tensor *dst_t, char *why, size_t cap)
+{
+  const xfer_device *from = r->from, *to = r->to;
+  switch (path) {
+  case XFER_PATH_SAME_DEVICE:
+    if (from == to) return NULL;
+    return refuse(why, cap, "same_device needs one device at both ends, not %s and %s",
+                  from->name, to->name);
+  case XFER_PATH_SAME_RUNTIME:
+    if (from->rt != to->rt)
+      return refuse(why, cap, "same_runtime needs one runtime at both ends, not %s and %s",
+                    from->rt->name, to->rt->name);
+    if (from == to)
+      return refuse(why, cap, "same_runtime moves between two devices; %s is both ends",
+                    from->name);
+    if (!xfer_be_has_peer(from))
+      return refuse(why, cap, "%s cannot copy between two of its devices directly",
+                    from->rt->name);
+    if (!xfer_be_peer_joins(from, to))
+      return refuse(why, cap, "%s and %s are not joined by %s (two servers' devices)",
+                    from->name, to->name, from->rt->name);
+    return NULL;
+  case XFER_PATH_INTEROP: {
+    if (!share_for(from, to, r)) return interop_refused(from, to, why, cap);
+    /* interop shares xferlua's own memory (its segments, exported and imported once) */
+    const xfer_tensor *w = xfer_tensor_is_wrapped(src) ? src
+                           : dst_t && xfer_tensor_is_wrapped(dst_t) ? dst_t : NULL;
+    if (w)
+      return refuse(why, cap, "interop shares xferlua's own memory; the tensor on %s wraps "
+                    "memory of the application", w->dev->name);
+    const xfer_device *small = import_too_large(r);
+    if (small)
+      return refuse(why, cap, "interop between %s and %s would import a buffer of more than "
+                    "%llu bytes into %s, whose driver fails on such imports; this tensor has %zu",
+                    from->name, to->name, (unsigned long long)small->max_import, small->name,
+                    r->nbytes);
+    return NULL;
+  }
+  case XFER_PATH_DIRECT:
+    return direct_refused(from, to, why, cap);
+  case XFER_PATH_STAGED:
+    if (xfer_is_host(from) || xfer_is_host(to))
+      return refuse(why, cap, "staged moves between two devices; %s is host memory, which the "
+                    "host path moves in one copy", xfer_is_host(from) ? from->name : to->name);
+    if (from == to)
+      return refuse(why, cap, "staged moves between two devices; %s is both ends", from->name);
+    return NULL;
+  default:
+    return NULL; /* the host round-trip always applies */
+  }
+}
+
+/* The chunks a staged move of n bytes takes: how many (at most the depth), and their size (at
+** most the setting, no more than the move needs). */
+static void staging_plan(const xfer_ctx *ctx, xfer_route *r)
+{
+  xfer_config cfg;
+  xfer_config_get(ctx, &cfg);
+  r->chunk = r->nbytes < cfg.staging_chunk ? r->nbytes : cfg.staging_chunk;
+  size_t chunks = r->chunk ? (r->nbytes + r->chunk - 1) / r->chunk : 1;
+  r->depth = chunks < (size_t)cfg.staging_depth ? (int)chunks : cfg.staging_depth;
+}
+
+/* The route on `path`, whose applying was checked: its interop share, its chunks. */
+static void settle_on(xfer_route *r, xfer_path path)
+{
+  r->path = path;
+  if (path == XFER_PATH_INTEROP) share_for(r->from, r->to, r);
+  else r->share = XFER_SHARE_NONE, r->nhelpers = 0, r->helpers[0] = r->helpers[1] = NULL;
+  if (path == XFER_PATH_STAGED) staging_plan(r->from->ctx, r);
+}
+
+xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xfer_tensor *dst_t,
+                          const xfer_transfer_opts *opts, xfer_route *r, char *aside,
+                          size_t aside_cap, xfer_error *err)
+{
+  memset(r, 0, sizeof *r);
+  r->from = src->dev;
+  r->to = dst_dev;
+  r->nbytes = src->nbytes;
+  if (aside && aside_cap) aside[0] = '\0';
+  if (dst_dev->lost) return xfer_device_lost_error(dst_dev, "plan", err);
+  if (xfer_device_is_closed(dst_dev))
+    return xfer_err_set(err, XFER_E_CLOSED, "plan", "device %s is closed (xfer.device(\"%s\") "
+                        "opens it again)", dst_dev->name, dst_dev->name);
+  xfer_path via = opts ? opts->via : XFER_PATH_AUTO;
+  if (via != XFER_PATH_AUTO) {
+    char why[200];
+    if ((unsigned)via >= XFER_PATH__COUNT)
+      return xfer_err_set(err, XFER_E_INVALID, "plan", "unknown path %d", (int)via);
+    if (inapplicable(via, r, src, dst_t, why, sizeof why)) {
+      settle_on(r, XFER_PATH_HOST); /* what a move holds while it says so: both ends */
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "%s", why);
+    }
+    settle_on(r, via);
+    return XFER_E_OK;
+  }
+  /* the first that applies and is not set aside for this pair -- or a later one whose
+  ** measured cost for this size is clearly lower (the ledger) */
+  xfer_ctx *ctx = src->dev->ctx;
+  xfer_path usable[XFER_PATH__COUNT];
+  int n = 0;
+  for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++) {
+    if (inapplicable((xfer_path)p, r, src, dst_t, NULL, 0)) continue;
+    if (xfer_ledger_set_aside(ctx, r->from, r->to, (xfer_path)p, aside, aside_cap)) {
+      xfer_ledger_note_decision(ctx);
+      continue;
+    }
+    usable[n++] = (xfer_path)p;
+  }
+  usable[n++] = XFER_PATH_HOST; /* the last resort always applies */
+  settle_on(r, xfer_ledger_choose(ctx, r->from, r->to, r->nbytes, usable[0], usable + 1, n - 1));
+  return XFER_E_OK;
+}
+
+int xfer_route_devices(const xfer_route *r, xfer_device *out[4])
+{
+  out[0] = r->from;
+  out[1] = r->to;
+  out[2] = r->helpers[0];
+  out[3] = r->helpers[1];
+  return 2 + r->nhelpers;
+}
+
+/* -- The route in words (xfer.plan) ------------------------------------------------------- */
+
+static void step(xfer_plan *plan, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void step(xfer_plan *plan, const char *fmt, ...)
+{
+  if (plan->nsteps == XFER_PLAN_MAX_STEPS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(plan->steps[plan->nsteps++], sizeof plan->steps[0], fmt, ap);
+  va_end(ap);
+}
+
+/* How `alias` (of the peer runtime) reaches `dev`'s tensors, as a step; 1 when it is memory
+** of alias's own. */
+static int describe_alias(xfer_plan *plan, const xfer_device *dev, const xfer_device *alias)
+{
+  if (dev == alias) return 1;
+  if (dev->backing == alias) {
+    step(plan, "%s's memory is %s's, imported into %s", dev->name, alias->name, dev->name);
+    return 1;
+  }
+  step(plan, "export %s's buffer, import it into %s once", dev->name, alias->name);
+  return 0;
+}
+
+static void describe_interop(const xfer_route *r, xfer_plan *plan)
+{
+  const char *from = r->from->name, *to = r->to->name;
+  size_t n = r->nbytes;
+  if (r->share == XFER_SHARE_PEER) {
+    snprintf(plan->reason, sizeof plan->reason,
+             "%s and %s are two GPUs that %s joins: one peer copy through shared memory, no host",
+             from, to, r->helpers[0]->rt->name);
+    int src_own = describe_alias(plan, r->from, r->helpers[0]);
+    int dst_own = describe_alias(plan, r->to, r->helpers[1]);
+    if (!src_own && !dst_own)
+      step(plan, "copy %zu bytes on %s into scratch memory of its own", n, r->helpers[0]->name);
+    step(plan, "peer copy of %zu bytes from %s to %s", n, r->helpers[0]->name, r->helpers[1]->name);
+    return;
+  }
+  snprintf(plan->reason, sizeof plan->reason,
+           "%s and %s are one GPU: device copies through shared memory, no host", from, to);
+  switch (r->share) {
+  case XFER_SHARE_INTO_BACKED:
+  case XFER_SHARE_OUT_OF_BACKED: {
+    const xfer_device *owner = r->share == XFER_SHARE_INTO_BACKED ? r->from : r->to;
+    const xfer_device *backed = owner == r->from ? r->to : r->from;
+    step(plan, "%s's memory is %s's, imported into %s", backed->name, owner->name, backed->name);
+    step(plan, "copy %zu bytes on %s", n, owner->name);
+    break;
+  }
+  case XFER_SHARE_SRC_EXPORTS:
+    step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", from, to, n);
+    break;
+  case XFER_SHARE_DST_EXPORTS:
+    step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", to, from, n);
+    break;
+  default:
+    step(plan, "copy %zu bytes on %s into exported memory both import once", n, from);
+    step(plan, "copy them on %s out of it", to);
+    break;
+  }
+}
+
+static void describe_host(const xfer_route *r, xfer_plan *plan)
+{
+  const xfer_device *src = r->from, *dst = r->to;
+  const char *from = src->name, *to = dst->name;
+  size_t n = r->nbytes;
+  if (src->rt != dst->rt && (xfer_is_host(src) || xfer_is_host(dst)))
+    snprintf(plan->reason, sizeof plan->reason,
+             "one end is host memory: a single copy from %s to %s", from, to);
+  else if (src->rt != dst->rt)
+    snprintf(plan->reason, sizeof plan->reason,
+             "no direct path between %s and %s: through host memory", from, to);
+  else
+    snprintf(plan->reason, sizeof plan->reason, "through host memory between %s and %s", from, to);
+  if (xfer_be_addressable(dst))
+    step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from, to);
+  else if (xfer_be_addressable(src))
+    step(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to, from);
+  else {
+    step(plan, "read %zu bytes off %s into host staging", n, from);
+    step(plan, "write %zu bytes from host staging to %s", n, to);
+  }
+}
+
+static void describe(const xfer_route *r, xfer_plan *plan)
+{
+  const char *from = r->from->name, *to = r->to->name;
+  size_t n = r->nbytes;
+  plan->path = r->path;
+  switch (r->path) {
+  case XFER_PATH_SAME_DEVICE:
+    snprintf(plan->reason, sizeof plan->reason, "source and target are both %s", from);
+    step(plan, "copy %zu bytes within %s", n, from);
+    break;
+  case XFER_PATH_SAME_RUNTIME:
+    if (xfer_be_shares_nothing(r->from)) {
+      snprintf(plan->reason, sizeof plan->reason, "%s and %s are devices of one server: it "
+               "moves the bytes between them, nothing crosses the network", from, to);
+      step(plan, "the server copies %zu bytes from %s to %s", n, from, to);
+      return;
+    }
+    snprintf(plan->reason, sizeof plan->reason, "%s copies between its own devices",
+             r->from->rt->name);
+    step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
+    break;
+  case XFER_PATH_INTEROP:
+    describe_interop(r, plan);
+    break;
+  case XFER_PATH_DIRECT: {
+    int into_far = xfer_be_has_direct(r->to);
+    const xfer_device *far = into_far ? r->to : r->from, *near = into_far ? r->from : r->to;
+    snprintf(plan->reason, sizeof plan->reason, "%s's transport moves %s's memory in place: no "
+             "host staging on this side", far->name, near->name);
+    if (into_far)
+      step(plan, "send %zu bytes from %s's memory to %s", n, from, to);
+    else
+      step(plan, "receive %zu bytes from %s into %s's memory", n, from, to);
+    break;
+  }
+  case XFER_PATH_STAGED:
+    snprintf(plan->reason, sizeof plan->reason,
+             "%s and %s share no memory: pipelined through %d host chunk%s of %zu bytes", from, to,
+             r->depth, r->depth == 1 ? "" : "s", r->chunk);
+    step(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
+    step(plan, "write each chunk to %s while the next is read", to);
+    break;
+  default:
+    describe_host(r, plan);
+    break;
+  }
+  /* an end on another machine: what crossing the network means */
+  const xfer_device *ends[2] = {r->from, r->to};
+  for (int i = 0; i < 2; i++)
+    if (xfer_be_shares_nothing(ends[i]) && (i == 0 || ends[1] != ends[0]))
+      step(plan, "%s: across the network, in chunks (%s)", ends[i]->name, ends[i]->platform);
+}
+
+xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
+                             xfer_plan *plan, xfer_error *err)
+{
+  memset(plan, 0, sizeof *plan);
+  xfer_code rc = xfer_tensor_check(src, "plan", err);
+  if (rc) return rc;
+  xfer_route r;
+  char aside[sizeof plan->reason];
+  rc = xfer_route_make(src, dst, NULL, opts, &r, aside, sizeof aside, err);
+  if (rc) return rc;
+  describe(&r, plan);
+  xfer_route each;
+  each.from = r.from;
+  each.to = r.to;
+  each.nbytes = r.nbytes;
+  for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH__COUNT; p++) {
+    if (inapplicable((xfer_path)p, &each, src, NULL, NULL, 0)) continue;
+    int i = plan->nestimates++;
+    plan->estimates[i].path = (xfer_path)p;
+    plan->estimates[i].measured = xfer_ledger_estimate(src->dev->ctx, r.from, r.to, (xfer_path)p,
+                                                       r.nbytes, &plan->estimates[i].seconds);
+  }
+  if (aside[0]) { /* what was passed over comes first */
+    char reason[sizeof plan->reason];
+    snprintf(reason, sizeof reason, "%.250s; so: %.200s", aside, plan->reason);
+    memcpy(plan->reason, reason, sizeof plan->reason);
+  }
+  return XFER_E_OK;
+}

@@ -1,0 +1,45 @@
+/*
+** route.h -- the one decision of a move: which path, which runtime exports and which
+** imports, which helper devices, how many staging chunks. route.c makes it; transfer.c,
+** interop.c and staged.c only carry it out. (Layer 8 of docs/architecture.md: it sees the
+** tensors, the ledger and the backends' capabilities, and nothing that moves.)
+*/
+#ifndef XFER_ROUTE_H
+#define XFER_ROUTE_H
+
+#include "tensor.h"
+
+/* How an interop move shares memory between its ends. */
+typedef enum xfer_share {
+  XFER_SHARE_NONE = 0,
+  XFER_SHARE_PEER,         /* two GPUs a peer runtime joins: helpers are its devices standing for
+                           ** src and dst, and the move is one peer copy between their views */
+  XFER_SHARE_INTO_BACKED,  /* dst's memory is src's runtime's own: src copies into it */
+  XFER_SHARE_OUT_OF_BACKED, /* src's memory is dst's runtime's own: dst copies out of it */
+  XFER_SHARE_SRC_EXPORTS,  /* dst imports src's segment once and copies out of it */
+  XFER_SHARE_DST_EXPORTS,  /* src imports dst's segment once and copies into it */
+  XFER_SHARE_BETWEEN,      /* both import a block of helpers[0] (the exporter of their GPU) */
+} xfer_share;
+
+typedef struct xfer_route {
+  xfer_path path;
+  xfer_device *from, *to;
+  size_t nbytes;
+  xfer_share share;        /* interop: how */
+  xfer_device *helpers[2]; /* interop: the peer runtime's devices, or the exporter */
+  int nhelpers;
+  size_t chunk;            /* staged: the chunk size and how many chunks in the ring */
+  int depth;
+} xfer_route;
+
+/* The route moving src's bytes to dst_dev (dst_t: the target tensor when there is one, whose
+** memory may rule interop out). The tensors are not checked (a move checks them under its
+** locks); a lost or closed target, or a forced path that does not apply, is an error.
+** aside (may be NULL): why a path that applies was set aside, in words. */
+xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xfer_tensor *dst_t,
+                          const xfer_transfer_opts *opts, xfer_route *route, char *aside,
+                          size_t aside_cap, xfer_error *err);
+/* The devices a move on this route uses, both ends first: how many (at most 4). */
+int xfer_route_devices(const xfer_route *route, xfer_device *out[4]);
+
+#endif

@@ -1,0 +1,43 @@
+/*
+** tensor.h -- tensors: their elements moved in and out of a view (view_io.c), made, checked,
+** read, written and freed (tensor.c), wrapped around an application's memory (wrap.c),
+** viewed (view.c) and lent through DLPack (dlpack.c). Layer 8 of docs/architecture.md, in
+** that order: each file calls those before it, the context, memory and the backends.
+*/
+#ifndef XFER_TENSOR_H
+#define XFER_TENSOR_H
+
+#include "backend_call.h"
+#include "memory.h"
+
+/* -- view_io.c ------------------------------------------------------------------------- */
+
+/* A view's elements packed into host memory or scattered from it (device locked, tensor
+** checked). */
+xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err);
+/* Whether a view can be packed or scattered on its own device (copy_rows, a layout of rows),
+** and doing it between the view and `packed`, a contiguous tensor on the same device
+** (device locked, both checked). */
+int xfer_view_on_device(const xfer_tensor *t);
+xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_packed,
+                                xfer_error *err);
+
+/* -- tensor.c ---------------------------------------------------------------------------- */
+
+/* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
+xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
+                            const xfer_device *from, xfer_tensor **out, xfer_error *err);
+/* A new tensor of its device: the context retained, listed for closing. */
+void xfer_tensor_adopt(xfer_tensor *t);
+/* The device memory at byte `offset` of a contiguous tensor, for a transport to move in place:
+** its address and kind, the device's context current on this thread; XFER_E_UNSUPPORTED for
+** host memory and runtimes that lend none. */
+xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
+                                   xfer_error *err);
+/* The block a tensor's memory lies in: its own, or its base's for a view. */
+static inline const xfer_block *xfer_tensor_block(const xfer_tensor *t)
+{
+  return t->base ? t->base->block : t->block;
+}
+
+#endif

@@ -1,0 +1,71 @@
+/*
+** util.h -- what every layer may call: error records (error.c), the environment's switches
+** and a copy of it (env_guard.c), the clock, opening a driver library (driver_library.c),
+** the arithmetic of layouts (layout.c) and the running move's progress (progress.c).
+** Layer 1 of docs/architecture.md: these files call nothing of the core above them.
+*/
+#ifndef XFER_UTIL_H
+#define XFER_UTIL_H
+
+#include "types.h"
+
+/* -- error.c ---------------------------------------------------------------------- */
+
+/* Copies text into dst of cap bytes, cut short to fit, always terminated. */
+void xfer_copy_text(char *dst, size_t cap, const char *src);
+/* Sets code, op and a formatted message; clears the rest. Returns code. */
+xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* The same with the message the error table gives `code` (error.c's `what`). */
+xfer_code xfer_err_code(xfer_error *err, xfer_code code, const char *op);
+/* A driver call failed: records its native code, name and text as the cause. */
+xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long long native,
+                          const char *native_name, const char *native_text, int retryable,
+                          int injected);
+/* Puts a backend's cause into words naming both ends of the movement. */
+void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device *to,
+                    size_t nbytes);
+
+/* -- env_guard.c -------------------------------------------------------------------- */
+
+/* A copy of the environment, and putting it back (a driver's open edits it). */
+char **xfer_env_snapshot(void);
+void xfer_env_restore(char **snapshot);
+void xfer_env_free(char **snapshot);
+/* An on/off switch from the environment (XFER_TRACE, XFER_CACHE, XFER_SHARED_MEMORY,
+** XFER_VULKAN_NO_MAP, ...): its default when unset, else 1 for "1". */
+int xfer_env_flag(const char *name);
+/* XFER_INVALID when a switch is set to anything but 0 or 1, saying which. */
+xfer_code xfer_env_flags_check(xfer_error *err);
+/* Seconds on the monotonic clock. */
+double xfer_now(void);
+
+/* -- driver_library.c ----------------------------------------------------------------- */
+
+/* dlopen()s `library`, or the one the environment variable `env` names; NULL with an
+** unavailable error naming `what` ("the CUDA driver") otherwise. *path: the name used. */
+void *xfer_driver_open(const char *env, const char *library, const char *what, const char **path,
+                       xfer_error *err);
+
+/* -- layout.c --------------------------------------------------------------------------- */
+
+/* Packed (row-major) strides for a shape, and whether strides are packed. */
+void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);
+int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides);
+/* The elements, from the first, that a layout reaches: [0, extent) (0 when it is empty). */
+int64_t xfer_layout_extent(const xfer_shape *shape, const int64_t *strides);
+
+/* -- progress.c ------------------------------------------------------------------------- */
+
+/* The progress of the move running on this thread (its caller's callback): 0 to go on, else
+** the move stops with XFER_E_INVALID (op "progress") in err. */
+xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err);
+/* Installs opts' callback for the moves this thread runs until the returned one is put back
+** (xfer_progress_restore): a move that runs others keeps the outermost callback. */
+const xfer_transfer_opts *xfer_progress_install(const xfer_transfer_opts *opts);
+void xfer_progress_restore(const xfer_transfer_opts *before);
+
+#endif
