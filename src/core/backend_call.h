@@ -10,6 +10,25 @@
 
 static inline const xfer_backend *xfer_be(const xfer_device *dev) { return dev->rt->backend; }
 
+/* -- A runtime ------------------------------------------------------------------------------ */
+
+/* The version of the table a runtime's backend was built with (XFER_BACKEND_VERSION: this core's). */
+static inline int xfer_rt_version(const xfer_runtime *rt) { return rt->backend->version; }
+
+/* Loads the driver and adds the devices; XFER_E_UNAVAILABLE with the reason otherwise. */
+static inline xfer_code xfer_rt_open(xfer_runtime *rt, xfer_error *err)
+{
+  return rt->backend->open(rt, err);
+}
+
+/* Releases the runtime's devices and driver (a runtime whose open succeeded). */
+static inline void xfer_rt_close(xfer_runtime *rt)
+{
+  if (rt->backend->close) rt->backend->close(rt);
+}
+
+/* -- A device's buffers --------------------------------------------------------------------- */
+
 /* A failed call names its device in the error, unless a call inside it named one first. */
 static inline xfer_code xfer_be_blame(const xfer_device *dev, xfer_code rc, xfer_error *err)
 {
@@ -208,6 +227,29 @@ static inline int xfer_be_addressable(const xfer_device *dev)
 {
   return xfer_be(dev)->host_address != NULL;
 }
+
+/* Whether the backend takes memory the application owns (wrap), and taking it. */
+static inline int xfer_be_has_wrap(const xfer_device *dev) { return xfer_be(dev)->wrap != NULL; }
+
+static inline xfer_code xfer_be_wrap(xfer_device *dev, const xfer_external *mem, void **buf,
+                                     xfer_error *err)
+{
+  return xfer_be_blame(dev, xfer_be(dev)->wrap(dev, mem, buf, err), err);
+}
+
+/* The address a buffer stands for (host memory, a CUdeviceptr), for lending it through DLPack;
+** NULL where the backend lends none. */
+static inline void *xfer_be_native(xfer_device *dev, void *buf)
+{
+  return xfer_be(dev)->native ? xfer_be(dev)->native(dev, buf) : NULL;
+}
+
+/* Whether the device copies rows within itself (copy_rows), and imports opaque fds. */
+static inline int xfer_be_has_copy_rows(const xfer_device *dev)
+{
+  return xfer_be(dev)->copy_rows != NULL;
+}
+static inline int xfer_be_has_import(const xfer_device *dev) { return xfer_be(dev)->import_fd != NULL; }
 
 /* The backend's handle for memory the application owns, let go of (the memory stays the
 ** application's). */

@@ -61,14 +61,14 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
     snprintf(rt->reason, sizeof rt->reason, "%s", runtime_table[i].missing);
     return;
   }
-  if (rt->backend->version != XFER_BACKEND_VERSION) { /* built against another core */
+  if (xfer_rt_version(rt) != XFER_BACKEND_VERSION) { /* built against another core */
     snprintf(rt->reason, sizeof rt->reason, "its backend table is version %d, the core's %d",
-             rt->backend->version, XFER_BACKEND_VERSION);
+             xfer_rt_version(rt), XFER_BACKEND_VERSION);
     return;
   }
   xfer_error err;
   char **env = xfer_env_snapshot(); /* see env_guard.c: drivers that edit the environment */
-  xfer_code opened = rt->backend->open(rt, &err);
+  xfer_code opened = xfer_rt_open(rt, &err);
   xfer_env_restore(env);
   xfer_env_free(env);
   if (opened != XFER_E_OK) {
@@ -149,7 +149,7 @@ void xfer_ctx_release(xfer_ctx *ctx)
   xfer_mem_release_all(ctx); /* pinned and imported memory: before the runtimes close */
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
-    if (rt->opened && rt->backend->close) rt->backend->close(rt);
+    if (rt->opened) xfer_rt_close(rt);
   }
   for (size_t d = 0; d < ctx->ndevices; d++) xfer_device_destroy(ctx->devices[d]);
   free(ctx->devices);

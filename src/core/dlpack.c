@@ -74,9 +74,10 @@ xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_
   if (xfer_is_host(t->dev)) {
     device = (dl_device){DL_CPU, 0};
     data = xfer_be_host_address(t->dev, t->buf, t->offset);
-  } else if (!strcmp(t->dev->rt->name, "cuda") && xfer_be(t->dev)->native) {
+  } else if (xfer_be_memory_kind(t->dev) == XFER_MEMORY_CUDA && xfer_be_native(t->dev, t->buf)) {
+    /* DLPack names CUDA memory by the CUDA device's ordinal: the runtime's own index */
     device = (dl_device){DL_CUDA, t->dev->index};
-    data = (char *)xfer_be(t->dev)->native(t->dev, t->buf) + t->offset;
+    data = (char *)xfer_be_native(t->dev, t->buf) + t->offset;
   } else {
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "dlpack: %s tensors are not lent "
                         "through DLPack (host and CUDA are; move it there first)", t->dev->name);

@@ -671,7 +671,7 @@ void xfer_mem_link_backing(xfer_ctx *ctx)
   if (!xfer_env_flag("XFER_SHARED_MEMORY")) return;
   for (size_t d = 0; d < ctx->ndevices; d++) {
     xfer_device *dev = ctx->devices[d];
-    if (!dev->can_import || dev->unified || !dev->has_uuid || !xfer_be(dev)->import_fd) continue;
+    if (!dev->can_import || dev->unified || !dev->has_uuid || !xfer_be_has_import(dev)) continue;
     for (size_t s = 0; s < ctx->ndevices && !dev->backing; s++) {
       xfer_device *sharer = ctx->devices[s];
       if (sharer->rt != dev->rt && xfer_be_can_share(sharer) && sharer->has_uuid &&

@@ -149,7 +149,7 @@ int xfer_view_on_device(const xfer_tensor *t)
   size_t run, pitch, rows;
   int outer;
   each_run(t, &run, NULL, NULL, NULL); /* the run size only */
-  return !xfer_is_host(t->dev) && xfer_be(t->dev)->copy_rows && t->numel &&
+  return !xfer_is_host(t->dev) && xfer_be_has_copy_rows(t->dev) && t->numel &&
          rows_layout(t, run, &pitch, &rows, &outer);
 }
 

@@ -48,11 +48,11 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
   if ((double)extent * (double)esize > (double)mem->size)
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: the tensor reaches %.0f bytes into "
                         "memory of %zu", (double)extent * (double)esize, mem->size);
-  if (!xfer_be(dev)->wrap)
+  if (!xfer_be_has_wrap(dev))
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: %s cannot wrap memory", dev->name);
   xfer_tensor *t = calloc(1, sizeof *t);
   if (!t) return xfer_err_set(err, XFER_E_ALLOC, "wrap", "out of host memory");
-  xfer_code rc = xfer_be_blame(dev, xfer_be(dev)->wrap(dev, mem, &t->buf, err), err);
+  xfer_code rc = xfer_be_wrap(dev, mem, &t->buf, err);
   if (rc) {
     free(t);
     return rc;

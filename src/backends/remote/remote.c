@@ -519,7 +519,7 @@ static int remote_direct_joins(const xfer_device *dev, const xfer_device *other,
     return 0;
   }
   const xfer_peer *p = rd->peer;
-  int cuda_here = other->rt->backend->memory_kind == XFER_MEMORY_CUDA;
+  int cuda_here = xfer_be_memory_kind(other) == XFER_MEMORY_CUDA;
   if (cuda_here && p->direct_cuda && p->server_cuda_memory && rd->cuda) return 1;
   if (!why) return 0;
   if (!cuda_here)

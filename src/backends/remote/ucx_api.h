@@ -10,6 +10,7 @@
 #include <ucp/api/ucp.h>
 
 #include "../../core/backend.h"
+#include "../../core/backend_call.h"
 
 typedef struct ucx_api {
   void *lib, *ucs;

@@ -1,6 +1,7 @@
 /*
 ** server.c -- serving this machine's devices to remote runtimes (xferlua --serve,
-** xfer_listen): a UCX listener on the address given, one endpoint per client, and a loop the
+** xfer_listen). Not a backend: a client of the public API, like the CLI, over the remote
+** runtime's UCX layer (ucx_api.h, wire.h) -- a UCX listener on the address given, one endpoint per client, and a loop the
 ** caller runs (xfer_listener_progress) or the listener's own thread runs (opts->thread) that
 ** answers each request in order with the public API on the listener's context. A client says HELLO with the protocol version and the token
 ** first; every header is checked (wire.h) and a client that breaks the protocol is dropped,
@@ -14,9 +15,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "ucx_api.h"
-#include "wire.h"
-#include "../../core/tensor.h"
+#include "../backends/remote/ucx_api.h"
+#include "../backends/remote/wire.h"
+#include "../core/tensor.h" /* xfer_tensor_device_memory: a device payload received in place */
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
 #define MAX_QUEUED ((size_t)256 << 20) /* bytes of one client's requests waiting to be served */
@@ -411,7 +412,7 @@ static void hello(xfer_listener *l, conn *c, const message *m)
     n += (size_t)snprintf(text + n, WIRE_MAX_TEXT - n, "%s\t%s\t%llu\t%llu\t%s\t%s\n", info.name,
                           label, (unsigned long long)info.total_memory,
                           (unsigned long long)info.max_alloc, uuid,
-                          devs[i]->rt->backend->memory_kind == XFER_MEMORY_CUDA ? "cuda" : "none");
+                          xfer_be_memory_kind(devs[i]) == XFER_MEMORY_CUDA ? "cuda" : "none");
   }
   wire_header h = wire_make(WIRE_WELCOME, m->h.request);
   h.handle = l->generation;
