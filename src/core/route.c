@@ -433,10 +433,7 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
   rc = xfer_route_make(src, dst, NULL, opts, &r, aside, sizeof aside, err);
   if (rc) return rc;
   describe(&r, plan);
-  xfer_route each;
-  each.from = r.from;
-  each.to = r.to;
-  each.nbytes = r.nbytes;
+  xfer_route each = {.from = r.from, .to = r.to, .nbytes = r.nbytes}; /* each path, asked anew */
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH__COUNT; p++) {
     if (inapplicable((xfer_path)p, &each, src, NULL, NULL, 0)) continue;
     int i = plan->nestimates++;

@@ -1,7 +1,7 @@
 /*
 ** ucx_api.h -- UCX's UCP, opened with dlopen (libucp.so.0): the calls the remote runtime
 ** makes, a context and worker of its own per peer or listener, and waiting with a deadline.
-** Only the remote backend includes this.
+** Only the remote backend and its server (src/server/) include this.
 */
 #ifndef XFER_UCX_API_H
 #define XFER_UCX_API_H
