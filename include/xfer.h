@@ -35,9 +35,25 @@ typedef enum {
   XFER_E__COUNT
 } xfer_code;
 
+/* The operations of the XFER_OPS table (xfer_errors.h). */
+typedef enum {
+  XFER_OP_OTHER = -1,    /* an API call's own name */
+#define XFER_OPENUM(name, text, failure) XFER_OP_##name,
+  XFER_OPS(XFER_OPENUM)
+#undef XFER_OPENUM
+  XFER_OP__COUNT
+} xfer_op;
+
+/* The op's name ("read"), and what a driver call failing in it means (XFER_E_READ). */
+const char *xfer_op_name(xfer_op op);
+xfer_code xfer_op_failure(xfer_op op);
+/* The op of that name, or XFER_OP_OTHER. */
+xfer_op xfer_op_of(const char *name);
+
 typedef struct xfer_error {
   xfer_code code;
   char op[16];           /* phase that failed: alloc read write copy ... or the API call */
+  xfer_op op_id;         /* the same as an xfer_op (XFER_OP_OTHER for an API call's name) */
   char from[32];         /* device the data came from ("" when none) */
   char to[32];           /* device the data was going to ("" when none) */
   char device[32];       /* the device whose call failed: an end, or one a move used on its

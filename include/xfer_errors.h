@@ -24,4 +24,33 @@
   XFER_ERRDEF(UNAUTHORIZED, "unauthorized", "the remote peer refused the token")        \
   XFER_ERRDEF(VERSION_MISMATCH, "version_mismatch", "the remote peer speaks another protocol version")
 
+/* XFER_OPDEF(NAME, name, failure) -- the operations the core and the backends tell apart:
+** a driver call's phase (what fault rules target and backends fail in) and the steps of a
+** move. `failure` is what a driver call failing in that op means, the one mapping every
+** backend uses: an allocation failed, a read off the device failed, or the target could not
+** be written (write, copy, peer, import, ...: the move's bytes did not arrive). Errors of API
+** calls outside this list (a Lua function's name) carry XFER_OP_OTHER. */
+#define XFER_OPS(XFER_OPDEF)                                                  \
+  XFER_OPDEF(OPEN, "open", UNAVAILABLE)                                       \
+  XFER_OPDEF(ALLOC, "alloc", ALLOC)                                           \
+  XFER_OPDEF(FREE, "free", WRITE)                                             \
+  XFER_OPDEF(READ, "read", READ)                                              \
+  XFER_OPDEF(WRITE, "write", WRITE)                                           \
+  XFER_OPDEF(COPY, "copy", WRITE)                                             \
+  XFER_OPDEF(PEER, "peer", WRITE)                                             \
+  XFER_OPDEF(IMPORT, "import", WRITE)                                         \
+  XFER_OPDEF(EXPORT, "export", WRITE)                                         \
+  XFER_OPDEF(MAP, "map", WRITE)                                               \
+  XFER_OPDEF(REGISTER, "register", WRITE)                                     \
+  XFER_OPDEF(MEMORY, "memory", WRITE)                                         \
+  XFER_OPDEF(SYNC, "sync", WRITE)                                             \
+  XFER_OPDEF(SEND, "send", WRITE)                                             \
+  XFER_OPDEF(RECV, "recv", READ)                                              \
+  XFER_OPDEF(CONNECT, "connect", UNAVAILABLE)                                 \
+  XFER_OPDEF(LISTEN, "listen", UNAVAILABLE)                                   \
+  XFER_OPDEF(DIRECT, "direct", WRITE)                                         \
+  XFER_OPDEF(PLAN, "plan", UNSUPPORTED)                                       \
+  XFER_OPDEF(PROGRESS, "progress", INVALID)                                   \
+  XFER_OPDEF(CONVERT, "convert", INVALID)
+
 #endif

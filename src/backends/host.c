@@ -13,19 +13,17 @@
 
 /* Every host "driver" call (allocation, memcpy) asks here first whether a fault is
 ** injected, and reports a failure -- real (errno) or injected -- through host_fail. */
-static int host_injected(xfer_device *dev, const char *op, int *errnum)
+static int host_injected(xfer_device *dev, xfer_op op, int *errnum)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "host", op, &native)) return 0;
-  *errnum = native ? (int)native : !strcmp(op, "alloc") ? ENOMEM : EIO;
+  *errnum = native ? (int)native : op == XFER_OP_ALLOC ? ENOMEM : EIO;
   return 1;
 }
 
-static xfer_code host_fail(const char *op, int errnum, int injected, xfer_error *err)
+static xfer_code host_fail(xfer_op op, int errnum, int injected, xfer_error *err)
 {
-  xfer_code code = !strcmp(op, "alloc")  ? XFER_E_ALLOC
-                   : !strcmp(op, "read") ? XFER_E_READ
-                                         : XFER_E_WRITE; /* write, copy: the target failed */
+  xfer_code code = xfer_op_failure(op); /* write, copy: the target failed */
   const char *name = strerrorname_np(errnum);
   int retryable = errnum == ENOMEM || errnum == EAGAIN || errnum == EINTR;
   return xfer_err_native(err, code, op, errnum, name ? name : "errno", strerror(errnum),
@@ -60,7 +58,7 @@ static xfer_code host_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *t
   long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES),
        total = sysconf(_SC_PHYS_PAGES);
   if (page < 0 || avail < 0 || total < 0)
-    return xfer_err_native(err, XFER_E_UNAVAILABLE, "memory", errno, "sysconf",
+    return xfer_err_native(err, XFER_E_UNAVAILABLE, XFER_OP_MEMORY, errno, "sysconf",
                            strerror(errno), 0, 0);
   *free_bytes = (uint64_t)avail * (uint64_t)page;
   *total_bytes = (uint64_t)total * (uint64_t)page;
@@ -81,9 +79,9 @@ static xfer_code host_open(xfer_runtime *rt, xfer_error *err)
 static xfer_code host_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
 {
   int errnum;
-  if (host_injected(dev, "alloc", &errnum)) return host_fail("alloc", errnum, 1, err);
+  if (host_injected(dev, XFER_OP_ALLOC, &errnum)) return host_fail(XFER_OP_ALLOC, errnum, 1, err);
   *buf = xfer_host_pages_alloc(nbytes);
-  if (!*buf) return host_fail("alloc", ENOMEM, 0, err);
+  if (!*buf) return host_fail(XFER_OP_ALLOC, ENOMEM, 0, err);
   return XFER_E_OK;
 }
 
@@ -97,7 +95,7 @@ static xfer_code host_write(xfer_device *dev, void *buf, size_t offset, const vo
                             size_t n, xfer_error *err)
 {
   int errnum;
-  if (host_injected(dev, "write", &errnum)) return host_fail("write", errnum, 1, err);
+  if (host_injected(dev, XFER_OP_WRITE, &errnum)) return host_fail(XFER_OP_WRITE, errnum, 1, err);
   memcpy((char *)buf + offset, src, n);
   return XFER_E_OK;
 }
@@ -106,7 +104,7 @@ static xfer_code host_read(xfer_device *dev, void *buf, size_t offset, void *dst
                            xfer_error *err)
 {
   int errnum;
-  if (host_injected(dev, "read", &errnum)) return host_fail("read", errnum, 1, err);
+  if (host_injected(dev, XFER_OP_READ, &errnum)) return host_fail(XFER_OP_READ, errnum, 1, err);
   memcpy(dst, (const char *)buf + offset, n);
   return XFER_E_OK;
 }
@@ -115,7 +113,7 @@ static xfer_code host_copy(xfer_device *dev, void *dst, size_t dst_offset, void 
                            size_t src_offset, size_t n, xfer_error *err)
 {
   int errnum;
-  if (host_injected(dev, "copy", &errnum)) return host_fail("copy", errnum, 1, err);
+  if (host_injected(dev, XFER_OP_COPY, &errnum)) return host_fail(XFER_OP_COPY, errnum, 1, err);
   memmove((char *)dst + dst_offset, (const char *)src + src_offset, n);
   return XFER_E_OK;
 }

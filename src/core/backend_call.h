@@ -134,18 +134,18 @@ static inline xfer_code xfer_be_export_fd(xfer_device *dev, void *buf, int *fd, 
                                           xfer_error *err)
 {
   if (!xfer_be(dev)->export_fd) /* the planner asks only exporters; a guard, not a path */
-    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_UNSUPPORTED, "export", "%s exports no "
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_EXPORT, "%s exports no "
                                            "memory", dev->name), err);
   return xfer_be_blame(dev, xfer_be(dev)->export_fd(dev, buf, fd, size, err), err);
 }
 
 static inline xfer_code xfer_be_import_fd(xfer_device *dev, int fd, uint64_t memory_size,
-                                          size_t n, const char *op, void **buf, void **handle,
+                                          size_t n, xfer_op op, void **buf, void **handle,
                                           xfer_error *err)
 {
   if (!xfer_be(dev)->import_fd)
-    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_UNSUPPORTED, op, "%s imports no memory",
-                                           dev->name), err);
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_UNSUPPORTED, op, "%s imports no memory",
+                                          dev->name), err);
   return xfer_be_blame(dev, xfer_be(dev)->import_fd(dev, fd, memory_size, n, op, buf, handle, err),
                        err);
 }
@@ -263,7 +263,7 @@ static inline xfer_code xfer_be_memory(xfer_device *dev, uint64_t *free_bytes, u
 {
   const xfer_backend *be = xfer_be(dev);
   if (!be->memory)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "memory", "%s cannot tell its free memory",
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_MEMORY, "%s cannot tell its free memory",
                         dev->name);
   return be->memory(dev, free_bytes, total, err);
 }

@@ -95,7 +95,7 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
   xfer_code bad = xfer_env_flags_check(err);
   if (bad) return bad;
   xfer_ctx *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return xfer_err_set(err, XFER_E_ALLOC, "open", "out of host memory");
+  if (!ctx) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "out of host memory");
   ctx->refs = 1;
   pthread_mutex_init(&ctx->lock, NULL);
   pthread_cond_init(&ctx->idle, NULL);
@@ -112,7 +112,7 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
     errno = 0;
     unsigned long long k = strtoull(at, &end, 10);
     if (*end || errno == ERANGE || at[0] == '-') {
-      xfer_err_set(err, XFER_E_INVALID, "open", "XFER_FAIL_AT must be a call number >= 0, not '%.40s'",
+      xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN, "XFER_FAIL_AT must be a call number >= 0, not '%.40s'",
                    at);
       xfer_ctx_release(ctx);
       return XFER_E_INVALID;
@@ -125,7 +125,7 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
     if (rc) {
       char why[sizeof err->message];
       snprintf(why, sizeof why, "%s", err->message);
-      xfer_err_set(err, rc, "open", "XFER_FAULTS: %s", why);
+      xfer_err_op(err, rc, XFER_OP_OPEN, "XFER_FAULTS: %s", why);
       xfer_ctx_release(ctx);
       return rc;
     }

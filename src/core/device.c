@@ -13,10 +13,10 @@ void xfer_device_retain(xfer_device *dev) { __atomic_add_fetch(&dev->refs, 1, __
 
 void xfer_device_release(xfer_device *dev) { __atomic_sub_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
 
-xfer_code xfer_device_lost_error(const xfer_device *dev, const char *op, xfer_error *err)
+xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error *err)
 {
   xfer_code code = dev->lost_code ? dev->lost_code : XFER_E_DEVICE_LOST;
-  return xfer_err_set(err, code, op, "device %s was lost%s%s", dev->name, dev->lost_note[0] ? ": " : "",
+  return xfer_err_op(err, code, op, "device %s was lost%s%s", dev->name, dev->lost_note[0] ? ": " : "",
                       dev->lost_note);
 }
 

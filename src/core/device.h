@@ -15,7 +15,7 @@ void xfer_device_unlock(xfer_device *dev);
 void xfer_device_lock_pair(xfer_device *a, xfer_device *b);
 void xfer_device_unlock_pair(xfer_device *a, xfer_device *b);
 /* A lost device's error, for op: its code and "device X was lost[: why]". */
-xfer_code xfer_device_lost_error(const xfer_device *dev, const char *op, xfer_error *err);
+xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error *err);
 /* Locks up to four devices (NULLs and repeats skipped) in the one global order, by address,
 ** so that two moves sharing devices never each hold one and wait for the other: the devices
 ** locked, sorted, in held (how many returned). */

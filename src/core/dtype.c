@@ -99,13 +99,13 @@ static const char *const dtype_range[XFER_DTYPE__COUNT] = {
 
 static xfer_code out_of_range(xfer_error *err, xfer_dtype dtype, double value)
 {
-  return xfer_err_set(err, XFER_E_INVALID, "convert", "value %.17g is out of range for %s (%s)",
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "value %.17g is out of range for %s (%s)",
                       value, xfer_dtype_name(dtype), dtype_range[dtype]);
 }
 
 static xfer_code not_whole(xfer_error *err, xfer_dtype dtype, double value)
 {
-  return xfer_err_set(err, XFER_E_INVALID, "convert",
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT,
                       "value %.17g is not a whole number, which %s needs", value,
                       xfer_dtype_name(dtype));
 }
@@ -167,7 +167,7 @@ static xfer_code store_integer(xfer_dtype dtype, double value, void *dst, xfer_e
 xfer_code xfer_value_store(xfer_dtype dtype, double value, void *dst, xfer_error *err)
 {
   if ((unsigned)dtype >= XFER_DTYPE__COUNT)
-    return xfer_err_set(err, XFER_E_INVALID, "convert", "unknown dtype %d", (int)dtype);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "unknown dtype %d", (int)dtype);
   return xfer_dtype_is_float(dtype) ? store_float(dtype, value, dst, err)
                                     : store_integer(dtype, value, dst, err);
 }
@@ -232,9 +232,9 @@ static xfer_code store_whole(xfer_dtype dtype, int negative, int64_t s, uint64_t
   };
   if (negative ? s < min[dtype] : u > max[dtype]) {
     if (negative)
-      return xfer_err_set(err, XFER_E_INVALID, "convert", "value %lld is out of range for %s (%s)",
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "value %lld is out of range for %s (%s)",
                           (long long)s, xfer_dtype_name(dtype), dtype_range[dtype]);
-    return xfer_err_set(err, XFER_E_INVALID, "convert", "value %llu is out of range for %s (%s)",
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "value %llu is out of range for %s (%s)",
                         (unsigned long long)u, xfer_dtype_name(dtype), dtype_range[dtype]);
   }
   int64_t v = negative ? s : (int64_t)u;
@@ -271,7 +271,7 @@ xfer_code xfer_convert(xfer_dtype to, void *dst, xfer_dtype from, const void *sr
     if (rc) { /* which element: "element 7: value 300 is out of range for u8 (0 to 255)" */
       char why[sizeof err->message];
       memcpy(why, err->message, sizeof why);
-      xfer_err_set(err, rc, "convert", "%s to %s: element %zu: %s", xfer_dtype_name(from),
+      xfer_err_op(err, rc, XFER_OP_CONVERT, "%s to %s: element %zu: %s", xfer_dtype_name(from),
                    xfer_dtype_name(to), i + 1, why);
       return rc;
     }

@@ -13,6 +13,34 @@ static const char *const code_names[] = {
 #undef XFER_ERRNAME
 };
 
+static const struct {
+  const char *name;
+  xfer_code failure;
+} ops[XFER_OP__COUNT] = {
+#define XFER_OPROW(name, text, failure) {text, XFER_E_##failure},
+  XFER_OPS(XFER_OPROW)
+#undef XFER_OPROW
+};
+
+const char *xfer_op_name(xfer_op op)
+{
+  return (unsigned)op < XFER_OP__COUNT ? ops[op].name : "?";
+}
+
+xfer_code xfer_op_failure(xfer_op op)
+{
+  return (unsigned)op < XFER_OP__COUNT ? ops[op].failure : XFER_E_WRITE;
+}
+
+/* The one place an op's name is looked up: errors record their op as text (the public field,
+** which may be an API call's name) and as this number, which the core compares. */
+xfer_op xfer_op_of(const char *name)
+{
+  for (int i = 0; name && i < XFER_OP__COUNT; i++)
+    if (!strcmp(ops[i].name, name)) return (xfer_op)i;
+  return XFER_OP_OTHER;
+}
+
 const char *xfer_code_name(xfer_code code)
 {
   if ((int)code < 0 || code >= XFER_E__COUNT) return NULL;
@@ -32,6 +60,7 @@ xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const ch
   memset(err, 0, sizeof *err);
   err->code = code;
   xfer_copy_text(err->op, sizeof err->op, op);
+  err->op_id = xfer_op_of(op);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -39,13 +68,33 @@ xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const ch
   return code;
 }
 
-xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long long native,
+/* (err not NULL) The record's code, op and message. */
+static void record(xfer_error *err, xfer_code code, xfer_op op, const char *fmt, va_list ap)
+{
+  memset(err, 0, sizeof *err);
+  err->code = code;
+  xfer_copy_text(err->op, sizeof err->op, xfer_op_name(op));
+  err->op_id = op;
+  vsnprintf(err->message, sizeof err->message, fmt, ap);
+}
+
+xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *fmt, ...)
+{
+  if (!err) return code;
+  va_list ap;
+  va_start(ap, fmt);
+  record(err, code, op, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,
                           const char *native_name, const char *native_text, int retryable,
                           int injected)
 {
   if (!err) return code;
-  xfer_err_set(err, code, op, "%s (%lld): %s%s", native_name, native, native_text,
-               injected ? " [injected fault]" : "");
+  xfer_err_op(err, code, op, "%s (%lld): %s%s", native_name, native, native_text,
+              injected ? " [injected fault]" : "");
   err->native = native;
   xfer_copy_text(err->native_name, sizeof err->native_name, native_name);
   err->retryable = retryable;
@@ -77,23 +126,24 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
   char cause[sizeof err->message];
   memcpy(cause, err->message, sizeof cause);
   const char *op = err->op, *d = err->device;
+  xfer_op id = err->op_id;
   /* a device the move used on its way (host staging, the GPU whose memory an end lives in) */
   int between = d[0] && strcmp(d, f) && strcmp(d, t);
-  if (!strcmp(op, "alloc") && (between || (from && d[0] && !strcmp(d, f) && strcmp(d, t))))
+  if (id == XFER_OP_ALLOC && (between || (from && d[0] && !strcmp(d, f) && strcmp(d, t))))
     put_message(err, "Failed to allocate memory on %s for a move of %zu bytes from %s to %s: %s",
                 d, nbytes, f, t, cause);
-  else if (!strcmp(op, "alloc") && !from)
+  else if (id == XFER_OP_ALLOC && !from)
     put_message(err, "Failed to allocate %zu bytes on %s: %s", nbytes, t, cause);
-  else if (!strcmp(op, "alloc"))
+  else if (id == XFER_OP_ALLOC)
     put_message(err, "Failed to allocate %zu bytes on %s for a tensor from %s: %s", nbytes, t,
                 f, cause);
-  else if (!strcmp(op, "progress"))
+  else if (id == XFER_OP_PROGRESS)
     put_message(err, "Stopped a move of %zu bytes from %s to %s: %s", nbytes, f, t, cause);
   else if (between)
     put_message(err, "Failed to %s a tensor from %s to %s (on %s): %s", op, f, t, d, cause);
-  else if (!strcmp(op, "read"))
+  else if (id == XFER_OP_READ)
     put_message(err, "Failed to read a tensor off %s on the way to %s: %s", f, t, cause);
-  else if (!strcmp(op, "write"))
+  else if (id == XFER_OP_WRITE)
     put_message(err, "Failed to write a tensor to %s on the way from %s: %s", t, f, cause);
   else
     put_message(err, "Failed to %s a tensor from %s to %s: %s", op, f, t, cause);

@@ -18,11 +18,12 @@ static const char *const fault_ops[] = {
 
 const char *const *xfer_fault_ops(void) { return fault_ops; }
 
-static int known_op(const char *op)
+/* The op a rule names, as the backends ask for it; XFER_OP_OTHER for one no call has. */
+static xfer_op injectable_op(const char *name)
 {
   for (const char *const *o = fault_ops; *o; o++)
-    if (!strcmp(*o, op)) return 1;
-  return 0;
+    if (!strcmp(*o, name)) return xfer_op_of(name);
+  return XFER_OP_OTHER;
 }
 
 static int known_runtime(const xfer_ctx *ctx, const char *runtime)
@@ -38,7 +39,8 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "unknown runtime '%s' (expected host, cuda, vulkan, opencl or remote)",
                         fault->runtime);
-  if (!known_op(fault->op))
+  xfer_op op = injectable_op(fault->op);
+  if (op == XFER_OP_OTHER)
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "unknown op '%s' (expected alloc, read, write, copy, peer, import, "
                         "export, register, map, sync, send or recv)", fault->op);
@@ -51,6 +53,7 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
   if (n < XFER_MAX_FAULTS) {
     xfer_fault_rule *rule = &ctx->faults[n];
     rule->fault = *fault;
+    rule->op = op;
     rule->skip = fault->nth - 1;
     rule->left = fault->count;
     __atomic_store_n(&ctx->nfaults, n + 1, __ATOMIC_RELEASE);
@@ -166,20 +169,20 @@ int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out)
 }
 
 /* The call fail_at names: counted here, on every fallible call, from any thread. */
-static int fail_at_hit(xfer_ctx *ctx, const char *runtime, const char *op)
+static int fail_at_hit(xfer_ctx *ctx, const char *runtime, xfer_op op)
 {
   uint64_t call = __atomic_add_fetch(&ctx->fault_calls, 1, __ATOMIC_RELAXED);
   if (call != __atomic_load_n(&ctx->fail_at, __ATOMIC_RELAXED)) return 0;
   pthread_mutex_lock(&ctx->lock);
   xfer_copy_text(ctx->failed.runtime, sizeof ctx->failed.runtime, runtime);
-  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, op);
+  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, xfer_op_name(op));
   ctx->failed.nth = call > INT_MAX ? INT_MAX : (int)call;
   ctx->failed.count = 1;
   pthread_mutex_unlock(&ctx->lock);
   return 1;
 }
 
-int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native)
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, xfer_op op, long long *native)
 {
   int hit = 0;
   *native = 0;
@@ -188,7 +191,7 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long
   pthread_mutex_lock(&ctx->lock); /* the staged path calls from two threads */
   for (size_t i = 0; i < ctx->nfaults; i++) {
     xfer_fault_rule *rule = &ctx->faults[i];
-    if (strcmp(rule->fault.runtime, runtime) || strcmp(rule->fault.op, op)) continue;
+    if (rule->op != op || strcmp(rule->fault.runtime, runtime)) continue;
     if (rule->skip > 0) {
       rule->skip--;
     } else if (!hit) { /* one failure per call, even if several rules match */

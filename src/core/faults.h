@@ -9,7 +9,7 @@
 
 /* Called by a backend's checked wrapper before each driver call: 1 means fail it, with
 ** *native the code the rule asks for (0: the backend's usual code for op). */
-int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, const char *op, long long *native);
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, xfer_op op, long long *native);
 /* Counts how often the rules were cleared or replaced (xfer_fault_clear, xfer_fault_fail_at):
 ** a failure an injected fault caused before the count moved is not the machine's (the ledger
 ** forgets it). */

@@ -25,7 +25,7 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   int room = 0;
   if ((*out = xfer_mem_import_find(seg, importer, &room))) return XFER_E_OK;
   if (!room)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "import", "a buffer is imported at most %d times",
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, "a buffer is imported at most %d times",
                         XFER_MAX_IMPORTS);
   int fd = -1;
   uint64_t size = 0;
@@ -33,14 +33,14 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   if (rc) return rc;
   (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* drivers make it inheritable; a child must not get it */
   void *ibuf = NULL, *handle = NULL;
-  rc = xfer_be_import_fd(importer, fd, size, seg->size, "import", &ibuf, &handle, err);
+  rc = xfer_be_import_fd(importer, fd, size, seg->size, XFER_OP_IMPORT, &ibuf, &handle, err);
   if (rc) {
     close(fd);
     return rc;
   }
   if (!xfer_mem_import_keep(seg, importer, ibuf, handle)) { /* filled up meanwhile */
     xfer_be_release_import(importer, ibuf, handle);
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "import", "a buffer is imported at most %d times",
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, "a buffer is imported at most %d times",
                         XFER_MAX_IMPORTS);
   }
   *out = ibuf;
@@ -139,7 +139,7 @@ xfer_code xfer_interop_run(const xfer_route *r, xfer_tensor *src, xfer_tensor *d
   case XFER_SHARE_BETWEEN:
     return run_between(r, src, dst, err);
   default: /* a route is made with its share; a guard, not a path */
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "interop between %s and %s has no way "
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, "interop between %s and %s has no way "
                         "to share memory", from->name, to->name);
   }
 }

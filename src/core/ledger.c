@@ -138,7 +138,7 @@ void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
                         const xfer_error *err)
 {
   /* the caller stopped it (its progress callback): neither a move nor a failure */
-  if (rc && err && !strcmp(err->op, "progress")) return;
+  if (rc && err && err->op_id == XFER_OP_PROGRESS) return;
   /* the last resort is never set aside: its failures are not counted */
   if (rc && path == XFER_PATH_HOST) return;
   pthread_mutex_lock(&ctx->lock);

@@ -169,7 +169,7 @@ static xfer_code backed_alloc(xfer_device *dev, size_t size, seg_memory *m, xfer
     if (err) err->code = rc;
   }
   if (rc) return rc;
-  rc = xfer_be_import_fd(dev, fd, memory_size, size, "alloc", &m->buf, &m->handle, err);
+  rc = xfer_be_import_fd(dev, fd, memory_size, size, XFER_OP_ALLOC, &m->buf, &m->handle, err);
   if (rc) {
     close(fd);
     xfer_be_free_shared(backing, m->backing_buf, size);
@@ -581,18 +581,18 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   xfer_allocator *a = dev->alloc;
   size_t size = round_size(a, nbytes);
   if (!size)
-    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_ALLOC, "alloc",
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC,
                                            "%zu bytes is more than any device holds", nbytes),
                          err);
   pthread_mutex_lock(&a->lock);
   if (dev->lost) {
     release_cached(a, 0);
     pthread_mutex_unlock(&a->lock);
-    return xfer_be_blame(dev, xfer_device_lost_error(dev, "alloc", err), err);
+    return xfer_be_blame(dev, xfer_device_lost_error(dev, XFER_OP_ALLOC, err), err);
   }
   if (xfer_device_is_closed(dev)) {
     pthread_mutex_unlock(&a->lock);
-    return xfer_be_blame(dev, xfer_err_set(err, XFER_E_CLOSED, "alloc", "device %s is closed "
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_CLOSED, XFER_OP_ALLOC, "device %s is closed "
                                            "(xfer.device(\"%s\") opens it again)", dev->name,
                                            dev->name), err);
   }
@@ -615,7 +615,7 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
     if (!rc && !(b = segment_add(a, dev, &m, seg_size, size <= SMALL_SIZE))) {
       raw_free(dev, &m, seg_size);
       a->stats.driver_frees++;
-      rc = xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+      rc = xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory");
     }
     if (rc) {
       pthread_mutex_unlock(&a->lock);

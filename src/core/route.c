@@ -235,18 +235,18 @@ xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xf
   r->to = dst_dev;
   r->nbytes = src->nbytes;
   if (aside && aside_cap) aside[0] = '\0';
-  if (dst_dev->lost) return xfer_device_lost_error(dst_dev, "plan", err);
+  if (dst_dev->lost) return xfer_device_lost_error(dst_dev, XFER_OP_PLAN, err);
   if (xfer_device_is_closed(dst_dev))
-    return xfer_err_set(err, XFER_E_CLOSED, "plan", "device %s is closed (xfer.device(\"%s\") "
+    return xfer_err_op(err, XFER_E_CLOSED, XFER_OP_PLAN, "device %s is closed (xfer.device(\"%s\") "
                         "opens it again)", dst_dev->name, dst_dev->name);
   xfer_path via = opts ? opts->via : XFER_PATH_AUTO;
   if (via != XFER_PATH_AUTO) {
     char why[200];
     if ((unsigned)via >= XFER_PATH__COUNT)
-      return xfer_err_set(err, XFER_E_INVALID, "plan", "unknown path %d", (int)via);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, "unknown path %d", (int)via);
     if (inapplicable(via, r, src, dst_t, why, sizeof why)) {
       settle_on(r, XFER_PATH_HOST); /* what a move holds while it says so: both ends */
-      return xfer_err_set(err, XFER_E_UNSUPPORTED, "plan", "%s", why);
+      return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, "%s", why);
     }
     settle_on(r, via);
     return XFER_E_OK;

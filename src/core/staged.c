@@ -224,7 +224,7 @@ static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor
   pthread_cond_init(&p.moved, NULL);
   pthread_t thread;
   if (pthread_create(&thread, NULL, reader, &in)) {
-    rc = xfer_err_set(err, XFER_E_UNAVAILABLE, "read", "cannot start the staging reader thread");
+    rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_READ, "cannot start the staging reader thread");
   } else {
     rc = side_run(&out, err);
     pthread_join(thread, NULL);

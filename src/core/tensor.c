@@ -22,8 +22,14 @@ xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *er
     return xfer_err_set(err, XFER_E_CLOSED, op,
                         "attempt to use a tensor of a closed device (%s closed since it was made)",
                         t->dev->name);
-  if (t->dev->lost)
-    return xfer_device_lost_error(t->dev, op, err);
+  if (t->dev->lost) { /* op: the caller's name for what it attempted (a Lua function's) */
+    xfer_code rc = xfer_device_lost_error(t->dev, xfer_op_of(op), err);
+    if (err) {
+      xfer_copy_text(err->op, sizeof err->op, op);
+      err->op_id = xfer_op_of(op);
+    }
+    return rc;
+  }
   return XFER_E_OK;
 }
 
@@ -57,7 +63,7 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
   xfer_code rc = check_shape(dtype, shape, &numel, err);
   if (rc) return rc;
   xfer_tensor *t = calloc(1, sizeof *t);
-  if (!t) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+  if (!t) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory");
   t->refs = 1;
   t->dev = dev;
   t->dtype = dtype;
@@ -160,7 +166,7 @@ xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
   if (t->views && !t->freed) {
     int views = t->views;
     pthread_mutex_unlock(&ctx->lock);
-    return xfer_err_set(err, XFER_E_IN_USE, "free", "free: %d view%s of this tensor use%s its "
+    return xfer_err_op(err, XFER_E_IN_USE, XFER_OP_FREE, "free: %d view%s of this tensor use%s its "
                         "memory: free %s first (or let %s be collected; the memory goes back "
                         "with the last)", views, views == 1 ? "" : "s", views == 1 ? "s" : "",
                         views == 1 ? "it" : "them", views == 1 ? "it" : "them");
@@ -272,7 +278,7 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
     rc = t->contiguous ? xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err)
                        : xfer_view_move(t, (char *)src, 0, err);
     /* a view's scatter reads its span first: a failed read is a read off the device */
-    int reading = rc && err && !strcmp(err->op, "read");
+    int reading = rc && err && err->op_id == XFER_OP_READ;
     xfer_device *host = xfer_host_of(t->dev->ctx);
     if (rc) xfer_err_frame(err, reading ? t->dev : host, reading ? host : t->dev, nbytes);
   }
@@ -290,7 +296,7 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   size_t esize = xfer_dtype_size(t->dtype);
   if (!t->contiguous) { /* a view: its elements scattered from a packed pattern */
     char *packed = malloc(t->nbytes);
-    if (!packed) return xfer_err_set(err, XFER_E_ALLOC, "write", "out of host memory");
+    if (!packed) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_WRITE, "out of host memory");
     for (size_t off = 0; off < t->nbytes; off += esize) memcpy(packed + off, elem, esize);
     rc = xfer_tensor_write(t, packed, t->nbytes, err);
     free(packed);
@@ -298,7 +304,7 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   }
   size_t chunk = t->nbytes < CHUNK_BYTES ? t->nbytes : CHUNK_BYTES / esize * esize;
   char *pattern = malloc(chunk);
-  if (!pattern) return xfer_err_set(err, XFER_E_ALLOC, "write", "out of host memory");
+  if (!pattern) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_WRITE, "out of host memory");
   for (size_t off = 0; off < chunk; off += esize) memcpy(pattern + off, elem, esize);
   xfer_device_lock(t->dev);
   for (size_t off = 0; off < t->nbytes && !rc; off += chunk) {

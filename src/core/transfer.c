@@ -218,7 +218,7 @@ static xfer_code convert_failed(xfer_code rc, xfer_error *err, const xfer_device
                                 const xfer_device *to, size_t nbytes)
 {
   if (!err) return rc;
-  if (!strcmp(err->op, "convert")) {
+  if (err->op_id == XFER_OP_CONVERT) {
     xfer_err_frame(err, from, to, nbytes);
   } else {
     snprintf(err->from, sizeof err->from, "%s", from->name);
@@ -243,7 +243,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   if (!src) return xfer_tensor_check(src, "plan", err); /* before src->dev is touched */
   if (opts && opts->convert && opts->dtype != src->dtype) {
     if ((unsigned)opts->dtype >= XFER_DTYPE__COUNT)
-      return xfer_err_set(err, XFER_E_INVALID, "convert", "unknown dtype %d", (int)opts->dtype);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "unknown dtype %d", (int)opts->dtype);
     xfer_tensor *converted;
     xfer_code rc = check_convert_path(opts, "plan", err);
     if (!rc) rc = convert_on_host(src, opts->dtype, &converted, err);
@@ -298,7 +298,7 @@ static xfer_code check_same_shape(const xfer_tensor *dst, const xfer_tensor *src
   char want[96], got[96];
   xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
   xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
-  return xfer_err_set(err, XFER_E_INVALID, "copy",
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY,
                       "copy_from needs one shape at both ends: target %s, source %s", want, got);
 }
 
@@ -336,7 +336,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
       if (!bytes && from->nbytes) { /* a contiguous device source: read it packed first */
         bytes = scratch = malloc(from->nbytes);
         rc = scratch ? xfer_tensor_read(from, scratch, from->nbytes, err)
-                     : xfer_err_set(err, XFER_E_ALLOC, "copy", "out of host memory");
+                     : xfer_err_op(err, XFER_E_ALLOC, XFER_OP_COPY, "out of host memory");
       }
       if (!rc && from->nbytes) rc = xfer_tensor_write(dst, bytes, from->nbytes, err);
       free(scratch);

@@ -98,7 +98,7 @@ typedef struct xfer_backend {
   ** is what release_import needs. `op` names the call for faults and errors ("import", or
   ** "alloc" when the import is a tensor's allocation). Owns `fd` only when it succeeds. */
   xfer_code (*import_fd)(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
-                         const char *op, void **buf, void **handle, xfer_error *err);
+                         xfer_op op, void **buf, void **handle, xfer_error *err);
   void (*release_import)(xfer_device *dev, void *buf, void *handle);
   /* optional, interop: copy n bytes between one of the device's buffers and an imported
   ** one (into_imported: buf -> imported, else imported -> buf), done when it returns */
@@ -193,6 +193,7 @@ struct xfer_device {
 
 typedef struct xfer_fault_rule {
   xfer_fault fault;
+  xfer_op op;                   /* fault.op as the backends ask for it */
   int skip;                     /* matching calls still to let through */
   int left;                     /* matching calls still to fail */
 } xfer_fault_rule;

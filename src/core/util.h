@@ -19,10 +19,14 @@ xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const ch
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
-/* The same with the message the error table gives `code` (error.c's `what`). */
-xfer_code xfer_err_code(xfer_error *err, xfer_code code, const char *op);
+/* The same for one of the XFER_OPS (a driver call's phase, a step of a move). */
+xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
 /* A driver call failed: records its native code, name and text as the cause. */
-xfer_code xfer_err_native(xfer_error *err, xfer_code code, const char *op, long long native,
+xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,
                           const char *native_name, const char *native_text, int retryable,
                           int injected);
 /* Puts a backend's cause into words naming both ends of the movement. */

@@ -81,6 +81,7 @@ void xl_raise_code(lua_State *L, xfer_code code, const char *op, const char *fmt
   memset(&err, 0, sizeof err);
   err.code = code;
   snprintf(err.op, sizeof err.op, "%s", op);
+  err.op_id = xfer_op_of(op);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err.message, sizeof err.message, fmt, ap);

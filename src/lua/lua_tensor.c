@@ -140,7 +140,7 @@ static int call_progress(void *ud, uint64_t done, uint64_t total)
 void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err)
 {
   const progress_call *pc = opts->progress_ud;
-  if (!pc || !pc->raised[0] || strcmp(err->op, "progress")) return;
+  if (!pc || !pc->raised[0] || err->op_id != XFER_OP_PROGRESS) return;
   char head[sizeof err->message];
   memcpy(head, err->message, sizeof head);
   snprintf(err->message, sizeof err->message, "%.200s: %.250s", head, pc->raised);

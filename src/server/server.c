@@ -149,7 +149,7 @@ static void drop_conn(xfer_listener *l, conn *c)
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void *r = l->node.api->ucp_ep_close_nbx(c->ep, &p);
-  xfer_ucx_wait(&l->node, r, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
+  xfer_ucx_wait(&l->node, r, xfer_now() + 1.0, XFER_E_PEER_LOST, XFER_OP_LISTEN, "closing", NULL);
   free(c);
   __atomic_add_fetch(&l->dropped, 1, __ATOMIC_RELAXED);
 }
@@ -344,7 +344,8 @@ static void reply_refusal(xfer_listener *l, conn *c, const wire_header *req, xfe
   xfer_error e;
   memset(&e, 0, sizeof e);
   e.code = code;
-  snprintf(e.op, sizeof e.op, "connect");
+  snprintf(e.op, sizeof e.op, "%s", xfer_op_name(XFER_OP_CONNECT));
+  e.op_id = XFER_OP_CONNECT;
   snprintf(e.message, sizeof e.message, "%s", text);
   reply_error(l, c, req, &e);
   /* dropped when the client closes on reading the refusal, or after a while: closing at once
@@ -426,10 +427,10 @@ static buffer_entry *buffer_of(conn *c, uint64_t handle)
   return NULL;
 }
 
-static void unknown_handle(xfer_listener *l, conn *c, const message *m, const char *op)
+static void unknown_handle(xfer_listener *l, conn *c, const message *m, xfer_op op)
 {
   xfer_error e;
-  xfer_err_set(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
+  xfer_err_op(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
                (unsigned long long)m->h.handle);
   reply_error(l, c, &m->h, &e);
 }
@@ -440,12 +441,12 @@ static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
   size_t count = served_devices(l, devs, WIRE_MAX_DEVICES);
   xfer_error e;
   if (m->h.device >= count) {
-    xfer_err_set(&e, XFER_E_INVALID, "alloc", "no device %u on this server", m->h.device);
+    xfer_err_op(&e, XFER_E_INVALID, XFER_OP_ALLOC, "no device %u on this server", m->h.device);
     reply_error(l, c, &m->h, &e);
     return;
   }
   if (c->nbuffers == MAX_HANDLES || m->h.length > (uint64_t)INT64_MAX) {
-    xfer_err_set(&e, XFER_E_ALLOC, "alloc", "a client holds at most %d buffers here", MAX_HANDLES);
+    xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "a client holds at most %d buffers here", MAX_HANDLES);
     reply_error(l, c, &m->h, &e);
     return;
   }
@@ -453,7 +454,7 @@ static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
     size_t cap = c->cap ? c->cap * 2 : 16;
     buffer_entry *grown = realloc(c->buffers, cap * sizeof *grown);
     if (!grown) {
-      xfer_err_set(&e, XFER_E_ALLOC, "alloc", "out of host memory on the server");
+      xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory on the server");
       reply_error(l, c, &m->h, &e);
       return;
     }
@@ -478,7 +479,7 @@ static void free_buffer(xfer_listener *l, conn *c, const message *m)
 {
   buffer_entry *b = buffer_of(c, m->h.handle);
   if (!b) {
-    unknown_handle(l, c, m, "free");
+    unknown_handle(l, c, m, XFER_OP_FREE);
     return;
   }
   xfer_tensor_release(b->t);
@@ -488,19 +489,19 @@ static void free_buffer(xfer_listener *l, conn *c, const message *m)
 
 /* the bytes [offset, offset+length) of buffer `handle`, as a view; NULL with the reply sent */
 static xfer_tensor *range_at(xfer_listener *l, conn *c, const message *m, uint64_t handle,
-                             uint64_t offset, const char *op)
+                             uint64_t offset, xfer_op op)
 {
   buffer_entry *b = buffer_of(c, handle);
   xfer_error e;
   if (!b) {
-    xfer_err_set(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
+    xfer_err_op(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
                  (unsigned long long)handle);
     reply_error(l, c, &m->h, &e);
     return NULL;
   }
   uint64_t end = offset + m->h.length; /* (wire_check refused a sum that wraps) */
   if (end > xfer_tensor_nbytes(b->t)) {
-    xfer_err_set(&e, XFER_E_INVALID, op, "bytes %llu to %llu are outside buffer %llu (%zu bytes)",
+    xfer_err_op(&e, XFER_E_INVALID, op, "bytes %llu to %llu are outside buffer %llu (%zu bytes)",
                  (unsigned long long)offset, (unsigned long long)end, (unsigned long long)handle,
                  xfer_tensor_nbytes(b->t));
     reply_error(l, c, &m->h, &e);
@@ -516,7 +517,7 @@ static xfer_tensor *range_at(xfer_listener *l, conn *c, const message *m, uint64
   return v;
 }
 
-static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, const char *op)
+static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, xfer_op op)
 {
   return range_at(l, c, m, m->h.handle, m->h.offset, op);
 }
@@ -528,8 +529,8 @@ static void copy_buffer(xfer_listener *l, conn *c, const message *m)
     reply_done(l, c, &m->h, 0);
     return;
   }
-  xfer_tensor *dst = range_of(l, c, m, "copy");
-  xfer_tensor *src = dst ? range_at(l, c, m, m->h.src_handle, m->h.src_offset, "copy") : NULL;
+  xfer_tensor *dst = range_of(l, c, m, XFER_OP_COPY);
+  xfer_tensor *src = dst ? range_at(l, c, m, m->h.src_handle, m->h.src_offset, XFER_OP_COPY) : NULL;
   xfer_error e;
   if (src) {
     if (xfer_transfer_copy(dst, src, NULL, &e)) reply_error(l, c, &m->h, &e);
@@ -543,7 +544,7 @@ static void write_buffer(xfer_listener *l, conn *c, const message *m)
 {
   if (m->direct && m->received != UCS_OK) { /* UCX could not write the device memory */
     xfer_error e;
-    xfer_ucx_fail(l->node.api, XFER_E_WRITE, "write", m->received,
+    xfer_ucx_fail(l->node.api, XFER_E_WRITE, XFER_OP_WRITE, m->received,
                   "write: receiving into device memory", &e);
     reply_error(l, c, &m->h, &e);
     return;
@@ -552,7 +553,7 @@ static void write_buffer(xfer_listener *l, conn *c, const message *m)
     reply_done(l, c, &m->h, 0);
     return;
   }
-  xfer_tensor *v = range_of(l, c, m, "write");
+  xfer_tensor *v = range_of(l, c, m, XFER_OP_WRITE);
   if (!v) return;
   xfer_error e;
   xfer_code rc = m->len ? xfer_tensor_write(v, m->data, m->len, &e) : XFER_E_OK;
@@ -563,7 +564,7 @@ static void write_buffer(xfer_listener *l, conn *c, const message *m)
 
 static void read_buffer(xfer_listener *l, conn *c, const message *m)
 {
-  xfer_tensor *v = range_of(l, c, m, "read");
+  xfer_tensor *v = range_of(l, c, m, XFER_OP_READ);
   if (!v) return;
   char *host = m->h.length ? xfer_tensor_host_data(v) : NULL;
   if (host) { /* a host buffer is sent from in place, the view held until it has gone */
@@ -581,7 +582,7 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
   xfer_tensor *staging = NULL;
   char *bytes = m->h.length ? staging_for(l, m->h.length, &staging) : NULL;
   xfer_code rc = XFER_E_OK;
-  if (m->h.length && !bytes) rc = xfer_err_set(&e, XFER_E_ALLOC, "read", "out of host memory on the server");
+  if (m->h.length && !bytes) rc = xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_READ, "out of host memory on the server");
   if (!rc && m->h.length) rc = xfer_tensor_read(v, bytes, m->h.length, &e);
   xfer_tensor_release(v);
   if (rc) {
@@ -689,7 +690,7 @@ static void serve_for(xfer_listener *l, double seconds)
 xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *err)
 {
   if (l->threaded) /* its worker is its thread's alone */
-    return xfer_err_set(err, XFER_E_INVALID, "progress",
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS,
                         "progress: this listener serves on a thread of its own");
   serve_for(l, seconds);
   return XFER_E_OK;
@@ -718,9 +719,9 @@ static xfer_code bound_url(xfer_listener *l, const char *host, uint16_t port, xf
                   sizeof service, NI_NUMERICSERV))
     service[0] = '\0';
   if (!service[0] && !port)
-    return s != UCS_OK ? xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s,
+    return s != UCS_OK ? xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, s,
                                        "listen: cannot tell which port was bound", err)
-                       : xfer_err_set(err, XFER_E_UNAVAILABLE, "listen",
+                       : xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN,
                                       "listen: cannot tell which port was bound");
   if (!service[0]) snprintf(service, sizeof service, "%u", (unsigned)port);
   int v6 = strchr(host, ':') && host[0] != '[';
@@ -736,17 +737,17 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   *out = NULL;
   char host[256];
   uint16_t port;
-  xfer_code rc = xfer_ucx_parse_url(url, "listen", host, sizeof host, &port, err);
+  xfer_code rc = xfer_ucx_parse_url(url, XFER_OP_LISTEN, host, sizeof host, &port, err);
   if (rc) return rc;
   const char *name = opts && opts->name ? opts->name : "";
   if (strlen(name) > WIRE_NAME_MAX || strpbrk(name, "/\t\n :"))
-    return xfer_err_set(err, XFER_E_INVALID, "listen", "listen: a name of at most %d characters, "
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: a name of at most %d characters, "
                         "without '/', ':', spaces or tabs, not '%.40s'", WIRE_NAME_MAX, name);
   const char *token = opts && opts->token ? opts->token : "";
   if (strlen(token) >= sizeof ((xfer_listener *)0)->token)
-    return xfer_err_set(err, XFER_E_INVALID, "listen", "listen: a token of at most 255 bytes");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: a token of at most 255 bytes");
   xfer_listener *l = calloc(1, sizeof *l);
-  if (!l) return xfer_err_set(err, XFER_E_ALLOC, "listen", "out of host memory");
+  if (!l) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_LISTEN, "out of host memory");
   l->ctx = xfer_ctx_retain(ctx);
   snprintf(l->name, sizeof l->name, "%s", *name ? name : "node");
   snprintf(l->token, sizeof l->token, "%s", token);
@@ -754,10 +755,10 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   l->generation = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)l << 7);
-  rc = xfer_ucx_node_open(&l->node, l->ctx, on_message, l, "listen", err);
+  rc = xfer_ucx_node_open(&l->node, l->ctx, on_message, l, XFER_OP_LISTEN, err);
   struct sockaddr_storage addr;
   socklen_t addr_len = 0;
-  if (!rc) rc = xfer_ucx_sockaddr(host, port, "listen", &addr, &addr_len, XFER_E_INVALID, err);
+  if (!rc) rc = xfer_ucx_sockaddr(host, port, XFER_OP_LISTEN, &addr, &addr_len, XFER_E_INVALID, err);
   if (!rc) {
     ucp_listener_params_t lp;
     memset(&lp, 0, sizeof lp);
@@ -770,13 +771,13 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
     if (s != UCS_OK) {
       char what[320];
       snprintf(what, sizeof what, "listen: cannot listen on %.200s", url);
-      rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, "listen", s, what, err);
+      rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, s, what, err);
     }
   }
   if (!rc) rc = bound_url(l, host, port, err);
   if (!rc && opts && opts->thread) {
     int e = pthread_create(&l->thread, NULL, serving_thread, l);
-    if (e) rc = xfer_err_set(err, XFER_E_UNAVAILABLE, "listen", "listen: cannot start its thread: %s",
+    if (e) rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, "listen: cannot start its thread: %s",
                              strerror(e));
     else l->threaded = 1;
   }
@@ -817,7 +818,7 @@ void xfer_listener_close(xfer_listener *l)
   while (l->sends) {
     sending *s = l->sends;
     l->sends = s->next;
-    xfer_ucx_wait(&l->node, s->request, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
+    xfer_ucx_wait(&l->node, s->request, xfer_now() + 1.0, XFER_E_PEER_LOST, XFER_OP_LISTEN, "closing", NULL);
     sent(s);
   }
   while (l->head) {
@@ -825,7 +826,7 @@ void xfer_listener_close(xfer_listener *l)
     l->head = m->next;
     if (m->receiving) {
       l->node.api->ucp_request_cancel(l->node.worker, m->receiving);
-      xfer_ucx_wait(&l->node, m->receiving, xfer_now() + 1.0, XFER_E_PEER_LOST, "serve", "closing", NULL);
+      xfer_ucx_wait(&l->node, m->receiving, xfer_now() + 1.0, XFER_E_PEER_LOST, XFER_OP_LISTEN, "closing", NULL);
     }
     staging_done(m->data, m->staging);
     free(m);

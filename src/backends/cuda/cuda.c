@@ -13,13 +13,6 @@
 
 /* -- The checked wrapper ----------------------------------------------------------- */
 
-static xfer_code code_for(const char *op)
-{
-  if (!strcmp(op, "alloc")) return XFER_E_ALLOC;
-  if (!strcmp(op, "read")) return XFER_E_READ;
-  return XFER_E_WRITE; /* write, copy, peer: the target could not be written */
-}
-
 /* Errors after which the context is unusable: every later call fails the same way. */
 static int is_sticky(CUresult r)
 {
@@ -35,12 +28,12 @@ static int is_sticky(CUresult r)
   }
 }
 
-xfer_code xfer_cu_fail(xfer_device *dev, const char *op, const char *fn, CUresult r, int injected,
+xfer_code xfer_cu_fail(xfer_device *dev, xfer_op op, const char *fn, CUresult r, int injected,
                        xfer_error *err)
 {
   const char *name, *text;
   xfer_cu_describe(cu_api_of(dev), r, &name, &text);
-  xfer_code code = code_for(op);
+  xfer_code code = xfer_op_failure(op);
   if (is_sticky(r)) { /* the context is gone: so is the device, for this process */
     dev->lost = 1;
     code = XFER_E_DEVICE_LOST;
@@ -51,7 +44,7 @@ xfer_code xfer_cu_fail(xfer_device *dev, const char *op, const char *fn, CUresul
   return xfer_err_native(err, code, op, r, name, what, retryable, injected);
 }
 
-xfer_code xfer_cu_check(xfer_device *dev, const char *op, const char *fn, CUresult r,
+xfer_code xfer_cu_check(xfer_device *dev, xfer_op op, const char *fn, CUresult r,
                         xfer_error *err)
 {
   return r == CUDA_SUCCESS ? XFER_E_OK : xfer_cu_fail(dev, op, fn, r, 0, err);
@@ -62,18 +55,18 @@ static _Thread_local CUresult injected_code;
 
 CUresult xfer_cu_injected_code(void) { return injected_code; }
 
-int xfer_cu_injected(xfer_device *dev, const char *op)
+int xfer_cu_injected(xfer_device *dev, xfer_op op)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "cuda", op, &native)) return 0;
   injected_code = native ? (CUresult)native
-                  : !strcmp(op, "alloc") ? CUDA_ERROR_OUT_OF_MEMORY
+                  : op == XFER_OP_ALLOC ? CUDA_ERROR_OUT_OF_MEMORY
                                          : CUDA_ERROR_UNKNOWN;
   return 1;
 }
 
 /* Every call below runs in the device's primary context. */
-xfer_code xfer_cu_enter(xfer_device *dev, const char *op, xfer_error *err)
+xfer_code xfer_cu_enter(xfer_device *dev, xfer_op op, xfer_error *err)
 {
   /* checked, but not a fault-injection point: a fault aimed at an op should hit the
   ** call that does the op's work */
@@ -179,7 +172,7 @@ static void cuda_close(xfer_runtime *rt);
 static xfer_code cuda_open(xfer_runtime *rt, xfer_error *err)
 {
   cu_api *api = calloc(1, sizeof *api);
-  if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  if (!api) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   rt->impl = api;
   xfer_code rc = xfer_cu_load(api, err);
   int count = 0;
@@ -189,7 +182,7 @@ static xfer_code cuda_open(xfer_runtime *rt, xfer_error *err)
     if (r != CUDA_SUCCESS) {
       const char *name, *text;
       xfer_cu_describe(api, r, &name, &text);
-      rc = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "no CUDA device: %s (%d): %s", name,
+      rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "no CUDA device: %s (%d): %s", name,
                         (int)r, text);
     }
   }
@@ -219,9 +212,9 @@ static void cuda_close(xfer_runtime *rt)
 
 static xfer_code cuda_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err)
 {
-  xfer_code rc = xfer_cu_enter(dev, "alloc", err);
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_ALLOC, err);
   CUdeviceptr ptr = 0;
-  if (!rc) rc = CU(dev, "alloc", err, cuMemAlloc, &ptr, nbytes);
+  if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &ptr, nbytes);
   if (!rc) *buf = (void *)(uintptr_t)ptr;
   if (!rc) xfer_objects(dev, 1);
   return rc;
@@ -241,7 +234,7 @@ static void cuda_free(xfer_device *dev, void *buf, size_t nbytes)
 ** copy back on an error, and another runtime -- OpenCL or Vulkan on memory CUDA allocated --
 ** would reuse it while the copy still lands there (the likely cause of wrong bytes in one
 ** torture run on an H200: a view moved into opencl:0, whose memory is CUDA's). */
-static xfer_code stream_wait(xfer_device *dev, const char *op, xfer_error *err)
+static xfer_code stream_wait(xfer_device *dev, xfer_op op, xfer_error *err)
 {
   CUstream s = cu_of(dev)->stream;
   xfer_code rc = CU(dev, op, err, cuStreamSynchronize, s);
@@ -253,11 +246,11 @@ static xfer_code cuda_copy(xfer_device *dev, void *dst, size_t dst_offset, void 
                            size_t src_offset, size_t n, xfer_error *err)
 {
   CUstream s = cu_of(dev)->stream;
-  xfer_code rc = xfer_cu_enter(dev, "copy", err);
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_COPY, err);
   if (!rc)
-    rc = CU(dev, "copy", err, cuMemcpyDtoDAsync, xfer_cu_ptr(dst) + dst_offset,
+    rc = CU(dev, XFER_OP_COPY, err, cuMemcpyDtoDAsync, xfer_cu_ptr(dst) + dst_offset,
             xfer_cu_ptr(src) + src_offset, n, s);
-  if (!rc) rc = stream_wait(dev, "copy", err);
+  if (!rc) rc = stream_wait(dev, XFER_OP_COPY, err);
   return rc;
 }
 
@@ -277,9 +270,9 @@ static xfer_code cuda_copy_rows(xfer_device *dev, void *dst, size_t dst_offset, 
   copy.dstPitch = dst_pitch;
   copy.WidthInBytes = run;
   copy.Height = rows;
-  xfer_code rc = xfer_cu_enter(dev, "copy", err);
-  if (!rc) rc = CU(dev, "copy", err, cuMemcpy2DAsync, &copy, s);
-  if (!rc) rc = stream_wait(dev, "copy", err);
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_COPY, err);
+  if (!rc) rc = CU(dev, XFER_OP_COPY, err, cuMemcpy2DAsync, &copy, s);
+  if (!rc) rc = stream_wait(dev, XFER_OP_COPY, err);
   return rc;
 }
 
@@ -288,11 +281,11 @@ static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, size_t dst_offset,
                            xfer_error *err)
 {
   CUstream s = cu_of(src_dev)->stream;
-  xfer_code rc = xfer_cu_enter(src_dev, "peer", err);
+  xfer_code rc = xfer_cu_enter(src_dev, XFER_OP_PEER, err);
   if (!rc)
-    rc = CU(src_dev, "peer", err, cuMemcpyPeerAsync, xfer_cu_ptr(dst) + dst_offset,
+    rc = CU(src_dev, XFER_OP_PEER, err, cuMemcpyPeerAsync, xfer_cu_ptr(dst) + dst_offset,
             cu_of(dst_dev)->context, xfer_cu_ptr(src) + src_offset, cu_of(src_dev)->context, n, s);
-  if (!rc) rc = stream_wait(src_dev, "peer", err);
+  if (!rc) rc = stream_wait(src_dev, XFER_OP_PEER, err);
   return rc;
 }
 
@@ -301,14 +294,14 @@ static xfer_code cuda_peer(xfer_device *dst_dev, void *dst, size_t dst_offset,
 /* The driver gets a duplicate: it owns that one once the import succeeds, and the
 ** caller's fd is then ours to close. */
 static xfer_code cuda_import_fd(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
-                                const char *op, void **buf, void **handle, xfer_error *err)
+                                xfer_op op, void **buf, void **handle, xfer_error *err)
 {
   xfer_code rc = xfer_cu_enter(dev, op, err);
   if (rc) return rc;
   /* close-on-exec: the driver keeps it open as long as the import lives, and a child
   ** process (a script's os.execute) must not inherit it */
   int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (given < 0) return xfer_err_set(err, code_for(op), op, "cannot duplicate the fd");
+  if (given < 0) return xfer_err_op(err, xfer_op_failure(op), op, "cannot duplicate the fd");
   CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc;
   memset(&desc, 0, sizeof desc);
   desc.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
@@ -324,7 +317,7 @@ static xfer_code cuda_import_fd(xfer_device *dev, int fd, uint64_t memory_size, 
   memset(&view, 0, sizeof view);
   view.size = nbytes;
   CUdeviceptr ptr = 0;
-  rc = CU(dev, "map", err, cuExternalMemoryGetMappedBuffer, &ptr, ext, &view);
+  rc = CU(dev, XFER_OP_MAP, err, cuExternalMemoryGetMappedBuffer, &ptr, ext, &view);
   if (rc) {
     cu_api_of(dev)->cuDestroyExternalMemory(ext); /* closes the duplicate with it */
     return rc;
@@ -357,8 +350,8 @@ static xfer_code cuda_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t *t
                              xfer_error *err)
 {
   size_t f = 0, t = 0;
-  xfer_code rc = xfer_cu_enter(dev, "memory", err);
-  if (!rc) rc = CU(dev, "memory", err, cuMemGetInfo, &f, &t);
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_MEMORY, err);
+  if (!rc) rc = CU(dev, XFER_OP_MEMORY, err, cuMemGetInfo, &f, &t);
   *free_bytes = f;
   *total_bytes = t;
   return rc;
@@ -378,7 +371,7 @@ static xfer_code cuda_device_memory(xfer_device *dev, void *buf, size_t offset, 
 {
   out->address = (char *)buf + offset;
   out->kind = XFER_MEMORY_CUDA;
-  return xfer_cu_enter(dev, "direct", err);
+  return xfer_cu_enter(dev, XFER_OP_DIRECT, err);
 }
 
 /* A CUdeviceptr the application owns is the buffer every op takes. */

@@ -48,7 +48,7 @@ typedef struct cu_dev {
   CUevent staged[XFER_CU_STAGING_SLOTS];
   /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
   CUevent queued[XFER_QUEUE_SLOTS];
-  const char *queued_op[XFER_QUEUE_SLOTS];
+  xfer_op queued_op[XFER_QUEUE_SLOTS];
   int pending[XFER_QUEUE_SLOTS];
   size_t share_granularity;     /* cuMemCreate's, where shared memory works (else 0) */
 } cu_dev;

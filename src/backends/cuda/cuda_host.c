@@ -46,8 +46,8 @@ static int pinned(xfer_device *dev, const void *ptr, size_t n)
   if (xfer_host_pin(dev->ctx, span.base, key)) return 1;
   xfer_error err;
   /* a staged pipeline's reader or writer thread may have no context current yet */
-  if (xfer_cu_enter(dev, "register", &err)) return 0;
-  if (CU(dev, "register", &err, cuMemHostRegister, span.base, page_round(span.size),
+  if (xfer_cu_enter(dev, XFER_OP_REGISTER, &err)) return 0;
+  if (CU(dev, XFER_OP_REGISTER, &err, cuMemHostRegister, span.base, page_round(span.size),
          CU_MEMHOSTREGISTER_PORTABLE))
     /* another move registered it a moment ago: it is pinned all the same */
     return err.native == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
@@ -95,7 +95,7 @@ static void chunks_give(chunks *c)
 }
 
 /* `count` chunks of `len` bytes, and the events that tell when each is free again (made once;
-** "alloc" for fault injection: a fault aimed at a read or write should fail the copy). */
+** XFER_OP_ALLOC for fault injection: a fault aimed at a read or write should fail the copy). */
 static xfer_code chunks_take(xfer_device *dev, size_t len, int count, chunks *c, xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
@@ -104,7 +104,7 @@ static xfer_code chunks_take(xfer_device *dev, size_t len, int count, chunks *c,
   memset(c, 0, sizeof *c);
   for (int s = 0; s < count && !rc; s++) {
     if (!cd->staged[s])
-      rc = CU(dev, "alloc", err, cuEventCreate, &cd->staged[s], CU_EVENT_DISABLE_TIMING);
+      rc = CU(dev, XFER_OP_ALLOC, err, cuEventCreate, &cd->staged[s], CU_EVENT_DISABLE_TIMING);
     if (!rc) rc = xfer_mem_alloc(host, len, &c->block[s], err);
     if (!rc) {
       c->at[s] = (char *)c->block[s]->buf + c->block[s]->offset; /* host blocks are addresses */
@@ -128,7 +128,7 @@ void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
 }
 
 /* After a failure part way: let what was queued finish before the chunks are reused. */
-static xfer_code settle(xfer_device *dev, const char *op, xfer_code rc, xfer_error *err)
+static xfer_code settle(xfer_device *dev, xfer_op op, xfer_code rc, xfer_error *err)
 {
   xfer_error ignored;
   xfer_code s = CU(dev, op, rc ? &ignored : err, cuStreamSynchronize, cu_of(dev)->stream);
@@ -154,13 +154,13 @@ static xfer_code staged_write(xfer_device *dev, CUdeviceptr dst, const char *src
   for (size_t off = 0, k = 0; off < n && !rc; off += chunk_len(n, off), k++) {
     int s = (int)(k % XFER_CU_STAGING_SLOTS);
     size_t len = chunk_len(n, off);
-    if (used[s] && (rc = CU(dev, "write", err, cuEventSynchronize, cd->staged[s]))) break;
+    if (used[s] && (rc = CU(dev, XFER_OP_WRITE, err, cuEventSynchronize, cd->staged[s]))) break;
     memcpy(c.at[s], src + off, len);
-    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst + off, c.at[s], len, cd->stream);
-    if (!rc) rc = CU(dev, "write", err, cuEventRecord, cd->staged[s], cd->stream);
+    rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst + off, c.at[s], len, cd->stream);
+    if (!rc) rc = CU(dev, XFER_OP_WRITE, err, cuEventRecord, cd->staged[s], cd->stream);
     used[s] = 1;
   }
-  rc = settle(dev, "write", rc, err);
+  rc = settle(dev, XFER_OP_WRITE, rc, err);
   chunks_give(&c); /* every copy out of them has landed */
   return rc;
 }
@@ -176,24 +176,24 @@ static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_
   /* queue the first chunks, then empty each as the next is queued behind it */
   for (size_t k = 0; k < chunks && k < XFER_CU_STAGING_SLOTS && !rc; k++) {
     size_t off = k * XFER_CU_STAGING_CHUNK;
-    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, c.at[k], src + off, chunk_len(n, off),
+    rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, c.at[k], src + off, chunk_len(n, off),
             cd->stream);
-    if (!rc) rc = CU(dev, "read", err, cuEventRecord, cd->staged[k], cd->stream);
+    if (!rc) rc = CU(dev, XFER_OP_READ, err, cuEventRecord, cd->staged[k], cd->stream);
   }
   for (size_t k = 0; k < chunks && !rc; k++) {
     int s = (int)(k % XFER_CU_STAGING_SLOTS);
     size_t off = k * XFER_CU_STAGING_CHUNK;
-    if ((rc = CU(dev, "read", err, cuEventSynchronize, cd->staged[s]))) break;
+    if ((rc = CU(dev, XFER_OP_READ, err, cuEventSynchronize, cd->staged[s]))) break;
     memcpy(dst + off, c.at[s], chunk_len(n, off));
     size_t next = k + XFER_CU_STAGING_SLOTS;
     if (next < chunks) {
       size_t noff = next * XFER_CU_STAGING_CHUNK;
-      rc = CU(dev, "read", err, cuMemcpyDtoHAsync, c.at[s], src + noff, chunk_len(n, noff),
+      rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, c.at[s], src + noff, chunk_len(n, noff),
               cd->stream);
-      if (!rc) rc = CU(dev, "read", err, cuEventRecord, cd->staged[s], cd->stream);
+      if (!rc) rc = CU(dev, XFER_OP_READ, err, cuEventRecord, cd->staged[s], cd->stream);
     }
   }
-  rc = settle(dev, "read", rc, err);
+  rc = settle(dev, XFER_OP_READ, rc, err);
   chunks_give(&c);
   return rc;
 }
@@ -205,17 +205,17 @@ xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *
 {
   CUdeviceptr dst = xfer_cu_ptr(buf) + offset;
   CUstream stream = cu_of(dev)->stream;
-  xfer_code rc = xfer_cu_enter(dev, "write", err);
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_WRITE, err);
   if (rc) return rc;
   if (n <= DIRECT_MAX) {
     /* on our stream and waited for: cuMemcpyHtoD from pageable memory returns before its
     ** DMA lands, and our (non-blocking) stream would not wait for it */
-    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    return settle(dev, "write", rc, err);
+    rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
+    return settle(dev, XFER_OP_WRITE, rc, err);
   }
   if (pinned(dev, src, n)) {
-    rc = CU(dev, "write", err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    return settle(dev, "write", rc, err);
+    rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
+    return settle(dev, XFER_OP_WRITE, rc, err);
   }
   return staged_write(dev, dst, src, n, err);
 }
@@ -225,7 +225,7 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
 {
   CUdeviceptr src = xfer_cu_ptr(buf) + offset;
   CUstream stream = cu_of(dev)->stream;
-  xfer_code rc = xfer_cu_enter(dev, "read", err);
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_READ, err);
   if (rc) return rc;
   if (n <= DIRECT_MAX && !pinned(dev, dst, n)) {
     /* a device-to-host copy into pageable memory waits for a bounce the driver makes;
@@ -234,15 +234,15 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
     xfer_error ignored; /* no chunk: a copy straight into pageable memory still works */
     int staged = !chunks_take(dev, n, 1, &c, &ignored);
     void *into = staged ? c.at[0] : dst;
-    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, into, src, n, stream);
-    rc = settle(dev, "read", rc, err);
+    rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, into, src, n, stream);
+    rc = settle(dev, XFER_OP_READ, rc, err);
     if (!rc && staged) memcpy(dst, into, n);
     if (staged) chunks_give(&c);
     return rc;
   }
   if (pinned(dev, dst, n)) {
-    rc = CU(dev, "read", err, cuMemcpyDtoHAsync, dst, src, n, stream);
-    return settle(dev, "read", rc, err);
+    rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, dst, src, n, stream);
+    return settle(dev, XFER_OP_READ, rc, err);
   }
   return staged_read(dev, src, dst, n, err);
 }
@@ -254,7 +254,7 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
 static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
                            size_t rows, void *host, int to_device, xfer_error *err)
 {
-  const char *op = to_device ? "write" : "read";
+  xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   xfer_code rc = xfer_cu_enter(dev, op, err);
   if (rc) return rc;
   (void)pinned(dev, host, run * rows); /* registered when its host segment is large enough */
@@ -302,7 +302,7 @@ static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *ho
                             int to_device, int slot, int *queued, xfer_error *err)
 {
   *queued = 0;
-  const char *op = to_device ? "write" : "read";
+  xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   if (n <= DIRECT_MAX || !pinned(dev, host, n))
     return to_device ? xfer_cu_write(dev, buf, offset, host, n, err)
                      : xfer_cu_read(dev, buf, offset, host, n, err);
@@ -310,7 +310,7 @@ static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *ho
   CUdeviceptr at = xfer_cu_ptr(buf) + offset;
   xfer_code rc = xfer_cu_enter(dev, op, err);
   if (!rc && !cd->queued[slot])
-    rc = CU(dev, "alloc", err, cuEventCreate, &cd->queued[slot], CU_EVENT_DISABLE_TIMING);
+    rc = CU(dev, XFER_OP_ALLOC, err, cuEventCreate, &cd->queued[slot], CU_EVENT_DISABLE_TIMING);
   if (!rc)
     rc = to_device ? CU(dev, op, err, cuMemcpyHtoDAsync, at, host, n, cd->stream)
                    : CU(dev, op, err, cuMemcpyDtoHAsync, host, at, n, cd->stream);
@@ -339,7 +339,7 @@ xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err)
   cu_dev *cd = cu_of(dev);
   if (!cd->pending[slot]) return XFER_E_OK;
   cd->pending[slot] = 0;
-  const char *op = cd->queued_op[slot];
+  xfer_op op = cd->queued_op[slot];
   xfer_code rc = xfer_cu_enter(dev, op, err);
   if (!rc) rc = CU(dev, op, err, cuEventSynchronize, cd->queued[slot]);
   /* failed (an injected fault, or a context that was not made current): the copy may

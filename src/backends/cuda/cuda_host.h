@@ -12,11 +12,11 @@ static inline cu_dev *cu_of(const xfer_device *dev) { return dev->impl; }
 static inline CUdeviceptr xfer_cu_ptr(void *buf) { return (CUdeviceptr)(uintptr_t)buf; }
 
 /* The checked wrapper: a failure (or an injected one) becomes an error record. */
-xfer_code xfer_cu_fail(xfer_device *dev, const char *op, const char *fn, CUresult r, int injected,
+xfer_code xfer_cu_fail(xfer_device *dev, xfer_op op, const char *fn, CUresult r, int injected,
                        xfer_error *err);
-xfer_code xfer_cu_check(xfer_device *dev, const char *op, const char *fn, CUresult r,
+xfer_code xfer_cu_check(xfer_device *dev, xfer_op op, const char *fn, CUresult r,
                         xfer_error *err);
-int xfer_cu_injected(xfer_device *dev, const char *op);
+int xfer_cu_injected(xfer_device *dev, xfer_op op);
 /* The code the last injected fault of this thread reports. */
 CUresult xfer_cu_injected_code(void);
 
@@ -27,7 +27,7 @@ CUresult xfer_cu_injected_code(void);
        : xfer_cu_check((dev), (op), #fn, cu_api_of(dev)->fn(__VA_ARGS__), (err)))
 
 /* Makes the device's primary context current. */
-xfer_code xfer_cu_enter(xfer_device *dev, const char *op, xfer_error *err);
+xfer_code xfer_cu_enter(xfer_device *dev, xfer_op op, xfer_error *err);
 
 /* cuda_host.c: host memory <-> device memory */
 xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,

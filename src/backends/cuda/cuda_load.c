@@ -23,7 +23,7 @@ xfer_code xfer_cu_load(cu_api *api, xfer_error *err)
   *(void **)&proc2 = dlsym(api->lib, "cuGetProcAddress_v2");
   *(void **)&proc1 = dlsym(api->lib, "cuGetProcAddress");
   if (!proc2 && !proc1)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN,
                         "%s has no cuGetProcAddress (a CUDA 11.3 or newer driver is needed)", path);
 #define XFER_CU_RESOLVE(name)                                                              \
   {                                                                                         \
@@ -33,11 +33,11 @@ xfer_code xfer_cu_load(cu_api *api, xfer_error *err)
                        : proc1(#name, (void **)&api->name, XFER_CUDA_API_VERSION,            \
                                CU_GET_PROC_ADDRESS_DEFAULT);                                \
     if (r == CUDA_ERROR_STUB_LIBRARY)                                                       \
-      return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",                                  \
+      return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN,                                  \
                           "%s is the CUDA stub library, not a driver: "                     \
                           "CUDA_ERROR_STUB_LIBRARY (34)", path);                            \
     if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || !api->name)           \
-      return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",                                  \
+      return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN,                                  \
                           "%s has no %s for CUDA %d.%d (error %d)", path, #name,             \
                           XFER_CUDA_API_VERSION / 1000, XFER_CUDA_API_VERSION % 1000 / 10,   \
                           (int)r);                                                           \
@@ -48,7 +48,7 @@ xfer_code xfer_cu_load(cu_api *api, xfer_error *err)
   if (r != CUDA_SUCCESS) {
     const char *name, *text;
     xfer_cu_describe(api, r, &name, &text);
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "cuInit failed: %s (%d): %s", name,
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "cuInit failed: %s (%d): %s", name,
                         (int)r, text);
   }
   return XFER_E_OK;

@@ -66,7 +66,7 @@ static xfer_code grant_access(xfer_device *dev, CUdeviceptr ptr, size_t size, xf
     access[count].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     count++;
   }
-  return CU(dev, "alloc", err, cuMemSetAccess, ptr, size, access, count);
+  return CU(dev, XFER_OP_ALLOC, err, cuMemSetAccess, ptr, size, access, count);
 }
 
 xfer_code xfer_cu_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
@@ -77,7 +77,7 @@ xfer_code xfer_cu_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
   *buf = NULL;
   *fd = -1;
   if (!cd->share_granularity)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "alloc",
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_ALLOC,
                         "%s cannot make memory other runtimes import (no cuMemCreate with POSIX fds)",
                         dev->name);
   size_t size = shared_size(cd, n);
@@ -85,13 +85,13 @@ xfer_code xfer_cu_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
   CUmemGenericAllocationHandle handle = 0;
   CUdeviceptr ptr = 0;
   int reserved = 0, mapped = 0;
-  xfer_code rc = xfer_cu_enter(dev, "alloc", err);
-  if (!rc) rc = CU(dev, "alloc", err, cuMemCreate, &handle, size, &prop, 0);
-  if (!rc) reserved = !(rc = CU(dev, "alloc", err, cuMemAddressReserve, &ptr, size, 0, 0, 0));
-  if (!rc) mapped = !(rc = CU(dev, "alloc", err, cuMemMap, ptr, size, 0, handle, 0));
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_ALLOC, err);
+  if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemCreate, &handle, size, &prop, 0);
+  if (!rc) reserved = !(rc = CU(dev, XFER_OP_ALLOC, err, cuMemAddressReserve, &ptr, size, 0, 0, 0));
+  if (!rc) mapped = !(rc = CU(dev, XFER_OP_ALLOC, err, cuMemMap, ptr, size, 0, handle, 0));
   if (!rc) rc = grant_access(dev, ptr, size, err);
   if (!rc)
-    rc = CU(dev, "export", err, cuMemExportToShareableHandle, fd, handle,
+    rc = CU(dev, XFER_OP_EXPORT, err, cuMemExportToShareableHandle, fd, handle,
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (rc) { /* undone in reverse; the handle's last reference goes with the mapping */
     if (mapped) api->cuMemUnmap(ptr, size);

@@ -16,16 +16,7 @@ static cl_dev *cl_of(const xfer_device *dev) { return dev->impl; }
 
 /* -- The checked wrapper ----------------------------------------------------------- */
 
-/* What a failure of each op means to the core, and what an injected one reports. */
-static xfer_code code_for(const char *op)
-{
-  if (!strcmp(op, "open")) return XFER_E_UNAVAILABLE;
-  if (!strcmp(op, "alloc")) return XFER_E_ALLOC;
-  if (!strcmp(op, "read")) return XFER_E_READ;
-  return XFER_E_WRITE; /* write, copy: the target could not be written */
-}
-
-static xfer_code cl_fail(const char *op, const char *fn, cl_int rc, int injected,
+static xfer_code cl_fail(xfer_op op, const char *fn, cl_int rc, int injected,
                          xfer_error *err)
 {
   char what[64];
@@ -33,18 +24,18 @@ static xfer_code cl_fail(const char *op, const char *fn, cl_int rc, int injected
   /* out of memory may pass once memory is freed; CL_OUT_OF_RESOURCES is often a device
   ** that stopped working (NVIDIA reports a crashed context so) */
   int retryable = rc == CL_OUT_OF_HOST_MEMORY || rc == CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  return xfer_err_native(err, code_for(op), op, rc, xfer_cl_error_name(rc), what, retryable,
+  return xfer_err_native(err, xfer_op_failure(op), op, rc, xfer_cl_error_name(rc), what, retryable,
                          injected);
 }
 
 /* An injected fault fails a call before the driver sees it, with the code the driver
 ** would give; both kinds of failure leave through cl_fail. */
-static int cl_injected(xfer_device *dev, const char *op, cl_int *rc)
+static int cl_injected(xfer_device *dev, xfer_op op, cl_int *rc)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "opencl", op, &native)) return 0;
   *rc = native ? (cl_int)native
-        : !strcmp(op, "alloc") ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
+        : op == XFER_OP_ALLOC ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
   return 1;
 }
 
@@ -128,10 +119,10 @@ static xfer_code externals_acquire(xfer_device *dev, const cl_mem *list, cl_uint
   cl_dev *cd = cl_of(dev);
   if (!n) return XFER_E_OK;
   cl_int rc = CL_SUCCESS;
-  int injected = cl_injected(dev, "sync", &rc);
+  int injected = cl_injected(dev, XFER_OP_SYNC, &rc);
   if (!injected) rc = cd->acquire(cd->queue, n, list, 0, NULL, NULL);
   return rc == CL_SUCCESS ? XFER_E_OK
-                          : cl_fail("sync", "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
+                          : cl_fail(XFER_OP_SYNC, "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
 }
 
 /* ... and back when it has been queued, waiting for the queue when asked (or when there were
@@ -143,8 +134,8 @@ static xfer_code externals_release(xfer_device *dev, const cl_mem *list, cl_uint
   cl_int released = n ? cd->release(cd->queue, n, list, 0, NULL, NULL) : CL_SUCCESS;
   cl_int finished = n || finish ? api_of(dev)->clFinish(cd->queue) : CL_SUCCESS;
   if (!code && released != CL_SUCCESS)
-    code = cl_fail("sync", "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
-  if (!code && finished != CL_SUCCESS) code = cl_fail("sync", "clFinish", finished, 0, err);
+    code = cl_fail(XFER_OP_SYNC, "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
+  if (!code && finished != CL_SUCCESS) code = cl_fail(XFER_OP_SYNC, "clFinish", finished, 0, err);
   return code;
 }
 
@@ -286,13 +277,13 @@ static xfer_code add_platform_devices(xfer_runtime *rt, cl_platform_id platform,
              used ? "; " : "", name);
     return XFER_E_OK;
   }
-  if (rc != CL_SUCCESS) return cl_fail("open", "clGetDeviceIDs", rc, 0, err);
+  if (rc != CL_SUCCESS) return cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
   cl_device_id *ids = calloc(n, sizeof *ids);
-  if (!ids) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  if (!ids) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   rc = api->clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n, ids, NULL);
   for (cl_uint i = 0; rc == CL_SUCCESS && i < n; i++) add_device(rt, platform, ids[i]);
   free(ids);
-  return rc == CL_SUCCESS ? XFER_E_OK : cl_fail("open", "clGetDeviceIDs", rc, 0, err);
+  return rc == CL_SUCCESS ? XFER_E_OK : cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
 }
 
 static void opencl_close(xfer_runtime *rt);
@@ -300,7 +291,7 @@ static void opencl_close(xfer_runtime *rt);
 static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
 {
   cl_api *api = calloc(1, sizeof *api);
-  if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  if (!api) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   rt->impl = api;
   xfer_code code = xfer_cl_load(api, err);
   cl_uint n = 0;
@@ -309,7 +300,7 @@ static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
     rc = api->clGetPlatformIDs(0, NULL, &n);
     if (rc == CL_SUCCESS && n == 0) rc = CL_PLATFORM_NOT_FOUND_KHR;
     if (rc != CL_SUCCESS)
-      code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "no OpenCL platform: %s (%d)",
+      code = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "no OpenCL platform: %s (%d)",
                           xfer_cl_error_name(rc), rc);
   }
   if (code || n == 0) { /* n == 0 is CL_PLATFORM_NOT_FOUND_KHR, said above */
@@ -322,10 +313,10 @@ static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
     free(platforms);
     free(ids);
     opencl_close(rt);
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   }
   if ((rc = api->clGetPlatformIDs(n, ids, NULL)) != CL_SUCCESS)
-    code = xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "clGetPlatformIDs failed: %s (%d)",
+    code = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "clGetPlatformIDs failed: %s (%d)",
                         xfer_cl_error_name(rc), rc);
   /* platforms in name order: the ICD loader's order follows the file system's */
   for (cl_uint i = 0; !code && i < n; i++) {
@@ -373,13 +364,13 @@ static xfer_code opencl_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_
     char why[200];
     snprintf(why, sizeof why, "a tensor of %zu bytes is larger than the largest buffer %s allows "
              "(%llu bytes)", nbytes, dev->name, (unsigned long long)dev->max_alloc);
-    return xfer_err_native(err, XFER_E_ALLOC, "alloc", CL_INVALID_BUFFER_SIZE,
+    return xfer_err_native(err, XFER_E_ALLOC, XFER_OP_ALLOC, CL_INVALID_BUFFER_SIZE,
                            "CL_INVALID_BUFFER_SIZE", why, 0, 0);
   }
   /* Host-shared devices get host memory the CPU maps in place: no copy on map. */
   cl_mem_flags flags = CL_MEM_READ_WRITE | (dev->unified ? CL_MEM_ALLOC_HOST_PTR : 0);
   cl_mem mem = NULL;
-  CL_CREATE(dev, "alloc", err, mem, clCreateBuffer, cl_of(dev)->context, flags, nbytes, NULL);
+  CL_CREATE(dev, XFER_OP_ALLOC, err, mem, clCreateBuffer, cl_of(dev)->context, flags, nbytes, NULL);
   *buf = mem;
   xfer_objects(dev, 1);
   return XFER_E_OK;
@@ -399,7 +390,7 @@ static void opencl_free(xfer_device *dev, void *buf, size_t nbytes)
 
 /* Host-shared memory: map the region, copy once, unmap, wait. */
 static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *host, size_t n,
-                             int to_device, const char *op, xfer_error *err)
+                             int to_device, xfer_op op, xfer_error *err)
 {
   cl_command_queue q = cl_of(dev)->queue;
   void *mapped = NULL;
@@ -423,13 +414,13 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
                               size_t n, xfer_error *err)
 {
   if (dev->unified && n >= MAP_MIN)
-    return mapped_copy(dev, buf, offset, (void *)src, n, 1, "write", err);
+    return mapped_copy(dev, buf, offset, (void *)src, n, 1, XFER_OP_WRITE, err);
   xfer_cl_pin(dev, src, n);
   cl_mem mem = buf, ext[1] = {NULL};
   cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
-  CL_STEP(code, dev, "write", err, clEnqueueWriteBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset,
+  CL_STEP(code, dev, XFER_OP_WRITE, err, clEnqueueWriteBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset,
           n, src, 0, NULL, NULL);
   return externals_release(dev, ext, next, 0, code, err);
 }
@@ -437,13 +428,13 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
 static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                              xfer_error *err)
 {
-  if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, "read", err);
+  if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, XFER_OP_READ, err);
   xfer_cl_pin(dev, dst, n);
   cl_mem mem = buf, ext[1] = {NULL};
   cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
-  CL_STEP(code, dev, "read", err, clEnqueueReadBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset, n,
+  CL_STEP(code, dev, XFER_OP_READ, err, clEnqueueReadBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset, n,
           dst, 0, NULL, NULL);
   return externals_release(dev, ext, next, 0, code, err);
 }
@@ -453,7 +444,7 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
 static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
                            size_t rows, void *host, int to_device, xfer_error *err)
 {
-  const char *op = to_device ? "write" : "read";
+  xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   xfer_cl_pin(dev, host, run * rows);
   cl_mem mem = buf, ext[1] = {NULL};
   cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
@@ -491,7 +482,7 @@ static xfer_code queue_move(xfer_device *dev, cl_mem mem, size_t offset, void *h
                             int to_device, int slot, int *queued, xfer_error *err)
 {
   *queued = 0;
-  const char *op = to_device ? "write" : "read";
+  xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   cl_dev *cd = cl_of(dev);
   cl_mem ext[1] = {NULL};
   /* an imported buffer is moved in full: the other runtime may use it once the move ends */
@@ -547,7 +538,7 @@ static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
   cl_uint next = externals_of(cl_of(dev), mems, 2, ext);
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
-  CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
+  CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
           src_offset, dst_offset, n, 0, NULL, NULL);
   return externals_release(dev, ext, next, 1, code, err);
 }
@@ -565,13 +556,13 @@ static xfer_code opencl_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
     const size_t from[3] = {src_offset % src_pitch, src_offset / src_pitch, 0};
     const size_t to[3] = {dst_offset % dst_pitch, dst_offset / dst_pitch, 0};
     const size_t region[3] = {run, rows, 1};
-    CL_STEP(code, dev, "copy", err, clEnqueueCopyBufferRect, cl_of(dev)->queue, mems[0], mems[1],
+    CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBufferRect, cl_of(dev)->queue, mems[0], mems[1],
             from, to, region, src_pitch, 0, dst_pitch, 0, 0, NULL, NULL);
   } else {
     /* two blocks of one cached segment: a rectangle copy within one buffer needs equal pitches
     ** (CL_INVALID_VALUE otherwise), so a copy a row, all queued before the one wait */
     for (size_t i = 0; i < rows && !code; i++)
-      CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
+      CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
               src_offset + i * src_pitch, dst_offset + i * dst_pitch, run, 0, NULL, NULL);
   }
   return externals_release(dev, ext, next, 1, code, err);
@@ -587,19 +578,19 @@ typedef struct cl_import {
 ** driver does with the one it is given. The buffer is OpenCL's only between an acquire
 ** and a release: it is listed as external, and every op on it hands it over. */
 static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
-                                  const char *op, void **buf, void **handle, xfer_error *err)
+                                  xfer_op op, void **buf, void **handle, xfer_error *err)
 {
   (void)memory_size;
   cl_dev *cd = cl_of(dev);
   if (dev->max_import && nbytes > dev->max_import) /* the planner keeps such moves away */
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, op, "%s imports buffers of at most %llu bytes "
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, op, "%s imports buffers of at most %llu bytes "
                         "(its driver fails on larger ones), not %zu", dev->name,
                         (unsigned long long)dev->max_import, nbytes);
   cl_import *im = malloc(sizeof *im);
   int given = im ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1; /* kept while imported: not for children */
   if (given < 0) {
     free(im);
-    return xfer_err_set(err, code_for(op), op, "cannot duplicate the memory's fd");
+    return xfer_err_op(err, xfer_op_failure(op), op, "cannot duplicate the memory's fd");
   }
   cl_properties props[] = {
     CL_EXTERNAL_MEMORY_HANDLE_OPAQUE_FD_KHR, (cl_properties)given,
@@ -648,10 +639,10 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset
   xfer_code code = externals_acquire(dev, ext, next, err);
   if (code) return code;
   if (into_imported)
-    CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cd->queue, mems[1], mems[0], offset,
+    CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cd->queue, mems[1], mems[0], offset,
             imported_offset, n, 0, NULL, NULL);
   else
-    CL_STEP(code, dev, "copy", err, clEnqueueCopyBuffer, cd->queue, mems[0], mems[1],
+    CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cd->queue, mems[0], mems[1],
             imported_offset, offset, n, 0, NULL, NULL);
   return externals_release(dev, ext, next, 1, code, err);
 }

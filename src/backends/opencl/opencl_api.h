@@ -45,7 +45,7 @@ typedef struct cl_dev {
   clEnqueueReleaseExternalMemObjectsKHR_fn release;
   /* the staged pipeline's queued moves: each one's event until it is waited for */
   cl_event queued[XFER_QUEUE_SLOTS];
-  const char *queued_op[XFER_QUEUE_SLOTS];
+  xfer_op queued_op[XFER_QUEUE_SLOTS];
   cl_mem *externals;            /* buffers imported from another runtime: OpenCL's only
                                 ** between an acquire and a release on the queue */
   size_t nexternals, externals_cap;

@@ -16,7 +16,7 @@ xfer_code xfer_cl_load(cl_api *api, xfer_error *err)
 #define XFER_CL_RESOLVE(name)                                                          \
   *(void **)&api->name = dlsym(api->lib, #name);                                        \
   if (!api->name)                                                                       \
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s has no %s", path, #name);
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "%s has no %s", path, #name);
   XFER_CL_FUNCTIONS(XFER_CL_RESOLVE)
 #undef XFER_CL_RESOLVE
   /* optional: an OpenCL 3.0 loader has it, older ones do not */

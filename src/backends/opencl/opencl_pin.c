@@ -26,7 +26,7 @@ void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n)
   long long native;
   if (dev->unified || n < PIN_MIN || !xfer_host_span_of(dev->ctx, ptr, n, &span) ||
       xfer_host_pin(dev->ctx, span.base, dev) ||
-      xfer_fault_hit(dev->ctx, "opencl", "register", &native))
+      xfer_fault_hit(dev->ctx, "opencl", XFER_OP_REGISTER, &native))
     return;
   cl_int rc = CL_SUCCESS;
   cl_mem mem = api_of(dev)->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,

@@ -4,9 +4,9 @@
 */
 #include "../../core/backend.h"
 
-static xfer_code absent(const char *op, xfer_error *err)
+static xfer_code absent(xfer_op op, xfer_error *err)
 {
-  return xfer_err_set(err, XFER_E_UNAVAILABLE, op, "%s: built without UCX headers (install "
+  return xfer_err_op(err, XFER_E_UNAVAILABLE, op, "%s: built without UCX headers (install "
                       "libucx-dev and rebuild)", op);
 }
 
@@ -15,7 +15,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
 {
   (void)ctx, (void)url, (void)opts;
   *out = NULL;
-  return absent("connect", err);
+  return absent(XFER_OP_CONNECT, err);
 }
 const char *xfer_peer_name(const xfer_peer *peer) { (void)peer; return ""; }
 size_t xfer_peer_device_count(const xfer_peer *peer) { (void)peer; return 0; }
@@ -44,12 +44,12 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
 {
   (void)ctx, (void)url, (void)opts;
   *out = NULL;
-  return absent("listen", err);
+  return absent(XFER_OP_LISTEN, err);
 }
 xfer_code xfer_listener_progress(xfer_listener *l, double seconds, xfer_error *err)
 {
   (void)l, (void)seconds;
-  return absent("progress", err);
+  return absent(XFER_OP_PROGRESS, err);
 }
 void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *served, uint64_t *dropped)
 {

@@ -104,7 +104,7 @@ static void lose(xfer_peer *p, const char *why)
     void *r = p->node.api->ucp_ep_close_nbx(p->ep, &prm);
     /* forced: it ends at once, as a rule; one that does not is let go of (its failure is
     ** being raised, and should not wait on it) */
-    xfer_ucx_wait(&p->node, r, xfer_now() + 0.25, XFER_E_PEER_LOST, "close", "closing", NULL);
+    xfer_ucx_wait(&p->node, r, xfer_now() + 0.25, XFER_E_PEER_LOST, XFER_OP_CONNECT, "closing", NULL);
     p->ep = NULL;
   }
 }
@@ -182,9 +182,9 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
 
 /* -- Requests --------------------------------------------------------------------------------- */
 
-static xfer_code lost_error(xfer_peer *p, const char *op, xfer_error *err)
+static xfer_code lost_error(xfer_peer *p, xfer_op op, xfer_error *err)
 {
-  return xfer_err_set(err, XFER_E_PEER_LOST, op, "peer %s (%s) was lost", p->name, p->url);
+  return xfer_err_op(err, XFER_E_PEER_LOST, op, "peer %s (%s) was lost", p->name, p->url);
 }
 
 /* The server's error, as this side's: its code, op, native code and words. */
@@ -218,13 +218,13 @@ static xfer_code remote_error(xfer_peer *p, const xfer_device *dev, xfer_error *
 /* Injected faults (XFER_FAULTS=remote:op...): alloc, read, write fail as the server's device
 ** would (the peer stays); send fails as a broken connection, recv as an answer that never
 ** comes -- both lose the peer, as the real failures do. */
-static xfer_code injected(xfer_peer *p, const xfer_device *dev, const char *fault, xfer_error *err)
+static xfer_code injected(xfer_peer *p, const xfer_device *dev, xfer_op fault, xfer_error *err)
 {
   long long native;
   if (!xfer_fault_hit(p->ctx, "remote", fault, &native)) return XFER_E_OK;
-  xfer_code code = !strcmp(fault, "send") ? XFER_E_PEER_LOST : !strcmp(fault, "recv") ? XFER_E_TIMEOUT
-                   : !strcmp(fault, "alloc") ? XFER_E_ALLOC : !strcmp(fault, "read") ? XFER_E_READ
-                   : XFER_E_WRITE; /* write, copy: the target failed */
+  xfer_code code = fault == XFER_OP_SEND   ? XFER_E_PEER_LOST
+                   : fault == XFER_OP_RECV ? XFER_E_TIMEOUT
+                                           : xfer_op_failure(fault); /* as the server's device */
   const char *name = code == XFER_E_PEER_LOST ? "UCS_ERR_CONNECTION_RESET"
                      : code == XFER_E_TIMEOUT ? "UCS_ERR_TIMED_OUT" : "injected";
   xfer_err_native(err, code, fault, native ? native : code == XFER_E_PEER_LOST ? UCS_ERR_CONNECTION_RESET
@@ -252,10 +252,10 @@ static ucs_status_t settle_request(xfer_peer *p, void **request)
 }
 
 /* A request that could not be sent: peer_lost with UCX's status. */
-static xfer_code send_failed(xfer_peer *p, const char *op, ucs_status_t status, xfer_error *err)
+static xfer_code send_failed(xfer_peer *p, xfer_op op, ucs_status_t status, xfer_error *err)
 {
   char what[96];
-  snprintf(what, sizeof what, "%s: sending to %s", op, p->name);
+  snprintf(what, sizeof what, "%s: sending to %s", xfer_op_name(op), p->name);
   return xfer_ucx_fail(p->node.api, XFER_E_PEER_LOST, op, status, what, err);
 }
 
@@ -263,13 +263,13 @@ static xfer_code send_failed(xfer_peer *p, const char *op, ucs_status_t status, 
 ** peer's timeout from now. `kind`: the memory the payload is, or a READ's destination. */
 static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_header h,
                       const void *payload, size_t len, char *read_into, xfer_memory_kind kind,
-                      const char *op, xfer_error *err)
+                      xfer_op op, xfer_error *err)
 {
   if (p->lost || !p->ep) return lost_error(p, op, err);
   xfer_code fault = XFER_E_OK;
-  if (!strcmp(op, "alloc") || !strcmp(op, "read") || !strcmp(op, "write") || !strcmp(op, "copy"))
+  if (op == XFER_OP_ALLOC || op == XFER_OP_READ || op == XFER_OP_WRITE || op == XFER_OP_COPY)
     fault = injected(p, dev, op, err);
-  if (!fault) fault = injected(p, dev, "send", err);
+  if (!fault) fault = injected(p, dev, XFER_OP_SEND, err);
   if (fault) return fault;
   h.request = ++p->next_request;
   h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC || h.type == WIRE_COPY ? h.length : len;
@@ -306,11 +306,11 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
 
 /* (peer->lock held) Waits for slot w's request to be sent and answered, by its deadline; the
 ** answer (and its words) become p->answer and p->text. Frees the slot whatever happens. */
-static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const char *op,
+static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op op,
                        xfer_error *err)
 {
   const ucx_api *api = p->node.api;
-  xfer_code rc = p->lost ? lost_error(p, op, err) : injected(p, dev, "recv", err);
+  xfer_code rc = p->lost ? lost_error(p, op, err) : injected(p, dev, XFER_OP_RECV, err);
   ucx_idler idler = {0};
   while (!rc && !p->broken && !p->bad_answer &&
          ((w->sending && api->ucp_request_check_status(w->sending) == UCS_INPROGRESS) ||
@@ -320,7 +320,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
     xfer_ucx_idle(&p->node, &idler, progressed, w->deadline);
     if (progressed) continue;
     if (xfer_now() > w->deadline) {
-      rc = xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", op, p->name,
+      rc = xfer_err_op(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", xfer_op_name(op), p->name,
                         p->timeout);
       break;
     }
@@ -342,7 +342,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
   ** closes on a client it refused) */
   int whole = answered && !p->bad_answer && received;
   if (!rc && !whole && (p->broken || p->bad_answer || p->lost)) {
-    rc = p->bad_answer ? xfer_err_set(err, XFER_E_PEER_LOST, op, "%s: %s broke the protocol (%s)", op,
+    rc = p->bad_answer ? xfer_err_op(err, XFER_E_PEER_LOST, op, "%s: %s broke the protocol (%s)", xfer_op_name(op),
                                       p->name, p->bad_why ? p->bad_why : "?")
                        : lost_error(p, op, err);
   }
@@ -362,7 +362,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, const c
 
 /* (peer->lock held) Sends a request and waits for its answer, by the peer's deadline. */
 static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
-                         size_t len, char *read_into, const char *op, xfer_error *err)
+                         size_t len, char *read_into, xfer_op op, xfer_error *err)
 {
   xfer_code rc = post(p, dev, &p->slot[0], h, payload, len, read_into, XFER_MEMORY_HOST, op, err);
   return rc ? rc : await(p, dev, &p->slot[0], op, err);
@@ -376,17 +376,17 @@ static xfer_code remote_open(xfer_runtime *rt, xfer_error *err)
   ** which a process that never connects should not get -- it is loaded at connect or listen */
   char why[512], path[512];
   if (!xfer_ucx_find(path, sizeof path, why, sizeof why))
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s", why);
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "%s", why);
   /* room for the devices peers bring later, so the list never moves under a running move */
   xfer_ctx *ctx = rt->ctx;
   if (!(rt->impl = calloc(1, sizeof(remote_rt))))
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   if (ctx->cap < ctx->ndevices + RESERVED_DEVICES) {
     xfer_device **grown = realloc(ctx->devices, (ctx->ndevices + RESERVED_DEVICES) * sizeof *grown);
     if (!grown) {
       free(rt->impl);
       rt->impl = NULL;
-      return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+      return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
     }
     ctx->devices = grown;
     ctx->cap = ctx->ndevices + RESERVED_DEVICES;
@@ -423,10 +423,10 @@ static xfer_code remote_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_
   h.device = ((remote_dev *)dev->impl)->index;
   h.length = nbytes;
   pthread_mutex_lock(&p->lock);
-  xfer_code rc = request(p, dev, h, NULL, 0, NULL, "alloc", err);
+  xfer_code rc = request(p, dev, h, NULL, 0, NULL, XFER_OP_ALLOC, err);
   uint64_t handle = p->answer.handle;
   pthread_mutex_unlock(&p->lock);
-  if (!rc && !handle) rc = xfer_err_set(err, XFER_E_ALLOC, "alloc", "%s answered no buffer", p->name);
+  if (!rc && !handle) rc = xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "%s answered no buffer", p->name);
   if (!rc) {
     *buf = (void *)(uintptr_t)handle;
     xfer_objects(dev, 1);
@@ -443,7 +443,7 @@ static void remote_free(xfer_device *dev, void *buf, size_t nbytes)
   wire_header h = wire_make(WIRE_FREE, 0);
   h.handle = (uint64_t)(uintptr_t)buf;
   pthread_mutex_lock(&p->lock);
-  if (!p->lost) request(p, dev, h, NULL, 0, NULL, "free", NULL); /* a lost peer freed it */
+  if (!p->lost) request(p, dev, h, NULL, 0, NULL, XFER_OP_FREE, NULL); /* a lost peer freed it */
   pthread_mutex_unlock(&p->lock);
 }
 
@@ -455,7 +455,7 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
                              xfer_memory_kind kind, size_t n, int to_remote, xfer_error *err)
 {
   xfer_peer *p = peer_of(dev);
-  const char *op = to_remote ? "write" : "read";
+  xfer_op op = to_remote ? XFER_OP_WRITE : XFER_OP_READ;
   xfer_code rc = XFER_E_OK;
   xfer_error later; /* what a request after the first failure says: not the move's */
   size_t posted = 0, awaited = 0; /* requests, in order: slot = number % depth */
@@ -485,7 +485,7 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
     xfer_error *into = rc ? &later : err;
     xfer_code r = await(p, dev, w, op, into);
     if (!r && !to_remote && p->answer.type != WIRE_DATA)
-      r = xfer_err_set(into, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
+      r = xfer_err_op(into, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
     if (!rc) rc = r;
     awaited++;
     if (rc) done = n; /* nothing more is sent */
@@ -559,7 +559,7 @@ static xfer_code remote_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
   h.src_offset = src_offset;
   h.length = n;
   pthread_mutex_lock(&p->lock);
-  xfer_code rc = request(p, dev, h, NULL, 0, NULL, "copy", err);
+  xfer_code rc = request(p, dev, h, NULL, 0, NULL, XFER_OP_COPY, err);
   pthread_mutex_unlock(&p->lock);
   return rc;
 }
@@ -669,14 +669,14 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
   char *memory = line ? strchr(line, '\t') : NULL;
   if (memory) *memory++ = '\0';
   if (!line || !*line || strlen(line) > WIRE_NAME_MAX || strpbrk(line, "/\t :") || !memory)
-    return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s named itself badly", p->url);
+    return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s named itself badly", p->url);
   p->server_cuda_memory = strstr(memory, "cuda") != NULL;
   snprintf(p->name, sizeof p->name, "%s", line);
   xfer_ctx *ctx = p->ctx;
   for (size_t d = 0; d < ctx->ndevices; d++) /* one peer per name: its devices' names are unique */
     if (!strncmp(ctx->devices[d]->name, p->name, strlen(p->name)) &&
         ctx->devices[d]->name[strlen(p->name)] == '/' && !ctx->devices[d]->lost)
-      return xfer_err_set(err, XFER_E_INVALID, "connect", "connect: a peer named %s is connected "
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONNECT, "connect: a peer named %s is connected "
                           "already (close it first, or name the server otherwise: --name)", p->name);
   uint32_t index = 0;
   while ((line = strtok_r(NULL, "\n", &save)) && index < WIRE_MAX_DEVICES) {
@@ -684,11 +684,11 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
     int n = 0;
     for (char *tok = strtok_r(line, "\t", &s2); tok && n < 6; tok = strtok_r(NULL, "\t", &s2)) f[n++] = tok;
     if (n != 6 || strlen(f[0]) > 14) {
-      return xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s listed a device badly", p->url);
+      return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s listed a device badly", p->url);
     }
     size_t slot = retire_one(rt);
     if (slot == SIZE_MAX && ctx->ndevices >= ctx->cap)
-      return xfer_err_set(err, XFER_E_ALLOC, "connect", "connect: this context holds %d remote "
+      return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_CONNECT, "connect: this context holds %d remote "
                           "devices in use, and no more (close peers, let their tensors go)",
                           RESERVED_DEVICES);
     remote_dev *rd = calloc(1, sizeof *rd);
@@ -696,7 +696,7 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
                                                      : xfer_runtime_replace_device(rt, slot, err);
     if (!dev) {
       free(rd);
-      return xfer_err_set(err, XFER_E_ALLOC, "connect", "out of host memory");
+      return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_CONNECT, "out of host memory");
     }
     if (slot == SIZE_MAX) rt->ndevices++;
     rd->peer = p;
@@ -722,28 +722,28 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   *out = NULL;
   char host[256];
   uint16_t port;
-  xfer_code rc = xfer_ucx_parse_url(url, "connect", host, sizeof host, &port, err);
+  xfer_code rc = xfer_ucx_parse_url(url, XFER_OP_CONNECT, host, sizeof host, &port, err);
   if (rc) return rc;
   double timeout = opts && opts->timeout > 0 ? opts->timeout : ctx->config.remote_timeout;
   const char *token = opts && opts->token ? opts->token : "";
-  if (strlen(token) > 255) return xfer_err_set(err, XFER_E_INVALID, "connect", "connect: a token of at most 255 bytes");
+  if (strlen(token) > 255) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONNECT, "connect: a token of at most 255 bytes");
   xfer_runtime *rt = remote_runtime(ctx);
   if (!rt || !rt->available)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "connect", "connect: the remote runtime is unavailable: %s",
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_CONNECT, "connect: the remote runtime is unavailable: %s",
                         rt ? rt->reason : "not built");
   struct sockaddr_storage addr;
   socklen_t addr_len;
-  rc = xfer_ucx_sockaddr(host, port, "connect", &addr, &addr_len, XFER_E_UNREACHABLE, err);
+  rc = xfer_ucx_sockaddr(host, port, XFER_OP_CONNECT, &addr, &addr_len, XFER_E_UNREACHABLE, err);
   if (rc) return rc;
   xfer_peer *p = calloc(1, sizeof *p);
-  if (!p) return xfer_err_set(err, XFER_E_ALLOC, "connect", "out of host memory");
+  if (!p) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_CONNECT, "out of host memory");
   p->ctx = ctx;
   p->refs = 1;
   p->timeout = timeout;
   snprintf(p->url, sizeof p->url, "%s", url);
   snprintf(p->name, sizeof p->name, "%.16s", host);
   pthread_mutex_init(&p->lock, NULL);
-  rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, "connect", err);
+  rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, XFER_OP_CONNECT, err);
   if (!rc) {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof ep);
@@ -759,25 +759,25 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
     if (s != UCS_OK) {
       char what[320];
       snprintf(what, sizeof what, "connect: cannot reach %.200s", url);
-      rc = xfer_ucx_fail(p->node.api, XFER_E_UNREACHABLE, "connect", s, what, err);
+      rc = xfer_ucx_fail(p->node.api, XFER_E_UNREACHABLE, XFER_OP_CONNECT, s, what, err);
     }
   }
   if (!rc) { /* HELLO: the version in the header, the token as the payload */
     pthread_mutex_lock(&p->lock);
     wire_header h = wire_make(WIRE_HELLO, 0);
-    rc = request(p, NULL, h, token, strlen(token), NULL, "connect", err);
+    rc = request(p, NULL, h, token, strlen(token), NULL, XFER_OP_CONNECT, err);
     if (rc == XFER_E_PEER_LOST && err && !p->bad_answer) { /* no connection came up */
       char what[448];
       snprintf(what, sizeof what, "connect: cannot reach %.200s: %.200s", url, err->message);
       xfer_error cause = *err; /* its UCX status, and whether a fault was injected, stay */
-      xfer_err_set(err, XFER_E_UNREACHABLE, "connect", "%s", what);
+      xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "%s", what);
       err->native = cause.native;
       memcpy(err->native_name, cause.native_name, sizeof err->native_name);
       err->injected = cause.injected;
       rc = XFER_E_UNREACHABLE;
     }
     if (!rc && p->answer.type != WIRE_WELCOME)
-      rc = xfer_err_set(err, XFER_E_PEER_LOST, "connect", "connect: %s answered HELLO with no welcome", url);
+      rc = xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s answered HELLO with no welcome", url);
     if (!rc) {
       p->generation = p->answer.handle;
       p->direct_cuda = xfer_ucx_ep_moves_cuda(&p->node, p->ep); /* its lanes are up now */

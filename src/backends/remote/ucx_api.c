@@ -138,7 +138,7 @@ const ucx_api *xfer_ucx(char *why, size_t cap)
   return NULL;
 }
 
-xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_status_t status,
+xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, xfer_op op, ucs_status_t status,
                         const char *what, xfer_error *err)
 {
   const char *name = api ? api->ucs_status_string(status) : "?";
@@ -183,14 +183,14 @@ static ucs_status_t allow_shared_memory(const ucx_api *api, ucp_config_t *config
 }
 
 xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback_t on_message,
-                             void *arg, const char *op, xfer_error *err)
+                             void *arg, xfer_op op, xfer_error *err)
 {
   memset(node, 0, sizeof *node);
   node->efd = -1;
   node->ctx = ctx;
   char why[512];
   node->api = xfer_ucx(why, sizeof why);
-  if (!node->api) return xfer_err_set(err, XFER_E_UNAVAILABLE, op, "%s", why);
+  if (!node->api) return xfer_err_op(err, XFER_E_UNAVAILABLE, op, "%s", why);
   const ucx_api *api = node->api;
   ucp_config_t *config = NULL;
   ucs_status_t s = api->ucp_config_read(NULL, NULL, &config);
@@ -310,7 +310,7 @@ void xfer_ucx_abandon(ucx_node *node, void *request)
 }
 
 xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadline,
-                        xfer_code code_on_error, const char *op, const char *what,
+                        xfer_code code_on_error, xfer_op op, const char *what,
                         xfer_error *err)
 {
   const ucx_api *api = node->api;
@@ -325,7 +325,7 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
     if (!progressed) {
       if (xfer_now() > deadline) {
         xfer_ucx_abandon(node, request);
-        return xfer_err_set(err, XFER_E_TIMEOUT, op, "%s: no answer before the deadline", what);
+        return xfer_err_op(err, XFER_E_TIMEOUT, op, "%s: no answer before the deadline", what);
       }
     }
   }
@@ -333,23 +333,23 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
   return s == UCS_OK ? XFER_E_OK : xfer_ucx_fail(api, code_on_error, op, s, what, err);
 }
 
-xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t host_cap,
+xfer_code xfer_ucx_parse_url(const char *url, xfer_op op, char *host, size_t host_cap,
                              uint16_t *port, xfer_error *err)
 {
   static const char scheme[] = "ucx://";
   if (strncmp(url, scheme, sizeof scheme - 1))
-    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s' is no ucx://host:port address", op,
+    return xfer_err_op(err, XFER_E_INVALID, op, "%s: '%.100s' is no ucx://host:port address", xfer_op_name(op),
                         url);
   const char *rest = url + sizeof scheme - 1;
   const char *colon = strrchr(rest, ':');
   if (!colon || colon == rest || (size_t)(colon - rest) >= host_cap)
-    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s' names no host and port "
-                        "(ucx://host:port)", op, url);
+    return xfer_err_op(err, XFER_E_INVALID, op, "%s: '%.100s' names no host and port "
+                        "(ucx://host:port)", xfer_op_name(op), url);
   char *end = NULL;
   long p = strtol(colon + 1, &end, 10);
-  long lowest = strcmp(op, "listen") ? 1 : 0; /* a listener's port 0: any free one */
+  long lowest = op == XFER_OP_LISTEN ? 0 : 1; /* a listener's port 0: any free one */
   if (!colon[1] || *end || p < lowest || p > 65535)
-    return xfer_err_set(err, XFER_E_INVALID, op, "%s: '%.100s': the port must be %ld to 65535", op,
+    return xfer_err_op(err, XFER_E_INVALID, op, "%s: '%.100s': the port must be %ld to 65535", xfer_op_name(op),
                         url, lowest);
   memcpy(host, rest, (size_t)(colon - rest));
   host[colon - rest] = '\0';
@@ -357,7 +357,7 @@ xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t
   return XFER_E_OK;
 }
 
-xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
+xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, xfer_op op,
                             struct sockaddr_storage *out, socklen_t *len, xfer_code code_on_error,
                             xfer_error *err)
 {
@@ -369,7 +369,7 @@ xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
   snprintf(service, sizeof service, "%u", (unsigned)port);
   int rc = getaddrinfo(host, service, &hints, &found);
   if (rc || !found)
-    return xfer_err_set(err, code_on_error, op, "%s: cannot resolve '%.100s': %s", op, host,
+    return xfer_err_op(err, code_on_error, op, "%s: cannot resolve '%.100s': %s", xfer_op_name(op), host,
                         rc ? gai_strerror(rc) : "no address");
   memcpy(out, found->ai_addr, found->ai_addrlen);
   *len = found->ai_addrlen;

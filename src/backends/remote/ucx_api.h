@@ -75,7 +75,7 @@ typedef struct ucx_node {
 
 /* on_message (with arg) receives the active messages of the protocol (wire.h's id) */
 xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback_t on_message,
-                             void *arg, const char *op, xfer_error *err);
+                             void *arg, xfer_op op, xfer_error *err);
 void xfer_ucx_node_close(ucx_node *node);
 
 /* ucx_reg.c: the memory handle of the host segment holding [ptr, ptr+n), mapped with the
@@ -100,7 +100,7 @@ void xfer_ucx_unmap_all(ucx_node *node);
 ** XFER_E_TIMEOUT (the request cancelled and completed before return). The request is freed
 ** in every case. A NULL request is done; an error pointer is its failure. */
 xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadline,
-                        xfer_code code_on_error, const char *op, const char *what,
+                        xfer_code code_on_error, xfer_op op, const char *what,
                         xfer_error *err);
 
 /* Between polls of a worker with nothing to do: nothing for half a millisecond after the last
@@ -117,15 +117,15 @@ void xfer_ucx_idle(ucx_node *node, ucx_idler *idler, unsigned progressed, double
 void xfer_ucx_abandon(ucx_node *node, void *request);
 
 /* The error for a UCX status: code, op, native = status, native_name = its string. */
-xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, const char *op, ucs_status_t status,
+xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, xfer_op op, ucs_status_t status,
                         const char *what, xfer_error *err);
 
 /* "ucx://host:port" -> host and port; XFER_E_INVALID saying what is wrong. */
-xfer_code xfer_ucx_parse_url(const char *url, const char *op, char *host, size_t host_cap,
+xfer_code xfer_ucx_parse_url(const char *url, xfer_op op, char *host, size_t host_cap,
                              uint16_t *port, xfer_error *err);
 
 /* A socket address for host:port (numeric or a name resolved now). */
-xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, const char *op,
+xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, xfer_op op,
                             struct sockaddr_storage *out, socklen_t *len, xfer_code code_on_error,
                             xfer_error *err);
 

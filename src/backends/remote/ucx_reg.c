@@ -51,7 +51,7 @@ ucp_mem_h xfer_ucx_memh(ucx_node *node, const void *ptr, size_t n)
   mp.address = span.base;
   mp.length = span.size;
   long long native = 0; /* XFER_FAULTS=remote:map: a mapping refused (moves go on without) */
-  if (xfer_fault_hit(ctx, "remote", "map", &native) ||
+  if (xfer_fault_hit(ctx, "remote", XFER_OP_MAP, &native) ||
       node->api->ucp_mem_map(node->context, &mp, &memh) != UCS_OK) {
     __atomic_add_fetch(&node->map_failures, 1, __ATOMIC_RELAXED); /* UCX registers it itself */
     return NULL;

@@ -23,17 +23,10 @@ static vk_dev *vk_of(const xfer_device *dev) { return dev->impl; }
 
 /* -- The checked wrapper ----------------------------------------------------------- */
 
-static xfer_code code_for(const char *op)
-{
-  if (!strcmp(op, "alloc")) return XFER_E_ALLOC;
-  if (!strcmp(op, "read")) return XFER_E_READ;
-  return XFER_E_WRITE; /* write, copy, import: the target could not be written */
-}
-
-static xfer_code vk_fail(xfer_device *dev, const char *op, const char *fn, VkResult r,
+static xfer_code vk_fail(xfer_device *dev, xfer_op op, const char *fn, VkResult r,
                          int injected, xfer_error *err)
 {
-  xfer_code code = code_for(op);
+  xfer_code code = xfer_op_failure(op);
   if (r == VK_ERROR_DEVICE_LOST) { /* for good: every later use raises device_lost */
     dev->lost = 1;
     code = XFER_E_DEVICE_LOST;
@@ -44,7 +37,7 @@ static xfer_code vk_fail(xfer_device *dev, const char *op, const char *fn, VkRes
   return xfer_err_native(err, code, op, r, xfer_vk_result_name(r), what, retryable, injected);
 }
 
-static xfer_code vk_check(xfer_device *dev, const char *op, const char *fn, VkResult r,
+static xfer_code vk_check(xfer_device *dev, xfer_op op, const char *fn, VkResult r,
                           xfer_error *err)
 {
   return r < 0 ? vk_fail(dev, op, fn, r, 0, err) : XFER_E_OK;
@@ -52,12 +45,12 @@ static xfer_code vk_check(xfer_device *dev, const char *op, const char *fn, VkRe
 
 /* An injected fault fails the call before the driver sees it, with the rule's code or
 ** the usual one for the op. */
-static int vk_injected(xfer_device *dev, const char *op)
+static int vk_injected(xfer_device *dev, xfer_op op)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "vulkan", op, &native)) return 0;
   vk_of(dev)->injected = native ? native
-                         : !strcmp(op, "alloc") ? VK_ERROR_OUT_OF_DEVICE_MEMORY
+                         : op == XFER_OP_ALLOC ? VK_ERROR_OUT_OF_DEVICE_MEMORY
                                                 : VK_ERROR_UNKNOWN;
   return 1;
 }
@@ -79,7 +72,7 @@ static void destroy_buffer(vk_dev *vd, vk_buf *b)
 
 /* A buffer of `n` bytes bound to new memory of a type in `types`; `buffer_next` and
 ** `memory_next` extend the create infos (external memory). */
-static xfer_code create_buffer(xfer_device *dev, const char *op, VkDeviceSize n,
+static xfer_code create_buffer(xfer_device *dev, xfer_op op, VkDeviceSize n,
                                VkBufferUsageFlags usage, uint32_t types, const void *buffer_next,
                                const void *memory_next, vk_buf *b, xfer_error *err)
 {
@@ -126,11 +119,11 @@ static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_
     char why[200];
     snprintf(why, sizeof why, "a tensor of %zu bytes is larger than the largest allocation %s "
              "allows (%llu bytes)", nbytes, dev->name, (unsigned long long)dev->max_alloc);
-    return xfer_err_native(err, XFER_E_ALLOC, "alloc", VK_ERROR_OUT_OF_DEVICE_MEMORY,
+    return xfer_err_native(err, XFER_E_ALLOC, XFER_OP_ALLOC, VK_ERROR_OUT_OF_DEVICE_MEMORY,
                            "VK_ERROR_OUT_OF_DEVICE_MEMORY", why, 0, 0);
   }
   vk_buf *b = malloc(sizeof *b);
-  if (!b) return xfer_err_set(err, XFER_E_ALLOC, "alloc", "out of host memory");
+  if (!b) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory");
   /* on a GPU that can export, every tensor can: interop then needs no second copy */
   VkExternalMemoryBufferCreateInfo external = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
@@ -139,11 +132,11 @@ static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_
     .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT};
   int exportable = dev->can_export;
-  xfer_code rc = create_buffer(dev, "alloc", nbytes, tensor_usage(), 1u << vd->tensor_type,
+  xfer_code rc = create_buffer(dev, XFER_OP_ALLOC, nbytes, tensor_usage(), 1u << vd->tensor_type,
                                exportable ? &external : NULL, exportable ? &exported : NULL, b,
                                err);
   if (!rc && vd->tensor_mapped)
-    rc = VK(dev, "alloc", err, vkMapMemory, vd->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
+    rc = VK(dev, XFER_OP_ALLOC, err, vkMapMemory, vd->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
   if (rc) {
     destroy_buffer(vd, b);
     free(b);
@@ -165,7 +158,7 @@ static void vulkan_free(xfer_device *dev, void *buf, size_t nbytes)
 /* -- Submission ------------------------------------------------------------------------ */
 
 /* Records the copy of `count` regions from src to dst and submits it behind `fence`. */
-static xfer_code record_regions(xfer_device *dev, const char *op, VkCommandBuffer cmd, VkBuffer src,
+static xfer_code record_regions(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, VkBuffer src,
                                 VkBuffer dst, const VkBufferCopy *regions, uint32_t count,
                                 VkFence fence, xfer_error *err)
 {
@@ -187,7 +180,7 @@ static xfer_code record_regions(xfer_device *dev, const char *op, VkCommandBuffe
   return rc;
 }
 
-static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer cmd, VkBuffer src,
+static xfer_code record_copy(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, VkBuffer src,
                              VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
                              VkDeviceSize n, VkFence fence, xfer_error *err)
 {
@@ -199,7 +192,7 @@ static xfer_code record_copy(xfer_device *dev, const char *op, VkCommandBuffer c
 ** vkWaitForFences sleeps, and NVIDIA's wakes it late enough to starve the staged pipeline,
 ** which waits once per chunk (measured in the note of issue 6). An injected failure still
 ** waits: the host memory of the copy is the caller's again only once it has landed. */
-static xfer_code wait_fence(xfer_device *dev, const char *op, VkFence fence, xfer_error *err)
+static xfer_code wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   int injected = vk_injected(dev, op);
@@ -219,7 +212,7 @@ static xfer_code wait_fence(xfer_device *dev, const char *op, VkFence fence, xfe
 }
 
 /* One copy on the device's queue, waited for. */
-static xfer_code copy_now(xfer_device *dev, const char *op, VkBuffer src, VkDeviceSize src_offset,
+static xfer_code copy_now(xfer_device *dev, xfer_op op, VkBuffer src, VkDeviceSize src_offset,
                           VkBuffer dst, VkDeviceSize dst_offset, VkDeviceSize n, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
@@ -232,7 +225,7 @@ static xfer_code copy_now(xfer_device *dev, const char *op, VkBuffer src, VkDevi
 /* Made on first use and kept: the command buffers and fences of two chunks, and -- on a
 ** driver that cannot import host pages, or when the host pool's chunks could not be
 ** imported -- two host-visible chunks of the device's own (`with_buffers`). */
-static xfer_code staging_ready(xfer_device *dev, const char *op, int with_buffers, xfer_error *err)
+static xfer_code staging_ready(xfer_device *dev, xfer_op op, int with_buffers, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   vk_staging *st = &vd->staging;
@@ -285,7 +278,7 @@ static xfer_code staging_ready(xfer_device *dev, const char *op, int with_buffer
 }
 
 /* Waits for whatever is in flight; keeps the first error. */
-static xfer_code drain(xfer_device *dev, const char *op, const int *in_flight, xfer_code rc,
+static xfer_code drain(xfer_device *dev, xfer_op op, const int *in_flight, xfer_code rc,
                        xfer_error *err)
 {
   vk_staging *st = &vk_of(dev)->staging;
@@ -321,7 +314,7 @@ static const vk_import *import_host(xfer_device *dev, const void *ptr, size_t n,
   VkMemoryHostPointerPropertiesEXT props = {
     .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
   xfer_error ignored;
-  if (VK(dev, "import", &ignored, vkGetMemoryHostPointerPropertiesEXT, vd->device, type,
+  if (VK(dev, XFER_OP_IMPORT, &ignored, vkGetMemoryHostPointerPropertiesEXT, vd->device, type,
          span.base, &props))
     return NULL;
   VkExternalMemoryBufferCreateInfo external = {
@@ -332,7 +325,7 @@ static const vk_import *import_host(xfer_device *dev, const void *ptr, size_t n,
     .pHostPointer = span.base};
   vk_import *im = malloc(sizeof *im);
   vk_buf b;
-  if (!im || create_buffer(dev, "import", size,
+  if (!im || create_buffer(dev, XFER_OP_IMPORT, size,
                            VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                            props.memoryTypeBits, &external, &import, &b, &ignored)) {
     free(im);
@@ -387,7 +380,7 @@ static void stage_give(stage *sg)
   memset(sg, 0, sizeof *sg);
 }
 
-static xfer_code stage_take(xfer_device *dev, const char *op, size_t n, stage *sg, xfer_error *err)
+static xfer_code stage_take(xfer_device *dev, xfer_op op, size_t n, stage *sg, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   vk_staging *st = &vd->staging;
@@ -424,7 +417,7 @@ static xfer_code staged_write(xfer_device *dev, vk_buf *dst, size_t offset, cons
                               size_t n, xfer_error *err)
 {
   stage sg;
-  xfer_code rc = stage_take(dev, "write", n, &sg, err);
+  xfer_code rc = stage_take(dev, XFER_OP_WRITE, n, &sg, err);
   if (rc) return rc;
   vk_staging *st = &vk_of(dev)->staging;
   int in_flight[XFER_VK_STAGING_SLOTS] = {0};
@@ -433,15 +426,15 @@ static xfer_code staged_write(xfer_device *dev, vk_buf *dst, size_t offset, cons
     size_t len = n - off < sg.chunk ? n - off : sg.chunk;
     if (in_flight[s]) {
       in_flight[s] = 0;
-      if ((rc = wait_fence(dev, "write", st->fence[s], err))) break;
+      if ((rc = wait_fence(dev, XFER_OP_WRITE, st->fence[s], err))) break;
     }
     memcpy(sg.ptr[s], src + off, len);
-    rc = record_copy(dev, "write", st->cmd[s], sg.buffer[s], sg.at[s], dst->buffer, offset + off,
+    rc = record_copy(dev, XFER_OP_WRITE, st->cmd[s], sg.buffer[s], sg.at[s], dst->buffer, offset + off,
                      len, st->fence[s], err);
     in_flight[s] = !rc;
     off += len;
   }
-  rc = drain(dev, "write", in_flight, rc, err);
+  rc = drain(dev, XFER_OP_WRITE, in_flight, rc, err);
   stage_give(&sg);
   return rc;
 }
@@ -451,14 +444,14 @@ static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char 
                              xfer_error *err)
 {
   stage sg;
-  xfer_code rc = stage_take(dev, "read", n, &sg, err);
+  xfer_code rc = stage_take(dev, XFER_OP_READ, n, &sg, err);
   if (rc) return rc;
   vk_staging *st = &vk_of(dev)->staging;
   size_t chunks = (n + sg.chunk - 1) / sg.chunk;
   int in_flight[XFER_VK_STAGING_SLOTS] = {0};
   for (size_t k = 0; k < chunks && k < XFER_VK_STAGING_SLOTS && !rc; k++) {
     size_t off = k * sg.chunk, len = n - off < sg.chunk ? n - off : sg.chunk;
-    rc = record_copy(dev, "read", st->cmd[k], src->buffer, offset + off, sg.buffer[k], sg.at[k],
+    rc = record_copy(dev, XFER_OP_READ, st->cmd[k], src->buffer, offset + off, sg.buffer[k], sg.at[k],
                      len, st->fence[k], err);
     in_flight[k] = !rc;
   }
@@ -466,17 +459,17 @@ static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char 
     int s = (int)(k % XFER_VK_STAGING_SLOTS);
     size_t off = k * sg.chunk, len = n - off < sg.chunk ? n - off : sg.chunk;
     in_flight[s] = 0;
-    if ((rc = wait_fence(dev, "read", st->fence[s], err))) break;
+    if ((rc = wait_fence(dev, XFER_OP_READ, st->fence[s], err))) break;
     memcpy(dst + off, sg.ptr[s], len);
     size_t next = k + XFER_VK_STAGING_SLOTS;
     if (next < chunks) {
       size_t noff = next * sg.chunk, nlen = n - noff < sg.chunk ? n - noff : sg.chunk;
-      rc = record_copy(dev, "read", st->cmd[s], src->buffer, offset + noff, sg.buffer[s], sg.at[s],
+      rc = record_copy(dev, XFER_OP_READ, st->cmd[s], src->buffer, offset + noff, sg.buffer[s], sg.at[s],
                        nlen, st->fence[s], err);
       in_flight[s] = !rc;
     }
   }
-  rc = drain(dev, "read", in_flight, rc, err);
+  rc = drain(dev, XFER_OP_READ, in_flight, rc, err);
   stage_give(&sg);
   return rc;
 }
@@ -488,14 +481,14 @@ static xfer_code vulkan_write(xfer_device *dev, void *buf, size_t offset, const 
 {
   vk_buf *dst = buf;
   if (dst->mapped) { /* memory the CPU shares: one memcpy */
-    if (vk_injected(dev, "write"))
-      return vk_fail(dev, "write", "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
+    if (vk_injected(dev, XFER_OP_WRITE))
+      return vk_fail(dev, XFER_OP_WRITE, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
     memcpy((char *)dst->mapped + offset, src, n);
     return XFER_E_OK;
   }
   const vk_import *im = imported(dev, src, n);
   if (im) /* one DMA straight out of the host buffer */
-    return copy_now(dev, "write", im->buffer, (VkDeviceSize)((const char *)src - im->base),
+    return copy_now(dev, XFER_OP_WRITE, im->buffer, (VkDeviceSize)((const char *)src - im->base),
                     dst->buffer, offset, n, err);
   return staged_write(dev, dst, offset, src, n, err);
 }
@@ -505,14 +498,14 @@ static xfer_code vulkan_read(xfer_device *dev, void *buf, size_t offset, void *d
 {
   vk_buf *src = buf;
   if (src->mapped) {
-    if (vk_injected(dev, "read"))
-      return vk_fail(dev, "read", "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
+    if (vk_injected(dev, XFER_OP_READ))
+      return vk_fail(dev, XFER_OP_READ, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
     memcpy(dst, (const char *)src->mapped + offset, n);
     return XFER_E_OK;
   }
   const vk_import *im = imported(dev, dst, n);
   if (im)
-    return copy_now(dev, "read", src->buffer, offset, im->buffer,
+    return copy_now(dev, XFER_OP_READ, src->buffer, offset, im->buffer,
                     (VkDeviceSize)((char *)dst - im->base), n, err);
   return staged_read(dev, src, offset, dst, n, err);
 }
@@ -537,7 +530,7 @@ static void fill_regions(VkBufferCopy *r, size_t rows, size_t offset, size_t pit
 static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
                            size_t rows, char *host, int to_device, xfer_error *err)
 {
-  const char *op = to_device ? "write" : "read";
+  xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   vk_dev *vd = vk_of(dev);
   vk_buf *tensor = buf;
   size_t n = run * rows;
@@ -567,7 +560,7 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   VkBufferCopy *regions = malloc(group * sizeof *regions);
   if (!regions) {
     if (!im) stage_give(&sg);
-    return xfer_err_set(err, XFER_E_ALLOC, op, "out of host memory");
+    return xfer_err_op(err, XFER_E_ALLOC, op, "out of host memory");
   }
   for (size_t first = 0; first < rows && !rc; first += group) {
     size_t count = rows - first < group ? rows - first : group;
@@ -593,13 +586,13 @@ static xfer_code vulkan_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
 {
   vk_dev *vd = vk_of(dev);
   VkBufferCopy *regions = malloc((rows ? rows : 1) * sizeof *regions);
-  if (!regions) return xfer_err_set(err, XFER_E_ALLOC, "copy", "out of host memory");
+  if (!regions) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_COPY, "out of host memory");
   for (size_t i = 0; i < rows; i++)
     regions[i] = (VkBufferCopy){.srcOffset = src_offset + i * src_pitch,
                                 .dstOffset = dst_offset + i * dst_pitch, .size = run};
-  xfer_code rc = record_regions(dev, "copy", vd->cmd, ((vk_buf *)src)->buffer,
+  xfer_code rc = record_regions(dev, XFER_OP_COPY, vd->cmd, ((vk_buf *)src)->buffer,
                                 ((vk_buf *)dst)->buffer, regions, (uint32_t)rows, vd->fence, err);
-  if (!rc) rc = wait_fence(dev, "copy", vd->fence, err);
+  if (!rc) rc = wait_fence(dev, XFER_OP_COPY, vd->fence, err);
   free(regions);
   return rc;
 }
@@ -618,7 +611,7 @@ static xfer_code vulkan_write_rows(xfer_device *dev, void *buf, size_t offset, s
 
 /* -- Queued moves (the staged pipeline) -------------------------------------------------- */
 
-static xfer_code queued_ready(xfer_device *dev, vk_queued *q, const char *op, xfer_error *err)
+static xfer_code queued_ready(xfer_device *dev, vk_queued *q, xfer_op op, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   if (!q->cmd) {
@@ -642,7 +635,7 @@ static xfer_code queue_move(xfer_device *dev, vk_buf *tensor, size_t offset, voi
                             int to_device, int slot, int *queued, xfer_error *err)
 {
   *queued = 0;
-  const char *op = to_device ? "write" : "read";
+  xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   const vk_import *im = tensor->mapped ? NULL : imported(dev, host, n);
   if (!im)
     return to_device ? vulkan_write(dev, tensor, offset, host, n, err)
@@ -683,7 +676,7 @@ static xfer_code vulkan_finish(xfer_device *dev, int slot, xfer_error *err)
 static xfer_code vulkan_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
                              size_t src_offset, size_t n, xfer_error *err)
 {
-  return copy_now(dev, "copy", ((vk_buf *)src)->buffer, src_offset, ((vk_buf *)dst)->buffer,
+  return copy_now(dev, XFER_OP_COPY, ((vk_buf *)src)->buffer, src_offset, ((vk_buf *)dst)->buffer,
                   dst_offset, n, err);
 }
 
@@ -692,7 +685,7 @@ static xfer_code vulkan_memory(xfer_device *dev, uint64_t *free_bytes, uint64_t 
 {
   vk_dev *vd = vk_of(dev);
   if (!vd->memory_budget)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "memory", "%s cannot tell its free memory",
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_MEMORY, "%s cannot tell its free memory",
                         dev->name);
   VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {
     .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
@@ -724,7 +717,7 @@ static void vulkan_close(xfer_runtime *rt)
 static xfer_code vulkan_open(xfer_runtime *rt, xfer_error *err)
 {
   vk_api *api = calloc(1, sizeof *api);
-  if (!api) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  if (!api) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   rt->impl = api;
   xfer_code rc = xfer_vk_load(api, err);
   if (!rc) rc = xfer_vk_open_devices(rt, err);
@@ -742,7 +735,7 @@ static xfer_code vulkan_export_fd(xfer_device *dev, void *buf, int *fd, uint64_t
                                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT};
   *fd = -1;
   *memory_size = b->memory_size;
-  return VK(dev, "export", err, vkGetMemoryFdKHR, vd->device, &info, fd);
+  return VK(dev, XFER_OP_EXPORT, err, vkGetMemoryFdKHR, vd->device, &info, fd);
 }
 
 /* A VkBuffer and its VkDeviceMemory the application owns: our handle around them, never

@@ -60,7 +60,7 @@ typedef struct vk_staging {
 typedef struct vk_queued {
   VkCommandBuffer cmd;
   VkFence fence;
-  const char *op;
+  xfer_op op;
   int pending;
 } vk_queued;
 

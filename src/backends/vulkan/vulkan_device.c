@@ -291,14 +291,14 @@ xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err)
   uint32_t n = 0;
   VkResult r = api->vkEnumeratePhysicalDevices(api->instance, &n, NULL);
   if (r != VK_SUCCESS)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN,
                         "vkEnumeratePhysicalDevices failed: %s (%d)",
                         xfer_vk_result_name(r), r);
   if (n == 0)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "no Vulkan device: the loader found no "
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "no Vulkan device: the loader found no "
                         "physical device (is a driver such as mesa-vulkan-drivers installed?)");
   VkPhysicalDevice *pds = calloc(n, sizeof *pds);
-  if (!pds) return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "out of host memory");
+  if (!pds) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
   r = api->vkEnumeratePhysicalDevices(api->instance, &n, pds);
   if (r == VK_SUCCESS || r == VK_INCOMPLETE)
     for (uint32_t i = 0; i < n; i++) add_device(rt, pds[i]);

@@ -70,20 +70,20 @@ xfer_code xfer_vk_load(vk_api *api, xfer_error *err)
   if (!api->lib) return XFER_E_UNAVAILABLE;
   *(void **)&api->vkGetInstanceProcAddr = dlsym(api->lib, "vkGetInstanceProcAddr");
   if (!api->vkGetInstanceProcAddr)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s has no vkGetInstanceProcAddr", path);
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "%s has no vkGetInstanceProcAddr", path);
 #define XFER_VK_RESOLVE_GLOBAL(name)                                                    \
   api->name = (PFN_##name)api->vkGetInstanceProcAddr(NULL, #name);
   XFER_VK_GLOBAL(XFER_VK_RESOLVE_GLOBAL)
 #undef XFER_VK_RESOLVE_GLOBAL
   if (!api->vkCreateInstance)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "%s has no vkCreateInstance", path);
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "%s has no vkCreateInstance", path);
 
   /* Vulkan 1.1 has what we need (physical-device properties 2, external memory); a
   ** 1.0 loader (no vkEnumerateInstanceVersion) is too old. */
   api->instance_version = VK_API_VERSION_1_0;
   if (api->vkEnumerateInstanceVersion) api->vkEnumerateInstanceVersion(&api->instance_version);
   if (api->instance_version < VK_API_VERSION_1_1)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open",
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN,
                         "the Vulkan loader offers version 1.0; xferlua needs 1.1");
   VkApplicationInfo app = {
     .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
@@ -99,13 +99,13 @@ xfer_code xfer_vk_load(vk_api *api, xfer_error *err)
   if (r == VK_SUCCESS) pin_new_modules(&before);
   free_modules(&before);
   if (r != VK_SUCCESS)
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "vkCreateInstance failed: %s (%d)%s",
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "vkCreateInstance failed: %s (%d)%s",
                         xfer_vk_result_name(r), r,
                         r == VK_ERROR_INCOMPATIBLE_DRIVER ? ": no Vulkan driver (ICD) found" : "");
 #define XFER_VK_RESOLVE_INSTANCE(name)                                                  \
   api->name = (PFN_##name)api->vkGetInstanceProcAddr(api->instance, #name);              \
   if (!api->name)                                                                        \
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "open", "the Vulkan loader has no %s", #name);
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "the Vulkan loader has no %s", #name);
   XFER_VK_INSTANCE(XFER_VK_RESOLVE_INSTANCE)
 #undef XFER_VK_RESOLVE_INSTANCE
   return XFER_E_OK;
