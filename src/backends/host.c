@@ -1,6 +1,6 @@
 /*
 ** host.c -- the host runtime: tensors in page-aligned process memory, behind the same
-** vtable as every GPU runtime, so transfers and fault injection treat it alike.
+** tables as every GPU runtime, so transfers and fault injection treat it alike.
 */
 #include <errno.h>
 #include <stdio.h>
@@ -133,17 +133,32 @@ static xfer_code host_wrap(xfer_device *dev, const xfer_external *mem, void **bu
   return XFER_E_OK;
 }
 
+static xfer_code host_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                           int to_device, xfer_error *err)
+{
+  return to_device ? host_write(dev, buf, offset, host, n, err)
+                   : host_read(dev, buf, offset, host, n, err);
+}
+
+static const xfer_runtime_ops host_runtime = {
+  .open = host_open,
+  .close = NULL, /* the host device is freed with the context */
+};
+static const xfer_memory_ops host_memory_ops = {
+  .alloc = host_alloc,
+  .free = host_free,
+  .host_address = host_address,
+  .wrap = host_wrap,
+  .info = host_memory,
+};
+static const xfer_copy_ops host_copies = {
+  .host = host_move,
+  .within = host_copy,
+};
 const xfer_backend xfer_backend_host = {
   .version = XFER_BACKEND_VERSION,
   .name = "host",
-  .open = host_open,
-  .close = NULL, /* the host device is freed with the context */
-  .alloc = host_alloc,
-  .free = host_free,
-  .write = host_write,
-  .read = host_read,
-  .copy = host_copy,
-  .host_address = host_address,
-  .wrap = host_wrap,
-  .memory = host_memory,
+  .runtime = &host_runtime,
+  .memory = &host_memory_ops,
+  .copy = &host_copies,
 };

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend_call.h"
 #include "device.h"
 
 void xfer_device_retain(xfer_device *dev) { __atomic_add_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
@@ -101,7 +102,7 @@ void xfer_uuid_text(const uint8_t u[16], char *out, size_t cap)
 
 int xfer_device_listed(const xfer_device *dev)
 {
-  return !(dev->remote && xfer_device_is_lost(dev));
+  return !(xfer_be_shares_nothing(dev) && xfer_device_is_lost(dev));
 }
 
 int xfer_device_is_closed(const xfer_device *dev)

@@ -73,7 +73,7 @@ static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_err
 /* The remote end's transport moves the local end's device memory in place. */
 static xfer_code run_direct(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
-  int into_remote = dst->dev->remote;
+  int into_remote = xfer_be_has_direct(dst->dev);
   xfer_tensor *far = into_remote ? dst : src, *near = into_remote ? src : dst;
   xfer_memory mem;
   xfer_code rc = xfer_be_device_memory(near->dev, near->buf, near->offset, &mem, err);

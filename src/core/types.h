@@ -13,17 +13,23 @@
 
 typedef struct xfer_runtime xfer_runtime;
 
-/* -- Backend vtable ------------------------------------------------------------ */
+/* -- Backend tables -------------------------------------------------------------- */
 
-/* One table per runtime. A buffer is whatever the backend says it is (a pointer, a
-** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are
-** bytes. Optional members are NULL, and the core checks before calling. */
-/* 2: peer and copy_imported take offsets (blocks of segments); 3: shared memory, import op;
-** 5: peer_joins; 6: device memory for a transport (memory_kind, device_memory, direct) */
-#define XFER_BACKEND_VERSION 6
+/* One backend per runtime, split by what it can do (as ggml-backend splits registry, device,
+** buffer and stream): every backend has a runtime, memory and copies; sharing memory with
+** other runtimes and moving other runtimes' memory as a transport are optional tables, NULL
+** where the backend has none. A buffer is whatever the backend says it is (a pointer, a
+** cl_mem, a struct of its own); the core only passes it back. Offsets and lengths are bytes.
+** Optional members are NULL, and only src/core/backend_call.h reads a table. */
+/* 2: peer and copy_imported take offsets; 3: shared memory, import op; 5: peer_joins;
+** 6: device memory for a transport; 7: split into runtime/memory/copy/share/transport tables,
+** one host copy with a direction (was read + write, and their _rows and _start twins), ops
+** as xfer_op */
+#define XFER_BACKEND_VERSION 7
 
-/* What kind of memory a buffer is, as a transport that moves memory in place (UCX) tells
-** them apart: host memory, or a CUDA device's. */
+/* What kind of memory a buffer is, as a transport that moves memory in place (UCX) tells them
+** apart: host memory, or a CUDA device's -- a capability of the runtime that lends it, named
+** by the kind of memory, not by the runtime. */
 typedef enum { XFER_MEMORY_HOST = 0, XFER_MEMORY_CUDA } xfer_memory_kind;
 
 /* A buffer's bytes as a transport uses them in place: where they start, and what they are. */
@@ -34,105 +40,125 @@ typedef struct xfer_memory {
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
-typedef struct xfer_backend {
-  int version;
-  const char *name;
-  /* Loads the driver and adds devices with xfer_runtime_add_device. A runtime that
-  ** cannot work here returns XFER_E_UNAVAILABLE with the reason in err->message. */
+
+/* The runtime: its driver and devices. */
+typedef struct xfer_runtime_ops {
+  /* Loads the driver and adds devices with xfer_runtime_add_device. A runtime that cannot
+  ** work here returns XFER_E_UNAVAILABLE with the reason in err->message. */
   xfer_code (*open)(xfer_runtime *rt, xfer_error *err);
-  void (*close)(xfer_runtime *rt);                         /* releases devices and driver */
+  void (*close)(xfer_runtime *rt); /* optional: releases devices and driver */
+} xfer_runtime_ops;
+
+/* A device's memory. */
+typedef struct xfer_memory_ops {
   xfer_code (*alloc)(xfer_device *dev, size_t nbytes, void **buf, xfer_error *err);
-  void (*free)(xfer_device *dev, void *buf, size_t nbytes);  /* never fails */
-  /* host memory -> buffer */
-  xfer_code (*write)(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
-                     xfer_error *err);
-  /* buffer -> host memory */
-  xfer_code (*read)(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
+  void (*free)(xfer_device *dev, void *buf, size_t nbytes); /* never fails */
+  /* optional: the host address of a buffer the CPU can use in place, else NULL */
+  void *(*host_address)(xfer_device *dev, void *buf);
+  /* optional: the address a buffer handle stands for (host memory, a CUdeviceptr), for
+  ** lending it through DLPack */
+  void *(*native)(xfer_device *dev, void *buf);
+  /* optional: the buffer handle the other ops take for memory the application owns (and,
+  ** unwrap, its release: the memory itself stays the application's) */
+  xfer_code (*wrap)(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err);
+  void (*unwrap)(xfer_device *dev, void *buf);
+  /* optional: the host segment [base, base+size) goes back to the system; undo `pin`, what
+  ** the device made for it and kept with it (xfer_host_pin_keep): a registration, a pin, an
+  ** import. No move uses the segment. */
+  void (*host_unpin)(xfer_device *dev, void *base, size_t size, void *pin);
+  /* optional: free and total bytes as the driver reports them now */
+  xfer_code (*info)(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
                     xfer_error *err);
+} xfer_memory_ops;
+
+/* A device's copies: between its buffers and host memory, within it, and to its runtime's
+** other devices. `to_device`: host memory -> buffer, else buffer -> host memory. */
+typedef struct xfer_copy_ops {
+  xfer_code (*host)(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                    int to_device, xfer_error *err);
   /* optional, a view's rows: `rows` runs of `run` bytes, the first at `offset` and each
   ** `pitch` bytes after the one before, between the buffer and packed host memory in one
   ** driver call (pitch >= run, below 2^31). NULL: the core moves the covering span through
   ** the host, or run by run. */
-  xfer_code (*read_rows)(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
-                         size_t rows, void *dst, xfer_error *err);
-  xfer_code (*write_rows)(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
-                          size_t rows, const void *src, xfer_error *err);
-  /* optional, a view's rows within the device: `rows` runs of `run` bytes from src (each
-  ** src_pitch after the one before) to dst (each dst_pitch apart), done when it returns --
-  ** a view packed (dst_pitch = run) or scattered (src_pitch = run) without leaving it */
-  /* optional: the buffer handle the other ops take for memory the application owns (and,
-  ** unwrap, its release: the memory itself stays the application's) */
-  /* optional: the address a buffer handle stands for (host memory, a CUdeviceptr), for
-  ** lending it through DLPack */
-  void *(*native)(xfer_device *dev, void *buf);
-  xfer_code (*wrap)(xfer_device *dev, const xfer_external *mem, void **buf, xfer_error *err);
-  void (*unwrap)(xfer_device *dev, void *buf);
-  xfer_code (*copy_rows)(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
-                         void *src, size_t src_offset, size_t src_pitch, size_t run,
-                         size_t rows, xfer_error *err);
+  xfer_code (*host_rows)(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                         size_t rows, void *host, int to_device, xfer_error *err);
+  /* optional, queued host copies (the staged pipeline): may return once the driver has the
+  ** work (*queued = 1), leaving the host memory untouched until finish(slot) has returned.
+  ** `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish. A copy the backend cannot
+  ** queue is done in full before start returns (*queued = 0). Every queued slot is finished,
+  ** also after errors. (NULL: `host`, in full.) */
+  xfer_code (*start)(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                     int to_device, int slot, int *queued, xfer_error *err);
+  xfer_code (*finish)(xfer_device *dev, int slot, xfer_error *err);
   /* buffer -> buffer on one device */
-  xfer_code (*copy)(xfer_device *dev, void *dst, size_t dst_offset, void *src,
-                    size_t src_offset, size_t n, xfer_error *err);
+  xfer_code (*within)(xfer_device *dev, void *dst, size_t dst_offset, void *src,
+                      size_t src_offset, size_t n, xfer_error *err);
+  /* optional, a view's rows within the device: `rows` runs of `run` bytes from src (each
+  ** src_pitch after the one before) to dst (each dst_pitch apart), done when it returns -- a
+  ** view packed (dst_pitch = run) or scattered (src_pitch = run) without leaving it */
+  xfer_code (*within_rows)(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
+                           void *src, size_t src_offset, size_t src_pitch, size_t run,
+                           size_t rows, xfer_error *err);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);
   /* optional: whether peer joins these two devices (NULL: any two of the runtime's; the
   ** remote runtime's devices are joined only on one server) */
   int (*peer_joins)(const xfer_device *src_dev, const xfer_device *dst_dev);
-  /* optional, queued host moves (the staged pipeline): write/read that may return once
-  ** the driver has the work (*queued = 1), leaving the host memory untouched until
-  ** finish(slot) has returned. `slot` (0 to XFER_QUEUE_SLOTS-1) names the move for finish.
-  ** A move the backend cannot queue is done in full before start returns (*queued = 0).
-  ** Every queued slot is finished, also after errors. */
-  xfer_code (*write_start)(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
-                           int slot, int *queued, xfer_error *err);
-  xfer_code (*read_start)(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                          int slot, int *queued, xfer_error *err);
-  xfer_code (*finish)(xfer_device *dev, int slot, xfer_error *err);
-  /* optional, interop: an opaque fd of the buffer's memory (the caller owns it) and the
-  ** size of that memory */
+} xfer_copy_ops;
+
+/* Optional: memory shared with the other runtimes of one GPU (interop), and device memory
+** lent to a transport in place. Each member is optional. */
+typedef struct xfer_share_ops {
+  /* an opaque fd of the buffer's memory (the caller owns it) and the size of that memory */
   xfer_code (*export_fd)(xfer_device *dev, void *buf, int *fd, uint64_t *memory_size,
                          xfer_error *err);
-  /* optional, interop: memory another runtime exported, as a buffer `nbytes` long that
-  ** copy_imported takes (and, imported as a tensor's own memory, every other op); `handle`
-  ** is what release_import needs. `op` names the call for faults and errors ("import", or
-  ** "alloc" when the import is a tensor's allocation). Owns `fd` only when it succeeds. */
+  /* memory another runtime exported, as a buffer `nbytes` long that copy_imported takes (and,
+  ** imported as a tensor's own memory, every other op); `handle` is what release_import
+  ** needs. `op` names the call for faults and errors (import, or alloc when the import is a
+  ** tensor's allocation). Owns `fd` only when it succeeds. */
   xfer_code (*import_fd)(xfer_device *dev, int fd, uint64_t memory_size, size_t nbytes,
                          xfer_op op, void **buf, void **handle, xfer_error *err);
   void (*release_import)(xfer_device *dev, void *buf, void *handle);
-  /* optional, interop: copy n bytes between one of the device's buffers and an imported
-  ** one (into_imported: buf -> imported, else imported -> buf), done when it returns */
+  /* n bytes between one of the device's buffers and an imported one (into_imported: buf ->
+  ** imported, else imported -> buf), done when it returns */
   xfer_code (*copy_imported)(xfer_device *dev, void *buf, size_t offset, void *imported,
                              size_t imported_offset, size_t n, int into_imported,
                              xfer_error *err);
-  /* optional: memory the other runtimes of its GPU can import (an fd the caller owns, and
-  ** the size of that memory), which this runtime's devices can copy to and from as their
-  ** own and peer-copy across GPUs; freed with free_shared */
+  /* memory the other runtimes of its GPU can import (an fd the caller owns, and the size of
+  ** that memory), which this runtime's devices can copy to and from as their own and
+  ** peer-copy across GPUs; freed with free_shared */
   xfer_code (*alloc_shared)(xfer_device *dev, size_t nbytes, void **buf, int *fd,
                             uint64_t *memory_size, xfer_error *err);
   void (*free_shared)(xfer_device *dev, void *buf, size_t nbytes);
-  /* optional: the host address of a buffer the CPU can use in place, else NULL */
-  void *(*host_address)(xfer_device *dev, void *buf);
-  /* optional: the host segment [base, base+size) goes back to the system; undo `pin`, what
-  ** the device made for it and kept with it (xfer_host_pin_keep): a registration, a pin, an
-  ** import. No move uses the segment. */
-  void (*host_unpin)(xfer_device *dev, void *base, size_t size, void *pin);
-  /* optional, device memory a transport uses in place: the kind of memory the runtime's
-  ** buffers are (0, host: none to lend), and the address of buf+offset, the device's context
-  ** made current on the calling thread (the transport's copies of it run there) */
+  /* device memory a transport uses in place: the kind of memory the runtime's buffers are,
+  ** and the address of buf+offset, the device's context made current on the calling thread
+  ** (the transport's copies of it run there) */
   xfer_memory_kind memory_kind;
-  xfer_code (*device_memory)(xfer_device *dev, void *buf, size_t offset, xfer_memory *out,
-                             xfer_error *err);
-  /* optional, the direct path: whether this runtime's transport moves `other`'s device memory
-  ** in place (other: a device of another runtime whose backend lends memory of that kind;
-  ** why not in `why`, when given), and the move: n bytes between buf+offset on dev and `mem` (into_buf: mem -> buf, else
+  xfer_code (*lend)(xfer_device *dev, void *buf, size_t offset, xfer_memory *out,
+                    xfer_error *err);
+} xfer_share_ops;
+
+/* Optional: a runtime whose devices are another machine's, reached by a transport (the remote
+** runtime over UCX). Its devices share no memory with this process. */
+typedef struct xfer_transport_ops {
+  /* optional, the direct path: whether the transport moves `other`'s device memory in place
+  ** (other: a device of another runtime that lends memory; why not in `why`, when given),
+  ** and the move: n bytes between buf+offset on dev and `mem` (into_buf: mem -> buf, else
   ** buf -> mem), done when it returns */
   int (*direct_joins)(const xfer_device *dev, const xfer_device *other, char *why, size_t cap);
   xfer_code (*direct)(xfer_device *dev, void *buf, size_t offset, const xfer_memory *mem,
                       size_t n, int into_buf, xfer_error *err);
-  /* optional: free and total bytes as the driver reports them now */
-  xfer_code (*memory)(xfer_device *dev, uint64_t *free_bytes, uint64_t *total_bytes,
-                      xfer_error *err);
+} xfer_transport_ops;
+
+typedef struct xfer_backend {
+  int version;                         /* XFER_BACKEND_VERSION it was built against */
+  const char *name;
+  const xfer_runtime_ops *runtime;
+  const xfer_memory_ops *memory;
+  const xfer_copy_ops *copy;
+  const xfer_share_ops *share;         /* NULL: shares no memory with other runtimes */
+  const xfer_transport_ops *transport; /* NULL: its devices are this machine's */
 } xfer_backend;
 
 /* -- Core structures ---------------------------------------------------------- */
@@ -166,7 +192,6 @@ struct xfer_device {
   uint64_t max_import;          /* 0: none; else the largest buffer the driver is trusted to
                                 ** import (NVIDIA's OpenCL crashes importing 512 MiB) */
   int unified, has_uuid, has_driver_uuid;
-  int remote;                   /* another machine's (the remote runtime): shares nothing here */
   uint8_t uuid[16];
   uint8_t driver_uuid[16];      /* opaque-fd interop needs equal driver UUIDs too */
   void *impl;

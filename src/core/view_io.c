@@ -77,7 +77,7 @@ static xfer_code io_run(void *arg, size_t at, size_t k, xfer_error *err)
 
 /* The view as slabs of rows: each slab `rows` runs of `run` bytes, `pitch` bytes apart (the
 ** innermost dimension that is not packed); the slabs in packed order, each a driver call of
-** the backend's read_rows/write_rows. 0 when the layout is no such thing (a stride of 0, a
+** the backend's host_rows copies. 0 when the layout is no such thing (a stride of 0, a
 ** pitch the drivers refuse). */
 static int rows_layout(const xfer_tensor *t, size_t run, size_t *pitch, size_t *rows, int *outer)
 {

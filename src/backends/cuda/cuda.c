@@ -383,32 +383,48 @@ static xfer_code cuda_wrap(xfer_device *dev, const xfer_external *mem, void **bu
   return XFER_E_OK;
 }
 
-const xfer_backend xfer_backend_cuda = {
-  .version = XFER_BACKEND_VERSION,
-  .name = "cuda",
+static xfer_code cuda_host_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                                int to_device, xfer_error *err)
+{
+  return to_device ? xfer_cu_write(dev, buf, offset, host, n, err)
+                   : xfer_cu_read(dev, buf, offset, host, n, err);
+}
+
+static const xfer_runtime_ops cuda_runtime = {
   .open = cuda_open,
   .close = cuda_close,
+};
+static const xfer_memory_ops cuda_memory_ops = {
   .alloc = cuda_alloc,
   .free = cuda_free,
-  .write = xfer_cu_write,
-  .read = xfer_cu_read,
-  .read_rows = xfer_cu_read_rows,
-  .write_rows = xfer_cu_write_rows,
-  .copy_rows = cuda_copy_rows,
-  .wrap = cuda_wrap,
   .native = cuda_native,
-  .memory_kind = XFER_MEMORY_CUDA,
-  .device_memory = cuda_device_memory,
-  .write_start = xfer_cu_write_start,
-  .read_start = xfer_cu_read_start,
+  .wrap = cuda_wrap,
+  .host_unpin = xfer_cu_host_unpin,
+  .info = cuda_memory,
+};
+static const xfer_copy_ops cuda_copies = {
+  .host = cuda_host_move,
+  .host_rows = xfer_cu_rows,
+  .start = xfer_cu_start,
   .finish = xfer_cu_finish,
-  .copy = cuda_copy,
+  .within = cuda_copy,
+  .within_rows = cuda_copy_rows,
   .peer = cuda_peer,
+};
+static const xfer_share_ops cuda_share = {
   .import_fd = cuda_import_fd,
   .release_import = cuda_release_import,
   .copy_imported = cuda_copy_imported,
   .alloc_shared = xfer_cu_alloc_shared,
   .free_shared = xfer_cu_free_shared,
-  .host_unpin = xfer_cu_host_unpin,
-  .memory = cuda_memory,
+  .memory_kind = XFER_MEMORY_CUDA,
+  .lend = cuda_device_memory,
+};
+const xfer_backend xfer_backend_cuda = {
+  .version = XFER_BACKEND_VERSION,
+  .name = "cuda",
+  .runtime = &cuda_runtime,
+  .memory = &cuda_memory_ops,
+  .copy = &cuda_copies,
+  .share = &cuda_share,
 };

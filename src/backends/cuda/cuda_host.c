@@ -198,7 +198,7 @@ static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_
   return rc;
 }
 
-/* -- The vtable's write and read ------------------------------------------------------------- */
+/* -- Host copies (xfer_copy_ops.host) ------------------------------------------------------ */
 
 xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
                         xfer_error *err)
@@ -251,8 +251,8 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
 
 /* `rows` runs of `run` bytes, `pitch` apart on the device, packed in host memory: one
 ** cuMemcpy2DAsync (into pinned memory one DMA; pageable memory the driver bounces). */
-static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
-                           size_t rows, void *host, int to_device, xfer_error *err)
+xfer_code xfer_cu_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                        size_t rows, void *host, int to_device, xfer_error *err)
 {
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   xfer_code rc = xfer_cu_enter(dev, op, err);
@@ -282,24 +282,14 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   return settle(dev, op, rc, err);
 }
 
-xfer_code xfer_cu_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
-                            size_t rows, void *dst, xfer_error *err)
-{
-  return rows_move(dev, buf, offset, pitch, run, rows, dst, 0, err);
-}
 
-xfer_code xfer_cu_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
-                             size_t run, size_t rows, const void *src, xfer_error *err)
-{
-  return rows_move(dev, buf, offset, pitch, run, rows, (void *)src, 1, err);
-}
 
 /* -- Queued moves (the staged pipeline) ------------------------------------------------------ */
 
 /* A large move from or to pinned memory is queued on the stream with an event behind it;
 ** anything else is done in full now. */
-static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
-                            int to_device, int slot, int *queued, xfer_error *err)
+xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                        int to_device, int slot, int *queued, xfer_error *err)
 {
   *queued = 0;
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
@@ -322,17 +312,7 @@ static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *ho
   return XFER_E_OK;
 }
 
-xfer_code xfer_cu_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                              size_t n, int slot, int *queued, xfer_error *err)
-{
-  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, queued, err);
-}
 
-xfer_code xfer_cu_read_start(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                             int slot, int *queued, xfer_error *err)
-{
-  return queue_move(dev, buf, offset, dst, n, 0, slot, queued, err);
-}
 
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err)
 {

@@ -34,16 +34,13 @@ xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *
                         xfer_error *err);
 xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
                        xfer_error *err);
-/* queued moves for the staged pipeline (xfer_backend.write_start and the rest) */
-/* a view's rows: rows x run bytes, pitch apart on the device, packed on the host */
-xfer_code xfer_cu_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
-                            size_t rows, void *dst, xfer_error *err);
-xfer_code xfer_cu_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
-                             size_t run, size_t rows, const void *src, xfer_error *err);
-xfer_code xfer_cu_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                              size_t n, int slot, int *queued, xfer_error *err);
-xfer_code xfer_cu_read_start(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                             int slot, int *queued, xfer_error *err);
+/* a view's rows: rows x run bytes, pitch apart on the device, packed on the host
+** (xfer_copy_ops.host_rows) */
+xfer_code xfer_cu_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
+                       size_t rows, void *host, int to_device, xfer_error *err);
+/* queued moves for the staged pipeline (xfer_copy_ops.start, finish) */
+xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                        int to_device, int slot, int *queued, xfer_error *err);
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err);
 void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin);
 /* cuda_shared.c: memory other runtimes of the GPU import (xfer_backend.alloc_shared) */

@@ -461,30 +461,20 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   return externals_release(dev, ext, next, 0, code, err);
 }
 
-static xfer_code opencl_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
-                                  size_t run, size_t rows, void *dst, xfer_error *err)
-{
-  return rows_move(dev, buf, offset, pitch, run, rows, dst, 0, err);
-}
 
-static xfer_code opencl_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
-                                   size_t run, size_t rows, const void *src, xfer_error *err)
-{
-  return rows_move(dev, buf, offset, pitch, run, rows, (void *)src, 1, err);
-}
 
 /* -- Queued moves (the staged pipeline) ---------------------------------------------- */
 
 /* A read or write enqueued without blocking, its event kept for finish. On a device that
 ** shares memory with the host the move is a memcpy, done in full now by the calling thread:
 ** handed to PoCL's worker it ran slower (4 MiB chunks: 9.8 against 15 GB/s blocking). */
-static xfer_code queue_move(xfer_device *dev, cl_mem mem, size_t offset, void *host, size_t n,
+static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
                             int to_device, int slot, int *queued, xfer_error *err)
 {
   *queued = 0;
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   cl_dev *cd = cl_of(dev);
-  cl_mem ext[1] = {NULL};
+  cl_mem mem = buf, ext[1] = {NULL};
   /* an imported buffer is moved in full: the other runtime may use it once the move ends */
   if (dev->unified || externals_of(cd, &mem, 1, ext))
     return to_device ? opencl_write(dev, mem, offset, host, n, err)
@@ -503,17 +493,7 @@ static xfer_code queue_move(xfer_device *dev, cl_mem mem, size_t offset, void *h
   return XFER_E_OK;
 }
 
-static xfer_code opencl_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                                    size_t n, int slot, int *queued, xfer_error *err)
-{
-  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, queued, err);
-}
 
-static xfer_code opencl_read_start(xfer_device *dev, void *buf, size_t offset, void *dst,
-                                   size_t n, int slot, int *queued, xfer_error *err)
-{
-  return queue_move(dev, buf, offset, dst, n, 0, slot, queued, err);
-}
 
 static xfer_code opencl_finish(xfer_device *dev, int slot, xfer_error *err)
 {
@@ -657,25 +637,41 @@ static xfer_code opencl_wrap(xfer_device *dev, const xfer_external *mem, void **
   return XFER_E_OK;
 }
 
-const xfer_backend xfer_backend_opencl = {
-  .version = XFER_BACKEND_VERSION,
-  .name = "opencl",
+static xfer_code opencl_host_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                                  int to_device, xfer_error *err)
+{
+  return to_device ? opencl_write(dev, buf, offset, host, n, err)
+                   : opencl_read(dev, buf, offset, host, n, err);
+}
+
+static const xfer_runtime_ops opencl_runtime = {
   .open = opencl_open,
   .close = opencl_close,
+};
+static const xfer_memory_ops opencl_memory_ops = {
   .alloc = opencl_alloc,
   .free = opencl_free,
-  .write = opencl_write,
-  .read = opencl_read,
-  .read_rows = opencl_read_rows,
-  .write_rows = opencl_write_rows,
-  .copy_rows = opencl_copy_rows,
   .wrap = opencl_wrap,
-  .copy = opencl_copy,
-  .write_start = opencl_write_start,
-  .read_start = opencl_read_start,
-  .finish = opencl_finish,
   .host_unpin = xfer_cl_host_unpin,
+};
+static const xfer_copy_ops opencl_copies = {
+  .host = opencl_host_move,
+  .host_rows = rows_move,
+  .start = queue_move,
+  .finish = opencl_finish,
+  .within = opencl_copy,
+  .within_rows = opencl_copy_rows,
+};
+static const xfer_share_ops opencl_share = {
   .import_fd = opencl_import_fd,
   .release_import = opencl_release_import,
   .copy_imported = opencl_copy_imported,
+};
+const xfer_backend xfer_backend_opencl = {
+  .version = XFER_BACKEND_VERSION,
+  .name = "opencl",
+  .runtime = &opencl_runtime,
+  .memory = &opencl_memory_ops,
+  .copy = &opencl_copies,
+  .share = &opencl_share,
 };

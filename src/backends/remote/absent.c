@@ -7,7 +7,7 @@
 static xfer_code absent(xfer_op op, xfer_error *err)
 {
   return xfer_err_op(err, XFER_E_UNAVAILABLE, op, "%s: built without UCX headers (install "
-                      "libucx-dev and rebuild)", op);
+                      "libucx-dev and rebuild)", xfer_op_name(op));
 }
 
 xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,

@@ -494,17 +494,7 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
   return rc;
 }
 
-static xfer_code remote_write(xfer_device *dev, void *buf, size_t offset, const void *src, size_t n,
-                              xfer_error *err)
-{
-  return move_chunks(dev, buf, offset, (char *)src, XFER_MEMORY_HOST, n, 1, err);
-}
 
-static xfer_code remote_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
-                             xfer_error *err)
-{
-  return move_chunks(dev, buf, offset, dst, XFER_MEMORY_HOST, n, 0, err);
-}
 
 /* The direct path: another runtime's device memory, which UCX reads and writes in place, to
 ** and from a remote buffer -- where both ends are CUDA memory and the connection has a lane
@@ -578,20 +568,37 @@ static int remote_peer_joins(const xfer_device *src_dev, const xfer_device *dst_
   return peer_of(src_dev) == peer_of(dst_dev);
 }
 
+static xfer_code remote_host_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                                  int to_device, xfer_error *err)
+{
+  return move_chunks(dev, buf, offset, host, XFER_MEMORY_HOST, n, to_device, err);
+}
+
+static const xfer_runtime_ops remote_runtime_ops = {
+  .open = remote_open,
+  .close = remote_close,
+};
+static const xfer_memory_ops remote_memory_ops = {
+  .alloc = remote_alloc,
+  .free = remote_free,
+};
+static const xfer_copy_ops remote_copies = {
+  .host = remote_host_move,
+  .within = remote_copy,
+  .peer = remote_peer,
+  .peer_joins = remote_peer_joins,
+};
+static const xfer_transport_ops remote_transport = {
+  .direct_joins = remote_direct_joins,
+  .direct = remote_direct,
+};
 const xfer_backend xfer_backend_remote = {
   .version = XFER_BACKEND_VERSION,
   .name = "remote",
-  .open = remote_open,
-  .close = remote_close,
-  .alloc = remote_alloc,
-  .free = remote_free,
-  .write = remote_write,
-  .read = remote_read,
-  .copy = remote_copy,
-  .peer = remote_peer,
-  .peer_joins = remote_peer_joins,
-  .direct_joins = remote_direct_joins,
-  .direct = remote_direct,
+  .runtime = &remote_runtime_ops,
+  .memory = &remote_memory_ops,
+  .copy = &remote_copies,
+  .transport = &remote_transport,
 };
 
 /* -- Connecting ------------------------------------------------------------------------------- */
@@ -703,7 +710,6 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
     rd->index = index++;
     rd->cuda = !strcmp(f[5], "cuda");
     dev->impl = rd;
-    dev->remote = 1;
     snprintf(dev->name, sizeof dev->name, "%s/%s", p->name, f[0]);
     snprintf(dev->label, sizeof dev->label, "%s", f[1]);
     snprintf(dev->platform, sizeof dev->platform, "remote %.80s", p->url);

@@ -528,8 +528,9 @@ static void fill_regions(VkBufferCopy *r, size_t rows, size_t offset, size_t pit
 /* One vkCmdCopyBuffer with a region a row: straight to or from the host memory where the
 ** driver imports it, else through a staging chunk a group of rows at a time. */
 static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pitch, size_t run,
-                           size_t rows, char *host, int to_device, xfer_error *err)
+                           size_t rows, void *host_rows, int to_device, xfer_error *err)
 {
+  char *host = host_rows;
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   vk_dev *vd = vk_of(dev);
   vk_buf *tensor = buf;
@@ -597,17 +598,7 @@ static xfer_code vulkan_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
   return rc;
 }
 
-static xfer_code vulkan_read_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
-                                  size_t run, size_t rows, void *dst, xfer_error *err)
-{
-  return rows_move(dev, buf, offset, pitch, run, rows, dst, 0, err);
-}
 
-static xfer_code vulkan_write_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
-                                   size_t run, size_t rows, const void *src, xfer_error *err)
-{
-  return rows_move(dev, buf, offset, pitch, run, rows, (char *)src, 1, err);
-}
 
 /* -- Queued moves (the staged pipeline) -------------------------------------------------- */
 
@@ -631,9 +622,10 @@ static xfer_code queued_ready(xfer_device *dev, vk_queued *q, xfer_op op, xfer_e
 
 /* A copy between a tensor and an imported host buffer, submitted and not waited for;
 ** anything else is done in full now. */
-static xfer_code queue_move(xfer_device *dev, vk_buf *tensor, size_t offset, void *host, size_t n,
+static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
                             int to_device, int slot, int *queued, xfer_error *err)
 {
+  vk_buf *tensor = buf;
   *queued = 0;
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   const vk_import *im = tensor->mapped ? NULL : imported(dev, host, n);
@@ -653,17 +645,7 @@ static xfer_code queue_move(xfer_device *dev, vk_buf *tensor, size_t offset, voi
   return rc;
 }
 
-static xfer_code vulkan_write_start(xfer_device *dev, void *buf, size_t offset, const void *src,
-                                    size_t n, int slot, int *queued, xfer_error *err)
-{
-  return queue_move(dev, buf, offset, (void *)src, n, 1, slot, queued, err);
-}
 
-static xfer_code vulkan_read_start(xfer_device *dev, void *buf, size_t offset, void *dst,
-                                   size_t n, int slot, int *queued, xfer_error *err)
-{
-  return queue_move(dev, buf, offset, dst, n, 0, slot, queued, err);
-}
 
 static xfer_code vulkan_finish(xfer_device *dev, int slot, xfer_error *err)
 {
@@ -762,25 +744,41 @@ static void vulkan_unwrap(xfer_device *dev, void *buf)
   free(buf);
 }
 
+static xfer_code vulkan_host_move(xfer_device *dev, void *buf, size_t offset, void *host, size_t n,
+                                  int to_device, xfer_error *err)
+{
+  return to_device ? vulkan_write(dev, buf, offset, host, n, err)
+                   : vulkan_read(dev, buf, offset, host, n, err);
+}
+
+static const xfer_runtime_ops vulkan_runtime = {
+  .open = vulkan_open,
+  .close = vulkan_close,
+};
+static const xfer_memory_ops vulkan_memory_ops = {
+  .alloc = vulkan_alloc,
+  .free = vulkan_free,
+  .wrap = vulkan_wrap,
+  .unwrap = vulkan_unwrap,
+  .host_unpin = vulkan_host_unpin,
+  .info = vulkan_memory,
+};
+static const xfer_copy_ops vulkan_copies = {
+  .host = vulkan_host_move,
+  .host_rows = rows_move,
+  .start = queue_move,
+  .finish = vulkan_finish,
+  .within = vulkan_copy,
+  .within_rows = vulkan_copy_rows,
+};
+static const xfer_share_ops vulkan_share = {
+  .export_fd = vulkan_export_fd,
+};
 const xfer_backend xfer_backend_vulkan = {
   .version = XFER_BACKEND_VERSION,
   .name = "vulkan",
-  .open = vulkan_open,
-  .close = vulkan_close,
-  .alloc = vulkan_alloc,
-  .free = vulkan_free,
-  .write = vulkan_write,
-  .read = vulkan_read,
-  .read_rows = vulkan_read_rows,
-  .write_rows = vulkan_write_rows,
-  .copy_rows = vulkan_copy_rows,
-  .wrap = vulkan_wrap,
-  .unwrap = vulkan_unwrap,
-  .copy = vulkan_copy,
-  .write_start = vulkan_write_start,
-  .read_start = vulkan_read_start,
-  .finish = vulkan_finish,
-  .export_fd = vulkan_export_fd,
-  .host_unpin = vulkan_host_unpin,
-  .memory = vulkan_memory,
+  .runtime = &vulkan_runtime,
+  .memory = &vulkan_memory_ops,
+  .copy = &vulkan_copies,
+  .share = &vulkan_share,
 };
