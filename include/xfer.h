@@ -67,6 +67,9 @@ typedef struct xfer_error {
 
 /* "read", "alloc", ... for a code; NULL when out of range. */
 const char *xfer_code_name(xfer_code code);
+/* The kind of failure in words ("out of host memory" for XFER_E_ALLOC: the cause the core gives
+** when no driver says more); NULL when out of range. */
+const char *xfer_code_what(xfer_code code);
 
 /* -- Element types ------------------------------------------------------------ */
 
@@ -197,6 +200,18 @@ typedef struct xfer_memory_info {
 
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out);
 
+/* What kind of memory a device's tensors are, as a transport that moves memory in place (UCX)
+** tells them apart: host memory, or a CUDA device's. A capability of the runtime that lends
+** it, named by the kind of memory, not by the runtime (a Vulkan or OpenCL device lends none:
+** XFER_MEMORY_HOST, moved through the host). */
+typedef enum { XFER_MEMORY_HOST = 0, XFER_MEMORY_CUDA } xfer_memory_kind;
+/* A tensor's bytes as a transport uses them in place: where they start, and what they are. */
+typedef struct xfer_memory {
+  void *address;
+  xfer_memory_kind kind;
+} xfer_memory;
+xfer_memory_kind xfer_device_memory_kind(const xfer_device *dev);
+
 /* -- Tensors ------------------------------------------------------------------ */
 
 typedef struct xfer_shape {
@@ -266,6 +281,11 @@ int xfer_tensor_is_wrapped(const xfer_tensor *t);
 ** calls its deleter once (xferlua keeps the tensor alive until then). from_dlpack takes a
 ** producer's CPU, CUDA-host or CUDA tensor as a wrapped tensor and calls its deleter once when
 ** it lets go; on failure the caller still owns it. A read-only one is XFER_E_UNSUPPORTED. */
+/* The device memory at byte `offset` of a contiguous tensor, for a transport to move in place:
+** its address and kind, the device's context current on this thread; XFER_E_UNSUPPORTED for
+** host memory and runtimes that lend none. */
+xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
+                                   xfer_error *err);
 xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_error *err);
 xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, xfer_tensor **out,
                                   xfer_error *err);

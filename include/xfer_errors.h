@@ -5,12 +5,15 @@
 #ifndef XFER_ERRORS_H
 #define XFER_ERRORS_H
 
-/* XFER_ERRDEF(NAME, lua_name, what) -- `what` completes "the operation failed: ..." */
+/* XFER_ERRDEF(NAME, lua_name, what) -- `what` is the kind of failure in words, and the cause
+** the core writes when nothing more specific is known (a driver's failure carries the driver's
+** own words instead): a failed host allocation says "out of host memory", a freed tensor
+** "attempt to use a freed tensor". xfer_code_what() returns it; a Lua error has it as e.what. */
 #define XFER_ERRORS(XFER_ERRDEF)                                              \
   XFER_ERRDEF(OK, "ok", "no error")                                           \
   XFER_ERRDEF(READ, "read", "reading a tensor off its device failed")        \
   XFER_ERRDEF(WRITE, "write", "writing a tensor to its device failed")       \
-  XFER_ERRDEF(ALLOC, "alloc", "allocating device memory failed")             \
+  XFER_ERRDEF(ALLOC, "alloc", "out of host memory")             \
   XFER_ERRDEF(FREED, "freed", "attempt to use a freed tensor")               \
   XFER_ERRDEF(CLOSED, "closed", "attempt to use a closed device")            \
   XFER_ERRDEF(INVALID, "invalid", "invalid argument")                        \

@@ -36,6 +36,15 @@ static inline void xfer_rt_close(xfer_runtime *rt)
   if (rt->backend->runtime->close) rt->backend->runtime->close(rt);
 }
 
+/* XFER_E_INVALID when the runtime refuses a setting of its own (any runtime built in, open or
+** not: a setting is kept for when it is). */
+static inline xfer_code xfer_rt_check_config(const xfer_runtime *rt, const xfer_config *config,
+                                             xfer_error *err)
+{
+  const xfer_runtime_ops *r = rt->backend ? rt->backend->runtime : NULL;
+  return r && r->check_config ? r->check_config(config, err) : XFER_E_OK;
+}
+
 static inline int xfer_rt_has_peer(const xfer_runtime *rt)
 {
   return rt->backend && rt->backend->copy->peer;

@@ -95,7 +95,7 @@ xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
   xfer_code bad = xfer_env_flags_check(err);
   if (bad) return bad;
   xfer_ctx *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "out of host memory");
+  if (!ctx) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   ctx->refs = 1;
   pthread_mutex_init(&ctx->lock, NULL);
   pthread_cond_init(&ctx->idle, NULL);

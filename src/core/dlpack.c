@@ -83,7 +83,7 @@ xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_
                         "through DLPack (host and CUDA are; move it there first)", t->dev->name);
   }
   lent *l = calloc(1, sizeof *l);
-  if (!l) return xfer_err_set(err, XFER_E_ALLOC, "dlpack", "out of host memory");
+  if (!l) return xfer_err_code_in(err, XFER_E_ALLOC, "dlpack");
   dl_tensor *d = versioned ? &l->m.versioned.dl_tensor : &l->m.plain.dl_tensor;
   d->data = t->numel ? data : NULL;
   d->device = device;
@@ -184,7 +184,7 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
                           "(dimension %d)", i + 1);
   }
   borrowed *b = malloc(sizeof *b);
-  if (!b) return xfer_err_set(err, XFER_E_ALLOC, "dlpack", "out of host memory");
+  if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "dlpack");
   b->managed = managed;
   b->versioned = versioned;
   xfer_external mem = {

@@ -7,10 +7,12 @@
 
 #include "util.h"
 
-static const char *const code_names[] = {
-#define XFER_ERRNAME(name, lua_name, what) lua_name,
-  XFER_ERRORS(XFER_ERRNAME)
-#undef XFER_ERRNAME
+static const struct {
+  const char *name, *what;
+} codes[] = {
+#define XFER_ERRROW(name, lua_name, what) {lua_name, what},
+  XFER_ERRORS(XFER_ERRROW)
+#undef XFER_ERRROW
 };
 
 static const struct {
@@ -44,7 +46,13 @@ xfer_op xfer_op_of(const char *name)
 const char *xfer_code_name(xfer_code code)
 {
   if ((int)code < 0 || code >= XFER_E__COUNT) return NULL;
-  return code_names[code];
+  return codes[code].name;
+}
+
+const char *xfer_code_what(xfer_code code)
+{
+  if ((int)code < 0 || code >= XFER_E__COUNT) return NULL;
+  return codes[code].what;
 }
 
 void xfer_copy_text(char *dst, size_t cap, const char *src)
@@ -86,6 +94,16 @@ xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *f
   record(err, code, op, fmt, ap);
   va_end(ap);
   return code;
+}
+
+xfer_code xfer_err_code(xfer_error *err, xfer_code code, xfer_op op)
+{
+  return xfer_err_op(err, code, op, "%s", xfer_code_what(code));
+}
+
+xfer_code xfer_err_code_in(xfer_error *err, xfer_code code, const char *call)
+{
+  return xfer_err_set(err, code, call, "%s", xfer_code_what(code));
 }
 
 xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,

@@ -98,7 +98,7 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   xfer_code rc = xfer_tensor_check(src, "to_async", err);
   if (rc) return rc;
   xfer_job *job = calloc(1, sizeof *job);
-  if (!job) return xfer_err_set(err, XFER_E_ALLOC, "to_async", "out of host memory");
+  if (!job) return xfer_err_code_in(err, XFER_E_ALLOC, "to_async");
   job->src = xfer_tensor_retain(src);
   job->refs = 2;
   job->dst = dst_dev;

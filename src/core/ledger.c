@@ -358,7 +358,7 @@ xfer_code xfer_cost_set_points(xfer_ctx *ctx, xfer_device *from, xfer_device *to
   pthread_mutex_lock(&ctx->lock);
   int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL), n, bytes, seconds);
   pthread_mutex_unlock(&ctx->lock);
-  return kept ? XFER_E_OK : xfer_err_set(err, XFER_E_ALLOC, "set_cost", "out of host memory");
+  return kept ? XFER_E_OK : xfer_err_code_in(err, XFER_E_ALLOC, "set_cost");
 }
 
 xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
@@ -378,7 +378,7 @@ xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_
   pthread_mutex_lock(&ctx->lock);
   int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL), 0, NULL, NULL);
   pthread_mutex_unlock(&ctx->lock);
-  return kept ? XFER_E_OK : xfer_err_set(err, XFER_E_ALLOC, "set_cost", "out of host memory");
+  return kept ? XFER_E_OK : xfer_err_code_in(err, XFER_E_ALLOC, "set_cost");
 }
 
 size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap)

@@ -615,7 +615,7 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
     if (!rc && !(b = segment_add(a, dev, &m, seg_size, size <= SMALL_SIZE))) {
       raw_free(dev, &m, seg_size);
       a->stats.driver_frees++;
-      rc = xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory");
+      rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_ALLOC);
     }
     if (rc) {
       pthread_mutex_unlock(&a->lock);
@@ -784,19 +784,10 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
     return xfer_err_set(err, XFER_E_INVALID, "config",
                         "setaside_after must be 0 (never) to 1000000, not %d",
                         config->setaside_after);
-  if (!(config->remote_timeout >= 0.001 && config->remote_timeout <= 86400))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "remote_timeout must be 0.001 to 86400 seconds, not %g", config->remote_timeout);
-  if (config->remote_chunk < 4096 || config->remote_chunk > ((size_t)64 << 20))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "remote_chunk must be 4096 to 67108864 bytes, not %zu", config->remote_chunk);
-  if (config->remote_device_chunk < 4096 || config->remote_device_chunk > ((size_t)64 << 20))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "remote_device_chunk must be 4096 to 67108864 bytes, not %zu",
-                        config->remote_device_chunk);
-  if (config->remote_depth < 1 || config->remote_depth > 4)
-    return xfer_err_set(err, XFER_E_INVALID, "config", "remote_depth must be 1 to 4, not %d",
-                        config->remote_depth);
+  for (size_t r = 0; r < XFER_RUNTIMES; r++) {
+    xfer_code refused = xfer_rt_check_config(&ctx->runtimes[r], config, err);
+    if (refused) return refused;
+  }
   __atomic_store_n(&ctx->config.remote_chunk, config->remote_chunk, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.remote_depth, config->remote_depth, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.remote_device_chunk, config->remote_device_chunk, __ATOMIC_RELAXED);

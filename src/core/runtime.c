@@ -16,7 +16,7 @@ static xfer_device *new_device(xfer_runtime *rt, size_t slot, xfer_error *err)
   xfer_device *dev = calloc(1, sizeof *dev);
   if (!dev || xfer_mem_device_init(dev, !strcmp(rt->name, "host")) != XFER_E_OK) {
     free(dev);
-    xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "out of host memory listing devices");
+    xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "%s listing devices", xfer_code_what(XFER_E_ALLOC));
     return NULL;
   }
   pthread_mutexattr_t attr;
@@ -41,7 +41,7 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
     size_t cap = ctx->cap ? ctx->cap * 2 : 8;
     xfer_device **grown = realloc(ctx->devices, cap * sizeof *grown);
     if (!grown) {
-      xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "out of host memory listing devices");
+      xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "%s listing devices", xfer_code_what(XFER_E_ALLOC));
       return NULL;
     }
     ctx->devices = grown;

@@ -14,7 +14,7 @@
 xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
 {
   if (!t || t->freed)
-    return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a freed tensor");
+    return xfer_err_code_in(err, XFER_E_FREED, op);
   if (t->base && __atomic_load_n(&t->base->freed, __ATOMIC_ACQUIRE))
     return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a view of a freed tensor");
   if (t->base) t = t->base; /* a view lives and dies with its base's memory */
@@ -63,7 +63,7 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
   xfer_code rc = check_shape(dtype, shape, &numel, err);
   if (rc) return rc;
   xfer_tensor *t = calloc(1, sizeof *t);
-  if (!t) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory");
+  if (!t) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_ALLOC);
   t->refs = 1;
   t->dev = dev;
   t->dtype = dtype;
@@ -235,6 +235,11 @@ void *xfer_tensor_host_data(xfer_tensor *t)
   return xfer_be_host_address(t->dev, t->buf, t->offset);
 }
 
+xfer_memory_kind xfer_device_memory_kind(const xfer_device *dev)
+{
+  return xfer_be_memory_kind(dev);
+}
+
 xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
                                    xfer_error *err)
 {
@@ -296,7 +301,7 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   size_t esize = xfer_dtype_size(t->dtype);
   if (!t->contiguous) { /* a view: its elements scattered from a packed pattern */
     char *packed = malloc(t->nbytes);
-    if (!packed) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_WRITE, "out of host memory");
+    if (!packed) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
     for (size_t off = 0; off < t->nbytes; off += esize) memcpy(packed + off, elem, esize);
     rc = xfer_tensor_write(t, packed, t->nbytes, err);
     free(packed);
@@ -304,7 +309,7 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
   }
   size_t chunk = t->nbytes < CHUNK_BYTES ? t->nbytes : CHUNK_BYTES / esize * esize;
   char *pattern = malloc(chunk);
-  if (!pattern) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_WRITE, "out of host memory");
+  if (!pattern) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
   for (size_t off = 0; off < chunk; off += esize) memcpy(pattern + off, elem, esize);
   xfer_device_lock(t->dev);
   for (size_t off = 0; off < t->nbytes && !rc; off += chunk) {
@@ -349,7 +354,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     if (!pa || !pb) {
       free(pa);
       free(pb);
-      return xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
+      return xfer_err_code_in(err, XFER_E_ALLOC, "equals");
     }
     rc = xfer_tensor_read(a, pa, a->nbytes, err);
     if (!rc) rc = xfer_tensor_read(b, pb, b->nbytes, err);
@@ -359,7 +364,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     return rc;
   }
   char *scratch = malloc(2 * CHUNK_BYTES);
-  if (!scratch) return xfer_err_set(err, XFER_E_ALLOC, "equals", "out of host memory");
+  if (!scratch) return xfer_err_code_in(err, XFER_E_ALLOC, "equals");
   int same = 1;
   xfer_device_lock_pair(a->dev, b->dev);
   for (size_t off = 0; off < a->nbytes && same && !rc; off += CHUNK_BYTES) {

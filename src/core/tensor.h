@@ -29,11 +29,6 @@ xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);
 /* A new tensor of its device: the context retained, listed for closing. */
 void xfer_tensor_adopt(xfer_tensor *t);
-/* The device memory at byte `offset` of a contiguous tensor, for a transport to move in place:
-** its address and kind, the device's context current on this thread; XFER_E_UNSUPPORTED for
-** host memory and runtimes that lend none. */
-xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
-                                   xfer_error *err);
 /* The block a tensor's memory lies in: its own, or its base's for a view. */
 static inline const xfer_block *xfer_tensor_block(const xfer_tensor *t)
 {

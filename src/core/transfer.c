@@ -336,7 +336,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
       if (!bytes && from->nbytes) { /* a contiguous device source: read it packed first */
         bytes = scratch = malloc(from->nbytes);
         rc = scratch ? xfer_tensor_read(from, scratch, from->nbytes, err)
-                     : xfer_err_op(err, XFER_E_ALLOC, XFER_OP_COPY, "out of host memory");
+                     : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
       }
       if (!rc && from->nbytes) rc = xfer_tensor_write(dst, bytes, from->nbytes, err);
       free(scratch);

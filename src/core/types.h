@@ -24,19 +24,11 @@ typedef struct xfer_runtime xfer_runtime;
 /* 2: peer and copy_imported take offsets; 3: shared memory, import op; 5: peer_joins;
 ** 6: device memory for a transport; 7: split into runtime/memory/copy/share/transport tables,
 ** one host copy with a direction (was read + write, and their _rows and _start twins), ops
-** as xfer_op */
-#define XFER_BACKEND_VERSION 7
+** as xfer_op; 8: a runtime checks its own settings (runtime->check_config) */
+#define XFER_BACKEND_VERSION 8
 
-/* What kind of memory a buffer is, as a transport that moves memory in place (UCX) tells them
-** apart: host memory, or a CUDA device's -- a capability of the runtime that lends it, named
-** by the kind of memory, not by the runtime. */
-typedef enum { XFER_MEMORY_HOST = 0, XFER_MEMORY_CUDA } xfer_memory_kind;
-
-/* A buffer's bytes as a transport uses them in place: where they start, and what they are. */
-typedef struct xfer_memory {
-  void *address;
-  xfer_memory_kind kind;
-} xfer_memory;
+/* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
+** xfer.h. */
 /* Queued moves a device can have in flight at once: the staged pipeline's reads take
 ** slots below half, its writes the upper half (one device may be both ends' runtime). */
 #define XFER_QUEUE_SLOTS 32
@@ -47,6 +39,8 @@ typedef struct xfer_runtime_ops {
   ** work here returns XFER_E_UNAVAILABLE with the reason in err->message. */
   xfer_code (*open)(xfer_runtime *rt, xfer_error *err);
   void (*close)(xfer_runtime *rt); /* optional: releases devices and driver */
+  /* optional: refuses settings of its own (xfer_config) out of range, before any is kept */
+  xfer_code (*check_config)(const xfer_config *config, xfer_error *err);
 } xfer_runtime_ops;
 
 /* A device's memory. */

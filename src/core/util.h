@@ -25,6 +25,11 @@ xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *f
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+/* The code's own words from the error table as the cause ("out of host memory" for
+** XFER_E_ALLOC): for failures the core meets itself, where no driver has more to say. The
+** second form names an API call instead of one of the XFER_OPS. */
+xfer_code xfer_err_code(xfer_error *err, xfer_code code, xfer_op op);
+xfer_code xfer_err_code_in(xfer_error *err, xfer_code code, const char *call);
 /* A driver call failed: records its native code, name and text as the cause. */
 xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,
                           const char *native_name, const char *native_text, int retryable,

@@ -35,7 +35,7 @@ xfer_code xfer_tensor_view(xfer_tensor *t, const xfer_shape *shape, const int64_
     return xfer_err_set(err, XFER_E_INVALID, "view", "the view reaches element %lld of a tensor "
                         "of %zu elements", (long long)first + (long long)extent, owner->numel);
   xfer_tensor *v = calloc(1, sizeof *v);
-  if (!v) return xfer_err_set(err, XFER_E_ALLOC, "view", "out of host memory");
+  if (!v) return xfer_err_code_in(err, XFER_E_ALLOC, "view");
   size_t esize = xfer_dtype_size(t->dtype);
   v->refs = 1;
   v->dev = t->dev;

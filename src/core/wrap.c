@@ -51,7 +51,7 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
   if (!xfer_be_has_wrap(dev))
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: %s cannot wrap memory", dev->name);
   xfer_tensor *t = calloc(1, sizeof *t);
-  if (!t) return xfer_err_set(err, XFER_E_ALLOC, "wrap", "out of host memory");
+  if (!t) return xfer_err_code_in(err, XFER_E_ALLOC, "wrap");
   xfer_code rc = xfer_be_wrap(dev, mem, &t->buf, err);
   if (rc) {
     free(t);

@@ -41,9 +41,11 @@ static void push_where(lua_State *L)
 void xl_push_error(lua_State *L, const xfer_error *err)
 {
   error_metatable(L);
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 12);
   lua_pushstring(L, xfer_code_name(err->code));
   lua_setfield(L, -2, "code");
+  lua_pushstring(L, xfer_code_what(err->code));
+  lua_setfield(L, -2, "what");
   lua_pushstring(L, err->op);
   lua_setfield(L, -2, "op");
   lua_pushstring(L, err->from);

@@ -162,7 +162,7 @@ static int l_wrap_address(lua_State *L)
       owner->ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops it */
       owner->next = NULL;
     } else {
-      xl_raise_code(L, XFER_E_ALLOC, "wrap", "out of host memory");
+      xl_raise_code(L, XFER_E_ALLOC, "wrap", "%s", xfer_code_what(XFER_E_ALLOC));
     }
   } else {
     lua_pop(L, 1);

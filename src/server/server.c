@@ -17,7 +17,6 @@
 
 #include "../backends/remote/ucx_api.h"
 #include "../backends/remote/wire.h"
-#include "../core/tensor.h" /* xfer_tensor_device_memory: a device payload received in place */
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
 #define MAX_QUEUED ((size_t)256 << 20) /* bytes of one client's requests waiting to be served */
@@ -413,7 +412,7 @@ static void hello(xfer_listener *l, conn *c, const message *m)
     n += (size_t)snprintf(text + n, WIRE_MAX_TEXT - n, "%s\t%s\t%llu\t%llu\t%s\t%s\n", info.name,
                           label, (unsigned long long)info.total_memory,
                           (unsigned long long)info.max_alloc, uuid,
-                          xfer_be_memory_kind(devs[i]) == XFER_MEMORY_CUDA ? "cuda" : "none");
+                          xfer_device_memory_kind(devs[i]) == XFER_MEMORY_CUDA ? "cuda" : "none");
   }
   wire_header h = wire_make(WIRE_WELCOME, m->h.request);
   h.handle = l->generation;
@@ -454,7 +453,7 @@ static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
     size_t cap = c->cap ? c->cap * 2 : 16;
     buffer_entry *grown = realloc(c->buffers, cap * sizeof *grown);
     if (!grown) {
-      xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory on the server");
+      xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "%s on the server", xfer_code_what(XFER_E_ALLOC));
       reply_error(l, c, &m->h, &e);
       return;
     }
@@ -582,7 +581,7 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
   xfer_tensor *staging = NULL;
   char *bytes = m->h.length ? staging_for(l, m->h.length, &staging) : NULL;
   xfer_code rc = XFER_E_OK;
-  if (m->h.length && !bytes) rc = xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_READ, "out of host memory on the server");
+  if (m->h.length && !bytes) rc = xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_READ, "%s on the server", xfer_code_what(XFER_E_ALLOC));
   if (!rc && m->h.length) rc = xfer_tensor_read(v, bytes, m->h.length, &e);
   xfer_tensor_release(v);
   if (rc) {
@@ -747,7 +746,7 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   if (strlen(token) >= sizeof ((xfer_listener *)0)->token)
     return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: a token of at most 255 bytes");
   xfer_listener *l = calloc(1, sizeof *l);
-  if (!l) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_LISTEN, "out of host memory");
+  if (!l) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_LISTEN);
   l->ctx = xfer_ctx_retain(ctx);
   snprintf(l->name, sizeof l->name, "%s", *name ? name : "node");
   snprintf(l->token, sizeof l->token, "%s", token);

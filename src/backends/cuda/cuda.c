@@ -172,7 +172,7 @@ static void cuda_close(xfer_runtime *rt);
 static xfer_code cuda_open(xfer_runtime *rt, xfer_error *err)
 {
   cu_api *api = calloc(1, sizeof *api);
-  if (!api) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+  if (!api) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   rt->impl = api;
   xfer_code rc = xfer_cu_load(api, err);
   int count = 0;

@@ -279,7 +279,7 @@ static xfer_code add_platform_devices(xfer_runtime *rt, cl_platform_id platform,
   }
   if (rc != CL_SUCCESS) return cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
   cl_device_id *ids = calloc(n, sizeof *ids);
-  if (!ids) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+  if (!ids) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   rc = api->clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n, ids, NULL);
   for (cl_uint i = 0; rc == CL_SUCCESS && i < n; i++) add_device(rt, platform, ids[i]);
   free(ids);
@@ -291,7 +291,7 @@ static void opencl_close(xfer_runtime *rt);
 static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
 {
   cl_api *api = calloc(1, sizeof *api);
-  if (!api) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+  if (!api) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   rt->impl = api;
   xfer_code code = xfer_cl_load(api, err);
   cl_uint n = 0;
@@ -313,7 +313,7 @@ static xfer_code opencl_open(xfer_runtime *rt, xfer_error *err)
     free(platforms);
     free(ids);
     opencl_close(rt);
-    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   }
   if ((rc = api->clGetPlatformIDs(n, ids, NULL)) != CL_SUCCESS)
     code = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "clGetPlatformIDs failed: %s (%d)",

@@ -380,13 +380,13 @@ static xfer_code remote_open(xfer_runtime *rt, xfer_error *err)
   /* room for the devices peers bring later, so the list never moves under a running move */
   xfer_ctx *ctx = rt->ctx;
   if (!(rt->impl = calloc(1, sizeof(remote_rt))))
-    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   if (ctx->cap < ctx->ndevices + RESERVED_DEVICES) {
     xfer_device **grown = realloc(ctx->devices, (ctx->ndevices + RESERVED_DEVICES) * sizeof *grown);
     if (!grown) {
       free(rt->impl);
       rt->impl = NULL;
-      return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+      return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
     }
     ctx->devices = grown;
     ctx->cap = ctx->ndevices + RESERVED_DEVICES;
@@ -574,9 +574,29 @@ static xfer_code remote_host_move(xfer_device *dev, void *buf, size_t offset, vo
   return move_chunks(dev, buf, offset, host, XFER_MEMORY_HOST, n, to_device, err);
 }
 
+/* The remote runtime's own settings: the core keeps them, only this runtime reads them. */
+static xfer_code remote_check_config(const xfer_config *config, xfer_error *err)
+{
+  if (!(config->remote_timeout >= 0.001 && config->remote_timeout <= 86400))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "remote_timeout must be 0.001 to 86400 seconds, not %g", config->remote_timeout);
+  if (config->remote_chunk < 4096 || config->remote_chunk > ((size_t)64 << 20))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "remote_chunk must be 4096 to 67108864 bytes, not %zu", config->remote_chunk);
+  if (config->remote_device_chunk < 4096 || config->remote_device_chunk > ((size_t)64 << 20))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "remote_device_chunk must be 4096 to 67108864 bytes, not %zu",
+                        config->remote_device_chunk);
+  if (config->remote_depth < 1 || config->remote_depth > PIPELINE)
+    return xfer_err_set(err, XFER_E_INVALID, "config", "remote_depth must be 1 to %d, not %d",
+                        PIPELINE, config->remote_depth);
+  return XFER_E_OK;
+}
+
 static const xfer_runtime_ops remote_runtime_ops = {
   .open = remote_open,
   .close = remote_close,
+  .check_config = remote_check_config,
 };
 static const xfer_memory_ops remote_memory_ops = {
   .alloc = remote_alloc,
@@ -703,7 +723,7 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
                                                      : xfer_runtime_replace_device(rt, slot, err);
     if (!dev) {
       free(rd);
-      return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_CONNECT, "out of host memory");
+      return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);
     }
     if (slot == SIZE_MAX) rt->ndevices++;
     rd->peer = p;
@@ -742,7 +762,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   rc = xfer_ucx_sockaddr(host, port, XFER_OP_CONNECT, &addr, &addr_len, XFER_E_UNREACHABLE, err);
   if (rc) return rc;
   xfer_peer *p = calloc(1, sizeof *p);
-  if (!p) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_CONNECT, "out of host memory");
+  if (!p) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);
   p->ctx = ctx;
   p->refs = 1;
   p->timeout = timeout;

@@ -123,7 +123,7 @@ static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_
                            "VK_ERROR_OUT_OF_DEVICE_MEMORY", why, 0, 0);
   }
   vk_buf *b = malloc(sizeof *b);
-  if (!b) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "out of host memory");
+  if (!b) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_ALLOC);
   /* on a GPU that can export, every tensor can: interop then needs no second copy */
   VkExternalMemoryBufferCreateInfo external = {
     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
@@ -561,7 +561,7 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   VkBufferCopy *regions = malloc(group * sizeof *regions);
   if (!regions) {
     if (!im) stage_give(&sg);
-    return xfer_err_op(err, XFER_E_ALLOC, op, "out of host memory");
+    return xfer_err_code(err, XFER_E_ALLOC, op);
   }
   for (size_t first = 0; first < rows && !rc; first += group) {
     size_t count = rows - first < group ? rows - first : group;
@@ -587,7 +587,7 @@ static xfer_code vulkan_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
 {
   vk_dev *vd = vk_of(dev);
   VkBufferCopy *regions = malloc((rows ? rows : 1) * sizeof *regions);
-  if (!regions) return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_COPY, "out of host memory");
+  if (!regions) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
   for (size_t i = 0; i < rows; i++)
     regions[i] = (VkBufferCopy){.srcOffset = src_offset + i * src_pitch,
                                 .dstOffset = dst_offset + i * dst_pitch, .size = run};
@@ -699,7 +699,7 @@ static void vulkan_close(xfer_runtime *rt)
 static xfer_code vulkan_open(xfer_runtime *rt, xfer_error *err)
 {
   vk_api *api = calloc(1, sizeof *api);
-  if (!api) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+  if (!api) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   rt->impl = api;
   xfer_code rc = xfer_vk_load(api, err);
   if (!rc) rc = xfer_vk_open_devices(rt, err);
@@ -731,7 +731,7 @@ static xfer_code vulkan_wrap(xfer_device *dev, const xfer_external *mem, void **
   if (!mem->vk_buffer || !mem->vk_memory)
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a VkBuffer and its VkDeviceMemory are needed");
   vk_buf *b = calloc(1, sizeof *b);
-  if (!b) return xfer_err_set(err, XFER_E_ALLOC, "wrap", "out of host memory");
+  if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "wrap");
   b->buffer = (VkBuffer)(uintptr_t)mem->vk_buffer;
   b->memory = (VkDeviceMemory)(uintptr_t)mem->vk_memory;
   *buf = b;

@@ -252,7 +252,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
   api->vkGetPhysicalDeviceProperties(pd, &basic);
   vk_dev *vd = calloc(1, sizeof *vd);
   if (!vd) {
-    leave_out(rt, basic.deviceName, "out of host memory", VK_SUCCESS);
+    leave_out(rt, basic.deviceName, xfer_code_what(XFER_E_ALLOC), VK_SUCCESS);
     return;
   }
   vd->physical = pd;
@@ -275,7 +275,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
   xfer_error err;
   xfer_device *dev = failed ? NULL : xfer_runtime_add_device(rt, &err);
   if (!dev) {
-    leave_out(rt, basic.deviceName, failed ? failed : "out of host memory", r);
+    leave_out(rt, basic.deviceName, failed ? failed : xfer_code_what(XFER_E_ALLOC), r);
     destroy_device(vd);
     return;
   }
@@ -298,7 +298,7 @@ xfer_code xfer_vk_open_devices(xfer_runtime *rt, xfer_error *err)
     return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "no Vulkan device: the loader found no "
                         "physical device (is a driver such as mesa-vulkan-drivers installed?)");
   VkPhysicalDevice *pds = calloc(n, sizeof *pds);
-  if (!pds) return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "out of host memory");
+  if (!pds) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   r = api->vkEnumeratePhysicalDevices(api->instance, &n, pds);
   if (r == VK_SUCCESS || r == VK_INCOMPLETE)
     for (uint32_t i = 0; i < n; i++) add_device(rt, pds[i]);
