@@ -123,6 +123,22 @@ describe("xferlua's machine-readable flags", function()
   end)
 end)
 
+describe("scripts/bench's arguments", function()
+  it("refuses an unknown table, an unknown flag and a flag without its value, saying which", function()
+    for _, case in ipairs({
+      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,plan,remote,selftest)" },
+      { "--frobnicate", "bench: unknown argument '--frobnicate'" },
+      { "--sizes", "bench: --sizes needs a value" },
+      { "--pair-size --tables host", "bench: --pair-size needs a value" },
+    }) do
+      local out, code = h.run(h.xferlua() .. " scripts/bench.lua " .. case[1])
+      assert.are.equal(2, code, out)
+      assert.is_truthy(out:find(case[2], 1, true), out)
+      assert.is_falsy(out:find("traceback", 1, true), out)
+    end
+  end)
+end)
+
 describe("scripts/bench's files", function()
   it("--json FILE writes the document beside the printed tables, and --svg DIR draws well-formed plots", function()
     local dir = os.tmpname() .. "-bench"
