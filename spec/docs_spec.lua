@@ -1,0 +1,80 @@
+-- The documentation tells the truth where a machine can check it: the README's example runs,
+-- and every relative link of README.md and docs/*.md reaches a file and, with #anchor, a
+-- heading of that file.
+local h = require "support.helpers"
+
+local function read(path)
+  local f = assert(io.open(path))
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+-- GitHub's anchor for a heading: lower case, punctuation but - and _ dropped, spaces to -
+local function anchor(heading)
+  return (heading:lower():gsub("[^%w%- _]", ""):gsub(" ", "-"))
+end
+
+local function anchors_of(text)
+  local set, fenced = {}, false
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    if line:match("^```") then fenced = not fenced end
+    local heading = not fenced and line:match("^#+%s+(.-)%s*$")
+    if heading then set[anchor(heading)] = true end
+  end
+  return set
+end
+
+local function docs()
+  local list = { "README.md" }
+  local p = io.popen("ls docs/*.md")
+  for path in p:lines() do list[#list + 1] = path end
+  p:close()
+  return list
+end
+
+describe("the documentation", function()
+  it("README's example runs as written", function()
+    local code = read("README.md"):match("## An example\n\n```lua\n(.-)```")
+    assert.is_truthy(code, "README.md has an example")
+    local path = os.tmpname() .. ".lua"
+    local f = assert(io.open(path, "w"))
+    f:write(code)
+    f:close()
+    local out, status = h.run(h.xferlua() .. " " .. path)
+    os.remove(path)
+    assert.are.equal(0, status, out)
+    assert.is_truthy(out:find("attempt to use a freed tensor", 1, true), out)
+  end)
+
+  it("every relative link reaches a file, and every #anchor a heading there", function()
+    local checked = 0
+    for _, doc in ipairs(docs()) do
+      local dir = doc:match("^(.*)/[^/]*$") or "."
+      local text = read(doc)
+      for target in text:gmatch("%]%(([^)%s]+)%)") do
+        if not target:match("^%a+://") and not target:match("^mailto:") then
+          local file, frag = target:match("^([^#]*)#?(.*)$")
+          local path = file == "" and doc or (dir .. "/" .. file)
+          local fh = io.open(path)
+          assert.is_truthy(fh, doc .. ": link to " .. target .. " (no " .. path .. ")")
+          fh:close()
+          if frag ~= "" then
+            assert.is_truthy(anchors_of(read(path))[frag], doc .. ": link to " .. target .. " (no heading #" .. frag .. ")")
+          end
+          checked = checked + 1
+        end
+      end
+    end
+    assert.is_true(checked > 20, "links checked: " .. checked)
+  end)
+
+  it("links every page of docs/ from the README", function()
+    local readme = read("README.md")
+    for _, doc in ipairs(docs()) do
+      if doc ~= "README.md" then
+        assert.is_truthy(readme:find("](" .. doc .. ")", 1, true), "README.md does not link " .. doc)
+      end
+    end
+  end)
+end)
