@@ -62,6 +62,7 @@ typedef struct xfer_error {
   char native_name[48];  /* its symbolic name: "ENOMEM", "CUDA_ERROR_ILLEGAL_ADDRESS" */
   int retryable;         /* 1 when trying again may succeed */
   int injected;          /* 1 when fault injection caused it */
+  long long element;     /* a batch's element that failed, counted from 1; 0: not a batch's */
   char message[512];     /* the whole story, for people */
 } xfer_error;
 
@@ -380,6 +381,40 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev,
 ** hold part of the data. */
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src,
                              const xfer_transfer_opts *opts, xfer_error *err);
+
+/* -- Batches ------------------------------------------------------------------- */
+
+/* Many copies as one: grouped by (from, to), each group planned once, submitted at once where
+** the runtime takes a batch (CUDA: one kernel over pinned host memory or the device's own)
+** and synchronised once; elsewhere the group's copies run one by one on the group's route. */
+typedef struct xfer_batch_item {
+  xfer_tensor *dst, *src;
+  /* bytes `nbytes` from byte `src_offset` of src to byte `dst_offset` of dst (both tensors
+  ** contiguous); nbytes 0: the whole tensors, as xfer_transfer_copy (same shape; views and
+  ** dtype changes allowed, moved one by one) */
+  size_t dst_offset, src_offset, nbytes;
+} xfer_batch_item;
+
+typedef struct xfer_batch xfer_batch;
+
+/* Checks and plans a batch once: every element's tensors alive, ranges inside them, no two
+** destinations overlapping; the batch holds a reference to every tensor. An empty batch is
+** allowed (its run does nothing). XFER_E_INVALID names the element (err->element). */
+xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
+                             const xfer_transfer_opts *opts, xfer_batch **out, xfer_error *err);
+/* Runs it (again). On failure err names the element (err->element, from 1) and its ends;
+** xfer_batch_done says which elements completed; sources are untouched. */
+xfer_code xfer_batch_run(xfer_batch *batch, xfer_error *err);
+size_t xfer_batch_count(const xfer_batch *batch);
+size_t xfer_batch_bytes(const xfer_batch *batch);
+/* 1 when element i (from 0) completed in the last run. */
+int xfer_batch_done(const xfer_batch *batch, size_t i);
+/* How many groups the batch has, and how many of them a runtime takes at once. */
+void xfer_batch_groups(const xfer_batch *batch, size_t *groups, size_t *submitted_at_once);
+void xfer_batch_release(xfer_batch *batch);
+/* prepare, run, release */
+xfer_code xfer_transfer_batch(const xfer_batch_item *items, size_t n,
+                              const xfer_transfer_opts *opts, xfer_error *err);
 
 /* -- Asynchronous transfers ---------------------------------------------------- */
 

@@ -164,6 +164,17 @@ static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off
                        err);
 }
 
+/* Whether the device takes a batch of copies at once, and giving it one: XFER_E_UNSUPPORTED
+** with nothing said when these pieces are not for it. */
+static inline int xfer_be_has_many(const xfer_device *dev) { return xfer_be(dev)->copy->many != NULL; }
+
+static inline xfer_code xfer_be_many(xfer_device *dev, const xfer_piece *pieces, size_t n,
+                                     xfer_error *err)
+{
+  xfer_code rc = xfer_be(dev)->copy->many(dev, pieces, n, err);
+  return rc == XFER_E_UNSUPPORTED ? rc : xfer_be_blame(dev, rc, err);
+}
+
 /* Whether the device copies rows within itself, and doing it. */
 static inline int xfer_be_has_copy_rows(const xfer_device *dev)
 {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "ledger.h"
-#include "paths.h"
+#include "transfer.h"
 
 /* -- Executing ------------------------------------------------------------------------- */
 
@@ -90,7 +90,8 @@ static xfer_code planned_error(xfer_code planned, const xfer_error *planning, xf
   return planned;
 }
 
-static xfer_code run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                            xfer_error *err)
 {
   xfer_path path = route->path;
   size_t n = src->nbytes;
@@ -278,7 +279,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   if (!rc) rc = planned_error(planned, &planning, err);
   if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
   const xfer_transfer_opts *outer = xfer_progress_install(opts);
-  if (!rc) rc = run(&route, src, dst, err);
+  if (!rc) rc = xfer_transfer_run(&route, src, dst, err);
   xfer_progress_restore(outer);
   hold_drop(&h);
   if (rc) {
@@ -357,7 +358,7 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   if (!rc) rc = check_same_shape(dst, src, err);
   if (!rc) rc = planned_error(planned, &planning, err);
   const xfer_transfer_opts *outer = xfer_progress_install(opts);
-  if (!rc && dst != src) rc = run(&route, src, dst, err);
+  if (!rc && dst != src) rc = xfer_transfer_run(&route, src, dst, err);
   xfer_progress_restore(outer);
   hold_drop(&h);
   return rc;

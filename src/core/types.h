@@ -24,8 +24,9 @@ typedef struct xfer_runtime xfer_runtime;
 /* 2: peer and copy_imported take offsets; 3: shared memory, import op; 5: peer_joins;
 ** 6: device memory for a transport; 7: split into runtime/memory/copy/share/transport tables,
 ** one host copy with a direction (was read + write, and their _rows and _start twins), ops
-** as xfer_op; 8: a runtime checks its own settings (runtime->check_config) */
-#define XFER_BACKEND_VERSION 8
+** as xfer_op; 8: a runtime checks its own settings (runtime->check_config); 9: copy->many
+** (a batch of copies in one submission) */
+#define XFER_BACKEND_VERSION 9
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -65,6 +66,18 @@ typedef struct xfer_memory_ops {
                     xfer_error *err);
 } xfer_memory_ops;
 
+/* One copy of a batch (copy->many): `n` bytes between two ends, each a buffer of the device at
+** a byte offset, or host memory (buf NULL) at `host`. */
+typedef struct xfer_piece_end {
+  void *buf;
+  size_t offset;
+  char *host;
+} xfer_piece_end;
+typedef struct xfer_piece {
+  xfer_piece_end dst, src;
+  size_t n;
+} xfer_piece;
+
 /* A device's copies: between its buffers and host memory, within it, and to its runtime's
 ** other devices. `to_device`: host memory -> buffer, else buffer -> host memory. */
 typedef struct xfer_copy_ops {
@@ -93,6 +106,11 @@ typedef struct xfer_copy_ops {
   xfer_code (*within_rows)(xfer_device *dev, void *dst, size_t dst_offset, size_t dst_pitch,
                            void *src, size_t src_offset, size_t src_pitch, size_t run,
                            size_t rows, xfer_error *err);
+  /* optional, a batch: `n` copies, each between host memory and the device's buffers or
+  ** within the device, submitted at once and done when it returns (no two destinations
+  ** overlap). XFER_E_UNSUPPORTED without a word in err when these pieces are not for it
+  ** (host memory it cannot reach in place): the core then makes them one by one. */
+  xfer_code (*many)(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);

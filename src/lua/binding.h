@@ -104,6 +104,9 @@ void xl_open_remote(lua_State *L, int module);
 /* lua_costs.c: the planner's measured figures */
 void xl_open_costs(lua_State *L, int module);
 
+/* lua_batch.c: xfer.batch, xfer.copy_many, t:copy_blocks (a method, at `methods`) */
+void xl_open_batch(lua_State *L, int module, int methods);
+
 /* lua_job.c: asynchronous transfers */
 int xl_to_async(lua_State *L);
 void xl_open_job(lua_State *L, int module);

@@ -46,6 +46,10 @@ void xl_push_error(lua_State *L, const xfer_error *err)
   lua_setfield(L, -2, "code");
   lua_pushstring(L, xfer_code_what(err->code));
   lua_setfield(L, -2, "what");
+  if (err->element > 0) { /* a batch's element, from 1 */
+    lua_pushnumber(L, (lua_Number)err->element);
+    lua_setfield(L, -2, "element");
+  }
   lua_pushstring(L, err->op);
   lua_setfield(L, -2, "op");
   lua_pushstring(L, err->from);

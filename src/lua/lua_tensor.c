@@ -681,6 +681,7 @@ void xl_open_tensor(lua_State *L, int module)
   luaL_getmetatable(L, XL_TENSOR);
   lua_getfield(L, -1, "methods");
   xl_open_wrap(L, module, lua_gettop(L));
+  xl_open_batch(L, module, lua_gettop(L));
   lua_setfield(L, module, "Tensor");
   lua_pop(L, 1);
   lua_pushvalue(L, module);

@@ -90,6 +90,7 @@ static void release_device(cu_api *api, cu_dev *cd)
   if (cd->context) {
     api->cuCtxSetCurrent(cd->context);
     xfer_cu_staging_release(api, cd);
+    xfer_cu_many_release(api, cd);
     if (cd->stream) api->cuStreamDestroy(cd->stream);
     api->cuDevicePrimaryCtxRelease(cd->device);
   }
@@ -408,6 +409,7 @@ static const xfer_copy_ops cuda_copies = {
   .start = xfer_cu_start,
   .finish = xfer_cu_finish,
   .within = cuda_copy,
+  .many = xfer_cu_many,
   .within_rows = cuda_copy_rows,
   .peer = cuda_peer,
 };

@@ -27,7 +27,8 @@
   X(cuGetErrorName) X(cuGetErrorString) X(cuImportExternalMemory)                          \
   X(cuExternalMemoryGetMappedBuffer) X(cuDestroyExternalMemory) X(cuMemCreate) X(cuMemRelease) \
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
-  X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle)
+  X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle) X(cuModuleLoadData)       \
+  X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)
 
 typedef struct cu_api {
   void *lib;
@@ -51,6 +52,11 @@ typedef struct cu_dev {
   xfer_op queued_op[XFER_QUEUE_SLOTS];
   int pending[XFER_QUEUE_SLOTS];
   size_t share_granularity;     /* cuMemCreate's, where shared memory works (else 0) */
+  /* batches (cuda_many.c): the copy kernel, loaded on first use, and its descriptors' room */
+  CUmodule many_module;
+  CUfunction many_fn;
+  CUdeviceptr many_desc;
+  size_t many_room;
 } cu_dev;
 
 /* cuda_load.c */

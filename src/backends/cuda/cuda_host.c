@@ -38,7 +38,7 @@ static xfer_device *registrar(const xfer_device *dev)
 /* 1 when [ptr, ptr+n) lies in a host segment that is registered now (registering it if need
 ** be; the registration stays with the segment). A registration that fails is no error: the
 ** move is staged instead. */
-static int pinned(xfer_device *dev, const void *ptr, size_t n)
+int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n)
 {
   xfer_host_span span;
   if (!xfer_host_span_of(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
@@ -108,7 +108,7 @@ static xfer_code chunks_take(xfer_device *dev, size_t len, int count, chunks *c,
     if (!rc) rc = xfer_mem_alloc(host, len, &c->block[s], err);
     if (!rc) {
       c->at[s] = (char *)c->block[s]->buf + c->block[s]->offset; /* host blocks are addresses */
-      pinned(dev, c->at[s], len);
+      xfer_cu_pinned(dev, c->at[s], len);
     }
   }
   if (rc) chunks_give(c);
@@ -213,7 +213,7 @@ xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
     return settle(dev, XFER_OP_WRITE, rc, err);
   }
-  if (pinned(dev, src, n)) {
+  if (xfer_cu_pinned(dev, src, n)) {
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
     return settle(dev, XFER_OP_WRITE, rc, err);
   }
@@ -227,7 +227,7 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
   CUstream stream = cu_of(dev)->stream;
   xfer_code rc = xfer_cu_enter(dev, XFER_OP_READ, err);
   if (rc) return rc;
-  if (n <= DIRECT_MAX && !pinned(dev, dst, n)) {
+  if (n <= DIRECT_MAX && !xfer_cu_pinned(dev, dst, n)) {
     /* a device-to-host copy into pageable memory waits for a bounce the driver makes;
     ** into a pinned chunk it is one DMA (measured 11.4 against 7.6 us for 4 KiB) */
     chunks c;
@@ -240,7 +240,7 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
     if (staged) chunks_give(&c);
     return rc;
   }
-  if (pinned(dev, dst, n)) {
+  if (xfer_cu_pinned(dev, dst, n)) {
     rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, dst, src, n, stream);
     return settle(dev, XFER_OP_READ, rc, err);
   }
@@ -257,7 +257,7 @@ xfer_code xfer_cu_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   xfer_code rc = xfer_cu_enter(dev, op, err);
   if (rc) return rc;
-  (void)pinned(dev, host, run * rows); /* registered when its host segment is large enough */
+  (void)xfer_cu_pinned(dev, host, run * rows); /* registered when its host segment is large enough */
   CUDA_MEMCPY2D copy;
   memset(&copy, 0, sizeof copy);
   CUdeviceptr at = xfer_cu_ptr(buf) + offset;
@@ -293,7 +293,7 @@ xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, 
 {
   *queued = 0;
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
-  if (n <= DIRECT_MAX || !pinned(dev, host, n))
+  if (n <= DIRECT_MAX || !xfer_cu_pinned(dev, host, n))
     return to_device ? xfer_cu_write(dev, buf, offset, host, n, err)
                      : xfer_cu_read(dev, buf, offset, host, n, err);
   cu_dev *cd = cu_of(dev);

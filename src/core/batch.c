@@ -1,0 +1,391 @@
+/*
+** batch.c -- many copies as one: the one place that decides how a batch moves. Prepared once:
+** every element checked (tensors alive, ranges inside them, no two destinations overlapping),
+** the elements grouped by (from, to), each group's route made once and, where one device
+** runs the whole group (host <-> device, or within a device) and its runtime takes a batch
+** (copy->many), the group's pieces built for it. Run many times: each group's devices held
+** and its tensors checked under those locks, then one submission, or the group's copies one
+** by one on its route. A failure names the element; the elements done are known.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger.h"
+#include "transfer.h"
+
+typedef struct group {
+  xfer_device *from, *to;
+  size_t first, count;          /* the group's elements: order[first .. first+count) */
+  size_t bytes;
+  xfer_route route;             /* made once, at prepare */
+  xfer_code planned;            /* its error, reported when the group runs */
+  xfer_error planning;
+  int general;                  /* one element moved as xfer_transfer_copy moves it */
+  xfer_device *many;            /* the device that takes the group at once, or NULL */
+  xfer_piece *pieces;           /* ... and its pieces, in the group's order */
+} group;
+
+struct xfer_batch {
+  xfer_ctx *ctx;
+  size_t n, bytes;
+  xfer_batch_item *items;       /* the tensors retained */
+  unsigned char *done;          /* per element, in the last run */
+  size_t *order;                /* element indexes grouped */
+  group *groups;
+  size_t ngroups;
+  xfer_transfer_opts opts;
+  int has_opts;
+};
+
+/* An element moved as xfer_transfer_copy moves it (whole tensors with views or dtypes), not
+** in a group. */
+static int is_general(const xfer_batch_item *it)
+{
+  return it->nbytes == 0 &&
+         (!it->src->contiguous || !it->dst->contiguous || it->src->dtype != it->dst->dtype);
+}
+
+static size_t length_of(const xfer_batch_item *it)
+{
+  return it->nbytes ? it->nbytes : it->src->nbytes;
+}
+
+/* An element's failure: numbered (from 1) in the record, and its message led by which one it
+** was (the checks of prepare say it in their own words). */
+static xfer_code element_error(xfer_error *err, size_t i, size_t n, xfer_code rc)
+{
+  if (!err || !rc) return rc;
+  err->element = (long long)i + 1;
+  if (strncmp(err->message, "batch: ", 7)) {
+    char said[sizeof err->message];
+    memcpy(said, err->message, sizeof said);
+    snprintf(err->message, sizeof err->message, "batch element %zu of %zu: %.440s", i + 1, n, said);
+  }
+  return rc;
+}
+
+/* One element's own checks: both tensors, the range inside both, one shape for whole tensors. */
+static xfer_code check_item(const xfer_batch_item *it, size_t i, size_t n, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_check(it->dst, "batch", err);
+  if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
+  if (rc) return rc;
+  if (it->nbytes == 0) {
+    if (it->dst_offset || it->src_offset)
+      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: offsets "
+                          "need a byte count (nbytes 0 is the whole tensors)", i + 1, n);
+    if (it->dst->numel != it->src->numel || it->dst->shape.ndim != it->src->shape.ndim ||
+        memcmp(it->dst->shape.dims, it->src->shape.dims,
+               sizeof it->dst->shape.dims[0] * (size_t)it->dst->shape.ndim)) {
+      char want[96], got[96];
+      xfer_shape_format(it->dst->dtype, &it->dst->shape, want, sizeof want);
+      xfer_shape_format(it->src->dtype, &it->src->shape, got, sizeof got);
+      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: one shape "
+                          "is needed at both ends: target %s, source %s", i + 1, n, want, got);
+    }
+    return XFER_E_OK;
+  }
+  if (!it->dst->contiguous || !it->src->contiguous)
+    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: byte ranges "
+                        "need contiguous tensors (a view is copied whole: nbytes 0)", i + 1, n);
+  const xfer_tensor *ends[2] = {it->dst, it->src};
+  size_t offs[2] = {it->dst_offset, it->src_offset};
+  for (int e = 0; e < 2; e++)
+    if (offs[e] > ends[e]->nbytes || it->nbytes > ends[e]->nbytes - offs[e])
+      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: bytes %zu to "
+                          "%zu are outside the %s (%zu bytes)", i + 1, n, offs[e],
+                          offs[e] + it->nbytes, e ? "source" : "target", ends[e]->nbytes);
+  return XFER_E_OK;
+}
+
+/* Where an element writes: its destination's memory (the owner's buffer) and the range. */
+typedef struct span {
+  const void *memory;
+  size_t lo, hi, index;
+} span;
+
+static int by_memory(const void *a, const void *b)
+{
+  const span *x = a, *y = b;
+  if (x->memory != y->memory) return (uintptr_t)x->memory < (uintptr_t)y->memory ? -1 : 1;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Two elements writing the same bytes would race in one submission: refused. (A view's
+** span is its covering range: two interleaved views of one tensor are refused too.) */
+static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_error *err)
+{
+  span *s = malloc((n ? n : 1) * sizeof *s);
+  if (!s) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const xfer_tensor *d = items[i].dst;
+    size_t len = length_of(&items[i]);
+    if (!len) continue;
+    size_t lo = d->offset + items[i].dst_offset;
+    if (!d->contiguous) /* the bytes its elements reach from the first */
+      len = (size_t)xfer_layout_extent(&d->shape, d->strides) * xfer_dtype_size(d->dtype);
+    s[k++] = (span){d->buf, lo, lo + len, i};
+  }
+  qsort(s, k, sizeof *s, by_memory);
+  xfer_code rc = XFER_E_OK;
+  for (size_t j = 1; j < k && !rc; j++)
+    if (s[j].memory == s[j - 1].memory && s[j].lo < s[j - 1].hi) {
+      size_t a = s[j - 1].index < s[j].index ? s[j - 1].index : s[j].index;
+      size_t b = s[j - 1].index < s[j].index ? s[j].index : s[j - 1].index;
+      rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: elements %zu and %zu of %zu write "
+                        "the same bytes of a tensor on %s", a + 1, b + 1, n,
+                        items[a].dst->dev->name);
+      if (err) err->element = (long long)b + 1;
+    }
+  free(s);
+  return rc;
+}
+
+/* One end of a piece: the device's buffer, or host memory in place. */
+static xfer_piece_end piece_end(const xfer_tensor *t, size_t offset)
+{
+  xfer_piece_end e = {t->buf, t->offset + offset, NULL};
+  if (xfer_is_host(t->dev)) e = (xfer_piece_end){NULL, 0, xfer_be_host_address(t->dev, t->buf, t->offset + offset)};
+  return e;
+}
+
+/* The device that runs a whole group at once, when there is one: the non-host end of a
+** host <-> device group, or the device of a group within it, whose runtime takes batches. */
+static xfer_device *many_device(const group *g)
+{
+  if (g->planned) return NULL;
+  if (g->route.path == XFER_PATH_SAME_DEVICE && xfer_be_has_many(g->from)) return g->from;
+  if (g->route.path != XFER_PATH_HOST) return NULL;
+  if (xfer_is_host(g->from) && !xfer_is_host(g->to) && xfer_be_has_many(g->to)) return g->to;
+  if (xfer_is_host(g->to) && !xfer_is_host(g->from) && xfer_be_has_many(g->from)) return g->from;
+  return NULL;
+}
+
+/* A window: a byte range of a tensor as a shallow copy (transfer.h). */
+static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
+{
+  xfer_tensor w = *t;
+  w.offset += offset;
+  w.nbytes = n;
+  w.numel = n;
+  w.dtype = XFER_U8;
+  w.shape = (xfer_shape){1, {(int64_t)n}};
+  return w;
+}
+
+static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
+{
+  /* group by (from, to) in the order pairs first appear: a stable counting of elements */
+  b->order = malloc((b->n ? b->n : 1) * sizeof *b->order);
+  b->groups = calloc(b->n ? b->n : 1, sizeof *b->groups);
+  if (!b->order || !b->groups) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  size_t *of = malloc((b->n ? b->n : 1) * sizeof *of); /* each element's group */
+  if (!of) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  for (size_t i = 0; i < b->n; i++) {
+    const xfer_batch_item *it = &b->items[i];
+    size_t g = b->ngroups;
+    if (!is_general(it))
+      for (g = 0; g < b->ngroups; g++)
+        if (!b->groups[g].general && b->groups[g].from == it->src->dev && b->groups[g].to == it->dst->dev)
+          break;
+    if (g == b->ngroups)
+      b->groups[b->ngroups++] = (group){.from = it->src->dev, .to = it->dst->dev, .general = is_general(it)};
+    b->groups[g].count++;
+    b->groups[g].bytes += length_of(it);
+    of[i] = g;
+  }
+  size_t at = 0;
+  for (size_t g = 0; g < b->ngroups; g++) {
+    b->groups[g].first = at;
+    at += b->groups[g].count;
+    b->groups[g].count = 0;
+  }
+  for (size_t i = 0; i < b->n; i++) {
+    group *g = &b->groups[of[i]];
+    b->order[g->first + g->count++] = i;
+  }
+  free(of);
+  for (size_t g = 0; g < b->ngroups; g++) {
+    group *gr = &b->groups[g];
+    const xfer_batch_item *it = &b->items[b->order[gr->first]];
+    if (gr->general) continue;
+    xfer_tensor src = window(it->src, it->src_offset, length_of(it));
+    xfer_tensor dst = window(it->dst, it->dst_offset, length_of(it));
+    gr->planned = xfer_route_make(&src, it->dst->dev, &dst, b->has_opts ? &b->opts : NULL,
+                                  &gr->route, NULL, 0, &gr->planning);
+    gr->many = many_device(gr);
+    if (!gr->many) continue;
+    gr->pieces = malloc(gr->count * sizeof *gr->pieces);
+    if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+    for (size_t k = 0; k < gr->count; k++) {
+      const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
+      gr->pieces[k] = (xfer_piece){piece_end(e->dst, e->dst_offset), piece_end(e->src, e->src_offset),
+                                   length_of(e)};
+    }
+  }
+  return XFER_E_OK;
+}
+
+xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
+                             const xfer_transfer_opts *opts, xfer_batch **out, xfer_error *err)
+{
+  *out = NULL;
+  if (n && !items) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: no elements given");
+  if (opts && opts->convert)
+    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: a dtype change is made by the "
+                        "targets' dtypes, not opts.convert");
+  for (size_t i = 0; i < n; i++) {
+    xfer_code rc = check_item(&items[i], i, n, err);
+    if (rc) return element_error(err, i, n, rc);
+  }
+  xfer_code rc = check_overlaps(items, n, err);
+  if (rc) return rc;
+  xfer_batch *b = calloc(1, sizeof *b);
+  if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  b->n = n;
+  b->items = malloc((n ? n : 1) * sizeof *b->items);
+  b->done = calloc(n ? n : 1, 1);
+  if (opts) b->opts = *opts, b->has_opts = 1;
+  if (!b->items || !b->done) {
+    xfer_batch_release(b);
+    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  }
+  for (size_t i = 0; i < n; i++) {
+    b->items[i] = items[i];
+    xfer_tensor_retain(items[i].dst);
+    xfer_tensor_retain(items[i].src);
+    b->bytes += length_of(&items[i]);
+  }
+  b->ctx = n ? xfer_ctx_retain(items[0].src->dev->ctx) : NULL;
+  rc = plan_groups(b, err);
+  if (rc) {
+    xfer_batch_release(b);
+    return rc;
+  }
+  *out = b;
+  return XFER_E_OK;
+}
+
+/* -- Running ----------------------------------------------------------------------------- */
+
+static void mark_busy(xfer_batch *b, const group *g, int delta)
+{
+  pthread_mutex_lock(&b->ctx->lock);
+  for (size_t k = 0; k < g->count; k++) {
+    const xfer_batch_item *it = &b->items[b->order[g->first + k]];
+    it->src->busy += delta;
+    it->dst->busy += delta;
+  }
+  if (delta < 0) pthread_cond_broadcast(&b->ctx->idle);
+  pthread_mutex_unlock(&b->ctx->lock);
+}
+
+/* One group: its devices held, its tensors checked, then at once or one by one. */
+static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
+{
+  xfer_device *devs[4], *held[4];
+  int ndevs = xfer_route_devices(&g->route, devs);
+  int nheld = xfer_device_lock_all(devs, ndevs, held);
+  mark_busy(b, g, 1);
+  xfer_code rc = XFER_E_OK;
+  size_t bad = 0;
+  for (size_t k = 0; k < g->count && !rc; k++) {
+    const xfer_batch_item *it = &b->items[b->order[g->first + k]];
+    rc = xfer_tensor_check(it->dst, "batch", err);
+    if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
+    bad = b->order[g->first + k];
+  }
+  if (!rc && g->planned) {
+    if (err) *err = g->planning;
+    rc = g->planned;
+    bad = b->order[g->first];
+  }
+  double start = xfer_now();
+  if (!rc && g->many) {
+    rc = xfer_be_many(g->many, g->pieces, g->count, err);
+    if (rc == XFER_E_UNSUPPORTED) {
+      g->many = NULL; /* not for this runtime after all: one by one, now and on every run */
+      rc = XFER_E_OK;
+    } else {
+      if (rc) xfer_err_frame(err, g->from, g->to, g->bytes);
+      xfer_ledger_record(b->ctx, g->from, g->to, g->route.path, g->bytes, xfer_now() - start, rc, err);
+      for (size_t k = 0; k < g->count && !rc; k++) b->done[b->order[g->first + k]] = 1;
+      bad = b->order[g->first]; /* a submission fails whole: its first element is named */
+      goto out;
+    }
+  }
+  for (size_t k = 0; k < g->count && !rc; k++) {
+    size_t i = b->order[g->first + k];
+    const xfer_batch_item *it = &b->items[i];
+    size_t len = length_of(it);
+    xfer_tensor src = window(it->src, it->src_offset, len);
+    xfer_tensor dst = window(it->dst, it->dst_offset, len);
+    rc = xfer_transfer_run(&g->route, &src, &dst, err);
+    if (!rc) b->done[i] = 1;
+    bad = i;
+  }
+out:
+  mark_busy(b, g, -1);
+  xfer_device_unlock_all(held, nheld);
+  return element_error(err, bad, b->n, rc);
+}
+
+xfer_code xfer_batch_run(xfer_batch *b, xfer_error *err)
+{
+  if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
+  memset(b->done, 0, b->n ? b->n : 1);
+  for (size_t g = 0; g < b->ngroups; g++) {
+    group *gr = &b->groups[g];
+    const xfer_batch_item *it = &b->items[b->order[gr->first]];
+    xfer_code rc;
+    if (gr->general) {
+      rc = xfer_transfer_copy(it->dst, it->src, b->has_opts ? &b->opts : NULL, err);
+      if (!rc) b->done[b->order[gr->first]] = 1;
+      rc = element_error(err, b->order[gr->first], b->n, rc);
+    } else {
+      rc = run_group(b, gr, err);
+    }
+    if (rc) return rc;
+  }
+  return XFER_E_OK;
+}
+
+size_t xfer_batch_count(const xfer_batch *b) { return b ? b->n : 0; }
+size_t xfer_batch_bytes(const xfer_batch *b) { return b ? b->bytes : 0; }
+int xfer_batch_done(const xfer_batch *b, size_t i) { return b && i < b->n && b->done[i]; }
+
+void xfer_batch_groups(const xfer_batch *b, size_t *groups, size_t *submitted_at_once)
+{
+  size_t at_once = 0;
+  for (size_t g = 0; b && g < b->ngroups; g++) at_once += b->groups[g].many != NULL;
+  if (groups) *groups = b ? b->ngroups : 0;
+  if (submitted_at_once) *submitted_at_once = at_once;
+}
+
+void xfer_batch_release(xfer_batch *b)
+{
+  if (!b) return;
+  for (size_t i = 0; b->items && i < b->n; i++) {
+    xfer_tensor_release(b->items[i].dst);
+    xfer_tensor_release(b->items[i].src);
+  }
+  for (size_t g = 0; b->groups && g < b->ngroups; g++) free(b->groups[g].pieces);
+  free(b->groups);
+  free(b->order);
+  free(b->items);
+  free(b->done);
+  if (b->ctx) xfer_ctx_release(b->ctx);
+  free(b);
+}
+
+xfer_code xfer_transfer_batch(const xfer_batch_item *items, size_t n,
+                              const xfer_transfer_opts *opts, xfer_error *err)
+{
+  xfer_batch *b;
+  xfer_code rc = xfer_batch_prepare(items, n, opts, &b, err);
+  if (!rc) rc = xfer_batch_run(b, err);
+  xfer_batch_release(b);
+  return rc;
+}
