@@ -1,8 +1,11 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
--- the tests assert behaviour): the options, then each table of scripts/bench_tables/ in turn. Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...]
---   [--pair-size 256M] [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,plan,remote,selftest]
+-- the tests assert behaviour): the options, then each table of scripts/bench_tables/ in turn.
+-- Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...] [--pair-size 256M]
+--   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,plan,remote,selftest]
 --   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
---   [--remote-depths 1,2,4]
+--   [--remote-depths 1,2,4] [--batch-buffer 1G]
+--   batch: blocks scattered in a buffer of --batch-buffer bytes, by batch and by a loop
+--   (scripts/bench_tables/batch.lua says more).
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
 --   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
 --   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
@@ -33,7 +36,7 @@ local scripts_dir = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")) or "sc
 package.path = scripts_dir .. "/bench_tables/?.lua;" .. package.path
 
 -- the tables in the order they print; a name may run more than one file
-local TABLES = { "host", "pairs", "staged", "to", "strided", "plan", "remote", "selftest" }
+local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "plan", "remote", "selftest" }
 local FILES = { remote = { "remote", "remote_cuda" } }
 
 local args = { ... }
@@ -42,6 +45,7 @@ local plan_sizes_text = "4K,64K,1M,256M"
 local tables_text = table.concat(TABLES, ",")
 local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil, nil
 local remote_chunks_text, remote_depths_text = nil, nil
+local batch_buffer_text = "1G"
 local function fail(text)
   io.stderr:write("bench: ", text, "\n")
   os.exit(2, true) -- the state closed: nothing left for a leak checker to report
@@ -68,7 +72,8 @@ while i <= #args do
   elseif a == "--token" then remote_token = value(a)
   elseif a == "--remote-chunks" then remote_chunks_text = value(a)
   elseif a == "--remote-depths" then remote_depths_text = value(a)
-  else fail("unknown argument '" .. a .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST or --remote-depths LIST)") end
+  elseif a == "--batch-buffer" then batch_buffer_text = value(a)
+  else fail("unknown argument '" .. a .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST or --batch-buffer SIZE)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do
@@ -132,6 +137,7 @@ local B = {
   sizes = sizes,                          -- --sizes, bytes
   pair_size = bench.parse_size(pair_text), -- --pair-size, bytes
   plan_sizes = sizes_of(plan_sizes_text), -- --plan-sizes, bytes
+  batch_buffer = bench.parse_size(batch_buffer_text), -- --batch-buffer, bytes
   remote_url = remote_url, remote_token = remote_token,
   remote_chunks = remote_chunks_text, remote_depths = remote_depths_text, -- lists as given
   scripts_dir = scripts_dir,

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""scripts/bench_frameworks.py [--sizes 4K,256M] | --ipc SIZE: the same moves as xferlua's to()
+"""scripts/bench_frameworks.py [--sizes 4K,256M] | --ipc SIZE | --batch BYTES: the same moves as xferlua's to()
 table, made with the tools users would otherwise pick (PyTorch, CuPy, JAX), timed the same way:
 the median of several runs after a warm-up, each run ending when the copy has landed.
 --ipc: the anchor of xferlua's direct path on one machine -- another process's GPU buffer of
 SIZE bytes copied into this process's, the other process's memory opened through CUDA IPC
 (PyTorch shares a tensor through torch.multiprocessing, CuPy through ipcGetMemHandle); JAX has
 no way to share memory across processes. A framework that is not installed is said so and
-skipped. Runs where CUDA works."""
+skipped. --batch: the batch table's scattered blocks moved by PyTorch (bench_batch). Runs
+where CUDA works."""
 import statistics
 import sys
 import time
@@ -139,7 +140,48 @@ def bench_ipc(n):
     print("# ipc JAX: not measured (JAX shares no memory across processes)")
 
 
+def scatter(count, slots, seed):
+    """the block numbers scripts/bench_tables/batch.lua scatters: the same LCG shuffle"""
+    perm = list(range(slots))
+    state = seed
+    for i in range(slots, 1, -1):
+        state = (state * 48271) % 2147483647
+        j = state % i
+        perm[i - 1], perm[j] = perm[j], perm[i - 1]
+    return perm[:count]
+
+
+def bench_batch(buffer):
+    """--batch BYTES: the batch table's blocks moved by PyTorch between pinned host memory and
+    cuda:0, by a loop of copy_ (non_blocking, one synchronize) and by indexing (gather on one
+    side, index_copy_ on the other, as a user without a batch call writes it)."""
+    import torch
+    print(f"# batch: PyTorch {torch.__version__}, blocks in {buffer} bytes, pinned host memory")
+    host = torch.zeros(buffer, dtype=torch.uint8).pin_memory()
+    dev = torch.zeros(buffer, dtype=torch.uint8, device="cuda:0")
+    sync = torch.cuda.synchronize
+    for block, count in ((16384, 4096), (262144, 1024)):
+        slots = buffer // block
+        count = min(count, slots)
+        sb, db = scatter(count, slots, 7), scatter(count, slots, 11)
+        hv, dv = host.view(slots, block), dev.view(slots, block)
+        for direction, src, dst in (("h2d", hv, dv), ("d2h", dv, hv)):
+            def loop():
+                for k in range(count):
+                    dst[db[k]].copy_(src[sb[k]], non_blocking=True)
+            si = torch.tensor(sb, device=src.device)
+            di = torch.tensor(db, device=dst.device)
+            def index():
+                dst.index_copy_(0, di, src.index_select(0, si).to(dst.device, non_blocking=True))
+            for name, fn in (("loop", loop), ("index", index)):
+                seconds = timed(fn, sync, 3)
+                print(f"batch {name} {direction} {block} {block * count / seconds / 1e9:.2f} GB/s")
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--batch":
+        bench_batch(parse_size(sys.argv[2]))
+        return
     if len(sys.argv) > 2 and sys.argv[1] == "--ipc":
         bench_ipc(parse_size(sys.argv[2]))
         return

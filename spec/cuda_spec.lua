@@ -111,4 +111,41 @@ describe("cuda specifics #cuda", function()
                        cuda_reason("XFER_CUDA_LIBRARY=" .. stub))
     end)
   end)
+
+  it("takes a batch between pinned host memory and the device, and within it, as one kernel", function()
+    each_device(function(dev)
+      local block, nblocks = 16384, 256 -- 4 MiB: host segments this large are pinned
+      local s = {}
+      for i = 0, block * nblocks - 1, 997 do s[#s + 1] = string.char(i % 251) end
+      local seed = table.concat(s)
+      local host_src = xfer.tensor(seed:rep(math.ceil(block * nblocks / #seed)):sub(1, block * nblocks), { dtype = "u8" })
+      local on_dev = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
+      local back = xfer.zeros({ block * nblocks }, { dtype = "u8" })
+      local src_blocks, dst_blocks = {}, {}
+      for i = 0, 99 do src_blocks[#src_blocks + 1] = (i * 37) % nblocks; dst_blocks[#dst_blocks + 1] = (i * 61 + 5) % nblocks end
+      local up = xfer.batch({ dst = on_dev, src = host_src, src_blocks = src_blocks, dst_blocks = dst_blocks, block_bytes = block })
+      up:run()
+      assert.are.equal(1, up.at_once)
+      local down = xfer.batch({ dst = back, src = on_dev, src_blocks = dst_blocks, dst_blocks = src_blocks, block_bytes = block })
+      down:run()
+      assert.are.equal(1, down.at_once)
+      local hs, bs = host_src:tobytes(), back:tobytes()
+      for k = 1, #src_blocks do
+        local at = src_blocks[k] * block
+        assert.are.equal(hs:sub(at + 1, at + block), bs:sub(at + 1, at + block), "block " .. src_blocks[k])
+      end
+      -- within the device, odd sizes and offsets (the kernel's byte path)
+      local twin = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
+      xfer.copy_many({ { dst = twin, src = on_dev, dst_offset = 3, src_offset = dst_blocks[1] * block + 1, nbytes = 1001 } })
+      local tb, ob = twin:tobytes(), on_dev:tobytes()
+      assert.are.equal(ob:sub(dst_blocks[1] * block + 2, dst_blocks[1] * block + 1002), tb:sub(4, 1004))
+      -- a fault in the one launch fails the whole batch, its first element named
+      xfer.faults.inject({ runtime = "cuda", op = "copy" })
+      local e = h.raises("write", up.run, up)
+      assert.are.equal(1, e.element)
+      assert.is_true(e.injected)
+      xfer.faults.clear()
+      for _, t in ipairs({ host_src, on_dev, back, twin }) do t:free() end
+    end)
+  end)
 end)

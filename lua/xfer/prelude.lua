@@ -35,6 +35,30 @@ function xfer.host_roundtrip(t, dev)
   return t:to(xfer.check_device(dev, 2, "host_roundtrip", 2), { via = "host" })
 end
 
+--- Every tensor of a list moved to `dev` as one batch: a list of new tensors, in order. On
+-- failure none of the new ones is kept (the error names the element), the sources untouched.
+function xfer.move_many(tensors, dev, opts)
+  if type(tensors) ~= "table" then xfer.arg_error(1, "move_many", "list of xfer.Tensor", tensors, 2) end
+  dev = xfer.check_device(dev, 2, "move_many", 2)
+  local made, items = {}, {}
+  local ok, e = pcall(function()
+    for i, t in ipairs(tensors) do
+      if not xfer.is_tensor(t) then
+        error(xfer.error({ code = "invalid", op = "move_many",
+                           message = format("move_many: element %d must be an xfer.Tensor, not a %s", i, type(t)) }))
+      end
+      made[i] = xfer.empty(t.shape, { dtype = t.dtype, device = dev })
+      items[i] = { made[i], t }
+    end
+    xfer.copy_many(items, opts)
+  end)
+  if not ok then
+    for _, t in ipairs(made) do t:free() end
+    error(e, 2)
+  end
+  return made
+end
+
 local function gib(bytes)
   return format("%.1f GiB", bytes / 2^30)
 end

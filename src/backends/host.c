@@ -118,6 +118,21 @@ static xfer_code host_copy(xfer_device *dev, void *dst, size_t dst_offset, void 
   return XFER_E_OK;
 }
 
+/* A batch within host memory: one fault check for the whole submission, as a GPU runtime's
+** batch is one driver call. */
+static xfer_code host_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err)
+{
+  int errnum;
+  if (host_injected(dev, XFER_OP_COPY, &errnum)) return host_fail(XFER_OP_COPY, errnum, 1, err);
+  for (size_t i = 0; i < n; i++) {
+    const xfer_piece *p = &pieces[i];
+    char *dst = p->dst.buf ? (char *)p->dst.buf + p->dst.offset : p->dst.host;
+    const char *src = p->src.buf ? (const char *)p->src.buf + p->src.offset : p->src.host;
+    memcpy(dst, src, p->n);
+  }
+  return XFER_E_OK;
+}
+
 static void *host_address(xfer_device *dev, void *buf)
 {
   (void)dev;
@@ -154,6 +169,7 @@ static const xfer_memory_ops host_memory_ops = {
 static const xfer_copy_ops host_copies = {
   .host = host_move,
   .within = host_copy,
+  .many = host_many,
 };
 const xfer_backend xfer_backend_host = {
   .version = XFER_BACKEND_VERSION,

@@ -99,10 +99,11 @@ static xfer_code check_item(const xfer_batch_item *it, size_t i, size_t n, xfer_
   return XFER_E_OK;
 }
 
-/* Where an element writes: its destination's memory (the owner's buffer) and the range. */
+/* What an element touches: the memory (the owner's buffer) and the range, read or written. */
 typedef struct span {
   const void *memory;
   size_t lo, hi, index;
+  int writes;
 } span;
 
 static int by_memory(const void *a, const void *b)
@@ -112,31 +113,50 @@ static int by_memory(const void *a, const void *b)
   return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
-/* Two elements writing the same bytes would race in one submission: refused. (A view's
-** span is its covering range: two interleaved views of one tensor are refused too.) */
+/* The bytes one end of an element reaches (a view: its covering range from its first element). */
+static span span_of(const xfer_tensor *t, size_t offset, size_t len, size_t index, int writes)
+{
+  size_t lo = t->offset + offset;
+  if (!t->contiguous)
+    len = (size_t)xfer_layout_extent(&t->shape, t->strides) * xfer_dtype_size(t->dtype);
+  return (span){t->buf, lo, lo + len, index, writes};
+}
+
+/* The elements of one submission run in no order: two that write the same bytes, or one that
+** reads what another writes, would race. Refused (a view counts as its covering range, so two
+** interleaved views of one tensor are refused too); an element whose source is its own target
+** exactly is a copy onto itself, allowed. */
 static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_error *err)
 {
-  span *s = malloc((n ? n : 1) * sizeof *s);
+  span *s = malloc((n ? 2 * n : 1) * sizeof *s);
   if (!s) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    const xfer_tensor *d = items[i].dst;
     size_t len = length_of(&items[i]);
     if (!len) continue;
-    size_t lo = d->offset + items[i].dst_offset;
-    if (!d->contiguous) /* the bytes its elements reach from the first */
-      len = (size_t)xfer_layout_extent(&d->shape, d->strides) * xfer_dtype_size(d->dtype);
-    s[k++] = (span){d->buf, lo, lo + len, i};
+    s[k++] = span_of(items[i].dst, items[i].dst_offset, len, i, 1);
+    s[k++] = span_of(items[i].src, items[i].src_offset, len, i, 0);
   }
   qsort(s, k, sizeof *s, by_memory);
   xfer_code rc = XFER_E_OK;
-  for (size_t j = 1; j < k && !rc; j++)
-    if (s[j].memory == s[j - 1].memory && s[j].lo < s[j - 1].hi) {
-      size_t a = s[j - 1].index < s[j].index ? s[j - 1].index : s[j].index;
-      size_t b = s[j - 1].index < s[j].index ? s[j].index : s[j - 1].index;
-      rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: elements %zu and %zu of %zu write "
-                        "the same bytes of a tensor on %s", a + 1, b + 1, n,
-                        items[a].dst->dev->name);
+  for (size_t x = 0; x < k && !rc; x++)
+    for (size_t y = x + 1; y < k && !rc && s[y].memory == s[x].memory && s[y].lo < s[x].hi; y++) {
+      const span *p = &s[x], *q = &s[y];
+      if (!p->writes && !q->writes) continue;
+      if (p->index == q->index && p->lo == q->lo && p->hi == q->hi) continue;
+      size_t a = p->index < q->index ? p->index : q->index;
+      size_t b = p->index < q->index ? q->index : p->index;
+      const xfer_batch_item *it = &items[b];
+      if (p->writes && q->writes)
+        rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: elements %zu and %zu of %zu write "
+                          "the same bytes of a tensor on %s", a + 1, b + 1, n, it->dst->dev->name);
+      else if (a == b)
+        rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu reads bytes it "
+                          "also writes (a shifted copy within one tensor)", a + 1, n);
+      else
+        rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: elements %zu and %zu of %zu: one "
+                          "reads bytes the other writes (their order in a batch is not kept)",
+                          a + 1, b + 1, n);
       if (err) err->element = (long long)b + 1;
     }
   free(s);

@@ -307,20 +307,21 @@ static int b_gc(lua_State *L)
 
 static int b_index(lua_State *L)
 {
-  batch_box *box = check_batch(L, 1, "index");
   const char *key = lua_tostring(L, 2);
+  luaL_getmetatable(L, XL_BATCH);
+  lua_getfield(L, -1, "methods");
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  if (!lua_isnil(L, -1)) return 1; /* a method: a released batch's say so when called */
+  lua_pop(L, 3);
+  batch_box *box = check_batch(L, 1, key ? key : "index");
   size_t groups, at_once;
   xfer_batch_groups(box->batch, &groups, &at_once);
   if (key && !strcmp(key, "count")) lua_pushnumber(L, (lua_Number)xfer_batch_count(box->batch));
   else if (key && !strcmp(key, "bytes")) lua_pushnumber(L, (lua_Number)xfer_batch_bytes(box->batch));
   else if (key && !strcmp(key, "groups")) lua_pushnumber(L, (lua_Number)groups);
   else if (key && !strcmp(key, "at_once")) lua_pushnumber(L, (lua_Number)at_once);
-  else {
-    luaL_getmetatable(L, XL_BATCH);
-    lua_getfield(L, -1, "methods");
-    lua_pushvalue(L, 2);
-    lua_rawget(L, -2);
-  }
+  else lua_pushnil(L);
   return 1;
 }
 

@@ -1,0 +1,100 @@
+-- scripts/bench_tables/batch.lua -- the "batch" table of scripts/bench.lua: blocks scattered in
+-- a buffer of --batch-buffer bytes (1 GiB by default: a paged KV cache's shape), 4096 blocks of
+-- 16 KiB and 1024 of 256 KiB, copied into scattered blocks of a buffer on another device, for
+-- every pair with a device at one end: by a prepared batch (xfer.batch once, b:run() timed), by
+-- a batch made each time (dst:copy_blocks), and by a loop of copy_from over the blocks; beside
+-- the same bytes moved contiguously (the link), and where CUDA works PyTorch's loop of copy_ and
+-- its index_select/index_copy_ (scripts/bench_frameworks.py --batch) in the same run.
+local xfer = require "xfer"
+local bench = require "xfer.bench"
+
+-- the block numbers of one scatter: `count` distinct blocks of a buffer of `slots`, shuffled
+local function scatter(count, slots, seed)
+  local perm = {}
+  for i = 0, slots - 1 do perm[i + 1] = i end
+  local state = seed
+  for i = slots, 2, -1 do -- MINSTD: exact in doubles, the same blocks everywhere
+    state = (state * 48271) % 2147483647
+    local j = state % i + 1
+    perm[i], perm[j] = perm[j], perm[i]
+  end
+  local out = {}
+  for i = 1, count do out[i] = perm[i] end
+  return out
+end
+
+local function frameworks(B, buffer)
+  local p = io.popen(("timeout 300 python3 %s/bench_frameworks.py --batch %d 2>&1"):format(B.scripts_dir, buffer))
+  local out = p:read("*a")
+  p:close()
+  local rows = {}
+  for line in out:gmatch("[^\n]+") do
+    local name, dir, block, gbps = line:match("^batch (%S+) (%S+) (%d+) ([%d.]+)")
+    if name then rows[name .. " " .. dir .. " " .. block] = tonumber(gbps) end
+    if line:match("^# batch") then B.say(line) end
+  end
+  return rows
+end
+
+return function(B)
+  local emit, say = B.emit, B.say
+  local buffer = B.batch_buffer
+  local shapes = { { 16384, 4096 }, { 262144, 1024 } }
+  local devs = xfer.devices()
+  local has_cuda = false
+  for _, d in ipairs(devs) do has_cuda = has_cuda or d.runtime == "cuda" end
+  local torch = has_cuda and frameworks(B, buffer) or {}
+  local rows = { { ("blocks in %s"):format(bench.format_size(buffer)), "blocks", "prepared GB/s",
+                   "copy_blocks GB/s", "copy_from loop GB/s", "contiguous GB/s", "prepared / contiguous",
+                   "PyTorch copy_ loop GB/s", "PyTorch index GB/s", "at once" } }
+  for _, a in ipairs(devs) do
+    for _, b in ipairs(devs) do
+      if a ~= b and (a == B.host or b == B.host or a.runtime == "cuda" or b.runtime == "cuda") then
+        local ok, src = pcall(xfer.zeros, { buffer }, { dtype = "u8", device = a })
+        local ok2, dst = pcall(xfer.zeros, { buffer }, { dtype = "u8", device = b })
+        if not (ok and ok2) then
+          rows[#rows + 1] = { a.name .. " -> " .. b.name, "no room: " .. tostring(ok and dst or src) }
+        else
+          local views = {} -- freed before the buffers they look into
+          for _, shape in ipairs(shapes) do
+            local block, count = shape[1], math.min(shape[2], math.floor(buffer / shape[1]))
+            local slots = math.floor(buffer / block)
+            local sb, db = scatter(count, slots, 7), scatter(count, slots, 11)
+            local bytes = block * count
+            local prepared = xfer.batch({ dst = dst, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+            local reps = bench.reps_for(bytes, 0.5, 3)
+            local s_prep = bench.time(function() prepared:run() end, reps)
+            local s_made = bench.time(function() dst:copy_blocks(src, sb, db, block) end, reps)
+            local sv, dv = src:view({ slots, block }), dst:view({ slots, block })
+            views[#views + 1], views[#views + 2] = sv, dv
+            local s_loop = bench.time(function()
+              for k = 1, count do dv[db[k] + 1]:copy_from(sv[sb[k] + 1]) end
+            end, math.max(1, math.floor(reps / 3)))
+            local whole_src, whole_dst = sv:slice({ { 1, count } }), dv:slice({ { 1, count } })
+            views[#views + 1], views[#views + 2] = whole_src, whole_dst
+            local s_whole = bench.time(function() whole_dst:copy_from(whole_src) end, reps)
+            local dir = a == B.host and "h2d" or b == B.host and "d2h" or nil
+            local t_loop = dir and a.runtime ~= "vulkan" and b.runtime ~= "vulkan" and a.runtime ~= "opencl"
+                           and b.runtime ~= "opencl" and torch["loop " .. dir .. " " .. block]
+            local t_index = t_loop and torch["index " .. dir .. " " .. block]
+            local function r(s) return ("%.2f"):format(bench.gbps(bytes, s)) end
+            rows[#rows + 1] = { a.name .. " -> " .. b.name, ("%d x %s"):format(count, bench.format_size(block)),
+                                r(s_prep), r(s_made), r(s_loop), r(s_whole),
+                                ("%.2fx"):format(s_whole / s_prep),
+                                t_loop and ("%.2f"):format(t_loop) or "-", t_index and ("%.2f"):format(t_index) or "-",
+                                tostring(prepared.at_once) }
+            prepared:release()
+            collectgarbage()
+          end
+          for k = #views, 1, -1 do views[k]:free() end
+          collectgarbage()
+          collectgarbage() -- the rows the loop made
+          src:free()
+          dst:free()
+        end
+      end
+    end
+  end
+  emit(rows)
+  say("prepared: xfer.batch once, b:run() timed; copy_blocks: a batch made each call; at once: groups a runtime took in one submission")
+end

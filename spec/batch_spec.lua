@@ -1,0 +1,233 @@
+-- Batches: many copies as one (xfer.batch, xfer.copy_many, xfer.move_many, t:copy_blocks) on
+-- every pair of devices here, their bad input, and a failure in the middle of one.
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local host = xfer.device("host")
+
+-- bytes of a u8 tensor as a Lua string
+local function bytes_of(t) return t:tobytes() end
+
+-- a u8 tensor of n bytes on dev, byte i = (i * 7 + seed) % 251
+local function pattern(n, dev, seed)
+  local s = {}
+  for i = 0, n - 1 do s[#s + 1] = string.char((i * 7 + seed) % 251) end
+  return xfer.tensor(table.concat(s), { dtype = "u8", device = dev })
+end
+
+describe("batches", function()
+  before_each(function() xfer.faults.clear() end)
+  after_each(function() xfer.faults.clear() end)
+
+  it("copy_blocks moves blocks between every two devices, others untouched", function()
+    local block, nblocks = 64, 16
+    for _, a in ipairs(xfer.devices()) do
+      for _, b in ipairs(xfer.devices()) do
+        local src = pattern(block * nblocks, a, 3)
+        local dst = xfer.zeros({ block * nblocks }, { dtype = "u8", device = b })
+        local src_blocks, dst_blocks = { 5, 0, 15, 7 }, { 1, 14, 2, 9 }
+        dst:copy_blocks(src, src_blocks, dst_blocks, block)
+        local want = {}
+        for i = 1, block * nblocks do want[i] = 0 end
+        local s = bytes_of(src)
+        for k = 1, #src_blocks do
+          for j = 1, block do
+            want[dst_blocks[k] * block + j] = s:byte(src_blocks[k] * block + j)
+          end
+        end
+        assert.are.same(want, { bytes_of(dst):byte(1, -1) }, a.name .. " -> " .. b.name)
+        assert.are.equal(s, bytes_of(src), "the source is untouched")
+        src:free()
+        dst:free()
+      end
+    end
+  end)
+
+  it("takes block ranges {first, count}", function()
+    local src = pattern(256, host, 1)
+    for _, dev in ipairs(xfer.devices()) do
+      local dst = xfer.zeros({ 256 }, { dtype = "u8", device = dev })
+      dst:copy_blocks(src, { first = 2, count = 2 }, { first = 0, count = 2 }, 32)
+      assert.are.equal(bytes_of(src):sub(65, 128), bytes_of(dst):sub(1, 64), dev.name)
+      assert.are.equal(string.rep("\0", 192), bytes_of(dst):sub(65), dev.name)
+      dst:free()
+    end
+  end)
+
+  it("copy_many copies whole tensors of any shapes, dtypes and devices in one call", function()
+    local devs = xfer.devices()
+    local items, pairs_made = {}, {}
+    for i, a in ipairs(devs) do
+      for j, b in ipairs(devs) do
+        local src = xfer.arange(i * 10 + j, { dtype = "f32", device = a })
+        local dst = xfer.zeros({ i * 10 + j }, { dtype = "f32", device = b })
+        items[#items + 1] = { dst, src }
+        pairs_made[#pairs_made + 1] = { dst, src }
+      end
+    end
+    -- a view and a dtype change ride along, moved as copy_from moves them
+    local m = xfer.arange(12, { dtype = "f32" }):view({ 3, 4 })
+    local v = m:slice({ { 1, -1, 2 } })
+    local vdst = xfer.zeros({ 2, 4 }, { dtype = "f32", device = devs[#devs] })
+    local conv = xfer.zeros({ 3 }, { dtype = "i32", device = devs[#devs] })
+    items[#items + 1] = { vdst, v }
+    items[#items + 1] = { conv, xfer.tensor({ 1.0, 2.0, 3.0 }) }
+    xfer.copy_many(items)
+    for _, p in ipairs(pairs_made) do assert.is_true(p[1]:equals(p[2])) end
+    assert.are.same({ { 0, 1, 2, 3 }, { 8, 9, 10, 11 } }, vdst:totable())
+    assert.are.same({ 1, 2, 3 }, conv:totable())
+  end)
+
+  it("a prepared batch runs again and again, planned once, copying what the sources hold now", function()
+    for _, dev in ipairs(xfer.devices()) do
+      local src = pattern(1024, host, 0)
+      local dst = xfer.zeros({ 1024 }, { dtype = "u8", device = dev })
+      local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 3 }, dst_blocks = { 3, 0 },
+                             block_bytes = 256 })
+      assert.are.equal(2, b.count)
+      assert.are.equal(512, b.bytes)
+      assert.are.equal(1, b.groups)
+      b:run()
+      assert.are.same({ true, true }, b:done())
+      assert.are.equal(bytes_of(src):sub(1, 256), bytes_of(dst):sub(769, 1024))
+      src:fill(9)
+      b:run()
+      assert.are.equal(string.rep("\9", 256), bytes_of(dst):sub(1, 256))
+      assert.is_truthy(tostring(b):match("^xfer%.Batch%(2 elements, 512 bytes, 1 groups, %d at once%)$"))
+      b:release()
+      assert.are.equal("xfer.Batch(released)", tostring(b))
+      h.raises("freed", b.run, b)
+      dst:free()
+    end
+  end)
+
+  it("byte ranges: {dst = , src = , dst_offset = , src_offset = , nbytes = }", function()
+    local src = pattern(100, host, 5)
+    for _, dev in ipairs(xfer.devices()) do
+      local dst = xfer.zeros({ 100 }, { dtype = "u8", device = dev })
+      xfer.copy_many({ { dst = dst, src = src, dst_offset = 10, src_offset = 50, nbytes = 7 } })
+      assert.are.equal(bytes_of(src):sub(51, 57), bytes_of(dst):sub(11, 17), dev.name)
+      dst:free()
+    end
+  end)
+
+  it("move_many moves a list of tensors to a device", function()
+    local list = { xfer.tensor({ 1, 2 }), xfer.tensor({ { 3, 4 }, { 5, 6 } }, { dtype = "i16" }) }
+    for _, dev in ipairs(xfer.devices()) do
+      local moved = xfer.move_many(list, dev)
+      assert.are.equal(2, #moved)
+      assert.are.equal(dev, moved[2].device)
+      assert.are.equal("i16", moved[2].dtype)
+      assert.are.same({ { 3, 4 }, { 5, 6 } }, moved[2]:totable())
+      for _, t in ipairs(moved) do t:free() end
+    end
+  end)
+
+  it("an empty batch does nothing", function()
+    xfer.copy_many({})
+    local b = xfer.batch({})
+    assert.are.equal(0, b.count)
+    b:run()
+    assert.are.same({}, b:done())
+    assert.are.same({}, xfer.move_many({}, host))
+  end)
+
+  describe("bad input", function()
+    local src, dst
+    before_each(function()
+      src = pattern(64, host, 0)
+      dst = xfer.zeros({ 64 }, { dtype = "u8" })
+    end)
+
+    it("names what is wrong", function()
+      local cases = {
+        { "copy_blocks: 2 source blocks for 1 target blocks", dst.copy_blocks, dst, src, { 0, 1 }, { 0 }, 8 },
+        { "copy_blocks: src_blocks[2] = 8 is out of range: the source holds 8 blocks of 8 bytes (numbered from 0)",
+          dst.copy_blocks, dst, src, { 0, 8 }, { 0, 1 }, 8 },
+        { "copy_blocks: dst_blocks[1] = 99 is out of range", dst.copy_blocks, dst, src, { 0 }, { 99 }, 8 },
+        { "copy_blocks: src_blocks[1] must be a whole number >= 0, not -1", dst.copy_blocks, dst, src, { -1 }, { 0 }, 8 },
+        { "copy_blocks: block_bytes must be above 0", dst.copy_blocks, dst, src, { 0 }, { 0 }, 0 },
+        { "copy_blocks: src_blocks must be a list of block numbers", dst.copy_blocks, dst, src, "0", { 0 }, 8 },
+        { "batch: elements 1 and 2 of 2 write the same bytes of a tensor on host", dst.copy_blocks, dst, src, { 0, 1 }, { 3, 3 }, 8 },
+        { "batch: elements 1 and 2 of 2: one reads bytes the other writes", dst.copy_blocks, dst, dst, { 0, 1 }, { 1, 2 }, 8 },
+        { "copy_many: element 2 must be a table {dst, src}, not a number", xfer.copy_many, { { dst, src }, 3 } },
+        { "copy_many: element 1: its src must be an xfer.Tensor, not a nil", xfer.copy_many, { { dst } } },
+        { "copy_many: a list of {dst, src} elements is needed, not a string", xfer.copy_many, "x" },
+        { "batch: element 1 of 1: one shape is needed at both ends: target u8[64], source f32[2]", xfer.copy_many,
+          { { dst, xfer.tensor({ 1, 2 }) } } },
+        { "batch: element 1 of 1: bytes 60 to 70 are outside the target (64 bytes)", xfer.copy_many,
+          { { dst = dst, src = src, dst_offset = 60, nbytes = 10 } } },
+        { "batch: element 1 of 1: offsets need a byte count", xfer.copy_many, { { dst = dst, src = src, dst_offset = 4 } } },
+        { "copy_many: element 1's nbytes must be a whole number >= 0, not 1.5", xfer.copy_many,
+          { { dst = dst, src = src, nbytes = 1.5 } } },
+        { "batch: element 1 of 1: byte ranges need contiguous tensors", xfer.copy_many,
+          { { dst = dst, src = src:view({ 8, 8 }):slice({ { 1, -1, 2 } }), nbytes = 4 } } },
+        { "copy_many: a dtype change is made by the targets' dtypes", xfer.copy_many, { { dst, src } }, { dtype = "f32" } },
+      }
+      for _, case in ipairs(cases) do
+        local e = h.raises("invalid", (table.unpack or unpack)(case, 2))
+        assert.is_truthy(e.message:find(case[1], 1, true), e.message .. "\n  expected: " .. case[1])
+      end
+      assert.are.equal(string.rep("\0", 64), bytes_of(dst), "nothing was copied")
+    end)
+
+    it("a freed tensor in the middle is named, the elements before it done, nothing else", function()
+      local gone = pattern(8, host, 1)
+      local a, b, c = xfer.zeros({ 8 }, { dtype = "u8" }), xfer.zeros({ 8 }, { dtype = "u8" }), xfer.zeros({ 8 }, { dtype = "u8" })
+      local batch = xfer.batch({ { a, src:view({ 8, 8 })[1] }, { b, gone }, { c, src:view({ 8, 8 })[2] } })
+      gone:free()
+      local e = h.raises("freed", batch.run, batch)
+      assert.are.equal(2, e.element)
+      assert.are.equal("batch element 2 of 3: attempt to use a freed tensor", e.message)
+      local done = batch:done()
+      assert.is_false(done[2])
+      assert.is_false(done[1] and done[3], "the group with the freed tensor did not run")
+      h.raises("freed", xfer.batch, { { a, gone } })
+    end)
+  end)
+
+  it("a fault in a batch names the element and its ends; the sources are intact and nothing is left", function()
+    h.no_setaside()
+    for _, dev in ipairs(xfer.devices()) do
+      if dev ~= host then
+        local before = h.in_use(dev)
+        local src = pattern(4096, host, 2)
+        local dst = xfer.zeros({ 4096 }, { dtype = "u8", device = dev })
+        local b = xfer.batch({ dst = dst, src = src, src_blocks = { first = 0, count = 8 },
+                               dst_blocks = { 7, 6, 5, 4, 3, 2, 1, 0 }, block_bytes = 512 })
+        xfer.faults.inject({ runtime = dev.runtime, op = "write", count = 100 })
+        local ok, e = pcall(b.run, b)
+        xfer.faults.clear()
+        if ok then -- the runtime took the batch in one call, which no write fault reaches
+          assert.is_true(b.at_once >= 1, dev.name)
+        else
+          assert.is_true(xfer.is_error(e), tostring(e))
+          assert.are.equal("write", e.code, e.message)
+          assert.are.equal("host", e.from)
+          assert.are.equal(dev.name, e.to)
+          assert.is_true(e.injected)
+          assert.is_true(e.element >= 1 and e.element <= 8)
+          assert.is_truthy(e.message:match("^batch element %d of 8: Failed to write a tensor to " .. dev.name), e.message)
+          assert.is_false(b:done()[e.element])
+        end
+        assert.are.equal(string.char(2), bytes_of(src):sub(1, 1))
+        b:run() -- and runs whole once the fault is gone
+        assert.are.same({ true, true, true, true, true, true, true, true }, b:done())
+        b:release()
+        dst:free()
+        assert.are.equal(before, h.in_use(dev), "nothing left on " .. dev.name)
+      end
+    end
+  end)
+
+  it("host batches go to the host at once, and a host fault there names the first element", function()
+    local src, dst = pattern(64, host, 0), xfer.zeros({ 64 }, { dtype = "u8" })
+    local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 1 }, dst_blocks = { 1, 0 }, block_bytes = 32 })
+    assert.are.equal(1, b.at_once)
+    xfer.faults.inject({ runtime = "host", op = "copy" })
+    local e = h.raises("write", b.run, b)
+    assert.are.equal(1, e.element)
+    assert.are.equal("copy", e.op)
+    assert.are.same({ false, false }, b:done())
+  end)
+end)
