@@ -195,48 +195,87 @@ static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
   return w;
 }
 
+/* Whether two routes move alike: one path, one way of sharing, the same helpers (chunk sizes
+** differ with the tensors' sizes and do not matter). */
+static int same_route(const xfer_route *x, xfer_code xc, const xfer_route *y, xfer_code yc)
+{
+  if (xc || yc) return xc == yc;
+  return x->path == y->path && x->share == y->share && x->nhelpers == y->nhelpers &&
+         x->helpers[0] == y->helpers[0] && x->helpers[1] == y->helpers[1];
+}
+
+/* Each element's route, of its whole tensors (what their memory allows: a buffer too large to
+** share between runtimes is not shared for a piece of it either); made once per pair of
+** tensors in a row, as a block batch's elements all are one pair. */
+static xfer_code element_routes(xfer_batch *b, xfer_route *routes, xfer_code *codes,
+                                xfer_error *plannings)
+{
+  const xfer_batch_item *last = NULL;
+  for (size_t i = 0; i < b->n; i++) {
+    const xfer_batch_item *it = &b->items[i];
+    if (is_general(it)) continue;
+    if (last && last->src == it->src && last->dst == it->dst) {
+      routes[i] = routes[last - b->items];
+      codes[i] = codes[last - b->items];
+      plannings[i] = plannings[last - b->items];
+    } else {
+      codes[i] = xfer_route_make(it->src, it->dst->dev, it->dst, b->has_opts ? &b->opts : NULL,
+                                 &routes[i], NULL, 0, &plannings[i]);
+    }
+    last = it;
+  }
+  return XFER_E_OK;
+}
+
+/* Elements grouped by (from, to, how they move), in the order groups first appear. */
 static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
 {
-  /* group by (from, to) in the order pairs first appear: a stable counting of elements */
-  b->order = malloc((b->n ? b->n : 1) * sizeof *b->order);
-  b->groups = calloc(b->n ? b->n : 1, sizeof *b->groups);
-  if (!b->order || !b->groups) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  size_t *of = malloc((b->n ? b->n : 1) * sizeof *of); /* each element's group */
-  if (!of) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  for (size_t i = 0; i < b->n; i++) {
+  size_t n = b->n ? b->n : 1;
+  b->order = malloc(n * sizeof *b->order);
+  b->groups = calloc(n, sizeof *b->groups);
+  size_t *of = malloc(n * sizeof *of); /* each element's group */
+  xfer_route *routes = calloc(n, sizeof *routes);
+  xfer_code *codes = calloc(n, sizeof *codes);
+  xfer_error *plannings = malloc(n * sizeof *plannings);
+  xfer_code rc = XFER_E_OK;
+  if (!b->order || !b->groups || !of || !routes || !codes || !plannings)
+    rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (!rc) rc = element_routes(b, routes, codes, plannings);
+  for (size_t i = 0; !rc && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
     size_t g = b->ngroups;
     if (!is_general(it))
-      for (g = 0; g < b->ngroups; g++)
-        if (!b->groups[g].general && b->groups[g].from == it->src->dev && b->groups[g].to == it->dst->dev)
+      for (g = 0; g < b->ngroups; g++) {
+        const group *gr = &b->groups[g];
+        if (!gr->general && gr->from == it->src->dev && gr->to == it->dst->dev &&
+            same_route(&gr->route, gr->planned, &routes[i], codes[i]))
           break;
+      }
     if (g == b->ngroups)
-      b->groups[b->ngroups++] = (group){.from = it->src->dev, .to = it->dst->dev, .general = is_general(it)};
+      b->groups[b->ngroups++] = (group){.from = it->src->dev, .to = it->dst->dev,
+                                        .general = is_general(it), .route = routes[i],
+                                        .planned = codes[i], .planning = plannings[i]};
     b->groups[g].count++;
     b->groups[g].bytes += length_of(it);
     of[i] = g;
   }
   size_t at = 0;
-  for (size_t g = 0; g < b->ngroups; g++) {
+  for (size_t g = 0; !rc && g < b->ngroups; g++) {
     b->groups[g].first = at;
     at += b->groups[g].count;
     b->groups[g].count = 0;
   }
-  for (size_t i = 0; i < b->n; i++) {
+  for (size_t i = 0; !rc && i < b->n; i++) {
     group *g = &b->groups[of[i]];
     b->order[g->first + g->count++] = i;
   }
   free(of);
-  for (size_t g = 0; g < b->ngroups; g++) {
+  free(routes);
+  free(codes);
+  free(plannings);
+  for (size_t g = 0; !rc && g < b->ngroups; g++) {
     group *gr = &b->groups[g];
-    const xfer_batch_item *it = &b->items[b->order[gr->first]];
-    if (gr->general) continue;
-    xfer_tensor src = window(it->src, it->src_offset, length_of(it));
-    xfer_tensor dst = window(it->dst, it->dst_offset, length_of(it));
-    gr->planned = xfer_route_make(&src, it->dst->dev, &dst, b->has_opts ? &b->opts : NULL,
-                                  &gr->route, NULL, 0, &gr->planning);
-    gr->many = many_device(gr);
-    if (!gr->many) continue;
+    if (gr->general || !(gr->many = many_device(gr))) continue;
     gr->pieces = malloc(gr->count * sizeof *gr->pieces);
     if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
     for (size_t k = 0; k < gr->count; k++) {
@@ -245,7 +284,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
                                    length_of(e)};
     }
   }
-  return XFER_E_OK;
+  return rc;
 }
 
 xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
@@ -342,7 +381,9 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     size_t len = length_of(it);
     xfer_tensor src = window(it->src, it->src_offset, len);
     xfer_tensor dst = window(it->dst, it->dst_offset, len);
-    rc = xfer_transfer_run(&g->route, &src, &dst, err);
+    xfer_route route = g->route; /* the group's, for this element's bytes */
+    route.nbytes = len;
+    rc = xfer_transfer_run(&route, &src, &dst, err);
     if (!rc) b->done[i] = 1;
     bad = i;
   }

@@ -91,12 +91,30 @@ static xfer_share share_for(const xfer_device *src, const xfer_device *dst, xfer
   return XFER_SHARE_NONE;
 }
 
-/* 0 when the route would import a buffer larger than a device on it imports (max_import:
-** NVIDIA's OpenCL fails on large imports): interop does not apply to it, the next path does.
-** A large tensor's segment is its size rounded up to 2 MiB (memory.c). */
-static const xfer_device *import_too_large(const xfer_route *r)
+/* A buffer of n bytes as the caching allocator makes it: a large one's segment is its size
+** rounded up to 2 MiB (memory.c). */
+static uint64_t segment_for(size_t n)
 {
-  uint64_t segment = ((uint64_t)r->nbytes + ((uint64_t)2 << 20) - 1) & ~(((uint64_t)2 << 20) - 1);
+  return ((uint64_t)n + ((uint64_t)2 << 20) - 1) & ~(((uint64_t)2 << 20) - 1);
+}
+
+/* The largest segment interop would import for this move: each end's own (a view's or a batch
+** element's is its whole tensor's segment, not the bytes moved), or one made for it. */
+static uint64_t imported_size(const xfer_route *r, const xfer_tensor *src, const xfer_tensor *dst_t)
+{
+  uint64_t largest = segment_for(r->nbytes);
+  const xfer_tensor *ends[2] = {src, dst_t};
+  for (int i = 0; i < 2; i++) {
+    const xfer_block *b = ends[i] ? xfer_tensor_block(ends[i]) : NULL;
+    if (b && b->seg && b->seg->size > largest) largest = b->seg->size;
+  }
+  return largest;
+}
+
+/* NULL unless the route would import a buffer larger than a device on it imports (max_import:
+** NVIDIA's OpenCL fails on large imports): interop does not apply to it, the next path does. */
+static const xfer_device *import_too_large(const xfer_route *r, uint64_t segment)
+{
   const xfer_device *ends[4] = {r->from, r->to, r->helpers[0], r->helpers[1]};
   for (int i = 0; i < 4; i++)
     if (ends[i] && ends[i]->max_import && segment > ends[i]->max_import) return ends[i];
@@ -184,12 +202,14 @@ static const char *inapplicable(xfer_path path, xfer_route *r, const xfer_tensor
     if (w)
       return refuse(why, cap, "interop shares xferlua's own memory; the tensor on %s wraps "
                     "memory of the application", w->dev->name);
-    const xfer_device *small = import_too_large(r);
+    uint64_t segment = imported_size(r, src, dst_t);
+    const xfer_device *small = import_too_large(r, segment);
     if (small)
       return refuse(why, cap, "interop between %s and %s would import a buffer of more than "
-                    "%llu bytes into %s, whose driver fails on such imports; this tensor has %zu",
-                    from->name, to->name, (unsigned long long)small->max_import, small->name,
-                    r->nbytes);
+                    "%llu bytes into %s, whose driver fails on such imports; this move's "
+                    "memory is %llu bytes", from->name, to->name,
+                    (unsigned long long)small->max_import, small->name,
+                    (unsigned long long)segment);
     return NULL;
   }
   case XFER_PATH_DIRECT:
