@@ -21,6 +21,11 @@ xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error
 int xfer_view_on_device(const xfer_tensor *t);
 xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_packed,
                                 xfer_error *err);
+/* A view's runs moved to or from `packed` (contiguous, as many elements) as one batch of the
+** runtime that runs it (the device end's, or the view's own device; copy->many): no pack on
+** the CPU. XFER_E_UNSUPPORTED, nothing said, when that runtime takes no such batch (none,
+** runs too short to be worth it, host memory it cannot reach). Devices locked, both checked. */
+xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err);
 
 /* -- tensor.c ---------------------------------------------------------------------------- */
 

@@ -126,6 +126,43 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   return rc;
 }
 
+/* A view and a contiguous tensor of as many elements, one of them on the host and the other
+** on a device whose runtime takes batches (or both on one device): the view's runs moved in
+** one submission (xfer_view_many), no pack on the CPU -- every other row of a pinned host
+** matrix reaches a CUDA device at the link's speed. XFER_E_UNSUPPORTED, nothing said, when
+** the runtime takes no such batch: the caller packs instead. */
+static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_packed,
+                              const xfer_transfer_opts *opts, xfer_error *err)
+{
+  if (opts && opts->via != XFER_PATH_AUTO && opts->via != XFER_PATH_HOST) return XFER_E_UNSUPPORTED;
+  if (xfer_is_host(view->dev) == xfer_is_host(packed->dev) && view->dev != packed->dev)
+    return XFER_E_UNSUPPORTED;
+  if (!xfer_be_has_many(xfer_is_host(view->dev) ? packed->dev : view->dev)) return XFER_E_UNSUPPORTED;
+  xfer_route route = {.path = xfer_is_host(view->dev) && xfer_is_host(packed->dev)
+                                  ? XFER_PATH_SAME_DEVICE : XFER_PATH_HOST,
+                      .from = to_packed ? view->dev : packed->dev,
+                      .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes};
+  hold h;
+  hold_take(&h, &route, view, packed);
+  xfer_code rc = xfer_tensor_check(view, "copy", err);
+  if (!rc) rc = xfer_tensor_check(packed, "copy", err);
+  double start = xfer_now();
+  const xfer_transfer_opts *outer = xfer_progress_install(opts);
+  if (!rc) rc = xfer_progress(0, view->nbytes, err);
+  if (!rc) {
+    rc = xfer_view_many(view, packed, to_packed, err);
+    if (rc != XFER_E_UNSUPPORTED) {
+      if (!rc) rc = xfer_progress(view->nbytes, view->nbytes, err);
+      if (rc) xfer_err_frame(err, route.from, route.to, view->nbytes);
+      xfer_ledger_record(view->dev->ctx, route.from, route.to, route.path, view->nbytes,
+                         xfer_now() - start, rc, err);
+    }
+  }
+  xfer_progress_restore(outer);
+  hold_drop(&h);
+  return rc;
+}
+
 /* A non-contiguous view packed into a new host tensor (its rows read by the backend's
 ** rectangle copies, or its span, or its runs). */
 static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor **out, xfer_error *err)
@@ -258,7 +295,17 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
     return rc ? convert_failed(rc, err, src->dev, dst_dev, src->nbytes) : rc;
   }
   if (!src->contiguous) { /* a view's layout never changes: no lock to read it */
-    xfer_tensor *packed;
+    xfer_tensor *packed = NULL;
+    if (xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_be_has_many(dst_dev)) {
+      xfer_code rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &packed, err);
+      if (!rc) rc = view_at_once(src, packed, 1, opts, err);
+      if (!rc) {
+        *out = packed;
+        return XFER_E_OK;
+      }
+      if (packed) xfer_tensor_release(packed);
+      if (rc != XFER_E_UNSUPPORTED) return rc;
+    }
     xfer_code rc = pack(src, dst_dev, &packed, err); /* checks src under its device's lock */
     if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
     if (packed->dev == dst_dev && (!opts || opts->via == XFER_PATH_AUTO)) {
@@ -323,6 +370,11 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
     ** reads and writes check both under their devices' locks) */
     xfer_code rc = check_same_shape(dst, src, err);
     if (rc) return rc;
+    if (src->contiguous != dst->contiguous) { /* one view: its runs at once where it can */
+      rc = src->contiguous ? view_at_once(dst, src, 0, opts, err) : view_at_once(src, dst, 1, opts, err);
+      if (rc != XFER_E_UNSUPPORTED) return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
+      rc = XFER_E_OK;
+    }
     xfer_tensor *packed = NULL;
     if (!src->contiguous) rc = pack(src, dst->dev, &packed, err);
     if (!rc && dst->contiguous) rc = xfer_transfer_copy(dst, packed, opts, err);

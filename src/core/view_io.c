@@ -165,6 +165,51 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
   return each_slab(t, outer, s.rows * m.run, device_slab, &s, err);
 }
 
+/* -- A view's runs as one batch ---------------------------------------------------------- */
+
+/* Below this run size a batch of runs is a piece per few elements: packing on the CPU wins. */
+#define MANY_RUN_MIN ((size_t)512)
+
+typedef struct pieces_of {
+  const xfer_tensor *view, *packed;
+  xfer_piece *pieces;
+  size_t run;
+  int to_packed;
+} pieces_of;
+
+static xfer_piece_end end_at(const xfer_tensor *t, size_t at)
+{
+  char *host = xfer_be_host_address(t->dev, t->buf, t->offset + at);
+  return host ? (xfer_piece_end){NULL, 0, host} : (xfer_piece_end){t->buf, t->offset + at, NULL};
+}
+
+static xfer_code piece_run(void *arg, size_t at, size_t k, xfer_error *err)
+{
+  (void)err;
+  pieces_of *p = arg;
+  xfer_piece_end strided = end_at(p->view, at), packed = end_at(p->packed, k * p->run);
+  p->pieces[k] = p->to_packed ? (xfer_piece){packed, strided, p->run}
+                              : (xfer_piece){strided, packed, p->run};
+  return XFER_E_OK;
+}
+
+xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err)
+{
+  xfer_device *runner = xfer_is_host(view->dev) ? packed->dev : view->dev;
+  size_t run;
+  each_run(view, &run, NULL, NULL, NULL); /* the run size only */
+  if (!xfer_be_has_many(runner) || run < MANY_RUN_MIN || view->numel == 0 ||
+      (!xfer_is_host(view->dev) && !xfer_is_host(packed->dev) && view->dev != packed->dev))
+    return XFER_E_UNSUPPORTED;
+  size_t count = view->nbytes / run;
+  pieces_of p = {view, packed, malloc(count * sizeof *p.pieces), run, to_packed};
+  if (!p.pieces) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
+  xfer_code rc = each_run(view, &run, piece_run, &p, err);
+  if (!rc) rc = xfer_be_many(runner, p.pieces, count, err);
+  free(p.pieces);
+  return rc;
+}
+
 /* Packs the view's elements into `packed` (to_packed) or scatters them from it. The caller
 ** holds the device's lock and has checked the tensor. */
 xfer_code xfer_view_move(xfer_tensor *t, char *packed, int to_packed, xfer_error *err)
