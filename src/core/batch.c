@@ -163,24 +163,15 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
   return rc;
 }
 
-/* One end of a piece: the device's buffer, or host memory in place. */
-static xfer_piece_end piece_end(const xfer_tensor *t, size_t offset)
-{
-  xfer_piece_end e = {t->buf, t->offset + offset, NULL};
-  if (xfer_is_host(t->dev)) e = (xfer_piece_end){NULL, 0, xfer_be_host_address(t->dev, t->buf, t->offset + offset)};
-  return e;
-}
-
-/* The device that runs a whole group at once, when there is one: the non-host end of a
-** host <-> device group, or the device of a group within it, whose runtime takes batches. */
+/* The device that runs a whole group at once, when there is one: the device end of a host <->
+** device group, the device of a group within it, or the device whose memory both ends of an
+** interop group live in -- where its runtime takes batches (copy->many). */
 static xfer_device *many_device(const group *g)
 {
   if (g->planned) return NULL;
-  if (g->route.path == XFER_PATH_SAME_DEVICE && xfer_be_has_many(g->from)) return g->from;
-  if (g->route.path != XFER_PATH_HOST) return NULL;
-  if (xfer_is_host(g->from) && !xfer_is_host(g->to) && xfer_be_has_many(g->to)) return g->to;
-  if (xfer_is_host(g->to) && !xfer_is_host(g->from) && xfer_be_has_many(g->from)) return g->from;
-  return NULL;
+  xfer_path p = g->route.path;
+  if (p != XFER_PATH_SAME_DEVICE && p != XFER_PATH_HOST && p != XFER_PATH_INTEROP) return NULL;
+  return xfer_many_runner(g->from, g->to);
 }
 
 /* A window: a byte range of a tensor as a shallow copy (transfer.h). */
@@ -278,10 +269,13 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     if (gr->general || !(gr->many = many_device(gr))) continue;
     gr->pieces = malloc(gr->count * sizeof *gr->pieces);
     if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-    for (size_t k = 0; k < gr->count; k++) {
+    for (size_t k = 0; k < gr->count && gr->many; k++) {
       const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
-      gr->pieces[k] = (xfer_piece){piece_end(e->dst, e->dst_offset), piece_end(e->src, e->src_offset),
-                                   length_of(e)};
+      xfer_piece *p = &gr->pieces[k];
+      p->n = length_of(e);
+      if (!xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &p->dst) ||
+          !xfer_piece_end_of(e->src, e->src_offset, gr->many, &p->src))
+        gr->many = NULL; /* memory the runner cannot reach (a segment not backed): one by one */
     }
   }
   return rc;

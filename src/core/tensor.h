@@ -26,6 +26,14 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
 ** the CPU. XFER_E_UNSUPPORTED, nothing said, when that runtime takes no such batch (none,
 ** runs too short to be worth it, host memory it cannot reach). Devices locked, both checked. */
 xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err);
+/* The device that runs a batch between a and b at once: a device whose runtime takes
+** batches, at the device end (host <-> device), the one device, or the device whose memory
+** both live in -- itself or through the memory a device lives in (dev->backing); NULL: none. */
+xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b);
+/* Byte `at` of a tensor as `runner` addresses it in a batch: host memory in place, its own
+** buffer, or the backing device's view of it. 0: runner cannot reach it. */
+int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner,
+                      xfer_piece_end *out);
 
 /* -- tensor.c ---------------------------------------------------------------------------- */
 

@@ -135,11 +135,10 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
                               const xfer_transfer_opts *opts, xfer_error *err)
 {
   if (opts && opts->via != XFER_PATH_AUTO && opts->via != XFER_PATH_HOST) return XFER_E_UNSUPPORTED;
-  if (xfer_is_host(view->dev) == xfer_is_host(packed->dev) && view->dev != packed->dev)
-    return XFER_E_UNSUPPORTED;
-  if (!xfer_be_has_many(xfer_is_host(view->dev) ? packed->dev : view->dev)) return XFER_E_UNSUPPORTED;
-  xfer_route route = {.path = xfer_is_host(view->dev) && xfer_is_host(packed->dev)
-                                  ? XFER_PATH_SAME_DEVICE : XFER_PATH_HOST,
+  if (!xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
+  xfer_route route = {.path = view->dev == packed->dev ? XFER_PATH_SAME_DEVICE
+                          : xfer_is_host(view->dev) || xfer_is_host(packed->dev) ? XFER_PATH_HOST
+                                                                                 : XFER_PATH_INTEROP,
                       .from = to_packed ? view->dev : packed->dev,
                       .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes};
   hold h;
@@ -296,7 +295,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   }
   if (!src->contiguous) { /* a view's layout never changes: no lock to read it */
     xfer_tensor *packed = NULL;
-    if (xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_be_has_many(dst_dev)) {
+    if (xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_many_runner(src->dev, dst_dev)) {
       xfer_code rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &packed, err);
       if (!rc) rc = view_at_once(src, packed, 1, opts, err);
       if (!rc) {

@@ -170,24 +170,56 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
 /* Below this run size a batch of runs is a piece per few elements: packing on the CPU wins. */
 #define MANY_RUN_MIN ((size_t)512)
 
+/* The device of one that takes batches (copy->many) itself or through the device whose memory
+** it lives in (OpenCL on NVIDIA lives in CUDA's), or NULL. */
+static xfer_device *many_of(xfer_device *dev)
+{
+  if (xfer_be_has_many(dev)) return dev;
+  return dev->backing && xfer_be_has_many(dev->backing) ? dev->backing : NULL;
+}
+
+xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b)
+{
+  if (xfer_is_host(a)) return many_of(b);
+  if (xfer_is_host(b) || a == b) return many_of(a);
+  xfer_device *ra = many_of(a), *rb = many_of(b);
+  return ra && ra == rb ? ra : NULL; /* two runtimes in one device's memory */
+}
+
+int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner,
+                      xfer_piece_end *out)
+{
+  char *host = xfer_be_host_address(t->dev, t->buf, t->offset + at);
+  if (host && xfer_is_host(t->dev)) {
+    *out = (xfer_piece_end){NULL, 0, host};
+    return 1;
+  }
+  if (t->dev == runner) {
+    *out = (xfer_piece_end){t->buf, t->offset + at, NULL};
+    return 1;
+  }
+  const xfer_block *b = xfer_tensor_block(t);
+  if (t->dev->backing != runner || !b || !b->seg->backing_buf) return 0;
+  *out = (xfer_piece_end){b->seg->backing_buf, t->offset + at, NULL};
+  return 1;
+}
+
 typedef struct pieces_of {
   const xfer_tensor *view, *packed;
+  const xfer_device *runner;
   xfer_piece *pieces;
   size_t run;
   int to_packed;
 } pieces_of;
 
-static xfer_piece_end end_at(const xfer_tensor *t, size_t at)
-{
-  char *host = xfer_be_host_address(t->dev, t->buf, t->offset + at);
-  return host ? (xfer_piece_end){NULL, 0, host} : (xfer_piece_end){t->buf, t->offset + at, NULL};
-}
-
 static xfer_code piece_run(void *arg, size_t at, size_t k, xfer_error *err)
 {
   (void)err;
   pieces_of *p = arg;
-  xfer_piece_end strided = end_at(p->view, at), packed = end_at(p->packed, k * p->run);
+  xfer_piece_end strided, packed;
+  if (!xfer_piece_end_of(p->view, at, p->runner, &strided) ||
+      !xfer_piece_end_of(p->packed, k * p->run, p->runner, &packed))
+    return XFER_E_UNSUPPORTED;
   p->pieces[k] = p->to_packed ? (xfer_piece){packed, strided, p->run}
                               : (xfer_piece){strided, packed, p->run};
   return XFER_E_OK;
@@ -195,14 +227,12 @@ static xfer_code piece_run(void *arg, size_t at, size_t k, xfer_error *err)
 
 xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err)
 {
-  xfer_device *runner = xfer_is_host(view->dev) ? packed->dev : view->dev;
+  xfer_device *runner = xfer_many_runner(view->dev, packed->dev);
   size_t run;
   each_run(view, &run, NULL, NULL, NULL); /* the run size only */
-  if (!xfer_be_has_many(runner) || run < MANY_RUN_MIN || view->numel == 0 ||
-      (!xfer_is_host(view->dev) && !xfer_is_host(packed->dev) && view->dev != packed->dev))
-    return XFER_E_UNSUPPORTED;
+  if (!runner || run < MANY_RUN_MIN || view->numel == 0) return XFER_E_UNSUPPORTED;
   size_t count = view->nbytes / run;
-  pieces_of p = {view, packed, malloc(count * sizeof *p.pieces), run, to_packed};
+  pieces_of p = {view, packed, runner, malloc(count * sizeof *p.pieces), run, to_packed};
   if (!p.pieces) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
   xfer_code rc = each_run(view, &run, piece_run, &p, err);
   if (!rc) rc = xfer_be_many(runner, p.pieces, count, err);
