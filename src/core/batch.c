@@ -198,8 +198,8 @@ static int same_route(const xfer_route *x, xfer_code xc, const xfer_route *y, xf
 /* Each element's route, of its whole tensors (what their memory allows: a buffer too large to
 ** share between runtimes is not shared for a piece of it either); made once per pair of
 ** tensors in a row, as a block batch's elements all are one pair. */
-static xfer_code element_routes(xfer_batch *b, xfer_route *routes, xfer_code *codes,
-                                xfer_error *plannings)
+static void element_routes(xfer_batch *b, xfer_route *routes, xfer_code *codes,
+                           xfer_error *plannings)
 {
   const xfer_batch_item *last = NULL;
   for (size_t i = 0; i < b->n; i++) {
@@ -215,7 +215,6 @@ static xfer_code element_routes(xfer_batch *b, xfer_route *routes, xfer_code *co
     }
     last = it;
   }
-  return XFER_E_OK;
 }
 
 /* Elements grouped by (from, to, how they move), in the order groups first appear. */
@@ -228,10 +227,15 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   xfer_route *routes = calloc(n, sizeof *routes);
   xfer_code *codes = calloc(n, sizeof *codes);
   xfer_error *plannings = malloc(n * sizeof *plannings);
+  if (!b->order || !b->groups || !of || !routes || !codes || !plannings) {
+    free(of);
+    free(routes);
+    free(codes);
+    free(plannings);
+    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  }
+  element_routes(b, routes, codes, plannings);
   xfer_code rc = XFER_E_OK;
-  if (!b->order || !b->groups || !of || !routes || !codes || !plannings)
-    rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  if (!rc) rc = element_routes(b, routes, codes, plannings);
   for (size_t i = 0; !rc && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
     size_t g = b->ngroups;
@@ -298,7 +302,7 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
   xfer_batch *b = calloc(1, sizeof *b);
   if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   b->n = n;
-  b->items = malloc((n ? n : 1) * sizeof *b->items);
+  b->items = calloc(n ? n : 1, sizeof *b->items);
   b->done = calloc(n ? n : 1, 1);
   if (opts) b->opts = *opts, b->has_opts = 1;
   if (!b->items || !b->done) {
@@ -438,7 +442,7 @@ void xfer_batch_release(xfer_batch *b)
 xfer_code xfer_transfer_batch(const xfer_batch_item *items, size_t n,
                               const xfer_transfer_opts *opts, xfer_error *err)
 {
-  xfer_batch *b;
+  xfer_batch *b = NULL;
   xfer_code rc = xfer_batch_prepare(items, n, opts, &b, err);
   if (!rc) rc = xfer_batch_run(b, err);
   xfer_batch_release(b);

@@ -261,9 +261,9 @@ static int m_copy_blocks(lua_State *L)
 static batch_box *check_batch(lua_State *L, int idx, const char *fname)
 {
   batch_box *box = xl_test_udata(L, idx, XL_BATCH);
-  if (!box) xl_arg_error(L, idx, fname, XL_BATCH);
-  if (!box->batch) xl_raise_code(L, XFER_E_FREED, fname, "%s: the batch was released", fname);
-  return box;
+  if (box && box->batch) return box;
+  if (box) xl_raise_code(L, XFER_E_FREED, fname, "%s: the batch was released", fname);
+  xl_arg_error(L, idx, fname, XL_BATCH);
 }
 
 static int b_run(lua_State *L)
@@ -291,10 +291,12 @@ static int b_done(lua_State *L)
 static int b_release(lua_State *L)
 {
   batch_box *box = xl_test_udata(L, 1, XL_BATCH);
-  if (!box) xl_arg_error(L, 1, "release", XL_BATCH);
-  xfer_batch_release(box->batch);
-  box->batch = NULL;
-  return 0;
+  if (box) {
+    xfer_batch_release(box->batch);
+    box->batch = NULL;
+    return 0;
+  }
+  xl_arg_error(L, 1, "release", XL_BATCH);
 }
 
 static int b_gc(lua_State *L)
