@@ -141,6 +141,34 @@ local ops = {
     end
     check(b, "a source after copy_from")
   end,
+  -- a batch of one to four whole-tensor copies: a target written twice, or read by another
+  -- element, and shapes that differ are refused before anything moves (invalid)
+  batch = function()
+    local items, pairs_ = {}, {}
+    for i = 1, rand(1, 4) do
+      local a, b = random_live(), random_live()
+      if not a or not b or a.t.freed or b.t.freed then return end
+      items[i], pairs_[i] = { a.t, b.t }, { a, b }
+    end
+    local valid = true
+    for i, p in ipairs(pairs_) do
+      if p[1].t.dtype ~= p[2].t.dtype or table.concat(p[1].t.shape, ",") ~= table.concat(p[2].t.shape, ",") then
+        valid = false
+      end
+      for j, q in ipairs(pairs_) do
+        if i ~= j and p[1].t.nbytes > 0 and (p[1] == q[1] or p[1] == q[2]) then valid = false end
+      end
+    end
+    local ok = call("copy_many", { invalid = not valid, unsupported = true }, xfer.copy_many, items, { via = pick(paths) })
+    if ok then
+      local before = {}
+      for i, p in ipairs(pairs_) do before[i] = p[2].bytes end
+      for i, p in ipairs(pairs_) do p[1].bytes = before[i] end
+    elseif faulted then
+      for _, p in ipairs(pairs_) do p[1].bytes = false end
+    end
+    for _, p in ipairs(pairs_) do check(p[2], "a source after copy_many") end
+  end,
   -- a view (rows of dimension 1, or dimension 1 and 2 swapped) read and moved at once, and
   -- dropped: views alias their base, which the model does not follow
   view = function()
@@ -255,7 +283,7 @@ local ops = {
 }
 local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
                   drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1,
-                  view = 6 }
+                  view = 6, batch = 4 }
 local bag = {}
 for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
 table.sort(bag)

@@ -51,6 +51,13 @@ static size_t length_of(const xfer_batch_item *it)
   return it->nbytes ? it->nbytes : it->src->nbytes;
 }
 
+/* An element copying bytes onto themselves: nothing to move (a driver may refuse the copy). */
+static int onto_itself(const xfer_batch_item *it)
+{
+  return it->src->buf == it->dst->buf &&
+         it->src->offset + it->src_offset == it->dst->offset + it->dst_offset;
+}
+
 /* An element's failure: numbered (from 1) in the record, and its message led by which one it
 ** was (the checks of prepare say it in their own words). */
 static xfer_code element_error(xfer_error *err, size_t i, size_t n, xfer_code rc)
@@ -276,7 +283,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     for (size_t k = 0; k < gr->count && gr->many; k++) {
       const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
       xfer_piece *p = &gr->pieces[k];
-      p->n = length_of(e);
+      p->n = onto_itself(e) ? 0 : length_of(e);
       if (!xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &p->dst) ||
           !xfer_piece_end_of(e->src, e->src_offset, gr->many, &p->src))
         gr->many = NULL; /* memory the runner cannot reach (a segment not backed): one by one */
@@ -377,6 +384,10 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     size_t i = b->order[g->first + k];
     const xfer_batch_item *it = &b->items[i];
     size_t len = length_of(it);
+    if (onto_itself(it)) {
+      b->done[i] = 1;
+      continue;
+    }
     xfer_tensor src = window(it->src, it->src_offset, len);
     xfer_tensor dst = window(it->dst, it->dst_offset, len);
     xfer_route route = g->route; /* the group's, for this element's bytes */
