@@ -429,6 +429,9 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
 int xfer_job_done(xfer_job *job);
 /* How far the move is: bytes done and the total (0 and 0 before it starts). */
 void xfer_job_progress(xfer_job *job, uint64_t *done, uint64_t *total);
+/* A batch run on a thread of its own (the job holds a reference to the batch; running it again
+** meanwhile is refused): xfer_job_wait gives its error, or XFER_E_OK and *out NULL. */
+xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err);
 /* Waits for the move: XFER_E_OK and *out (a new reference), or its error. May be called
 ** again: the same tensor or error comes back. */
 xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err);

@@ -123,6 +123,35 @@ describe("batches", function()
     end
   end)
 
+  it("runs a prepared batch as a job, one run at a time, the batch kept alive by the job", function()
+    for _, dev in ipairs(xfer.devices()) do
+      local src = pattern(2048, host, 4)
+      local dst = xfer.zeros({ 2048 }, { dtype = "u8", device = dev })
+      local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 1 }, dst_blocks = { 7, 6 }, block_bytes = 256 })
+      local job = b:run_async()
+      local e = h.raises("invalid", b.run, b)
+      assert.are.equal("batch: it is running already (a job runs it: wait for the job first)", e.message)
+      b:release() -- the job holds its own reference
+      assert.is_true(job:wait())
+      assert.is_true(job:done())
+      assert.are.equal(bytes_of(src):sub(1, 256), bytes_of(dst):sub(1793, 2048), dev.name)
+      dst:free()
+    end
+    assert.is_true(xfer.batch({}):run_async():wait())
+  end)
+
+  it("a job's failure is raised by wait, naming the element", function()
+    local src, dst = pattern(64, host, 0), xfer.zeros({ 64 }, { dtype = "u8" })
+    local b = xfer.batch({ { dst, src } })
+    xfer.faults.inject({ runtime = "host", op = "copy" })
+    local job = b:run_async()
+    local e = h.raises("write", job.wait, job)
+    assert.are.equal(1, e.element)
+    xfer.faults.clear()
+    assert.is_true(b:run_async():wait())
+    assert.are.equal(bytes_of(src), bytes_of(dst))
+  end)
+
   it("an empty batch does nothing", function()
     xfer.copy_many({})
     local b = xfer.batch({})

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "ledger.h"
-#include "transfer.h"
 
 typedef struct group {
   xfer_device *from, *to;
@@ -27,6 +27,8 @@ typedef struct group {
 } group;
 
 struct xfer_batch {
+  int refs;                     /* the caller's, and a job's while it runs it (atomic) */
+  int running;                  /* a run is under way (ctx->lock): another is refused */
   xfer_ctx *ctx;
   size_t n, bytes;
   xfer_batch_item *items;       /* the tensors retained */
@@ -308,6 +310,7 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
   if (rc) return rc;
   xfer_batch *b = calloc(1, sizeof *b);
   if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  b->refs = 1;
   b->n = n;
   b->items = calloc(n ? n : 1, sizeof *b->items);
   b->done = calloc(n ? n : 1, 1);
@@ -402,9 +405,51 @@ out:
   return element_error(err, bad, b->n, rc);
 }
 
-xfer_code xfer_batch_run(xfer_batch *b, xfer_error *err)
+/* One run at a time: its done flags and the pieces are the run's. */
+static int run_begin(xfer_batch *b, int by)
+{
+  if (!b->ctx) return 1; /* empty: nothing is shared */
+  pthread_mutex_lock(&b->ctx->lock);
+  int ok = by < 0 || !b->running;
+  b->running += ok ? by : 0;
+  pthread_mutex_unlock(&b->ctx->lock);
+  return ok;
+}
+
+static xfer_code run_all(xfer_batch *b, xfer_error *err);
+
+xfer_code xfer_batch_claim(xfer_batch *b, xfer_error *err)
 {
   if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
+  if (!run_begin(b, 1))
+    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: it is running already (a job "
+                        "runs it: wait for the job first)");
+  return XFER_E_OK;
+}
+
+void xfer_batch_unclaim(xfer_batch *b) { run_begin(b, -1); }
+
+xfer_code xfer_batch_run_claimed(xfer_batch *b, xfer_error *err)
+{
+  xfer_code rc = run_all(b, err);
+  run_begin(b, -1);
+  return rc;
+}
+
+xfer_code xfer_batch_run(xfer_batch *b, xfer_error *err)
+{
+  xfer_code rc = xfer_batch_claim(b, err);
+  return rc ? rc : xfer_batch_run_claimed(b, err);
+}
+
+xfer_batch *xfer_batch_retain(xfer_batch *b)
+{
+  if (b) __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+  return b;
+}
+
+static xfer_code run_all(xfer_batch *b, xfer_error *err)
+{
   memset(b->done, 0, b->n ? b->n : 1);
   for (size_t g = 0; g < b->ngroups; g++) {
     group *gr = &b->groups[g];
@@ -423,6 +468,7 @@ xfer_code xfer_batch_run(xfer_batch *b, xfer_error *err)
 }
 
 size_t xfer_batch_count(const xfer_batch *b) { return b ? b->n : 0; }
+xfer_ctx *xfer_batch_ctx(const xfer_batch *b) { return b ? b->ctx : NULL; }
 size_t xfer_batch_bytes(const xfer_batch *b) { return b ? b->bytes : 0; }
 int xfer_batch_done(const xfer_batch *b, size_t i) { return b && i < b->n && b->done[i]; }
 
@@ -436,7 +482,7 @@ void xfer_batch_groups(const xfer_batch *b, size_t *groups, size_t *submitted_at
 
 void xfer_batch_release(xfer_batch *b)
 {
-  if (!b) return;
+  if (!b || __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   for (size_t i = 0; b->items && i < b->n; i++) {
     xfer_tensor_release(b->items[i].dst);
     xfer_tensor_release(b->items[i].src);

@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor.h"
+#include "batch.h"
 
 struct xfer_job {
   pthread_t thread;
   xfer_ctx *ctx;                /* the thread's reference: it counts itself out at its end */
   xfer_tensor *src;
   xfer_device *dst;
+  xfer_batch *batch;            /* a batch's run instead of a move (no src, no result) */
   xfer_transfer_opts opts;
   xfer_tensor *result;
   xfer_code rc;
@@ -44,6 +45,7 @@ static void job_destroy(xfer_job *job)
 {
   xfer_tensor_release(job->result);
   xfer_tensor_release(job->src);
+  xfer_batch_release(job->batch);
   free(job);
 }
 
@@ -65,6 +67,7 @@ static void mark_busy(xfer_tensor *t, int by)
 
 static void jobs_running(xfer_ctx *ctx, int by)
 {
+  if (!ctx) return;
   pthread_mutex_lock(&ctx->lock);
   ctx->jobs_running += by;
   if (by < 0) pthread_cond_broadcast(&ctx->idle);
@@ -75,12 +78,16 @@ static void *run_job(void *arg)
 {
   xfer_job *job = arg;
   xfer_ctx *ctx = job->ctx;
-  job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
-  mark_busy(job->src, -1);
+  if (job->batch) {
+    job->rc = xfer_batch_run_claimed(job->batch, &job->err); /* claimed by xfer_batch_start */
+  } else {
+    job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
+    mark_busy(job->src, -1);
+  }
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
   job_unref(job); /* the last one out (this thread, for a detached job) frees it */
   jobs_running(ctx, -1); /* after: a detached job's result is given back by now */
-  xfer_ctx_release(ctx);
+  if (ctx) xfer_ctx_release(ctx);
   return NULL;
 }
 
@@ -123,6 +130,34 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   return XFER_E_OK;
 }
 
+xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_code rc = xfer_batch_claim(batch, err);
+  if (rc) return rc;
+  xfer_job *job = calloc(1, sizeof *job);
+  if (!job) {
+    xfer_batch_unclaim(batch);
+    return xfer_err_code_in(err, XFER_E_ALLOC, "run_async");
+  }
+  job->batch = xfer_batch_retain(batch);
+  job->refs = 2;
+  job->ctx = xfer_batch_ctx(batch); /* NULL for an empty batch: no context to count it in */
+  if (job->ctx) xfer_ctx_retain(job->ctx);
+  job->bytes_total = xfer_batch_bytes(batch);
+  jobs_running(job->ctx, 1);
+  if (pthread_create(&job->thread, NULL, run_job, job)) {
+    jobs_running(job->ctx, -1);
+    if (job->ctx) xfer_ctx_release(job->ctx);
+    xfer_batch_unclaim(batch);
+    xfer_batch_release(job->batch);
+    free(job);
+    return xfer_err_set(err, XFER_E_UNAVAILABLE, "run_async", "cannot start a transfer thread");
+  }
+  *out = job;
+  return XFER_E_OK;
+}
+
 int xfer_job_done(xfer_job *job) { return __atomic_load_n(&job->done, __ATOMIC_ACQUIRE); }
 
 static void join(xfer_job *job)
@@ -140,7 +175,7 @@ xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err)
     if (err) *err = job->err;
     return job->rc;
   }
-  *out = xfer_tensor_retain(job->result);
+  *out = job->result ? xfer_tensor_retain(job->result) : NULL; /* a batch makes none */
   return XFER_E_OK;
 }
 

@@ -109,6 +109,8 @@ void xl_open_batch(lua_State *L, int module, int methods);
 
 /* lua_job.c: asynchronous transfers */
 int xl_to_async(lua_State *L);
+/* An empty xfer.Transfer pushed, its job to be set (the collector detaches it). */
+xfer_job **xl_new_job_box(lua_State *L);
 void xl_open_job(lua_State *L, int module);
 
 /* lua_convert.c: Lua values <-> tensor elements */

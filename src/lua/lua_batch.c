@@ -275,6 +275,17 @@ static int b_run(lua_State *L)
   return 1;
 }
 
+/* b:run_async(): an xfer.Transfer whose wait() gives true or raises the run's error */
+static int b_run_async(lua_State *L)
+{
+  batch_box *box = check_batch(L, 1, "run_async");
+  xl_no_args_after(L, 1, "run_async");
+  xfer_job **job = xl_new_job_box(L);
+  xfer_error err;
+  if (xfer_batch_start(box->batch, job, &err)) xl_raise(L, &err);
+  return 1;
+}
+
 /* b:done(): one boolean per element, whether it completed in the last run */
 static int b_done(lua_State *L)
 {
@@ -358,6 +369,8 @@ void xl_open_batch(lua_State *L, int module, int methods)
   lua_setfield(L, -2, "run");
   lua_pushcfunction(L, b_done);
   lua_setfield(L, -2, "done");
+  lua_pushcfunction(L, b_run_async);
+  lua_setfield(L, -2, "run_async");
   lua_pushcfunction(L, b_release);
   lua_setfield(L, -2, "release");
   lua_setfield(L, -2, "methods");

@@ -25,6 +25,10 @@ static int job_wait(lua_State *L)
   xfer_tensor *t;
   xfer_error err;
   if (xfer_job_wait(box->job, &t, &err)) xl_raise(L, &err);
+  if (!t) { /* a batch's run: it made nothing */
+    lua_pushboolean(L, 1);
+    return 1;
+  }
   xfer_lua_push_tensor(L, t);
   xfer_tensor_release(t); /* the userdata holds its own reference */
   return 1;
@@ -51,6 +55,15 @@ static int job_tostring(lua_State *L)
   job_box *box = check_job(L, 1, "tostring");
   lua_pushfstring(L, "xfer.Transfer(%s)", xfer_job_done(box->job) ? "done" : "running");
   return 1;
+}
+
+xfer_job **xl_new_job_box(lua_State *L)
+{
+  job_box *box = lua_newuserdata(L, sizeof *box);
+  box->job = NULL;
+  luaL_getmetatable(L, XL_TRANSFER);
+  lua_setmetatable(L, -2);
+  return &box->job;
 }
 
 /* t:to_async(dev, {via=...}) */
