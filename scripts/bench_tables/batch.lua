@@ -4,7 +4,8 @@
 -- every pair with a device at one end: by a prepared batch (xfer.batch once, b:run() timed), by
 -- a batch made each time (dst:copy_blocks), and by a loop of copy_from over the blocks; beside
 -- the same bytes moved contiguously (the link), and where CUDA works PyTorch's loop of copy_ and
--- its index_select/index_copy_ (scripts/bench_frameworks.py --batch) in the same run.
+-- its index_select/index_copy_ (scripts/bench_frameworks.py --batch) and NIXL's transfers
+-- made and prepared (scripts/bench_nixl.py; XFER_NIXL_DIR: an unpacked wheel) in the same run.
 local xfer = require "xfer"
 local bench = require "xfer.bench"
 
@@ -27,6 +28,12 @@ local function frameworks(B, buffer)
   local p = io.popen(("timeout 300 python3 %s/bench_frameworks.py --batch %d 2>&1"):format(B.scripts_dir, buffer))
   local out = p:read("*a")
   p:close()
+  -- NIXL where it is installed, or unpacked where XFER_NIXL_DIR says (a wheel carried to a
+  -- machine that cannot install one)
+  local nixl_dir = os.getenv("XFER_NIXL_DIR") or ""
+  p = io.popen(("timeout 300 python3 %s/bench_nixl.py %d %s 2>&1"):format(B.scripts_dir, buffer, nixl_dir))
+  out = out .. "\n" .. p:read("*a")
+  p:close()
   local rows = {}
   for line in out:gmatch("[^\n]+") do
     local name, dir, block, gbps = line:match("^batch (%S+) (%S+) (%d+) ([%d.]+)")
@@ -46,7 +53,8 @@ return function(B)
   local torch = has_cuda and frameworks(B, buffer) or {}
   local rows = { { ("blocks in %s"):format(bench.format_size(buffer)), "blocks", "prepared GB/s",
                    "copy_blocks GB/s", "copy_from loop GB/s", "contiguous GB/s", "prepared / contiguous",
-                   "PyTorch copy_ loop GB/s", "PyTorch index GB/s", "at once" } }
+                   "PyTorch copy_ loop GB/s", "PyTorch index GB/s", "NIXL GB/s", "NIXL prepared GB/s",
+                   "prepared / NIXL prepared", "at once" } }
   for _, a in ipairs(devs) do
     for _, b in ipairs(devs) do
       if a ~= b and (a == B.host or b == B.host or a.runtime == "cuda" or b.runtime == "cuda") then
@@ -77,11 +85,15 @@ return function(B)
             local t_loop = dir and a.runtime ~= "vulkan" and b.runtime ~= "vulkan" and a.runtime ~= "opencl"
                            and b.runtime ~= "opencl" and torch["loop " .. dir .. " " .. block]
             local t_index = t_loop and torch["index " .. dir .. " " .. block]
+            local n_made = t_loop and torch["nixl-made " .. dir .. " " .. block]
+            local n_prep = t_loop and torch["nixl-prepared " .. dir .. " " .. block]
             local function r(s) return ("%.2f"):format(bench.gbps(bytes, s)) end
             rows[#rows + 1] = { a.name .. " -> " .. b.name, ("%d x %s"):format(count, bench.format_size(block)),
                                 r(s_prep), r(s_made), r(s_loop), r(s_whole),
                                 ("%.2fx"):format(s_whole / s_prep),
                                 t_loop and ("%.2f"):format(t_loop) or "-", t_index and ("%.2f"):format(t_index) or "-",
+                                n_made and ("%.2f"):format(n_made) or "-", n_prep and ("%.2f"):format(n_prep) or "-",
+                                n_prep and ("%.2fx"):format(bench.gbps(bytes, s_prep) / n_prep) or "-",
                                 tostring(prepared.at_once) }
             prepared:release()
             collectgarbage()
