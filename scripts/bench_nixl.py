@@ -52,7 +52,8 @@ def main():
     agent = nixl_agent("xferlua-bench", nixl_agent_config(backends=["UCX"]))
     host = torch.zeros(buffer, dtype=torch.uint8).pin_memory()
     dev = torch.zeros(buffer, dtype=torch.uint8, device="cuda:0")
-    agent.register_memory([host, dev])
+    agent.register_memory(host)  # one memory type a list
+    agent.register_memory(dev)
     print(f"# batch nixl: NIXL (nixl-cu13, UCX backend, loopback in one agent), blocks in {buffer} bytes")
     for block, count in ((16384, 4096), (262144, 1024)):
         slots = buffer // block
