@@ -9,15 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "opencl_api.h"
+#include "opencl_call.h"
 
-static cl_api *api_of(const xfer_device *dev) { return dev->rt->impl; }
-static cl_dev *cl_of(const xfer_device *dev) { return dev->impl; }
+/* -- The checked wrapper (opencl_call.h) ------------------------------------------ */
 
-/* -- The checked wrapper ----------------------------------------------------------- */
-
-static xfer_code cl_fail(xfer_op op, const char *fn, cl_int rc, int injected,
-                         xfer_error *err)
+xfer_code xfer_cl_fail(xfer_op op, const char *fn, cl_int rc, int injected, xfer_error *err)
 {
   char what[64];
   snprintf(what, sizeof what, "%s failed", fn);
@@ -28,9 +24,7 @@ static xfer_code cl_fail(xfer_op op, const char *fn, cl_int rc, int injected,
                          injected);
 }
 
-/* An injected fault fails a call before the driver sees it, with the code the driver
-** would give; both kinds of failure leave through cl_fail. */
-static int cl_injected(xfer_device *dev, xfer_op op, cl_int *rc)
+int xfer_cl_injected(xfer_device *dev, xfer_op op, cl_int *rc)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "opencl", op, &native)) return 0;
@@ -38,37 +32,6 @@ static int cl_injected(xfer_device *dev, xfer_op op, cl_int *rc)
         : op == XFER_OP_ALLOC ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
   return 1;
 }
-
-/* Every cl* call of a device op: CL_CALL(dev, op, err, clFinish, queue) returns the
-** error from the enclosing function on failure. */
-#define CL_CALL(dev, op, err, fn, ...)                                                 \
-  do {                                                                                 \
-    cl_int rc_ = CL_SUCCESS;                                                           \
-    int injected_ = cl_injected((dev), (op), &rc_);                                    \
-    if (!injected_) rc_ = api_of(dev)->fn(__VA_ARGS__);                                \
-    if (rc_ != CL_SUCCESS) return cl_fail((op), #fn, rc_, injected_, (err));           \
-  } while (0)
-
-/* The same for calls that return an object and their status through a last argument. */
-#define CL_CREATE(dev, op, err, result, fn, ...)                                       \
-  do {                                                                                 \
-    cl_int rc_ = CL_SUCCESS;                                                           \
-    int injected_ = cl_injected((dev), (op), &rc_);                                    \
-    if (!injected_) (result) = api_of(dev)->fn(__VA_ARGS__, &rc_);                     \
-    if (rc_ != CL_SUCCESS) return cl_fail((op), #fn, rc_, injected_, (err));           \
-  } while (0)
-
-/* The same, for a step of an op that must not return before a later step has run: sets
-** `code` unless it was set already. */
-#define CL_STEP(code, dev, op, err, fn, ...)                                           \
-  do {                                                                                 \
-    if (!(code)) {                                                                     \
-      cl_int rc_ = CL_SUCCESS;                                                         \
-      int injected_ = cl_injected((dev), (op), &rc_);                                  \
-      if (!injected_) rc_ = api_of(dev)->fn(__VA_ARGS__);                              \
-      if (rc_ != CL_SUCCESS) (code) = cl_fail((op), #fn, rc_, injected_, (err));       \
-    }                                                                                  \
-  } while (0)
 
 /* -- Buffers other runtimes own (cl_khr_external_memory) ------------------------------ */
 
@@ -113,16 +76,22 @@ static cl_uint externals_of(cl_dev *cd, const cl_mem *mems, cl_uint n, cl_mem *o
   return found;
 }
 
+int xfer_cl_is_external(xfer_device *dev, void *buf)
+{
+  cl_mem mem = buf, out[1];
+  return externals_of(cl_of(dev), &mem, 1, out) > 0;
+}
+
 /* Hands imported buffers to OpenCL for an op (nothing to do for none). */
 static xfer_code externals_acquire(xfer_device *dev, const cl_mem *list, cl_uint n, xfer_error *err)
 {
   cl_dev *cd = cl_of(dev);
   if (!n) return XFER_E_OK;
   cl_int rc = CL_SUCCESS;
-  int injected = cl_injected(dev, XFER_OP_SYNC, &rc);
+  int injected = xfer_cl_injected(dev, XFER_OP_SYNC, &rc);
   if (!injected) rc = cd->acquire(cd->queue, n, list, 0, NULL, NULL);
   return rc == CL_SUCCESS ? XFER_E_OK
-                          : cl_fail(XFER_OP_SYNC, "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
+                          : xfer_cl_fail(XFER_OP_SYNC, "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
 }
 
 /* ... and back when it has been queued, waiting for the queue when asked (or when there were
@@ -134,8 +103,8 @@ static xfer_code externals_release(xfer_device *dev, const cl_mem *list, cl_uint
   cl_int released = n ? cd->release(cd->queue, n, list, 0, NULL, NULL) : CL_SUCCESS;
   cl_int finished = n || finish ? api_of(dev)->clFinish(cd->queue) : CL_SUCCESS;
   if (!code && released != CL_SUCCESS)
-    code = cl_fail(XFER_OP_SYNC, "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
-  if (!code && finished != CL_SUCCESS) code = cl_fail(XFER_OP_SYNC, "clFinish", finished, 0, err);
+    code = xfer_cl_fail(XFER_OP_SYNC, "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
+  if (!code && finished != CL_SUCCESS) code = xfer_cl_fail(XFER_OP_SYNC, "clFinish", finished, 0, err);
   return code;
 }
 
@@ -277,13 +246,13 @@ static xfer_code add_platform_devices(xfer_runtime *rt, cl_platform_id platform,
              used ? "; " : "", name);
     return XFER_E_OK;
   }
-  if (rc != CL_SUCCESS) return cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
+  if (rc != CL_SUCCESS) return xfer_cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
   cl_device_id *ids = calloc(n, sizeof *ids);
   if (!ids) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
   rc = api->clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n, ids, NULL);
   for (cl_uint i = 0; rc == CL_SUCCESS && i < n; i++) add_device(rt, platform, ids[i]);
   free(ids);
-  return rc == CL_SUCCESS ? XFER_E_OK : cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
+  return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(XFER_OP_OPEN, "clGetDeviceIDs", rc, 0, err);
 }
 
 static void opencl_close(xfer_runtime *rt);
@@ -404,10 +373,10 @@ static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *
   CL_CALL(dev, op, err, clEnqueueUnmapMemObject, q, mem, mapped, 0, NULL, NULL);
   /* an injected failure of the wait still waits: the unmap lands before the memory is reused */
   cl_int rc = CL_SUCCESS;
-  int injected = cl_injected(dev, op, &rc);
+  int injected = xfer_cl_injected(dev, op, &rc);
   cl_int finished = api_of(dev)->clFinish(q);
   if (!injected) rc = finished;
-  return rc == CL_SUCCESS ? XFER_E_OK : cl_fail(op, "clFinish", rc, injected, err);
+  return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(op, "clFinish", rc, injected, err);
 }
 
 static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const void *src,
@@ -502,13 +471,13 @@ static xfer_code opencl_finish(xfer_device *dev, int slot, xfer_error *err)
   if (!done) return XFER_E_OK;
   cd->queued[slot] = NULL;
   cl_int rc = CL_SUCCESS;
-  int injected = cl_injected(dev, cd->queued_op[slot], &rc);
+  int injected = xfer_cl_injected(dev, cd->queued_op[slot], &rc);
   /* an injected failure still waits: the host memory is the caller's again only after */
   cl_int waited = api_of(dev)->clWaitForEvents(1, &done);
   api_of(dev)->clReleaseEvent(done);
   if (!injected) rc = waited;
   return rc == CL_SUCCESS ? XFER_E_OK
-                          : cl_fail(cd->queued_op[slot], "clWaitForEvents", rc, injected, err);
+                          : xfer_cl_fail(cd->queued_op[slot], "clWaitForEvents", rc, injected, err);
 }
 
 static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
@@ -579,14 +548,14 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
   };
   cl_mem mem = NULL;
   cl_int rc = CL_SUCCESS;
-  int injected = cl_injected(dev, op, &rc);
+  int injected = xfer_cl_injected(dev, op, &rc);
   if (!injected)
     mem = api_of(dev)->create_with_properties(cd->context, props, CL_MEM_READ_WRITE, nbytes, NULL,
                                               &rc);
   if (rc != CL_SUCCESS) {
     close(given);
     free(im);
-    return cl_fail(op, "clCreateBufferWithProperties", rc, injected, err);
+    return xfer_cl_fail(op, "clCreateBufferWithProperties", rc, injected, err);
   }
   im->fd = fcntl(given, F_GETFD) == -1 ? -1 : given; /* a driver that took it closed it */
   close(fd);
@@ -660,6 +629,7 @@ static const xfer_copy_ops opencl_copies = {
   .start = queue_move,
   .finish = opencl_finish,
   .within = opencl_copy,
+  .many = xfer_cl_many,
   .within_rows = opencl_copy_rows,
 };
 static const xfer_share_ops opencl_share = {

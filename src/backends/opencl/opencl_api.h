@@ -19,7 +19,8 @@
   X(clEnqueueReadBuffer) X(clEnqueueWriteBuffer) X(clEnqueueCopyBuffer)              \
   X(clEnqueueReadBufferRect) X(clEnqueueWriteBufferRect) X(clEnqueueCopyBufferRect)     \
   X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)                      \
-  X(clGetExtensionFunctionAddressForPlatform) X(clWaitForEvents) X(clReleaseEvent)
+  X(clGetExtensionFunctionAddressForPlatform) X(clWaitForEvents) X(clReleaseEvent)         \
+  X(clGetMemObjectInfo)
 
 /* OpenCL 3.0's clCreateBufferWithProperties, for importing external memory; resolved
 ** only where the loader has it. */
