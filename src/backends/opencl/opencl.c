@@ -78,7 +78,7 @@ static cl_uint externals_of(cl_dev *cd, const cl_mem *mems, cl_uint n, cl_mem *o
 
 int xfer_cl_is_external(xfer_device *dev, void *buf)
 {
-  cl_mem mem = buf, out[1];
+  cl_mem mem = buf, out[1] = {NULL};
   return externals_of(cl_of(dev), &mem, 1, out) > 0;
 }
 
