@@ -12,15 +12,8 @@ import statistics
 import sys
 import time
 
-
-def scatter(count, slots, seed):
-    perm = list(range(slots))
-    state = seed
-    for i in range(slots, 1, -1):
-        state = (state * 48271) % 2147483647
-        j = state % i
-        perm[i - 1], perm[j] = perm[j], perm[i - 1]
-    return perm[:count]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_frameworks import scatter  # noqa: E402  (the batch table's blocks, one definition)
 
 
 def wait(agent, handle):
