@@ -126,9 +126,15 @@ static size_t *read_blocks(lua_State *L, int idx, const char *fname, const char 
       continue;
     }
     lua_rawgeti(L, idx, (int)i + 1);
-    char what[64];
-    snprintf(what, sizeof what, "%s[%zu]", name, i + 1);
-    blocks[i] = check_count(L, -1, fname, what);
+    lua_Number v = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || !(v >= 0 && v <= 9007199254740992.0) ||
+        v != (lua_Number)(long long)v) { /* the element's words only when it is wrong: a
+                                         ** block list is thousands long */
+      char what[64];
+      snprintf(what, sizeof what, "%s[%zu]", name, i + 1);
+      check_count(L, -1, fname, what);
+    }
+    blocks[i] = (size_t)v;
     lua_pop(L, 1);
   }
   *n = count;
