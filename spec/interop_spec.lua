@@ -57,6 +57,41 @@ describe("interop #cuda #vulkan #opencl", function()
         end
       end)
 
+      it("a batch of blocks moves byte for byte, the importer running it at once over the import", function()
+        local block, nblocks = 16384, 128
+        local seed = h.random_bytes(block * nblocks)
+        local src = xfer.tensor(seed, { dtype = "u8", device = a })
+        local dst = xfer.zeros({ block * nblocks }, { dtype = "u8", device = b })
+        local sb, db = {}, {}
+        for i = 0, 59 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 11 + 3) % nblocks end
+        local batch = xfer.batch({ dst = dst, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+        batch:run()
+        local got = dst:tobytes()
+        for k = 1, #sb do
+          assert.are.equal(seed:sub(sb[k] * block + 1, (sb[k] + 1) * block), got:sub(db[k] * block + 1, (db[k] + 1) * block))
+        end
+        -- CUDA and Vulkan on one GPU: Vulkan exports, CUDA imports and runs its kernel over both
+        local one_gpu = a.uuid == b.uuid
+        local pair = a.runtime .. "," .. b.runtime
+        if one_gpu and (pair == "cuda,vulkan" or pair == "vulkan,cuda") then
+          assert.are.equal(1, batch.at_once, a.name .. " -> " .. b.name)
+          xfer.faults.inject({ runtime = "cuda", op = "copy" })
+          local ok, e = pcall(batch.run, batch)
+          xfer.faults.clear()
+          assert.is_false(ok)
+          assert.is_true(xfer.is_error(e), tostring(e))
+          assert.is_true(e.injected)
+          assert.are.equal(1, e.element)
+          assert.are.equal(a.name, e.from)
+          assert.are.equal(b.name, e.to)
+          batch:run()
+        end
+        assert.are.equal(seed, src:tobytes(), "the source is untouched")
+        batch:release()
+        src:free()
+        dst:free()
+      end)
+
       for _, phase in ipairs({ { rt = a.runtime, op = "export" }, { rt = b.runtime, op = "export" },
                                { rt = a.runtime, op = "import" }, { rt = b.runtime, op = "import" },
                                { rt = "cuda", op = "import" }, { rt = "cuda", op = "map" },

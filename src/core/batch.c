@@ -14,6 +14,9 @@
 #include "batch.h"
 #include "ledger.h"
 
+/* The tensors of another runtime whose memory one group reaches through imports. */
+#define VIEWS_MAX 8
+
 typedef struct group {
   xfer_device *from, *to;
   size_t first, count;          /* the group's elements: order[first .. first+count) */
@@ -24,6 +27,13 @@ typedef struct group {
   int general;                  /* one element moved as xfer_transfer_copy moves it */
   xfer_device *many;            /* the device that takes the group at once, or NULL */
   xfer_piece *pieces;           /* ... and its pieces, in the group's order */
+  int imports;                  /* the runner reaches ends of another runtime through imports
+                                ** of their memory, one per tensor: */
+  size_t nviews;
+  struct {
+    const xfer_tensor *t;
+    void *view;                 /* t's segment as the runner sees it when the pieces were made */
+  } views[VIEWS_MAX];
 } group;
 
 struct xfer_batch {
@@ -201,11 +211,30 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
 
 /* The device that runs a whole group at once, when there is one: the device end of a host <->
 ** device group, the device of a group within it, or the device whose memory both ends of an
-** interop group live in -- where its runtime takes batches (copy->many). */
-static xfer_device *many_device(const group *g)
+** interop group live in -- where its runtime takes batches (copy->many). Where one end's memory
+** is exported to the other's runtime (Vulkan's to CUDA on one GPU), the importer runs the group
+** over the import; and a host <-> device group whose device's memory a runtime of its GPU
+** imports and runs batches over (CUDA for Vulkan on NVIDIA: one kernel where Vulkan would make
+** a copy-engine region a block) goes to that runtime too (*imports set). */
+static xfer_device *many_device(const group *g, int *imports)
 {
+  *imports = 0;
   if (g->planned) return NULL;
   xfer_path p = g->route.path;
+  if (p == XFER_PATH_INTEROP &&
+      (g->route.share == XFER_SHARE_SRC_EXPORTS || g->route.share == XFER_SHARE_DST_EXPORTS)) {
+    xfer_device *importer = g->route.share == XFER_SHARE_SRC_EXPORTS ? g->to : g->from;
+    *imports = xfer_be_has_many(importer);
+    return *imports ? importer : NULL;
+  }
+  if (p == XFER_PATH_HOST && xfer_env_flag("XFER_BATCH_IMPORTS")) {
+    xfer_device *dev = xfer_is_host(g->from) ? g->to : g->from;
+    xfer_device *importer = dev->unified ? NULL : xfer_route_many_importer(dev);
+    if (importer) {
+      *imports = 1;
+      return importer;
+    }
+  }
   if (p != XFER_PATH_SAME_DEVICE && p != XFER_PATH_HOST && p != XFER_PATH_INTEROP) return NULL;
   return xfer_many_runner(g->from, g->to);
 }
@@ -298,23 +327,73 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, const made_rou
   return gr;
 }
 
+/* One end of a piece as the group's runner reaches it: in place (its own memory, host memory,
+** the memory it backs), or -- a group over imports -- through the import of the tensor's
+** segment, made now and remembered in the group. 0: it cannot be reached. */
+static int piece_end(group *gr, const xfer_tensor *t, size_t at, xfer_piece_end *out,
+                     xfer_error *err)
+{
+  if (xfer_piece_end_of(t, at, gr->many, out)) return 1;
+  if (!gr->imports) return 0;
+  size_t v = 0;
+  while (v < gr->nviews && gr->views[v].t != t) v++;
+  if (v == gr->nviews) {
+    if (v == VIEWS_MAX || xfer_interop_view(t, gr->many, &gr->views[v].view, err)) return 0;
+    gr->views[v].t = t;
+    gr->nviews++;
+  }
+  *out = (xfer_piece_end){gr->views[v].view, t->offset + at, NULL};
+  return 1;
+}
+
+/* The devices a group's run holds: its route's, and a runner that is neither end. */
+static int group_devices(const group *gr, xfer_device *devs[5])
+{
+  int n = xfer_route_devices(&gr->route, devs);
+  if (gr->many && gr->many != gr->from && gr->many != gr->to) devs[n++] = gr->many;
+  return n;
+}
+
 /* The pieces of a group one device runs at once, or none (memory the runner cannot reach: a
-** segment not backed), when it runs one by one. */
+** segment not backed, an import refused), when it runs one by one. */
 static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
   gr->pieces = malloc(gr->count * sizeof *gr->pieces);
   if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  xfer_device *devs[5], *held[5];
+  int nheld = gr->imports ? xfer_device_lock_all(devs, group_devices(gr, devs), held) : 0;
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
     xfer_piece *p = &gr->pieces[k];
     p->n = onto_itself(e) ? 0 : length_of(e);
-    if (!xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &p->dst) ||
-        !xfer_piece_end_of(e->src, e->src_offset, gr->many, &p->src)) {
+    xfer_error ignored; /* an import refused is no error: the group runs one by one */
+    if (!piece_end(gr, e->dst, e->dst_offset, &p->dst, &ignored) ||
+        !piece_end(gr, e->src, e->src_offset, &p->src, &ignored)) {
       free(gr->pieces);
       gr->pieces = NULL;
       gr->many = NULL;
       break;
     }
+  }
+  xfer_device_unlock_all(held, nheld);
+  return XFER_E_OK;
+}
+
+/* Before a run over imports (devices held): an import the pieces were made with may have gone
+** with its importer's close and been made anew -- the pieces then point at the new one. */
+static xfer_code views_current(group *gr, xfer_error *err)
+{
+  for (size_t v = 0; v < gr->nviews; v++) {
+    void *now = NULL, *then = gr->views[v].view;
+    xfer_code rc = xfer_interop_view(gr->views[v].t, gr->many, &now, err);
+    if (rc) return rc;
+    if (now == then) continue;
+    for (size_t k = 0; k < gr->count; k++) {
+      if (gr->pieces[k].dst.buf == then) gr->pieces[k].dst.buf = now;
+      if (gr->pieces[k].src.buf == then) gr->pieces[k].src.buf = now;
+    }
+    for (size_t w = 0; w < gr->nviews; w++)
+      if (gr->views[w].view == then) gr->views[w].view = now;
   }
   return XFER_E_OK;
 }
@@ -354,7 +433,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   free(of);
   for (size_t g = 0; !rc && g < b->ngroups; g++) {
     group *gr = &b->groups[g];
-    if (!gr->general && (gr->many = many_device(gr))) rc = group_pieces(b, gr, err);
+    if (!gr->general && (gr->many = many_device(gr, &gr->imports))) rc = group_pieces(b, gr, err);
   }
   return rc;
 }
@@ -417,9 +496,8 @@ static void mark_busy(xfer_batch *b, const group *g, int delta)
 /* One group: its devices held, its tensors checked, then at once or one by one. */
 static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
 {
-  xfer_device *devs[4], *held[4];
-  int ndevs = xfer_route_devices(&g->route, devs);
-  int nheld = xfer_device_lock_all(devs, ndevs, held);
+  xfer_device *devs[5], *held[5];
+  int nheld = xfer_device_lock_all(devs, group_devices(g, devs), held);
   mark_busy(b, g, 1);
   xfer_code rc = XFER_E_OK;
   size_t bad = 0;
@@ -436,7 +514,9 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   }
   double start = xfer_now();
   if (!rc && g->many) {
-    rc = xfer_be_many(g->many, g->pieces, g->count, err);
+    xfer_error ignored; /* an import no longer to be had: one by one, as below */
+    rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
+                                                 : xfer_be_many(g->many, g->pieces, g->count, err);
     if (rc == XFER_E_UNSUPPORTED) {
       g->many = NULL; /* not for this runtime after all: one by one, now and on every run */
       rc = XFER_E_OK;

@@ -116,6 +116,15 @@ static xfer_code run_between(const xfer_route *r, xfer_tensor *src, xfer_tensor 
   return rc;
 }
 
+xfer_code xfer_interop_view(const xfer_tensor *t, xfer_device *importer, void **view,
+                            xfer_error *err)
+{
+  const xfer_block *b = xfer_tensor_block(t);
+  if (!b) return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, "a tensor without memory of "
+                             "xferlua's own is not shared");
+  return imported(b, importer, view, err);
+}
+
 xfer_code xfer_interop_run(const xfer_route *r, xfer_tensor *src, xfer_tensor *dst,
                            xfer_error *err)
 {

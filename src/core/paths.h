@@ -12,6 +12,11 @@
 /* The interop move of route->share between src and dst (devices held). */
 xfer_code xfer_interop_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
                            xfer_error *err);
+/* A tensor's memory as `importer` (a device of another runtime on its GPU) addresses it: its
+** segment exported and imported once, kept with the segment (devices held); the tensor is at
+** its own offset in *view. */
+xfer_code xfer_interop_view(const xfer_tensor *t, xfer_device *importer, void **view,
+                            xfer_error *err);
 /* The staged move: route->depth host chunks of route->chunk bytes, the source read into one
 ** while the target is written from another. */
 xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,

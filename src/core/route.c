@@ -48,6 +48,19 @@ static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
   return NULL;
 }
 
+xfer_device *xfer_route_many_importer(const xfer_device *dev)
+{
+  if (!dev->can_export || dev->lost) return NULL;
+  xfer_ctx *ctx = dev->ctx;
+  for (size_t d = 0; d < ctx->ndevices; d++) {
+    xfer_device *alias = ctx->devices[d];
+    if (alias->rt != dev->rt && alias->can_import && !alias->lost && !alias->closed &&
+        xfer_be_has_many(alias) && same_gpu(alias, dev))
+      return alias;
+  }
+  return NULL;
+}
+
 /* Two GPUs that a runtime with peer copies (CUDA, over NVLink) joins, where an end of another
 ** runtime (Vulkan) exports its memory to the runtime's device on its GPU: one peer copy. */
 static int peer_share(const xfer_device *src, const xfer_device *dst, xfer_route *r)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vulkan_api.h"
+#include "vulkan_call.h"
 
 /* Staging chunk size, and the smallest move worth importing host pages for. */
 #define STAGING_CHUNK (8u << 20)
@@ -18,13 +18,10 @@
 /* How long a wait polls its fence before it sleeps. */
 #define SPIN_SECONDS 0.002
 
-static vk_api *api_of(const xfer_device *dev) { return dev->rt->impl; }
-static vk_dev *vk_of(const xfer_device *dev) { return dev->impl; }
+/* -- The checked wrapper (vulkan_call.h) ------------------------------------------------- */
 
-/* -- The checked wrapper ----------------------------------------------------------- */
-
-static xfer_code vk_fail(xfer_device *dev, xfer_op op, const char *fn, VkResult r,
-                         int injected, xfer_error *err)
+xfer_code xfer_vk_fail(xfer_device *dev, xfer_op op, const char *fn, VkResult r, int injected,
+                       xfer_error *err)
 {
   xfer_code code = xfer_op_failure(op);
   if (r == VK_ERROR_DEVICE_LOST) { /* for good: every later use raises device_lost */
@@ -37,15 +34,12 @@ static xfer_code vk_fail(xfer_device *dev, xfer_op op, const char *fn, VkResult 
   return xfer_err_native(err, code, op, r, xfer_vk_result_name(r), what, retryable, injected);
 }
 
-static xfer_code vk_check(xfer_device *dev, xfer_op op, const char *fn, VkResult r,
-                          xfer_error *err)
+xfer_code xfer_vk_check(xfer_device *dev, xfer_op op, const char *fn, VkResult r, xfer_error *err)
 {
-  return r < 0 ? vk_fail(dev, op, fn, r, 0, err) : XFER_E_OK;
+  return r < 0 ? xfer_vk_fail(dev, op, fn, r, 0, err) : XFER_E_OK;
 }
 
-/* An injected fault fails the call before the driver sees it, with the rule's code or
-** the usual one for the op. */
-static int vk_injected(xfer_device *dev, xfer_op op)
+int xfer_vk_injected(xfer_device *dev, xfer_op op)
 {
   long long native;
   if (!xfer_fault_hit(dev->ctx, "vulkan", op, &native)) return 0;
@@ -54,12 +48,6 @@ static int vk_injected(xfer_device *dev, xfer_op op)
                                                 : VK_ERROR_UNKNOWN;
   return 1;
 }
-
-/* VK(dev, op, err, vkFn, args...): the call's xfer_code, XFER_E_OK on success. */
-#define VK(dev, op, err, fn, ...)                                                          \
-  (vk_injected((dev), (op))                                                                \
-       ? vk_fail((dev), (op), #fn, (VkResult)vk_of(dev)->injected, 1, (err))              \
-       : vk_check((dev), (op), #fn, vk_of(dev)->fn(__VA_ARGS__), (err)))
 
 /* -- Buffers ------------------------------------------------------------------------- */
 
@@ -90,7 +78,7 @@ static xfer_code create_buffer(xfer_device *dev, xfer_op op, VkDeviceSize n,
   uint32_t usable = req.memoryTypeBits & types;
   if (!usable) {
     destroy_buffer(vd, b);
-    return vk_fail(dev, op, "vkGetBufferMemoryRequirements", VK_ERROR_FORMAT_NOT_SUPPORTED, 0,
+    return xfer_vk_fail(dev, op, "vkGetBufferMemoryRequirements", VK_ERROR_FORMAT_NOT_SUPPORTED, 0,
                    err);
   }
   uint32_t type = 0;
@@ -157,17 +145,17 @@ static void vulkan_free(xfer_device *dev, void *buf, size_t nbytes)
 
 /* -- Submission ------------------------------------------------------------------------ */
 
-/* Records the copy of `count` regions from src to dst and submits it behind `fence`. */
-static xfer_code record_regions(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, VkBuffer src,
-                                VkBuffer dst, const VkBufferCopy *regions, uint32_t count,
-                                VkFence fence, xfer_error *err)
+xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cmd,
+                                const vk_copy *copies, size_t ncopies, VkFence fence,
+                                xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
   xfer_code rc = VK(dev, op, err, vkBeginCommandBuffer, cmd, &begin);
   if (rc) return rc;
-  vd->vkCmdCopyBuffer(cmd, src, dst, count, regions);
+  for (size_t c = 0; c < ncopies; c++)
+    vd->vkCmdCopyBuffer(cmd, copies[c].src, copies[c].dst, copies[c].count, copies[c].regions);
   rc = VK(dev, op, err, vkEndCommandBuffer, cmd);
   if (!rc) rc = VK(dev, op, err, vkResetFences, vd->device, 1, &fence);
   VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
@@ -178,6 +166,15 @@ static xfer_code record_regions(xfer_device *dev, xfer_op op, VkCommandBuffer cm
   ** recording (the validation layer's VUID-vkBeginCommandBuffer-commandBuffer-00049) */
   if (rc) vd->vkResetCommandBuffer(cmd, 0);
   return rc;
+}
+
+/* Records the copy of `count` regions from src to dst and submits it behind `fence`. */
+static xfer_code record_regions(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, VkBuffer src,
+                                VkBuffer dst, const VkBufferCopy *regions, uint32_t count,
+                                VkFence fence, xfer_error *err)
+{
+  vk_copy copy = {src, dst, regions, count};
+  return xfer_vk_submit_copies(dev, op, cmd, &copy, 1, fence, err);
 }
 
 static xfer_code record_copy(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, VkBuffer src,
@@ -192,10 +189,10 @@ static xfer_code record_copy(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, 
 ** vkWaitForFences sleeps, and NVIDIA's wakes it late enough to starve the staged pipeline,
 ** which waits once per chunk (measured in the note of issue 6). An injected failure still
 ** waits: the host memory of the copy is the caller's again only once it has landed. */
-static xfer_code wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err)
+xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
-  int injected = vk_injected(dev, op);
+  int injected = xfer_vk_injected(dev, op);
   VkResult r = VK_NOT_READY;
   const char *fn = "vkGetFenceStatus";
   if (!dev->unified) { /* a CPU device needs the core we would spin on */
@@ -207,8 +204,8 @@ static xfer_code wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_er
     fn = "vkWaitForFences";
     r = vd->vkWaitForFences(vd->device, 1, &fence, VK_TRUE, UINT64_MAX);
   }
-  if (injected) return vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
-  return vk_check(dev, op, fn, r, err);
+  if (injected) return xfer_vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
+  return xfer_vk_check(dev, op, fn, r, err);
 }
 
 /* One copy on the device's queue, waited for. */
@@ -217,7 +214,7 @@ static xfer_code copy_now(xfer_device *dev, xfer_op op, VkBuffer src, VkDeviceSi
 {
   vk_dev *vd = vk_of(dev);
   xfer_code rc = record_copy(dev, op, vd->cmd, src, src_offset, dst, dst_offset, n, vd->fence, err);
-  return rc ? rc : wait_fence(dev, op, vd->fence, err);
+  return rc ? rc : xfer_vk_wait_fence(dev, op, vd->fence, err);
 }
 
 /* -- The staging pool ------------------------------------------------------------------- */
@@ -285,7 +282,7 @@ static xfer_code drain(xfer_device *dev, xfer_op op, const int *in_flight, xfer_
   for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) {
     if (!in_flight[s]) continue;
     xfer_error ignored;
-    xfer_code w = wait_fence(dev, op, st->fence[s], rc ? &ignored : err);
+    xfer_code w = xfer_vk_wait_fence(dev, op, st->fence[s], rc ? &ignored : err);
     if (!rc) rc = w;
   }
   return rc;
@@ -297,7 +294,7 @@ static xfer_code drain(xfer_device *dev, xfer_op op, const int *in_flight, xfer_
 ** Only segments xferlua owns are imported; the import is kept with the segment, which
 ** undoes it (host_unpin) before it goes back to the system. A failed import is no error --
 ** the caller stages instead. */
-static const vk_import *import_host(xfer_device *dev, const void *ptr, size_t n, size_t min)
+const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n, size_t min)
 {
   vk_dev *vd = vk_of(dev);
   VkDeviceSize align = vd->import_alignment;
@@ -348,7 +345,7 @@ static const vk_import *import_host(xfer_device *dev, const void *ptr, size_t n,
 ** the segment up (and importing it, the first time). */
 static const vk_import *imported(xfer_device *dev, const void *ptr, size_t n)
 {
-  return import_host(dev, ptr, n, IMPORT_MIN);
+  return xfer_vk_import_host(dev, ptr, n, IMPORT_MIN);
 }
 
 static void vulkan_host_unpin(xfer_device *dev, void *base, size_t size, void *pin)
@@ -395,7 +392,7 @@ static xfer_code stage_take(xfer_device *dev, xfer_op op, size_t n, stage *sg, x
       xfer_error ignored;
       if (xfer_mem_alloc(host, sg->chunk, &sg->block[s], &ignored)) break;
       sg->ptr[s] = (char *)sg->block[s]->buf + sg->block[s]->offset; /* host blocks are addresses */
-      const vk_import *im = import_host(dev, sg->ptr[s], sg->chunk, 0);
+      const vk_import *im = xfer_vk_import_host(dev, sg->ptr[s], sg->chunk, 0);
       if (!im) break;
       sg->buffer[s] = im->buffer;
       sg->at[s] = (VkDeviceSize)(sg->ptr[s] - im->base);
@@ -426,7 +423,7 @@ static xfer_code staged_write(xfer_device *dev, vk_buf *dst, size_t offset, cons
     size_t len = n - off < sg.chunk ? n - off : sg.chunk;
     if (in_flight[s]) {
       in_flight[s] = 0;
-      if ((rc = wait_fence(dev, XFER_OP_WRITE, st->fence[s], err))) break;
+      if ((rc = xfer_vk_wait_fence(dev, XFER_OP_WRITE, st->fence[s], err))) break;
     }
     memcpy(sg.ptr[s], src + off, len);
     rc = record_copy(dev, XFER_OP_WRITE, st->cmd[s], sg.buffer[s], sg.at[s], dst->buffer, offset + off,
@@ -459,7 +456,7 @@ static xfer_code staged_read(xfer_device *dev, vk_buf *src, size_t offset, char 
     int s = (int)(k % XFER_VK_STAGING_SLOTS);
     size_t off = k * sg.chunk, len = n - off < sg.chunk ? n - off : sg.chunk;
     in_flight[s] = 0;
-    if ((rc = wait_fence(dev, XFER_OP_READ, st->fence[s], err))) break;
+    if ((rc = xfer_vk_wait_fence(dev, XFER_OP_READ, st->fence[s], err))) break;
     memcpy(dst + off, sg.ptr[s], len);
     size_t next = k + XFER_VK_STAGING_SLOTS;
     if (next < chunks) {
@@ -481,8 +478,8 @@ static xfer_code vulkan_write(xfer_device *dev, void *buf, size_t offset, const 
 {
   vk_buf *dst = buf;
   if (dst->mapped) { /* memory the CPU shares: one memcpy */
-    if (vk_injected(dev, XFER_OP_WRITE))
-      return vk_fail(dev, XFER_OP_WRITE, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
+    if (xfer_vk_injected(dev, XFER_OP_WRITE))
+      return xfer_vk_fail(dev, XFER_OP_WRITE, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
     memcpy((char *)dst->mapped + offset, src, n);
     return XFER_E_OK;
   }
@@ -498,8 +495,8 @@ static xfer_code vulkan_read(xfer_device *dev, void *buf, size_t offset, void *d
 {
   vk_buf *src = buf;
   if (src->mapped) {
-    if (vk_injected(dev, XFER_OP_READ))
-      return vk_fail(dev, XFER_OP_READ, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
+    if (xfer_vk_injected(dev, XFER_OP_READ))
+      return xfer_vk_fail(dev, XFER_OP_READ, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
     memcpy(dst, (const char *)src->mapped + offset, n);
     return XFER_E_OK;
   }
@@ -536,8 +533,8 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   vk_buf *tensor = buf;
   size_t n = run * rows;
   if (tensor->mapped) { /* memory the CPU shares: a memcpy a row */
-    if (vk_injected(dev, op))
-      return vk_fail(dev, op, "vkMapMemory", (VkResult)vd->injected, 1, err);
+    if (xfer_vk_injected(dev, op))
+      return xfer_vk_fail(dev, op, "vkMapMemory", (VkResult)vd->injected, 1, err);
     for (size_t i = 0; i < rows; i++) {
       char *at = (char *)tensor->mapped + offset + i * pitch;
       if (to_device) memcpy(at, host + i * run, run);
@@ -572,7 +569,7 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
     if (!im && to_device) memcpy(sg.ptr[0], packed, count * run);
     VkBuffer src = to_device ? other : tensor->buffer, dst = to_device ? tensor->buffer : other;
     rc = record_regions(dev, op, vd->cmd, src, dst, regions, (uint32_t)count, vd->fence, err);
-    if (!rc) rc = wait_fence(dev, op, vd->fence, err);
+    if (!rc) rc = xfer_vk_wait_fence(dev, op, vd->fence, err);
     if (!rc && !im && !to_device) memcpy(packed, sg.ptr[0], count * run);
   }
   free(regions);
@@ -593,7 +590,7 @@ static xfer_code vulkan_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
                                 .dstOffset = dst_offset + i * dst_pitch, .size = run};
   xfer_code rc = record_regions(dev, XFER_OP_COPY, vd->cmd, ((vk_buf *)src)->buffer,
                                 ((vk_buf *)dst)->buffer, regions, (uint32_t)rows, vd->fence, err);
-  if (!rc) rc = wait_fence(dev, XFER_OP_COPY, vd->fence, err);
+  if (!rc) rc = xfer_vk_wait_fence(dev, XFER_OP_COPY, vd->fence, err);
   free(regions);
   return rc;
 }
@@ -652,7 +649,7 @@ static xfer_code vulkan_finish(xfer_device *dev, int slot, xfer_error *err)
   vk_queued *q = &vk_of(dev)->queued[slot];
   if (!q->pending) return XFER_E_OK;
   q->pending = 0;
-  return wait_fence(dev, q->op, q->fence, err);
+  return xfer_vk_wait_fence(dev, q->op, q->fence, err);
 }
 
 static xfer_code vulkan_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
@@ -770,6 +767,7 @@ static const xfer_copy_ops vulkan_copies = {
   .finish = vulkan_finish,
   .within = vulkan_copy,
   .within_rows = vulkan_copy_rows,
+  .many = xfer_vk_many,
 };
 static const xfer_share_ops vulkan_share = {
   .export_fd = vulkan_export_fd,
