@@ -249,6 +249,58 @@ describe("batches", function()
     end
   end)
 
+  it("between devices that share no memory: packed into host memory and scattered, two submissions", function()
+    h.no_setaside()
+    local tried = 0
+    for _, a in ipairs(xfer.devices()) do
+      for _, b in ipairs(xfer.devices()) do
+        local probe = xfer.empty({ 4 }, { dtype = "u8", device = a })
+        local staged = a ~= host and b ~= host and xfer.plan(probe, b).path == "staged"
+        probe:free()
+        if staged then
+          tried = tried + 1
+          local before_a, before_b, before_h = h.in_use(a), h.in_use(b), h.in_use(host)
+          local block, nblocks = 1024, 32
+          local seed = h.random_bytes(block * nblocks)
+          local src = xfer.tensor(seed, { dtype = "u8", device = a })
+          local dst = xfer.zeros({ block * nblocks }, { dtype = "u8", device = b })
+          local sb, db = {}, {}
+          for i = 0, 19 do sb[#sb + 1] = (i * 7) % nblocks; db[#db + 1] = (i * 5 + 3) % nblocks end
+          local bt = xfer.batch({ dst = dst, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+          bt:run()
+          assert.are.equal(1, bt.at_once, a.name .. " -> " .. b.name)
+          local got = dst:tobytes()
+          for k = 1, #sb do
+            assert.are.equal(seed:sub(sb[k] * block + 1, (sb[k] + 1) * block), got:sub(db[k] * block + 1, (db[k] + 1) * block))
+          end
+          -- a fault in the packing or the scattering submission fails the group whole
+          for _, rt in ipairs({ a.runtime, b.runtime }) do
+            xfer.faults.inject({ runtime = rt, op = "copy", count = 100 })
+            local ok, e = pcall(bt.run, bt)
+            xfer.faults.clear()
+            if not ok then
+              assert.is_true(xfer.is_error(e), tostring(e))
+              assert.are.equal(1, e.element)
+              assert.are.equal(a.name, e.from)
+              assert.are.equal(b.name, e.to)
+              assert.is_false(bt:done()[1])
+            end
+          end
+          bt:run()
+          assert.are.equal(seed, src:tobytes(), "the source is untouched")
+          bt:release()
+          src:free()
+          dst:free()
+          collectgarbage()
+          assert.are.equal(before_a, h.in_use(a))
+          assert.are.equal(before_b, h.in_use(b))
+          assert.are.equal(before_h, h.in_use(host), "the packed host memory went back")
+        end
+      end
+    end
+    if tried == 0 then pending("no two devices here move by staging") end
+  end)
+
   it("host batches go to the host at once, and a host fault there names the first element", function()
     local src, dst = pattern(64, host, 0), xfer.zeros({ 64 }, { dtype = "u8" })
     local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 1 }, dst_blocks = { 1, 0 }, block_bytes = 32 })

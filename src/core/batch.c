@@ -27,6 +27,11 @@ typedef struct group {
   int general;                  /* one element moved as xfer_transfer_copy moves it */
   xfer_device *many;            /* the device that takes the group at once, or NULL */
   xfer_piece *pieces;           /* ... and its pieces, in the group's order */
+  xfer_device *through;         /* a group through host memory in two submissions: the device
+                                ** that packs the sources into it (`many` then scatters it) */
+  xfer_piece *packing;          /* ... its pieces, source -> packed host memory, and where each
+                                ** piece lies in that memory (the host ends set at each run) */
+  size_t *packed_at;
   int imports;                  /* the runner reaches ends of another runtime through imports
                                 ** of their memory, one per tensor: */
   size_t nviews;
@@ -239,6 +244,23 @@ static xfer_device *many_device(const group *g, int *imports)
   return xfer_many_runner(g->from, g->to);
 }
 
+/* Two devices that share no memory (staged, or through the host): where each end's runtime takes
+** batches with host memory, the group is packed into host memory by one submission of the
+** source's runner and scattered from it by one of the target's (*through: the packer). */
+static xfer_device *through_host(const group *g, xfer_device **through)
+{
+  *through = NULL;
+  xfer_path p = g->route.path;
+  if (g->planned || (p != XFER_PATH_STAGED && p != XFER_PATH_HOST) || xfer_is_host(g->from) ||
+      xfer_is_host(g->to))
+    return NULL;
+  xfer_device *host = xfer_host_of(g->from->ctx);
+  xfer_device *packer = xfer_many_runner(g->from, host), *scatterer = xfer_many_runner(host, g->to);
+  if (!packer || !scatterer) return NULL;
+  *through = packer;
+  return scatterer;
+}
+
 /* A window: a byte range of a tensor as a shallow copy (transfer.h). */
 static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
 {
@@ -347,10 +369,11 @@ static int piece_end(group *gr, const xfer_tensor *t, size_t at, xfer_piece_end 
 }
 
 /* The devices a group's run holds: its route's, and a runner that is neither end. */
-static int group_devices(const group *gr, xfer_device *devs[5])
+static int group_devices(const group *gr, xfer_device *devs[6])
 {
   int n = xfer_route_devices(&gr->route, devs);
   if (gr->many && gr->many != gr->from && gr->many != gr->to) devs[n++] = gr->many;
+  if (gr->through && gr->through != gr->from && gr->through != gr->many) devs[n++] = gr->through;
   return n;
 }
 
@@ -360,7 +383,7 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
   gr->pieces = malloc(gr->count * sizeof *gr->pieces);
   if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  xfer_device *devs[5], *held[5];
+  xfer_device *devs[6], *held[6];
   int nheld = gr->imports ? xfer_device_lock_all(devs, group_devices(gr, devs), held) : 0;
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
@@ -377,6 +400,47 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   }
   xfer_device_unlock_all(held, nheld);
   return XFER_E_OK;
+}
+
+/* A group through host memory: the packing pieces (source -> host) and the scattering ones
+** (host -> target), the host ends as offsets into the packed memory until a run has it. */
+static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
+{
+  gr->pieces = malloc(gr->count * sizeof *gr->pieces);
+  gr->packing = malloc(gr->count * sizeof *gr->packing);
+  gr->packed_at = malloc(gr->count * sizeof *gr->packed_at);
+  if (!gr->pieces || !gr->packing || !gr->packed_at) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  size_t at = 0;
+  for (size_t k = 0; k < gr->count; k++) {
+    const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
+    size_t n = onto_itself(e) ? 0 : length_of(e);
+    xfer_piece_end packed = {NULL, 0, NULL};
+    gr->packing[k] = gr->pieces[k] = (xfer_piece){packed, packed, n};
+    gr->packed_at[k] = at;
+    at += n;
+    if (!xfer_piece_end_of(e->src, e->src_offset, gr->through, &gr->packing[k].src) ||
+        !xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &gr->pieces[k].dst)) {
+      gr->many = gr->through = NULL; /* memory a runner cannot reach: one by one */
+      break;
+    }
+  }
+  return XFER_E_OK;
+}
+
+/* A group through host memory, run: packed by one submission, scattered by another. */
+static xfer_code run_through_host(group *g, xfer_error *err)
+{
+  xfer_block *packed = NULL;
+  xfer_code rc = xfer_mem_alloc(xfer_host_of(g->from->ctx), g->bytes, &packed, err);
+  if (rc) return rc;
+  char *base = packed ? (char *)xfer_be_host_address(xfer_host_of(g->from->ctx), packed->buf,
+                                                     packed->offset) : NULL;
+  for (size_t k = 0; k < g->count; k++)
+    g->packing[k].dst.host = g->pieces[k].src.host = base + g->packed_at[k];
+  rc = xfer_be_many(g->through, g->packing, g->count, err);
+  if (!rc) rc = xfer_be_many(g->many, g->pieces, g->count, err);
+  xfer_mem_free(packed);
+  return rc;
 }
 
 /* Before a run over imports (devices held): an import the pieces were made with may have gone
@@ -433,7 +497,11 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   free(of);
   for (size_t g = 0; !rc && g < b->ngroups; g++) {
     group *gr = &b->groups[g];
-    if (!gr->general && (gr->many = many_device(gr, &gr->imports))) rc = group_pieces(b, gr, err);
+    if (gr->general) continue;
+    if ((gr->many = many_device(gr, &gr->imports)))
+      rc = group_pieces(b, gr, err);
+    else if ((gr->many = through_host(gr, &gr->through)))
+      rc = staged_pieces(b, gr, err);
   }
   return rc;
 }
@@ -496,7 +564,7 @@ static void mark_busy(xfer_batch *b, const group *g, int delta)
 /* One group: its devices held, its tensors checked, then at once or one by one. */
 static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
 {
-  xfer_device *devs[5], *held[5];
+  xfer_device *devs[6], *held[6];
   int nheld = xfer_device_lock_all(devs, group_devices(g, devs), held);
   mark_busy(b, g, 1);
   xfer_code rc = XFER_E_OK;
@@ -515,10 +583,14 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   double start = xfer_now();
   if (!rc && g->many) {
     xfer_error ignored; /* an import no longer to be had: one by one, as below */
-    rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
-                                                 : xfer_be_many(g->many, g->pieces, g->count, err);
+    if (g->through)
+      rc = run_through_host(g, err);
+    else
+      rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
+                                                   : xfer_be_many(g->many, g->pieces, g->count, err);
     if (rc == XFER_E_UNSUPPORTED) {
-      g->many = NULL; /* not for this runtime after all: one by one, now and on every run */
+      g->many = g->through = NULL; /* not for these runtimes after all: one by one, now and on
+                                   ** every run */
       rc = XFER_E_OK;
     } else {
       if (rc) xfer_err_frame(err, g->from, g->to, g->bytes);
@@ -632,7 +704,11 @@ void xfer_batch_release(xfer_batch *b)
     xfer_tensor_release(b->items[i].dst);
     xfer_tensor_release(b->items[i].src);
   }
-  for (size_t g = 0; b->groups && g < b->ngroups; g++) free(b->groups[g].pieces);
+  for (size_t g = 0; b->groups && g < b->ngroups; g++) {
+    free(b->groups[g].pieces);
+    free(b->groups[g].packing);
+    free(b->groups[g].packed_at);
+  }
   free(b->groups);
   free(b->order);
   free(b->items);
