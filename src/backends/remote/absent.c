@@ -27,6 +27,11 @@ void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out)
   (void)peer;
   *out = (xfer_registered){0, 0, 0, 0};
 }
+void xfer_peer_memory(const xfer_peer *peer, char *here, char *there, size_t cap)
+{
+  (void)peer;
+  if (cap) here[0] = there[0] = '\0';
+}
 size_t xfer_peer_transports(xfer_peer *peer, char *out, size_t cap)
 {
   (void)peer;
