@@ -299,6 +299,51 @@ describe("remote devices #remote", function()
     assert.is_truthy(steps:find(a.name .. ": across the network, in chunks (remote " .. one.url .. ")", 1, true), steps)
   end)
 
+  it("takes a batch to, from and within a remote device in few requests, moved there as one batch", function()
+    local server = start_server({ name = "nodeK" })
+    local p = connect(server.url, { timeout = 10 })
+    local saved = xfer.config()
+    -- requests of 64 KiB: a batch of 2 MiB is several, pieces split across two of them
+    xfer.config({ remote_chunk = 65536, remote_depth = 2 })
+    local ok, err = pcall(function()
+      local block, nblocks = 3000, 700 -- blocks that straddle the requests' ends
+      local seed = h.random_bytes(block * nblocks)
+      local src = xfer.tensor(seed, { dtype = "u8" })
+      local sb, db = {}, {}
+      for i = 0, nblocks - 1 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 101 + 3) % nblocks end
+      for _, dev in ipairs(p.devices) do
+        local there = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
+        local up = xfer.batch({ dst = there, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+        up:run()
+        assert.are.equal(1, up.at_once, dev.name)
+        local twin = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
+        local within = xfer.batch({ dst = twin, src = there, src_blocks = db, dst_blocks = sb, block_bytes = block })
+        within:run()
+        assert.are.equal(1, within.at_once, dev.name)
+        local back = xfer.zeros({ block * nblocks }, { dtype = "u8" })
+        local down = xfer.batch({ dst = back, src = twin, src_blocks = { first = 0, count = nblocks },
+                                  dst_blocks = { first = 0, count = nblocks }, block_bytes = block })
+        down:run()
+        assert.are.equal(1, down.at_once, dev.name)
+        assert.are.equal(seed, back:tobytes(), dev.name .. ": host -> there -> within -> host")
+        -- a fault in one request fails the batch, its first element named; the peer stays
+        xfer.faults.inject({ runtime = "remote", op = "write", nth = 2 })
+        local e = h.raises("write", up.run, up)
+        xfer.faults.clear()
+        assert.are.equal(1, e.element)
+        assert.is_true(e.injected)
+        assert.are.equal("host", e.from)
+        assert.are.equal(dev.name, e.to)
+        assert.is_false(p.lost)
+        up:run()
+        for _, t in ipairs({ there, twin, back }) do t:free() end
+      end
+    end)
+    xfer.config({ remote_chunk = saved.remote_chunk, remote_depth = saved.remote_depth })
+    server.stop()
+    assert(ok, err)
+  end)
+
   it("tells what memory UCX moves in place on each side, and refuses direct for host memory and for a UCX without CUDA", function()
     local server = start_server({ name = "nodeP" })
     local p = connect(server.url, { timeout = 10 })

@@ -5,7 +5,8 @@
 -- a batch made each time (dst:copy_blocks), and by a loop of copy_from over the blocks; beside
 -- the same bytes moved contiguously (the link), and where CUDA works PyTorch's loop of copy_ and
 -- its index_select/index_copy_ (scripts/bench_frameworks.py --batch) and NIXL's transfers
--- made and prepared (scripts/bench_nixl.py; XFER_NIXL_DIR: an unpacked wheel) in the same run.
+-- made and prepared, in one process and into another process's memory (scripts/bench_nixl.py;
+-- XFER_NIXL_DIR: an unpacked wheel) in the same run.
 local xfer = require "xfer"
 local bench = require "xfer.bench"
 
@@ -54,7 +55,7 @@ return function(B)
   local rows = { { ("blocks in %s"):format(bench.format_size(buffer)), "blocks", "prepared GB/s",
                    "copy_blocks GB/s", "copy_from loop GB/s", "contiguous GB/s", "prepared / contiguous",
                    "PyTorch copy_ loop GB/s", "PyTorch index GB/s", "NIXL GB/s", "NIXL prepared GB/s",
-                   "prepared / NIXL prepared", "at once" } }
+                   "prepared / NIXL prepared", "NIXL 2 processes prepared GB/s", "at once" } }
   for _, a in ipairs(devs) do
     for _, b in ipairs(devs) do
       if a ~= b and (a == B.host or b == B.host or a.runtime == "cuda" or b.runtime == "cuda") then
@@ -87,6 +88,7 @@ return function(B)
             local t_index = t_loop and torch["index " .. dir .. " " .. block]
             local n_made = t_loop and torch["nixl-made " .. dir .. " " .. block]
             local n_prep = t_loop and torch["nixl-prepared " .. dir .. " " .. block]
+            local n_two = t_loop and torch["nixl-2proc-prepared " .. dir .. " " .. block]
             local function r(s) return ("%.2f"):format(bench.gbps(bytes, s)) end
             rows[#rows + 1] = { a.name .. " -> " .. b.name, ("%d x %s"):format(count, bench.format_size(block)),
                                 r(s_prep), r(s_made), r(s_loop), r(s_whole),
@@ -94,7 +96,7 @@ return function(B)
                                 t_loop and ("%.2f"):format(t_loop) or "-", t_index and ("%.2f"):format(t_index) or "-",
                                 n_made and ("%.2f"):format(n_made) or "-", n_prep and ("%.2f"):format(n_prep) or "-",
                                 n_prep and ("%.2fx"):format(bench.gbps(bytes, s_prep) / n_prep) or "-",
-                                tostring(prepared.at_once) }
+                                n_two and ("%.2f"):format(n_two) or "-", tostring(prepared.at_once) }
             prepared:release()
             collectgarbage()
           end

@@ -152,7 +152,7 @@ int main(int argc, char **argv)
          reply_code);
 
   static char junk[1 << 16];
-  int kinds[8] = {0};
+  int kinds[10] = {0};
   for (int r = 0; r < rounds; r++) {
     ep = connect_to(host, port);
     if (!ep) return 1;
@@ -163,7 +163,7 @@ int main(int argc, char **argv)
     }
     for (int m = 0; m < 4 && !ep_failed; m++) {
       for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)rand();
-      int kind = rand() % 8;
+      int kind = rand() % 10;
       kinds[kind]++;
       h = wire_make((wire_type)(1 + rand() % (WIRE__LAST - 1)), (uint64_t)rand());
       h.handle = (uint64_t)rand() % 4;
@@ -177,14 +177,30 @@ int main(int argc, char **argv)
       case 4: h.type = WIRE_ALLOC; h.length = UINT64_MAX - (uint64_t)rand(); send_raw(ep, &h, sizeof h, NULL, 0); break;
       case 5: h.type = WIRE_READ; h.offset = UINT64_MAX - 10; send_raw(ep, &h, sizeof h, NULL, 0); break; /* wraps */
       case 6: h.type = WIRE_FREE; h.handle = (uint64_t)rand() + 1000; send_raw(ep, &h, sizeof h, NULL, 0); break;
-      default: h.type = WIRE_REPLY; send_raw(ep, &h, sizeof h, junk, 16); break;        /* a server's message */
+      case 7: h.type = WIRE_REPLY; send_raw(ep, &h, sizeof h, junk, 16); break;         /* a server's message */
+      case 8: { /* a batch of junk pieces: unknown handles, ranges anywhere, lengths of 0 */
+        static const uint16_t many[3] = {WIRE_WRITE_MANY, WIRE_READ_MANY, WIRE_COPY_MANY};
+        h.type = many[rand() % 3];
+        h.offset = 1 + (uint64_t)(rand() % 8);
+        size_t len = (size_t)h.offset * (h.type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece));
+        if (h.type == WIRE_WRITE_MANY) len += (size_t)(rand() % 512);
+        h.length = h.type == WIRE_WRITE_MANY ? len : (uint64_t)(rand() % 4096);
+        send_raw(ep, &h, sizeof h, junk, len);
+        break;
+      }
+      default: /* a batch that lies about its pieces */
+        h.type = rand() % 2 ? WIRE_WRITE_MANY : WIRE_READ_MANY;
+        h.offset = rand() % 3 ? (uint64_t)rand() : 0;
+        send_raw(ep, &h, sizeof h, junk, (size_t)(rand() % 300));
+        break;
       }
     }
     close_ep(ep);
   }
   printf("fuzz: %d connections, messages by kind: random %d, cut %d, type %d, lying %d, huge alloc %d, "
-         "wrapping read %d, unknown handle %d, server's %d\n",
-         rounds, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], kinds[6], kinds[7]);
+         "wrapping read %d, unknown handle %d, server's %d, junk batch %d, lying batch %d\n",
+         rounds, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], kinds[6], kinds[7],
+         kinds[8], kinds[9]);
   ucp_worker_destroy(worker);
   ucp_cleanup(context);
   return version_ok ? 0 : 1;

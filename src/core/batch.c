@@ -244,10 +244,19 @@ static xfer_device *many_device(const group *g, int *imports)
   return xfer_many_runner(g->from, g->to);
 }
 
+/* A host <-> device or within-a-device group's runner among the devices themselves, for memory
+** a backing device does not hold. */
+static xfer_device *own_runner(const group *g)
+{
+  xfer_path p = g->route.path;
+  if (p != XFER_PATH_SAME_DEVICE && p != XFER_PATH_HOST && p != XFER_PATH_INTEROP) return NULL;
+  return xfer_many_runner_own(g->from, g->to);
+}
+
 /* Two devices that share no memory (staged, or through the host): where each end's runtime takes
 ** batches with host memory, the group is packed into host memory by one submission of the
 ** source's runner and scattered from it by one of the target's (*through: the packer). */
-static xfer_device *through_host(const group *g, xfer_device **through)
+static xfer_device *through_host(const group *g, xfer_device **through, int own)
 {
   *through = NULL;
   xfer_path p = g->route.path;
@@ -255,7 +264,8 @@ static xfer_device *through_host(const group *g, xfer_device **through)
       xfer_is_host(g->to))
     return NULL;
   xfer_device *host = xfer_host_of(g->from->ctx);
-  xfer_device *packer = xfer_many_runner(g->from, host), *scatterer = xfer_many_runner(host, g->to);
+  xfer_device *(*runner)(xfer_device *, xfer_device *) = own ? xfer_many_runner_own : xfer_many_runner;
+  xfer_device *packer = runner(g->from, host), *scatterer = runner(host, g->to);
   if (!packer || !scatterer) return NULL;
   *through = packer;
   return scatterer;
@@ -406,6 +416,9 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 ** (host -> target), the host ends as offsets into the packed memory until a run has it. */
 static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
+  free(gr->pieces); /* a try before, with other runners */
+  free(gr->packing);
+  free(gr->packed_at);
   gr->pieces = malloc(gr->count * sizeof *gr->pieces);
   gr->packing = malloc(gr->count * sizeof *gr->packing);
   gr->packed_at = malloc(gr->count * sizeof *gr->packed_at);
@@ -498,10 +511,16 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   for (size_t g = 0; !rc && g < b->ngroups; g++) {
     group *gr = &b->groups[g];
     if (gr->general) continue;
-    if ((gr->many = many_device(gr, &gr->imports)))
+    if ((gr->many = many_device(gr, &gr->imports))) {
+      xfer_device *tried = gr->many;
       rc = group_pieces(b, gr, err);
-    else if ((gr->many = through_host(gr, &gr->through)))
+      if (!rc && !gr->many && !gr->imports && (gr->many = own_runner(gr)) && gr->many != tried)
+        rc = group_pieces(b, gr, err); /* memory the backing device does not hold */
+    } else if ((gr->many = through_host(gr, &gr->through, 0))) {
       rc = staged_pieces(b, gr, err);
+      if (!rc && !gr->many && (gr->many = through_host(gr, &gr->through, 1)))
+        rc = staged_pieces(b, gr, err);
+    }
   }
   return rc;
 }

@@ -30,6 +30,9 @@ xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, 
 ** batches, at the device end (host <-> device), the one device, or the device whose memory
 ** both live in -- itself or through the memory a device lives in (dev->backing); NULL: none. */
 xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b);
+/* The same among the devices themselves, not the memory they live in (for memory a backing
+** device does not hold: a segment larger than its driver imports). */
+xfer_device *xfer_many_runner_own(xfer_device *a, xfer_device *b);
 /* Byte `at` of a tensor as `runner` addresses it in a batch: host memory in place, its own
 ** buffer, or the backing device's view of it. 0: runner cannot reach it. */
 int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner,

@@ -170,21 +170,26 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
 /* Below this run size a batch of runs is a piece per few elements: packing on the CPU wins. */
 #define MANY_RUN_MIN ((size_t)512)
 
-/* The device of one that takes batches (copy->many) itself or through the device whose memory
-** it lives in (OpenCL on NVIDIA lives in CUDA's), or NULL. */
-static xfer_device *many_of(xfer_device *dev)
+/* The device that runs batches over `dev`'s memory: the device whose memory it lives in (OpenCL
+** on NVIDIA lives in CUDA's: one kernel, where NVIDIA's OpenCL makes a command a piece), else
+** itself (own: itself only, for memory its backing device does not hold); or NULL. */
+static xfer_device *many_of(xfer_device *dev, int own)
 {
-  if (xfer_be_has_many(dev)) return dev;
-  return dev->backing && xfer_be_has_many(dev->backing) ? dev->backing : NULL;
+  if (!own && dev->backing && !dev->backing->lost && xfer_be_has_many(dev->backing))
+    return dev->backing;
+  return xfer_be_has_many(dev) ? dev : NULL;
 }
 
-xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b)
+static xfer_device *runner_of(xfer_device *a, xfer_device *b, int own)
 {
-  if (xfer_is_host(a)) return many_of(b);
-  if (xfer_is_host(b) || a == b) return many_of(a);
-  xfer_device *ra = many_of(a), *rb = many_of(b);
+  if (xfer_is_host(a)) return many_of(b, own);
+  if (xfer_is_host(b) || a == b) return many_of(a, own);
+  xfer_device *ra = many_of(a, own), *rb = many_of(b, own);
   return ra && ra == rb ? ra : NULL; /* two runtimes in one device's memory */
 }
+
+xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b) { return runner_of(a, b, 0); }
+xfer_device *xfer_many_runner_own(xfer_device *a, xfer_device *b) { return runner_of(a, b, 1); }
 
 int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner,
                       xfer_piece_end *out)
@@ -235,6 +240,11 @@ xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, 
   pieces_of p = {view, packed, runner, malloc(count * sizeof *p.pieces), run, to_packed};
   if (!p.pieces) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
   xfer_code rc = each_run(view, &run, piece_run, &p, err);
+  xfer_device *own = xfer_many_runner_own(view->dev, packed->dev);
+  if (rc == XFER_E_UNSUPPORTED && own && own != runner) { /* memory its backing does not hold */
+    p.runner = runner = own;
+    rc = each_run(view, &run, piece_run, &p, err);
+  }
   if (!rc) rc = xfer_be_many(runner, p.pieces, count, err);
   free(p.pieces);
   return rc;

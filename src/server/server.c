@@ -594,6 +594,124 @@ static void read_buffer(xfer_listener *l, conn *c, const message *m)
   reply_from(l, c, h, bytes, m->h.length, staging, XFER_MEMORY_HOST, m->h.flags);
 }
 
+/* -- Batches: a message's pieces as one batch of the server's ---------------------------------- */
+
+/* The buffer tensor a piece names and the range inside it, checked; 0 with the reply sent. */
+static int piece_buffer(xfer_listener *l, conn *c, const message *m, uint64_t handle,
+                        uint64_t offset, uint64_t length, size_t i, xfer_tensor **out)
+{
+  buffer_entry *b = buffer_of(c, handle);
+  xfer_error e;
+  if (!b || !length || offset + length < offset || offset + length > xfer_tensor_nbytes(b->t)) {
+    xfer_err_op(&e, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu: %s", i + 1,
+                !b ? "no such buffer on this server for this client"
+                   : !length ? "no bytes" : "bytes outside its buffer");
+    reply_error(l, c, &m->h, &e);
+    return 0;
+  }
+  *out = b->t;
+  return 1;
+}
+
+/* The pieces' items: one buffer end each (dst: writes and copies), the other `packed` at the
+** pieces' bytes one after another from `at` (writes and reads), or a buffer (copies). NULL with
+** the reply sent. */
+static xfer_batch_item *many_items(xfer_listener *l, conn *c, const message *m, xfer_tensor *packed,
+                                   size_t at, size_t *total)
+{
+  size_t count = m->h.offset;
+  xfer_batch_item *items = calloc(count, sizeof *items);
+  xfer_error e;
+  if (!items) {
+    xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_COPY, "%s on the server", xfer_code_what(XFER_E_ALLOC));
+    reply_error(l, c, &m->h, &e);
+    return NULL;
+  }
+  *total = 0;
+  for (size_t i = 0; i < count; i++) {
+    xfer_tensor *buf = NULL, *other = NULL;
+    int ok;
+    if (m->h.type == WIRE_COPY_MANY) {
+      wire_copy d;
+      memcpy(&d, m->data + i * sizeof d, sizeof d);
+      ok = piece_buffer(l, c, m, d.dst_handle, d.dst_offset, d.length, i, &buf) &&
+           piece_buffer(l, c, m, d.src_handle, d.src_offset, d.length, i, &other);
+      if (ok) items[i] = (xfer_batch_item){buf, other, d.dst_offset, d.src_offset, d.length};
+      *total += ok ? d.length : 0;
+    } else {
+      wire_piece d;
+      memcpy(&d, m->data + i * sizeof d, sizeof d);
+      ok = piece_buffer(l, c, m, d.handle, d.offset, d.length, i, &buf);
+      if (ok && d.length > xfer_tensor_nbytes(packed) - at - *total) {
+        xfer_err_op(&e, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu: more bytes than the message "
+                     "has", i + 1);
+        reply_error(l, c, &m->h, &e);
+        ok = 0;
+      }
+      if (ok && m->h.type == WIRE_WRITE_MANY)
+        items[i] = (xfer_batch_item){buf, packed, d.offset, at + *total, d.length};
+      else if (ok)
+        items[i] = (xfer_batch_item){packed, buf, at + *total, d.offset, d.length};
+      *total += ok ? d.length : 0;
+    }
+    if (!ok) {
+      free(items);
+      return NULL;
+    }
+  }
+  return items;
+}
+
+/* A host tensor of n bytes (a staging tensor of the host pool); NULL with the reply sent. */
+static xfer_tensor *host_bytes(xfer_listener *l, conn *c, const message *m, size_t n)
+{
+  xfer_shape shape = {1, {(int64_t)n}};
+  xfer_tensor *t = NULL;
+  xfer_error e;
+  if (xfer_tensor_empty(xfer_host_of(l->ctx), XFER_U8, &shape, &t, &e)) {
+    reply_error(l, c, &m->h, &e);
+    return NULL;
+  }
+  return t;
+}
+
+/* WRITE_MANY, COPY_MANY, READ_MANY: the pieces checked, moved as one batch, answered. */
+static void serve_many(xfer_listener *l, conn *c, const message *m)
+{
+  size_t listed = m->h.offset * (m->h.type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece));
+  xfer_tensor *packed = NULL;
+  if (m->h.type == WIRE_WRITE_MANY) { /* the bytes in a host tensor: the batch's source */
+    if (m->staging) {
+      packed = xfer_tensor_retain(m->staging);
+    } else if ((packed = host_bytes(l, c, m, m->len))) {
+      memcpy(xfer_tensor_host_data(packed), m->data, m->len);
+    } else {
+      return;
+    }
+  } else if (m->h.type == WIRE_READ_MANY && !(packed = host_bytes(l, c, m, listed + m->h.length))) {
+    return;
+  }
+  size_t total = 0;
+  xfer_batch_item *items = many_items(l, c, m, packed, listed, &total);
+  xfer_error e;
+  xfer_code rc = XFER_E_OK;
+  if (items && m->h.type == WIRE_WRITE_MANY && total != m->len - listed)
+    rc = xfer_err_op(&e, XFER_E_INVALID, XFER_OP_COPY, "a batch of %zu bytes with %zu bytes of "
+                      "pieces", m->len - listed, total);
+  if (items && !rc) rc = xfer_transfer_batch(items, m->h.offset, NULL, &e);
+  if (items && rc) reply_error(l, c, &m->h, &e);
+  if (items && !rc && m->h.type == WIRE_READ_MANY) { /* sent from the packed tensor's memory */
+    wire_header h = wire_make(WIRE_DATA, m->h.request);
+    reply_from(l, c, h, xfer_tensor_host_data(packed) + listed, m->h.length, packed, XFER_MEMORY_HOST,
+               m->h.flags);
+    packed = NULL; /* released when sent */
+  } else if (items && !rc) {
+    reply_done(l, c, &m->h, 0);
+  }
+  free(items);
+  xfer_tensor_release(packed);
+}
+
 static void serve(xfer_listener *l, message *m)
 {
   conn *c = m->c;
@@ -613,6 +731,9 @@ static void serve(xfer_listener *l, message *m)
   case WIRE_WRITE: write_buffer(l, c, m); break;
   case WIRE_READ: read_buffer(l, c, m); break;
   case WIRE_COPY: copy_buffer(l, c, m); break;
+  case WIRE_WRITE_MANY:
+  case WIRE_READ_MANY:
+  case WIRE_COPY_MANY: serve_many(l, c, m); break;
   default: c->broken = 1; break; /* a server's message from a client */
   }
   __atomic_add_fetch(&l->served, 1, __ATOMIC_RELAXED);

@@ -272,13 +272,15 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   if (!fault) fault = injected(p, dev, XFER_OP_SEND, err);
   if (fault) return fault;
   h.request = ++p->next_request;
-  h.length = h.type == WIRE_READ || h.type == WIRE_ALLOC || h.type == WIRE_COPY ? h.length : len;
+  int reads = h.type == WIRE_READ || h.type == WIRE_READ_MANY;
+  h.length = reads || h.type == WIRE_ALLOC || h.type == WIRE_COPY || h.type == WIRE_COPY_MANY
+                 ? h.length : len;
   memset(w, 0, offsetof(pending, text));
   w->id = h.request;
   w->header = h;
   w->deadline = xfer_now() + p->timeout;
   w->read_into = read_into;
-  w->read_len = h.type == WIRE_READ ? h.length : 0;
+  w->read_len = reads ? h.length : 0;
   w->read_kind = kind;
   int host = kind == XFER_MEMORY_HOST;
   if (w->read_len && !host) w->header.flags |= WIRE_FLAG_RNDV;
@@ -496,6 +498,152 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
 
 
 
+/* -- Batches: pieces coalesced into requests ----------------------------------------------- */
+
+/* One request of a batch being made: its pieces' descriptors, then (a write) their bytes,
+** packed in host memory of the host pool (registered with UCX once, reused). */
+typedef struct many_msg {
+  xfer_block *block;
+  char *at;                       /* the block's memory: descriptors, then bytes */
+  size_t cap, count, bytes;       /* room; pieces and bytes in it now */
+  const xfer_piece *first;        /* reads: the pieces it carries, to scatter the answer */
+  size_t first_off, npieces;      /* ... from byte first_off of the first, npieces pieces */
+} many_msg;
+
+static size_t entry_size(wire_type t) { return t == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece); }
+
+/* Adds bytes [off, off+len) of piece p to message m (room checked by the caller). */
+static void many_add(many_msg *m, wire_type t, const xfer_piece *p, size_t off, size_t len)
+{
+  if (t == WIRE_COPY_MANY) {
+    wire_copy c = {(uint64_t)(uintptr_t)p->dst.buf, p->dst.offset + off, (uint64_t)(uintptr_t)p->src.buf,
+                   p->src.offset + off, len};
+    memcpy(m->at + m->count * sizeof c, &c, sizeof c);
+  } else {
+    const xfer_piece_end *remote = t == WIRE_WRITE_MANY ? &p->dst : &p->src;
+    wire_piece d = {(uint64_t)(uintptr_t)remote->buf, remote->offset + off, len};
+    memcpy(m->at + m->count * sizeof d, &d, sizeof d);
+  }
+  if (!m->count) m->first = p, m->first_off = off;
+  m->count++;
+  m->bytes += len;
+}
+
+/* A write's bytes after its descriptors (packed only once the list is whole). */
+static void many_pack(many_msg *m)
+{
+  size_t listed = m->count * sizeof(wire_piece), at = 0;
+  const xfer_piece *p = m->first;
+  for (size_t off = m->first_off; at < m->bytes; p++, off = 0) {
+    size_t len = p->n - off < m->bytes - at ? p->n - off : m->bytes - at;
+    memcpy(m->at + listed + at, p->src.host + off, len);
+    at += len;
+  }
+}
+
+/* A read's answer (after the descriptors' room: bytes packed) scattered into its host ends. */
+static void many_scatter(const many_msg *m, const char *data)
+{
+  size_t at = 0;
+  const xfer_piece *p = m->first;
+  for (size_t off = m->first_off; at < m->bytes; p++, off = 0) {
+    size_t len = p->n - off < m->bytes - at ? p->n - off : m->bytes - at;
+    memcpy(p->dst.host + off, data + at, len);
+    at += len;
+  }
+}
+
+/* The pieces of kind t, as requests of at most `chunk` bytes and WIRE_MANY_MAX pieces, `depth`
+** in flight (each with its own message memory); the first failure is the batch's, the requests
+** on their way awaited all the same. */
+static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *pieces, size_t n,
+                           int (*is)(const xfer_piece *), size_t chunk, size_t depth,
+                           xfer_error *err)
+{
+  xfer_peer *p = peer_of(dev);
+  xfer_op op = t == WIRE_WRITE_MANY ? XFER_OP_WRITE : t == WIRE_READ_MANY ? XFER_OP_READ : XFER_OP_COPY;
+  size_t each = entry_size(t), max_pieces = WIRE_MANY_MAX;
+  size_t data_room = t == WIRE_COPY_MANY ? 0 : chunk;
+  many_msg msg[PIPELINE];
+  memset(msg, 0, sizeof msg);
+  xfer_code rc = XFER_E_OK;
+  xfer_device *host = xfer_host_of(dev->ctx);
+  for (size_t s = 0; s < depth && !rc; s++) {
+    msg[s].cap = max_pieces * each + (t == WIRE_READ_MANY ? chunk : data_room);
+    rc = xfer_mem_alloc(host, msg[s].cap, &msg[s].block, err);
+    if (!rc) msg[s].at = xfer_be_host_address(host, msg[s].block->buf, msg[s].block->offset);
+  }
+  xfer_error later;
+  size_t posted = 0, awaited = 0, i = 0, off = 0;
+  pthread_mutex_lock(&p->lock);
+  while (!rc || awaited < posted) {
+    while (i < n && (!is(&pieces[i]) || pieces[i].n == 0)) i++, off = 0;
+    int more = i < n && !rc;
+    if (more && posted - awaited < depth) { /* fill the next message and post it */
+      many_msg *m = &msg[posted % depth];
+      m->count = m->bytes = 0;
+      while (i < n && m->count < max_pieces && (t == WIRE_COPY_MANY || m->bytes < data_room)) {
+        if (!is(&pieces[i]) || pieces[i].n == 0) {
+          i++, off = 0;
+          continue;
+        }
+        size_t len = pieces[i].n - off;
+        if (t != WIRE_COPY_MANY && len > data_room - m->bytes) len = data_room - m->bytes;
+        many_add(m, t, &pieces[i], off, len);
+        off += len;
+        if (off == pieces[i].n) i++, off = 0;
+      }
+      wire_header h = wire_make(t, 0);
+      h.offset = m->count;
+      size_t listed = m->count * each, payload = listed;
+      char *read_into = NULL;
+      if (t == WIRE_WRITE_MANY) {
+        many_pack(m);
+        payload += m->bytes;
+      } else if (t == WIRE_READ_MANY) {
+        h.length = m->bytes;
+        read_into = m->at + listed;
+      }
+      rc = post(p, dev, &p->slot[posted % depth], h, m->at, payload, read_into, XFER_MEMORY_HOST, op, err);
+      if (!rc) posted++;
+      continue;
+    }
+    if (awaited == posted) break;
+    xfer_error *into = rc ? &later : err;
+    many_msg *m = &msg[awaited % depth];
+    xfer_code r = await(p, dev, &p->slot[awaited % depth], op, into);
+    if (!r && t == WIRE_READ_MANY && p->answer.type != WIRE_DATA)
+      r = xfer_err_op(into, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
+    if (!r && t == WIRE_READ_MANY) many_scatter(m, m->at + m->count * each);
+    if (!rc) rc = r;
+    awaited++;
+  }
+  pthread_mutex_unlock(&p->lock);
+  for (size_t s = 0; s < depth; s++) xfer_mem_free(msg[s].block);
+  return rc;
+}
+
+static int is_write(const xfer_piece *p) { return p->dst.buf && !p->src.buf; }
+static int is_read(const xfer_piece *p) { return p->src.buf && !p->dst.buf; }
+static int is_copy(const xfer_piece *p) { return p->src.buf && p->dst.buf; }
+
+/* A batch to and from one remote device, and within it: its pieces coalesced into as few
+** requests as fit (remote_chunk bytes each, remote_depth in flight), each moved on the server as
+** one batch -- where a copy_from a piece cost a round trip. Writes first, then copies, then
+** reads (no piece of a batch reads what another writes). */
+static xfer_code remote_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err)
+{
+  if (!dev->impl) return lost_error(peer_of(dev), XFER_OP_COPY, err);
+  xfer_config cfg;
+  xfer_config_get(dev->ctx, &cfg);
+  size_t chunk = cfg.remote_chunk < WIRE_CHUNK ? cfg.remote_chunk : (size_t)WIRE_CHUNK;
+  size_t depth = cfg.remote_depth >= 1 && cfg.remote_depth <= PIPELINE ? (size_t)cfg.remote_depth : 2;
+  xfer_code rc = many_send(dev, WIRE_WRITE_MANY, pieces, n, is_write, chunk, depth, err);
+  if (!rc) rc = many_send(dev, WIRE_COPY_MANY, pieces, n, is_copy, chunk, 1, err);
+  if (!rc) rc = many_send(dev, WIRE_READ_MANY, pieces, n, is_read, chunk, depth, err);
+  return rc;
+}
+
 /* The direct path: another runtime's device memory, which UCX reads and writes in place, to
 ** and from a remote buffer -- where both ends are CUDA memory and the connection has a lane
 ** that moves it in place (cuda_ipc: one machine; any lane with XFER_UCX_CUDA=1, for GPUDirect
@@ -605,6 +753,7 @@ static const xfer_memory_ops remote_memory_ops = {
 static const xfer_copy_ops remote_copies = {
   .host = remote_host_move,
   .within = remote_copy,
+  .many = remote_many,
   .peer = remote_peer,
   .peer_joins = remote_peer_joins,
 };

@@ -13,7 +13,7 @@
 
 #define WIRE_AM_ID 11
 #define WIRE_MAGIC 0x58465231u /* "XFR1" */
-#define WIRE_VERSION 2 /* 2: flags (WIRE_FLAG_RNDV) */
+#define WIRE_VERSION 3 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY) */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most devices a server lists, and the longest text a message carries */
@@ -32,6 +32,12 @@ typedef enum {
   WIRE_DATA,        /* server: the bytes a READ asked for */
   WIRE_COPY,        /* client: length bytes from src_handle+src_offset to handle+offset, on the
                     ** server (within one of its devices) -> REPLY */
+  /* Batches: `offset` pieces in one message, moved on the server as one batch (a submission
+  ** per device it takes batches on) */
+  WIRE_WRITE_MANY,  /* client: payload = offset x wire_piece, then their bytes packed -> REPLY */
+  WIRE_READ_MANY,   /* client: payload = offset x wire_piece; length = their bytes -> DATA
+                    ** (the bytes packed in the pieces' order) or REPLY */
+  WIRE_COPY_MANY,   /* client: payload = offset x wire_copy -> REPLY */
   WIRE__LAST
 } wire_type;
 
@@ -51,6 +57,16 @@ typedef struct wire_header {
   uint32_t flags;     /* WIRE_FLAG_* */
   uint32_t unused;    /* zero */
 } wire_header;
+
+/* A piece of a batch: bytes of a buffer (WRITE_MANY, READ_MANY), or a copy between two buffers
+** of the server (COPY_MANY). The server checks each against the client's buffers. */
+typedef struct wire_piece {
+  uint64_t handle, offset, length;
+} wire_piece;
+typedef struct wire_copy {
+  uint64_t dst_handle, dst_offset, src_handle, src_offset, length;
+} wire_copy;
+#define WIRE_MANY_MAX 65536 /* the most pieces one message carries */
 
 /* READ: send the DATA by rendezvous, whatever its size -- the client receives it into device
 ** memory, which UCX writes only by rendezvous (an eager message lands in host memory) */
@@ -103,6 +119,20 @@ static inline const char *wire_check(const void *header, size_t header_len, size
   case WIRE_READ:
     if (out->length > WIRE_CHUNK || payload_len) return "a read of the wrong length";
     break;
+  case WIRE_WRITE_MANY:
+  case WIRE_READ_MANY:
+  case WIRE_COPY_MANY: {
+    /* the pieces and what follows them: their ranges are the server's to check */
+    uint64_t each = out->type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece);
+    if (out->offset < 1 || out->offset > WIRE_MANY_MAX) return "a batch of no pieces or too many";
+    uint64_t listed = out->offset * each;
+    if (out->type == WIRE_WRITE_MANY ? payload_len != out->length || payload_len < listed ||
+                                           payload_len - listed > WIRE_CHUNK
+                                     : payload_len != listed)
+      return "a batch's payload that is not its pieces";
+    if (out->type == WIRE_READ_MANY && out->length > WIRE_CHUNK) return "a read of the wrong length";
+    return NULL;
+  }
   default:
     if (payload_len) return "a payload where none belongs";
     break;
