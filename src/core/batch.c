@@ -391,6 +391,7 @@ static int group_devices(const group *gr, xfer_device *devs[6])
 ** segment not backed, an import refused), when it runs one by one. */
 static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
+  free(gr->pieces); /* a try before, with another runner */
   gr->pieces = malloc(gr->count * sizeof *gr->pieces);
   if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   xfer_device *devs[6], *held[6];
@@ -607,6 +608,13 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     else
       rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
                                                    : xfer_be_many(g->many, g->pieces, g->count, err);
+    if (rc == XFER_E_UNSUPPORTED && g->imports && (g->many = own_runner(g))) {
+      /* the importer could not take these pieces (host memory CUDA does not pin): the device's
+      ** own runtime, from now on */
+      g->imports = 0;
+      g->nviews = 0;
+      if (!group_pieces(b, g, err) && g->many) rc = xfer_be_many(g->many, g->pieces, g->count, err);
+    }
     if (rc == XFER_E_UNSUPPORTED) {
       g->many = g->through = NULL; /* not for these runtimes after all: one by one, now and on
                                    ** every run */
