@@ -67,6 +67,29 @@ function helpers.random_bytes(n)
   return table.concat(parts)
 end
 
+--- A prepared batch of `count` blocks of `block` bytes scattered between two u8 tensors of
+--- `nblocks` blocks (random bytes on `a`, zeros on `b`): block (i*37) % nblocks of the source
+--- into block (i*11+3) % nblocks of the target (distinct while nblocks shares no factor with
+--- 11). Returns {batch, src, dst, seed, src_blocks, dst_blocks}; `check(got)` is nil when the
+--- target's bytes `got` hold every block where the batch put it, else which one does not.
+function helpers.scattered_batch(a, b, block, nblocks, count)
+  local seed = helpers.random_bytes(block * nblocks)
+  local src = xfer.tensor(seed, { dtype = "u8", device = a })
+  local dst = xfer.zeros({ block * nblocks }, { dtype = "u8", device = b })
+  local sb, db = {}, {}
+  for i = 0, count - 1 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 11 + 3) % nblocks end
+  local batch = xfer.batch({ dst = dst, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+  local made = { batch = batch, src = src, dst = dst, seed = seed, src_blocks = sb, dst_blocks = db }
+  function made.check(got)
+    for k = 1, #sb do
+      if seed:sub(sb[k] * block + 1, (sb[k] + 1) * block) ~= got:sub(db[k] * block + 1, (db[k] + 1) * block) then
+        return ("block %d (source block %d, target block %d) differs"):format(k, sb[k], db[k])
+      end
+    end
+  end
+  return made
+end
+
 --- Bytes held in use on `dev` right now.
 function helpers.in_use(dev)
   collectgarbage()
