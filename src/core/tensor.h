@@ -26,6 +26,16 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
 ** the CPU. XFER_E_UNSUPPORTED, nothing said, when that runtime takes no such batch (none,
 ** runs too short to be worth it, host memory it cannot reach). Devices locked, both checked. */
 xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err);
+/* The same run by `runner`, which reaches the tensor whose memory is block `imported` through
+** `view`, that block's segment as the runner imported it (transfer.c: CUDA over Vulkan's
+** memory). */
+typedef struct xfer_many_via {
+  xfer_device *runner;
+  const xfer_block *imported;
+  void *view;
+} xfer_many_via;
+xfer_code xfer_view_many_via(xfer_tensor *view, xfer_tensor *packed, int to_packed,
+                             const xfer_many_via *via, xfer_error *err);
 /* The device that runs a batch between a and b at once: a device whose runtime takes
 ** batches, at the device end (host <-> device), the one device, or the device whose memory
 ** both live in -- itself or through the memory a device lives in (dev->backing); NULL: none. */

@@ -135,12 +135,19 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
                               const xfer_transfer_opts *opts, xfer_error *err)
 {
   if (opts && opts->via != XFER_PATH_AUTO && opts->via != XFER_PATH_HOST) return XFER_E_UNSUPPORTED;
-  if (!xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
+  /* host <-> a device whose memory another runtime of its GPU imports and runs batches over
+  ** (Vulkan on NVIDIA: CUDA's kernel, where Vulkan's copy engine pays per run), as batch
+  ** groups do */
+  xfer_device *dev_end = xfer_is_host(view->dev) ? packed->dev : xfer_is_host(packed->dev) ? view->dev : NULL;
+  xfer_device *importer = dev_end && !dev_end->unified && xfer_env_flag("XFER_BATCH_IMPORTS")
+                              ? xfer_route_many_importer(dev_end) : NULL;
+  if (!importer && !xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
   xfer_route route = {.path = view->dev == packed->dev ? XFER_PATH_SAME_DEVICE
                           : xfer_is_host(view->dev) || xfer_is_host(packed->dev) ? XFER_PATH_HOST
                                                                                  : XFER_PATH_INTEROP,
                       .from = to_packed ? view->dev : packed->dev,
-                      .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes};
+                      .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes,
+                      .helpers = {importer, NULL}, .nhelpers = importer != NULL};
   hold h;
   hold_take(&h, &route, view, packed);
   xfer_code rc = xfer_tensor_check(view, "copy", err);
@@ -149,7 +156,14 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
   const xfer_transfer_opts *outer = xfer_progress_install(opts);
   if (!rc) rc = xfer_progress(0, view->nbytes, err);
   if (!rc) {
-    rc = xfer_view_many(view, packed, to_packed, err);
+    rc = XFER_E_UNSUPPORTED;
+    xfer_error ignored; /* an import refused: the device's own batch, or a pack */
+    const xfer_tensor *far = dev_end == view->dev ? view : packed;
+    xfer_many_via via = {importer, xfer_tensor_block(far), NULL};
+    if (importer && via.imported && !xfer_interop_view(far, importer, &via.view, &ignored))
+      rc = xfer_view_many_via(view, packed, to_packed, &via, err);
+    if (rc == XFER_E_UNSUPPORTED && xfer_many_runner(view->dev, packed->dev))
+      rc = xfer_view_many(view, packed, to_packed, err);
     if (rc != XFER_E_UNSUPPORTED) {
       if (!rc) rc = xfer_progress(view->nbytes, view->nbytes, err);
       if (rc) xfer_err_frame(err, route.from, route.to, view->nbytes);

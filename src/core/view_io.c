@@ -212,35 +212,45 @@ int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner
 typedef struct pieces_of {
   const xfer_tensor *view, *packed;
   const xfer_device *runner;
+  const xfer_many_via *via;
   xfer_piece *pieces;
   size_t run;
   int to_packed;
 } pieces_of;
+
+/* One end as the runner reaches it: in place, or through the import `via` names. */
+static int run_end(const pieces_of *p, const xfer_tensor *t, size_t at, xfer_piece_end *out)
+{
+  if (xfer_piece_end_of(t, at, p->runner, out)) return 1;
+  if (!p->via || xfer_tensor_block(t) != p->via->imported) return 0;
+  *out = (xfer_piece_end){p->via->view, t->offset + at, NULL};
+  return 1;
+}
 
 static xfer_code piece_run(void *arg, size_t at, size_t k, xfer_error *err)
 {
   (void)err;
   pieces_of *p = arg;
   xfer_piece_end strided, packed;
-  if (!xfer_piece_end_of(p->view, at, p->runner, &strided) ||
-      !xfer_piece_end_of(p->packed, k * p->run, p->runner, &packed))
+  if (!run_end(p, p->view, at, &strided) || !run_end(p, p->packed, k * p->run, &packed))
     return XFER_E_UNSUPPORTED;
   p->pieces[k] = p->to_packed ? (xfer_piece){packed, strided, p->run}
                               : (xfer_piece){strided, packed, p->run};
   return XFER_E_OK;
 }
 
-xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err)
+xfer_code xfer_view_many_via(xfer_tensor *view, xfer_tensor *packed, int to_packed,
+                             const xfer_many_via *via, xfer_error *err)
 {
-  xfer_device *runner = xfer_many_runner(view->dev, packed->dev);
+  xfer_device *runner = via ? via->runner : xfer_many_runner(view->dev, packed->dev);
   size_t run;
   each_run(view, &run, NULL, NULL, NULL); /* the run size only */
   if (!runner || run < MANY_RUN_MIN || view->numel == 0) return XFER_E_UNSUPPORTED;
   size_t count = view->nbytes / run;
-  pieces_of p = {view, packed, runner, malloc(count * sizeof *p.pieces), run, to_packed};
+  pieces_of p = {view, packed, runner, via, malloc(count * sizeof *p.pieces), run, to_packed};
   if (!p.pieces) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
   xfer_code rc = each_run(view, &run, piece_run, &p, err);
-  xfer_device *own = xfer_many_runner_own(view->dev, packed->dev);
+  xfer_device *own = via ? NULL : xfer_many_runner_own(view->dev, packed->dev);
   if (rc == XFER_E_UNSUPPORTED && own && own != runner) { /* memory its backing does not hold */
     p.runner = runner = own;
     rc = each_run(view, &run, piece_run, &p, err);
@@ -248,6 +258,11 @@ xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, 
   if (!rc) rc = xfer_be_many(runner, p.pieces, count, err);
   free(p.pieces);
   return rc;
+}
+
+xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err)
+{
+  return xfer_view_many_via(view, packed, to_packed, NULL, err);
 }
 
 /* Packs the view's elements into `packed` (to_packed) or scatters them from it. The caller

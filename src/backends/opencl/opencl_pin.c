@@ -24,7 +24,9 @@ void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n)
   cl_dev *cd = dev->impl;
   xfer_host_span span;
   long long native;
-  if (dev->unified || n < PIN_MIN || !xfer_host_span_of(dev->ctx, ptr, n, &span) ||
+  /* the segment's size, not the move's, says whether it is worth pinning: a batch's pieces are
+  ** small moves out of one large host buffer (16 KiB blocks of a 1 GiB one stayed pageable) */
+  if (dev->unified || !xfer_host_span_of(dev->ctx, ptr, n, &span) || span.size < PIN_MIN ||
       xfer_host_pin(dev->ctx, span.base, dev) ||
       xfer_fault_hit(dev->ctx, "opencl", XFER_OP_REGISTER, &native))
     return;
