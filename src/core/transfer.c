@@ -126,6 +126,13 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   return rc;
 }
 
+/* The runtime that runs host <-> dev batches over dev's memory imported (CUDA for Vulkan on
+** NVIDIA), where batch groups use one (XFER_BATCH_IMPORTS), or NULL. */
+static xfer_device *many_importer(xfer_device *dev)
+{
+  return !dev->unified && xfer_env_flag("XFER_BATCH_IMPORTS") ? xfer_route_many_importer(dev) : NULL;
+}
+
 /* A view and a contiguous tensor of as many elements, one of them on the host and the other
 ** on a device whose runtime takes batches (or both on one device): the view's runs moved in
 ** one submission (xfer_view_many), no pack on the CPU -- every other row of a pinned host
@@ -139,8 +146,7 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
   ** (Vulkan on NVIDIA: CUDA's kernel, where Vulkan's copy engine pays per run), as batch
   ** groups do */
   xfer_device *dev_end = xfer_is_host(view->dev) ? packed->dev : xfer_is_host(packed->dev) ? view->dev : NULL;
-  xfer_device *importer = dev_end && !dev_end->unified && xfer_env_flag("XFER_BATCH_IMPORTS")
-                              ? xfer_route_many_importer(dev_end) : NULL;
+  xfer_device *importer = dev_end ? many_importer(dev_end) : NULL;
   if (!importer && !xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
   xfer_route route = {.path = view->dev == packed->dev ? XFER_PATH_SAME_DEVICE
                           : xfer_is_host(view->dev) || xfer_is_host(packed->dev) ? XFER_PATH_HOST
@@ -309,7 +315,11 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   }
   if (!src->contiguous) { /* a view's layout never changes: no lock to read it */
     xfer_tensor *packed = NULL;
-    if (xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_many_runner(src->dev, dst_dev)) {
+    /* a host view to a device whose runtime takes batches, or a device view to the host where
+    ** another runtime reaches the device's memory (a Vulkan view read by CUDA's kernel; a
+    ** device's own rectangle reads serve the rest) */
+    if ((xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_many_runner(src->dev, dst_dev)) ||
+        (xfer_is_host(dst_dev) && !xfer_is_host(src->dev) && many_importer(src->dev))) {
       xfer_code rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &packed, err);
       if (!rc) rc = view_at_once(src, packed, 1, opts, err);
       if (!rc) {
