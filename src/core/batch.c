@@ -157,10 +157,10 @@ static span span_of(const xfer_tensor *t, size_t offset, size_t len, size_t inde
 ** twice (the general check then says which). */
 static int blocks_disjoint(const xfer_batch_item *items, size_t n)
 {
+  if (n < 2 || !items) return 0;
   const xfer_batch_item *a = &items[0];
   size_t len = a->nbytes;
-  if (n < 2 || !len || !a->dst->contiguous || !a->src->contiguous || a->dst->buf == a->src->buf)
-    return 0;
+  if (!len || !a->dst->contiguous || !a->src->contiguous || a->dst->buf == a->src->buf) return 0;
   size_t phase = a->dst_offset % len, slots = a->dst->nbytes / len + 1;
   unsigned char *seen = calloc((slots + 7) / 8, 1);
   if (!seen) return 0;
@@ -343,6 +343,7 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, const made_rou
           same_route(&gr->route, gr->planned, &r->route, r->code))
         return gr;
     }
+  if (!b->groups) return NULL;
   if (b->ngroups == *cap) {
     group *more = realloc(b->groups, 2 * *cap * sizeof *more);
     if (!more) return NULL;
@@ -351,7 +352,7 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, const made_rou
   }
   group *gr = &b->groups[b->ngroups++];
   *gr = (group){.from = it->src->dev, .to = it->dst->dev, .general = is_general(it)};
-  if (!gr->general) {
+  if (!gr->general && r) {
     gr->route = r->route;
     gr->planned = r->code;
     if (r->code) gr->planning = r->planning;
@@ -484,9 +485,9 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   b->groups = malloc(cap * sizeof *b->groups);
   size_t *of = malloc(n * sizeof *of); /* each element's route, then its group */
   made_route *routes = of ? element_routes(b, of, &nroutes) : NULL;
-  xfer_code rc = b->order && b->groups && routes ? XFER_E_OK
+  xfer_code rc = b->order && b->groups && of && routes ? XFER_E_OK
                                                  : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  for (size_t i = 0; !rc && i < b->n; i++) {
+  for (size_t i = 0; !rc && of && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
     group *gr = group_for(b, it, nroutes ? &routes[of[i]] : NULL, &cap);
     if (!gr) {
@@ -504,7 +505,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     at += b->groups[g].count;
     b->groups[g].count = 0;
   }
-  for (size_t i = 0; !rc && i < b->n; i++) {
+  for (size_t i = 0; !rc && of && i < b->n; i++) {
     group *g = &b->groups[of[i]];
     b->order[g->first + g->count++] = i;
   }
@@ -652,7 +653,7 @@ out:
 /* One run at a time: its done flags and the pieces are the run's. */
 static int run_begin(xfer_batch *b, int by)
 {
-  if (!b->ctx) return 1; /* empty: nothing is shared */
+  if (!b || !b->ctx) return 1; /* empty: nothing is shared */
   pthread_mutex_lock(&b->ctx->lock);
   int ok = by < 0 || !b->running;
   b->running += ok ? by : 0;
@@ -694,6 +695,7 @@ xfer_batch *xfer_batch_retain(xfer_batch *b)
 
 static xfer_code run_all(xfer_batch *b, xfer_error *err)
 {
+  if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
   memset(b->done, 0, b->n ? b->n : 1);
   for (size_t g = 0; g < b->ngroups; g++) {
     group *gr = &b->groups[g];

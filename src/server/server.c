@@ -702,7 +702,7 @@ static void serve_many(xfer_listener *l, conn *c, const message *m)
   if (items && rc) reply_error(l, c, &m->h, &e);
   if (items && !rc && m->h.type == WIRE_READ_MANY) { /* sent from the packed tensor's memory */
     wire_header h = wire_make(WIRE_DATA, m->h.request);
-    reply_from(l, c, h, xfer_tensor_host_data(packed) + listed, m->h.length, packed, XFER_MEMORY_HOST,
+    reply_from(l, c, h, (char *)xfer_tensor_host_data(packed) + listed, m->h.length, packed, XFER_MEMORY_HOST,
                m->h.flags);
     packed = NULL; /* released when sent */
   } else if (items && !rc) {

@@ -633,7 +633,8 @@ static int is_copy(const xfer_piece *p) { return p->src.buf && p->dst.buf; }
 ** reads (no piece of a batch reads what another writes). */
 static xfer_code remote_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err)
 {
-  if (!dev->impl) return lost_error(peer_of(dev), XFER_OP_COPY, err);
+  if (!dev->impl) /* retired: its peer went long ago */
+    return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_COPY, "%s was lost", dev->name);
   xfer_config cfg;
   xfer_config_get(dev->ctx, &cfg);
   size_t chunk = cfg.remote_chunk < WIRE_CHUNK ? cfg.remote_chunk : (size_t)WIRE_CHUNK;
