@@ -111,6 +111,24 @@ return {
       if not copied then return done() end
       T.expect(bytes, z, "copy_from within the server")
     end
+    if failed() then return done() end
+    -- a batch to the first remote device and back: blocks split across requests of 16 KiB,
+    -- two in flight (every request's send, answer and the server's batch are fallible calls)
+    local BLOCK, SRC_BLOCKS, DST_BLOCKS = 6000, { 3, 0, 9, 5, 1 }, { 8, 2, 0, 6, 4 }
+    local z_ok, z = T.try("zeros there for blocks", xfer.zeros, { n }, { dtype = "u8", device = there[1].device })
+    if not z_ok then return done() end
+    if not T.move(T.host, there[1].device, "blocks to " .. there[1].device.name, z.copy_blocks, z, src,
+                  SRC_BLOCKS, DST_BLOCKS, BLOCK) then return done() end
+    local back_ok, back = T.try("zeros here for blocks", xfer.zeros, { n }, { dtype = "u8" })
+    if not back_ok then return done() end
+    if not T.move(there[1].device, T.host, "blocks back from " .. there[1].device.name, back.copy_blocks,
+                  back, z, DST_BLOCKS, SRC_BLOCKS, BLOCK) then return done() end
+    local parts = {}
+    for k = 0, math.floor(n / BLOCK) - 1 do parts[k + 1] = string.rep("\0", BLOCK) end
+    for _, b in ipairs(SRC_BLOCKS) do parts[b + 1] = bytes:sub(b * BLOCK + 1, (b + 1) * BLOCK) end
+    local want = table.concat(parts) .. string.rep("\0", n - #table.concat(parts))
+    T.expect(want, back, "blocks host -> " .. there[1].device.name .. " -> host")
+    z:free()
     for _, r in ipairs(there) do r:free() end
     done()
   end,

@@ -145,12 +145,12 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
   /* host <-> a device whose memory another runtime of its GPU imports and runs batches over
   ** (Vulkan on NVIDIA: CUDA's kernel, where Vulkan's copy engine pays per run), as batch
   ** groups do */
-  xfer_device *dev_end = xfer_is_host(view->dev) ? packed->dev : xfer_is_host(packed->dev) ? view->dev : NULL;
+  int view_on_host = xfer_is_host(view->dev), packed_on_host = xfer_is_host(packed->dev);
+  xfer_device *dev_end = view_on_host == packed_on_host ? NULL : view_on_host ? packed->dev : view->dev;
   xfer_device *importer = dev_end ? many_importer(dev_end) : NULL;
   if (!importer && !xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
   xfer_route route = {.path = view->dev == packed->dev ? XFER_PATH_SAME_DEVICE
-                          : xfer_is_host(view->dev) || xfer_is_host(packed->dev) ? XFER_PATH_HOST
-                                                                                 : XFER_PATH_INTEROP,
+                          : dev_end ? XFER_PATH_HOST : XFER_PATH_INTEROP,
                       .from = to_packed ? view->dev : packed->dev,
                       .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes,
                       .helpers = {importer, NULL}, .nhelpers = importer != NULL};
