@@ -284,6 +284,30 @@ describe("batches", function()
           bt:release()
           src:free()
           dst:free()
+          -- more than one chunk of host memory (16 MiB): packing overlaps scattering, pieces
+          -- cut at the chunks' edges
+          local big = h.scattered_batch(a, b, 3 * 1024 * 1024 + 7, 13, 12)
+          big.batch:run()
+          assert.are.equal(1, big.batch.at_once)
+          assert.is_nil(big.check(big.dst:tobytes()))
+          -- a fault in the second chunk of either side: the group fails whole, the other side
+          -- stops, and the next run is whole
+          for _, rt in ipairs({ a.runtime, b.runtime }) do
+            xfer.faults.inject({ runtime = rt, op = "copy", nth = 2 })
+            local ok, e = pcall(big.batch.run, big.batch)
+            xfer.faults.clear()
+            if not ok then
+              assert.is_true(xfer.is_error(e), tostring(e))
+              assert.is_true(e.injected)
+              assert.are.equal(1, e.element)
+            end
+            big.dst:zero()
+            big.batch:run()
+            assert.is_nil(big.check(big.dst:tobytes()))
+          end
+          big.batch:release()
+          big.src:free()
+          big.dst:free()
           collectgarbage()
           assert.are.equal(before_a, h.in_use(a))
           assert.are.equal(before_b, h.in_use(b))

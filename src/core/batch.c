@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "batch_through.h"
 #include "ledger.h"
 
 /* The tensors of another runtime whose memory one group reaches through imports. */
@@ -29,9 +30,7 @@ typedef struct group {
   xfer_piece *pieces;           /* ... and its pieces, in the group's order */
   xfer_device *through;         /* a group through host memory in two submissions: the device
                                 ** that packs the sources into it (`many` then scatters it) */
-  xfer_piece *packing;          /* ... its pieces, source -> packed host memory, and where each
-                                ** piece lies in that memory (the host ends set at each run) */
-  size_t *packed_at;
+  xfer_through staged;          /* ... and its parts, chunk by chunk (batch_through.c) */
   int imports;                  /* the runner reaches ends of another runtime through imports
                                 ** of their memory, one per tensor: */
   size_t nviews;
@@ -414,47 +413,29 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   return XFER_E_OK;
 }
 
-/* A group through host memory: the packing pieces (source -> host) and the scattering ones
-** (host -> target), the host ends as offsets into the packed memory until a run has it. */
+/* A group through host memory: each element's source end as the packer reaches it and its
+** target end as the scatterer does, cut into chunks (batch_through.c). */
 static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
-  free(gr->pieces); /* a try before, with other runners */
-  free(gr->packing);
-  free(gr->packed_at);
-  gr->pieces = malloc(gr->count * sizeof *gr->pieces);
-  gr->packing = malloc(gr->count * sizeof *gr->packing);
-  gr->packed_at = malloc(gr->count * sizeof *gr->packed_at);
-  if (!gr->pieces || !gr->packing || !gr->packed_at) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  size_t at = 0;
+  xfer_through_free(&gr->staged); /* a try before, with other runners */
+  xfer_piece *ends = malloc((gr->count ? gr->count : 1) * sizeof *ends);
+  if (!ends) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  xfer_code rc = XFER_E_OK;
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
-    size_t n = onto_itself(e) ? 0 : length_of(e);
-    xfer_piece_end packed = {NULL, 0, NULL};
-    gr->packing[k] = gr->pieces[k] = (xfer_piece){packed, packed, n};
-    gr->packed_at[k] = at;
-    at += n;
-    if (!xfer_piece_end_of(e->src, e->src_offset, gr->through, &gr->packing[k].src) ||
-        !xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &gr->pieces[k].dst)) {
+    ends[k].n = onto_itself(e) ? 0 : length_of(e);
+    if (!xfer_piece_end_of(e->src, e->src_offset, gr->through, &ends[k].src) ||
+        !xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &ends[k].dst)) {
       gr->many = gr->through = NULL; /* memory a runner cannot reach: one by one */
       break;
     }
   }
-  return XFER_E_OK;
-}
-
-/* A group through host memory, run: packed by one submission, scattered by another. */
-static xfer_code run_through_host(group *g, xfer_error *err)
-{
-  xfer_block *packed = NULL;
-  xfer_code rc = xfer_mem_alloc(xfer_host_of(g->from->ctx), g->bytes, &packed, err);
-  if (rc) return rc;
-  char *base = packed ? (char *)xfer_be_host_address(xfer_host_of(g->from->ctx), packed->buf,
-                                                     packed->offset) : NULL;
-  for (size_t k = 0; k < g->count; k++)
-    g->packing[k].dst.host = g->pieces[k].src.host = base + g->packed_at[k];
-  rc = xfer_be_many(g->through, g->packing, g->count, err);
-  if (!rc) rc = xfer_be_many(g->many, g->pieces, g->count, err);
-  xfer_mem_free(packed);
+  if (gr->many) {
+    gr->staged.packer = gr->through;
+    gr->staged.scatterer = gr->many;
+    rc = xfer_through_make(&gr->staged, ends, gr->count, err);
+  }
+  free(ends);
   return rc;
 }
 
@@ -605,7 +586,7 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   if (!rc && g->many) {
     xfer_error ignored; /* an import no longer to be had: one by one, as below */
     if (g->through)
-      rc = run_through_host(g, err);
+      rc = xfer_through_run(&g->staged, b->ctx, err);
     else
       rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
                                                    : xfer_be_many(g->many, g->pieces, g->count, err);
@@ -735,8 +716,7 @@ void xfer_batch_release(xfer_batch *b)
   }
   for (size_t g = 0; b->groups && g < b->ngroups; g++) {
     free(b->groups[g].pieces);
-    free(b->groups[g].packing);
-    free(b->groups[g].packed_at);
+    xfer_through_free(&b->groups[g].staged);
   }
   free(b->groups);
   free(b->order);
