@@ -129,8 +129,36 @@ describe("batches", function()
       local dst = xfer.zeros({ 2048 }, { dtype = "u8", device = dev })
       local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 1 }, dst_blocks = { 7, 6 }, block_bytes = 256 })
       local job = b:run_async()
-      local e = h.raises("invalid", b.run, b)
-      assert.are.equal("batch: it is running already (a job runs it: wait for the job first)", e.message)
+      -- refused while the job runs (another batch of 4096 elements keeps a job busy long
+      -- enough to see it every time; this one may be through already: then the run is allowed)
+      local long_src = xfer.zeros({ 4096 * 4096 }, { dtype = "u8" })
+      local long_dst = xfer.zeros({ 4096 * 4096 }, { dtype = "u8", device = dev })
+      local long = xfer.batch({ dst = long_dst, src = long_src, src_blocks = { first = 0, count = 4096 },
+                                dst_blocks = { first = 0, count = 4096 }, block_bytes = 4096 })
+      -- (a thread descheduled for a millisecond sees the job through: a few tries)
+      local refused
+      for _ = 1, 5 do
+        local long_job = long:run_async()
+        local ran, e = pcall(long.run, long)
+        assert.is_true(long_job:wait())
+        if not ran then
+          refused = e
+          break
+        end
+      end
+      assert.is_true(xfer.is_error(refused), "a run while a job ran was never refused: " .. tostring(refused))
+      assert.are.equal("batch: it is running already (a job runs it: wait for the job first)", refused.message)
+      long:release()
+      long_src:free()
+      long_dst:free()
+      local ok, e = pcall(b.run, b)
+      if ok then
+        assert.is_true(job:wait())
+      else
+        assert.is_true(xfer.is_error(e), tostring(e))
+        assert.are.equal("invalid", e.code)
+        assert.are.equal("batch: it is running already (a job runs it: wait for the job first)", e.message)
+      end
       b:release() -- the job holds its own reference
       assert.is_true(job:wait())
       assert.is_true(job:done())
