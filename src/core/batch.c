@@ -145,10 +145,6 @@ static span span_of(const xfer_tensor *t, size_t offset, size_t len, size_t inde
   return (span){t->buf, lo, lo + len, index, writes};
 }
 
-/* The elements of one submission run in no order: two that write the same bytes, or one that
-** reads what another writes, would race. Refused (a view counts as its covering range, so two
-** interleaved views of one tensor are refused too); an element whose source is its own target
-** exactly is a copy onto itself, allowed. */
 /* A block batch -- every element between one pair of tensors in different memory, one length,
 ** the targets' offsets on one grid of that length -- overlaps only where two elements write one
 ** block: a bitmap of the target's blocks finds it in one pass (sorting 8192 spans cost more
@@ -175,6 +171,10 @@ static int blocks_disjoint(const xfer_batch_item *items, size_t n)
   return ok;
 }
 
+/* The elements of one submission run in no order: two that write the same bytes, or one that
+** reads what another writes, would race. Refused (a view counts as its covering range, so two
+** interleaved views of one tensor are refused too); an element whose source is its own target
+** exactly is a copy onto itself, allowed. */
 static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_error *err)
 {
   if (blocks_disjoint(items, n)) return XFER_E_OK;
@@ -213,6 +213,13 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
   return rc;
 }
 
+/* Paths on which one device's runtime can run a whole group: within a device, host <-> device,
+** two runtimes in one device's memory. */
+static int one_device_path(xfer_path p)
+{
+  return p == XFER_PATH_SAME_DEVICE || p == XFER_PATH_HOST || p == XFER_PATH_INTEROP;
+}
+
 /* The device that runs a whole group at once, when there is one: the device end of a host <->
 ** device group, the device of a group within it, or the device whose memory both ends of an
 ** interop group live in -- where its runtime takes batches (copy->many). Where one end's memory
@@ -231,25 +238,21 @@ static xfer_device *many_device(const group *g, int *imports)
     *imports = xfer_be_has_many(importer);
     return *imports ? importer : NULL;
   }
-  if (p == XFER_PATH_HOST && xfer_env_flag("XFER_BATCH_IMPORTS")) {
-    xfer_device *dev = xfer_is_host(g->from) ? g->to : g->from;
-    xfer_device *importer = dev->unified ? NULL : xfer_route_many_importer(dev);
+  if (p == XFER_PATH_HOST) {
+    xfer_device *importer = xfer_route_many_importer(xfer_is_host(g->from) ? g->to : g->from);
     if (importer) {
       *imports = 1;
       return importer;
     }
   }
-  if (p != XFER_PATH_SAME_DEVICE && p != XFER_PATH_HOST && p != XFER_PATH_INTEROP) return NULL;
-  return xfer_many_runner(g->from, g->to);
+  return one_device_path(p) ? xfer_many_runner(g->from, g->to) : NULL;
 }
 
 /* A host <-> device or within-a-device group's runner among the devices themselves, for memory
 ** a backing device does not hold. */
 static xfer_device *own_runner(const group *g)
 {
-  xfer_path p = g->route.path;
-  if (p != XFER_PATH_SAME_DEVICE && p != XFER_PATH_HOST && p != XFER_PATH_INTEROP) return NULL;
-  return xfer_many_runner_own(g->from, g->to);
+  return one_device_path(g->route.path) ? xfer_many_runner_own(g->from, g->to) : NULL;
 }
 
 /* Two devices that share no memory (staged, or through the host): where each end's runtime takes

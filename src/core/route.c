@@ -50,7 +50,9 @@ static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
 
 xfer_device *xfer_route_many_importer(const xfer_device *dev)
 {
-  if (!dev->can_export || dev->lost) return NULL;
+  /* a device the CPU shares memory with moves its own batches with memcpy: nothing to win */
+  if (!dev->can_export || dev->lost || dev->unified || !xfer_env_flag("XFER_BATCH_IMPORTS"))
+    return NULL;
   xfer_ctx *ctx = dev->ctx;
   for (size_t d = 0; d < ctx->ndevices; d++) {
     xfer_device *alias = ctx->devices[d];

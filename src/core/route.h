@@ -39,8 +39,9 @@ typedef struct xfer_route {
 xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xfer_tensor *dst_t,
                           const xfer_transfer_opts *opts, xfer_route *route, char *aside,
                           size_t aside_cap, xfer_error *err);
-/* A device that runs batches (copy->many) over `dev`'s memory imported: one of another runtime
-** on its GPU that imports what dev exports (CUDA for Vulkan on NVIDIA), or NULL. */
+/* A device that runs host <-> dev batches (copy->many) over `dev`'s memory imported: one of
+** another runtime on its GPU that imports what dev exports (CUDA for Vulkan on NVIDIA), or NULL
+** (dev shares memory with the host, or XFER_BATCH_IMPORTS=0). */
 xfer_device *xfer_route_many_importer(const xfer_device *dev);
 /* The devices a move on this route uses, both ends first: how many (at most 4). */
 int xfer_route_devices(const xfer_route *route, xfer_device *out[4]);

@@ -126,13 +126,6 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   return rc;
 }
 
-/* The runtime that runs host <-> dev batches over dev's memory imported (CUDA for Vulkan on
-** NVIDIA), where batch groups use one (XFER_BATCH_IMPORTS), or NULL. */
-static xfer_device *many_importer(xfer_device *dev)
-{
-  return !dev->unified && xfer_env_flag("XFER_BATCH_IMPORTS") ? xfer_route_many_importer(dev) : NULL;
-}
-
 /* A view and a contiguous tensor of as many elements, one of them on the host and the other
 ** on a device whose runtime takes batches (or both on one device): the view's runs moved in
 ** one submission (xfer_view_many), no pack on the CPU -- every other row of a pinned host
@@ -147,7 +140,7 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
   ** groups do */
   int view_on_host = xfer_is_host(view->dev), packed_on_host = xfer_is_host(packed->dev);
   xfer_device *dev_end = view_on_host == packed_on_host ? NULL : view_on_host ? packed->dev : view->dev;
-  xfer_device *importer = dev_end ? many_importer(dev_end) : NULL;
+  xfer_device *importer = dev_end ? xfer_route_many_importer(dev_end) : NULL;
   if (!importer && !xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
   xfer_route route = {.path = view->dev == packed->dev ? XFER_PATH_SAME_DEVICE
                           : dev_end ? XFER_PATH_HOST : XFER_PATH_INTEROP,
@@ -319,7 +312,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
     ** another runtime reaches the device's memory (a Vulkan view read by CUDA's kernel; a
     ** device's own rectangle reads serve the rest) */
     if ((xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_many_runner(src->dev, dst_dev)) ||
-        (xfer_is_host(dst_dev) && !xfer_is_host(src->dev) && many_importer(src->dev))) {
+        (xfer_is_host(dst_dev) && !xfer_is_host(src->dev) && xfer_route_many_importer(src->dev))) {
       xfer_code rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &packed, err);
       if (!rc) rc = view_at_once(src, packed, 1, opts, err);
       if (!rc) {

@@ -45,17 +45,23 @@ static items_box *new_items(lua_State *L, size_t n)
   return box;
 }
 
-/* A whole number >= 0 (a byte count, an offset, a block number). */
+/* Whether the value at idx is a whole number >= 0 (a byte count, an offset, a block number). */
+static int is_count(lua_State *L, int idx)
+{
+  lua_Number v = lua_tonumber(L, idx);
+  return lua_type(L, idx) == LUA_TNUMBER && v >= 0 && v <= 9007199254740992.0 &&
+         v == (lua_Number)(long long)v;
+}
+
 static size_t check_count(lua_State *L, int idx, const char *fname, const char *what)
 {
+  if (is_count(L, idx)) return (size_t)lua_tonumber(L, idx);
   if (lua_type(L, idx) != LUA_TNUMBER)
     xl_raise_code(L, XFER_E_INVALID, fname, "%s: %s must be a whole number >= 0, not a %s", fname,
                   what, luaL_typename(L, idx));
-  lua_Number v = lua_tonumber(L, idx);
-  if (!(v >= 0 && v <= 9007199254740992.0) || v != (lua_Number)(long long)v)
-    xl_raise_code(L, XFER_E_INVALID, fname, "%s: %s must be a whole number >= 0, not %g", fname,
-                  what, (double)v);
-  return (size_t)v;
+  xl_raise_code(L, XFER_E_INVALID, fname, "%s: %s must be a whole number >= 0, not %g", fname,
+                what, (double)lua_tonumber(L, idx));
+  return 0; /* (raised) */
 }
 
 static size_t opt_count(lua_State *L, int t, const char *key, const char *fname, size_t i)
@@ -126,15 +132,12 @@ static size_t *read_blocks(lua_State *L, int idx, const char *fname, const char 
       continue;
     }
     lua_rawgeti(L, idx, (int)i + 1);
-    lua_Number v = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || !(v >= 0 && v <= 9007199254740992.0) ||
-        v != (lua_Number)(long long)v) { /* the element's words only when it is wrong: a
-                                         ** block list is thousands long */
+    if (!is_count(L, -1)) { /* the element's words only when it is wrong: a list is thousands long */
       char what[64];
       snprintf(what, sizeof what, "%s[%zu]", name, i + 1);
       check_count(L, -1, fname, what);
     }
-    blocks[i] = (size_t)v;
+    blocks[i] = (size_t)lua_tonumber(L, -1);
     lua_pop(L, 1);
   }
   *n = count;
