@@ -76,7 +76,7 @@ local cases = {
   { "inject without a table", function() xfer.faults.inject("host:read") end,
     "bad argument #1 to 'inject' (table {runtime=, op=, nth=, count=, native=} expected, got string)" },
   { "inject an unknown runtime", function() xfer.faults.inject({ runtime = "tpu", op = "read" }) end,
-    "unknown runtime 'tpu' (expected host, cuda, vulkan, opencl or remote)" },
+    "unknown runtime 'tpu' (expected host, cuda, vulkan, opencl, remote or file)" },
   { "inject an unknown op", function() xfer.faults.inject({ runtime = "host", op = "explode" }) end,
     "unknown op 'explode' (expected alloc, read, write, copy, peer, import, export, register, map, sync, send or recv)" },
   { "inject nth 0", function() xfer.faults.inject({ runtime = "host", op = "read", nth = 0 }) end,

@@ -62,6 +62,13 @@ void xfer_copy_text(char *dst, size_t cap, const char *src)
   dst[n] = '\0';
 }
 
+void xfer_err_join(char *dst, size_t cap, const char *a, const char *b)
+{
+  xfer_copy_text(dst, cap, a);
+  size_t n = strlen(dst);
+  if (n + 1 < cap) xfer_copy_text(dst + n, cap - n, b);
+}
+
 xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
 {
   if (!err) return code;

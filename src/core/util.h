@@ -13,6 +13,8 @@
 
 /* Copies text into dst of cap bytes, cut short to fit, always terminated. */
 void xfer_copy_text(char *dst, size_t cap, const char *src);
+/* dst = a then b, cut short to fit cap bytes. */
+void xfer_err_join(char *dst, size_t cap, const char *a, const char *b);
 /* Sets code, op and a formatted message; clears the rest. Returns code. */
 xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
 #if defined(__GNUC__)

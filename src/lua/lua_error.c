@@ -50,6 +50,18 @@ void xl_push_error(lua_State *L, const xfer_error *err)
     lua_pushnumber(L, (lua_Number)err->element);
     lua_setfield(L, -2, "element");
   }
+  if (err->file[0]) { /* a file endpoint's: which file, which tensor, which byte */
+    lua_pushstring(L, err->file);
+    lua_setfield(L, -2, "file");
+    if (err->tensor[0]) {
+      lua_pushstring(L, err->tensor);
+      lua_setfield(L, -2, "tensor");
+    }
+    if (err->offset >= 0) {
+      lua_pushnumber(L, (lua_Number)err->offset);
+      lua_setfield(L, -2, "offset");
+    }
+  }
   lua_pushstring(L, err->op);
   lua_setfield(L, -2, "op");
   lua_pushstring(L, err->from);
@@ -240,6 +252,8 @@ static int make_error(lua_State *L)
     {"device", offsetof(xfer_error, device), sizeof err.device},
     {"native_name", offsetof(xfer_error, native_name), sizeof err.native_name},
     {"message", offsetof(xfer_error, message), sizeof err.message},
+    {"file", offsetof(xfer_error, file), sizeof err.file},
+    {"tensor", offsetof(xfer_error, tensor), sizeof err.tensor},
   };
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
     lua_getfield(L, 1, texts[i].key);
@@ -249,6 +263,8 @@ static int make_error(lua_State *L)
   }
   lua_getfield(L, 1, "native");
   err.native = (long long)lua_tonumber(L, -1);
+  lua_getfield(L, 1, "offset");
+  err.offset = lua_isnumber(L, -1) ? (long long)lua_tonumber(L, -1) : -1;
   lua_getfield(L, 1, "retryable");
   err.retryable = lua_toboolean(L, -1);
   lua_getfield(L, 1, "injected");

@@ -1,0 +1,398 @@
+/*
+** file_io.c -- the file endpoints' reads and writes (file_io.h): whole transfers at an offset,
+** and a queue of requests in flight on io_uring or on a pool of threads.
+**
+** Why both: a read from the page cache is a memory copy the calling thread makes, so several
+** threads copy at once where one io_uring submitter would copy alone; a read that goes to the
+** disk (O_DIRECT) is DMA the kernel queues, which io_uring keeps deep without a thread a
+** request. file_route.c picks one (and says why).
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef XFER_WITH_URING
+#include <liburing.h>
+#endif
+
+#include "file_io.h"
+
+static const char *errno_name(int e)
+{
+  const char *name = e ? strerrorname_np(e) : NULL;
+  return name ? name : "";
+}
+
+xfer_code xfer_fio_error(xfer_error *err, xfer_code code, xfer_op op, int native,
+                         const char *path, long long offset, const char *fmt, ...)
+{
+  if (!err) return code;
+  char cause[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cause, sizeof cause, fmt, ap);
+  va_end(ap);
+  if (native)
+    xfer_err_native(err, code, op, native, errno_name(native), cause, native == EINTR ||
+                    native == EAGAIN, 0);
+  else
+    xfer_err_op(err, code, op, "%s", cause);
+  xfer_copy_text(err->file, sizeof err->file, path);
+  err->offset = offset;
+  return code;
+}
+
+/* A fault rule "file:<op>" hit: the failure a real one would be (EIO unless the rule says). */
+static int injected(const xfer_fio *f, xfer_op op, int *native)
+{
+  long long code = 0;
+  if (!f->ctx || !xfer_fault_hit(f->ctx, "file", op, &code)) return 0;
+  *native = code ? (int)code : EIO;
+  return 1;
+}
+
+static xfer_code injected_error(const xfer_fio *f, xfer_op op, int native, long long offset,
+                                xfer_error *err)
+{
+  xfer_code code = xfer_op_failure(op);
+  xfer_fio_error(err, code, op, native, f->path, offset, "%s (injected)", strerror(native));
+  if (err) err->injected = 1;
+  return code;
+}
+
+/* One transfer, resumed over short counts; *done: the bytes moved. 0 or an errno. */
+static int transfer(int fd, int write, void *buf, size_t len, size_t need, uint64_t offset,
+                    size_t *done)
+{
+  size_t at = 0;
+  while (at < len) {
+    ssize_t n = write ? pwrite(fd, (char *)buf + at, len - at, (off_t)(offset + at))
+                      : pread(fd, (char *)buf + at, len - at, (off_t)(offset + at));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      *done = at;
+      return errno;
+    }
+    if (n == 0) break; /* end of file (reads); a write of 0 does not happen for len > 0 */
+    at += (size_t)n;
+  }
+  *done = at;
+  return at >= need ? 0 : write ? EIO : -1; /* -1: the file ended before `need` bytes */
+}
+
+static xfer_code transfer_error(const xfer_fio *f, int write, int e, size_t len, size_t done,
+                                uint64_t offset, xfer_error *err)
+{
+  xfer_op op = write ? XFER_OP_WRITE : XFER_OP_READ;
+  if (e == -1)
+    return xfer_fio_error(err, XFER_E_INVALID, op, 0, f->path, (long long)(offset + done),
+                          "the file is truncated: it ends %zu bytes into a read of %zu at byte "
+                          "%llu", done, len, (unsigned long long)offset);
+  return xfer_fio_error(err, xfer_op_failure(op), op, e, f->path, (long long)offset,
+                        "%s of %zu bytes at byte %llu: %s", write ? "write" : "read", len,
+                        (unsigned long long)offset, strerror(e));
+}
+
+xfer_code xfer_fio_read(const xfer_fio *f, void *buf, size_t len, uint64_t offset,
+                        xfer_error *err)
+{
+  int native;
+  if (injected(f, XFER_OP_READ, &native))
+    return injected_error(f, XFER_OP_READ, native, (long long)offset, err);
+  size_t done;
+  int e = transfer(f->fd, 0, buf, len, len, offset, &done);
+  return e ? transfer_error(f, 0, e, len, done, offset, err) : XFER_E_OK;
+}
+
+xfer_code xfer_fio_write(const xfer_fio *f, const void *buf, size_t len, uint64_t offset,
+                         xfer_error *err)
+{
+  int native;
+  if (injected(f, XFER_OP_WRITE, &native))
+    return injected_error(f, XFER_OP_WRITE, native, (long long)offset, err);
+  size_t done;
+  int e = transfer(f->fd, 1, (void *)buf, len, len, offset, &done);
+  return e ? transfer_error(f, 1, e, len, done, offset, err) : XFER_E_OK;
+}
+
+xfer_code xfer_fio_sync(const xfer_fio *f, xfer_error *err)
+{
+  int native;
+  if (injected(f, XFER_OP_SYNC, &native)) return injected_error(f, XFER_OP_SYNC, native, -1, err);
+  if (fdatasync(f->fd) == 0) return XFER_E_OK;
+  int e = errno;
+  return xfer_fio_error(err, XFER_E_WRITE, XFER_OP_SYNC, e, f->path, -1, "fdatasync: %s",
+                        strerror(e));
+}
+
+const char *xfer_fio_engine_name(xfer_fio_engine engine)
+{
+  return engine == XFER_FIO_URING ? "io_uring" : "threads";
+}
+
+/* -- the queue ---------------------------------------------------------------------------- */
+
+typedef enum { SLOT_FREE, SLOT_QUEUED, SLOT_RUNNING, SLOT_DONE } slot_state;
+
+typedef struct {
+  slot_state state;
+  int write;
+  void *buf;
+  size_t len, need, done;
+  uint64_t offset;
+  int result;     /* 0, an errno, or -1 (ended early) */
+  int injected;
+} fio_slot;
+
+struct xfer_fio_queue {
+  xfer_fio file;
+  xfer_fio_engine engine;
+  int nslots;
+  fio_slot *slots;
+  /* threads: a FIFO of slot numbers */
+  pthread_mutex_t lock;
+  pthread_cond_t work, finished;
+  int *fifo, head, count;
+  pthread_t *workers;
+  int nworkers, stopping;
+#ifdef XFER_WITH_URING
+  struct io_uring ring;
+  int inflight;
+#endif
+};
+
+static void *worker_main(void *arg)
+{
+  xfer_fio_queue *q = arg;
+  pthread_mutex_lock(&q->lock);
+  for (;;) {
+    while (!q->count && !q->stopping) pthread_cond_wait(&q->work, &q->lock);
+    if (!q->count) break; /* stopping, nothing left */
+    int s = q->fifo[q->head];
+    q->head = (q->head + 1) % q->nslots;
+    q->count--;
+    fio_slot *slot = &q->slots[s];
+    slot->state = SLOT_RUNNING;
+    pthread_mutex_unlock(&q->lock);
+    size_t done = 0;
+    int e = transfer(q->file.fd, slot->write, slot->buf, slot->len, slot->need, slot->offset,
+                     &done);
+    pthread_mutex_lock(&q->lock);
+    slot->done = done;
+    slot->result = e;
+    slot->state = SLOT_DONE;
+    pthread_cond_broadcast(&q->finished);
+  }
+  pthread_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+int xfer_fio_uring_usable(char *why, size_t cap)
+{
+#ifdef XFER_WITH_URING
+  if (!xfer_env_flag("XFER_FILE_URING")) {
+    snprintf(why, cap, "XFER_FILE_URING=0");
+    return 0;
+  }
+  struct io_uring ring;
+  int e = io_uring_queue_init(4, &ring, 0);
+  if (e < 0) {
+    snprintf(why, cap, "io_uring_queue_init: %s", strerror(-e));
+    return 0;
+  }
+  io_uring_queue_exit(&ring);
+  return 1;
+#else
+  snprintf(why, cap, "this build has no liburing (liburing-dev was not found)");
+  return 0;
+#endif
+}
+
+xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slots, int threads,
+                              xfer_fio_queue **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_fio_queue *q = calloc(1, sizeof *q);
+  if (q) q->slots = calloc((size_t)slots, sizeof *q->slots);
+  if (q) q->fifo = calloc((size_t)slots, sizeof *q->fifo);
+  if (!q || !q->slots || !q->fifo) {
+    if (q) free(q->slots), free(q->fifo);
+    free(q);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  }
+  q->file = *f;
+  q->engine = engine;
+  q->nslots = slots;
+  pthread_mutex_init(&q->lock, NULL);
+  pthread_cond_init(&q->work, NULL);
+  pthread_cond_init(&q->finished, NULL);
+  if (engine == XFER_FIO_URING) {
+#ifdef XFER_WITH_URING
+    int e = io_uring_queue_init((unsigned)slots, &q->ring, 0);
+    if (e == 0) {
+      *out = q;
+      return XFER_E_OK;
+    }
+    xfer_fio_queue_close(q);
+    return xfer_fio_error(err, XFER_E_UNAVAILABLE, XFER_OP_READ, -e, f->path, -1,
+                          "io_uring_queue_init: %s", strerror(-e));
+#else
+    xfer_fio_queue_close(q);
+    return xfer_fio_error(err, XFER_E_UNAVAILABLE, XFER_OP_READ, 0, f->path, -1,
+                          "this build has no liburing");
+#endif
+  }
+  q->workers = calloc((size_t)threads, sizeof *q->workers);
+  if (!q->workers) {
+    xfer_fio_queue_close(q);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  }
+  for (int i = 0; i < threads; i++) {
+    int e = pthread_create(&q->workers[i], NULL, worker_main, q);
+    if (e) {
+      xfer_fio_queue_close(q);
+      return xfer_fio_error(err, XFER_E_ALLOC, XFER_OP_READ, e, f->path, -1,
+                            "pthread_create: %s", strerror(e));
+    }
+    q->nworkers++;
+  }
+  *out = q;
+  return XFER_E_OK;
+}
+
+#ifdef XFER_WITH_URING
+/* Queues what is left of the slot's transfer on the ring. */
+static void uring_queue(xfer_fio_queue *q, int s)
+{
+  fio_slot *slot = &q->slots[s];
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+  /* never NULL: at most nslots requests are in flight on a ring of nslots entries */
+  char *at = (char *)slot->buf + slot->done;
+  unsigned n = (unsigned)(slot->len - slot->done);
+  if (slot->write)
+    io_uring_prep_write(sqe, q->file.fd, at, n, slot->offset + slot->done);
+  else
+    io_uring_prep_read(sqe, q->file.fd, at, n, slot->offset + slot->done);
+  io_uring_sqe_set_data64(sqe, (uint64_t)s);
+  q->inflight++;
+}
+
+/* Reaps one completion: a short transfer is queued again for its rest. */
+static void uring_reap(xfer_fio_queue *q)
+{
+  struct io_uring_cqe *cqe = NULL;
+  int e;
+  do {
+    io_uring_submit(&q->ring);
+    e = io_uring_wait_cqe(&q->ring, &cqe);
+  } while (e == -EINTR);
+  if (e < 0) { /* the ring itself failed: every request in flight fails with it */
+    for (int s = 0; s < q->nslots; s++)
+      if (q->slots[s].state == SLOT_RUNNING) {
+        q->slots[s].state = SLOT_DONE;
+        q->slots[s].result = -e;
+      }
+    q->inflight = 0;
+    return;
+  }
+  int s = (int)io_uring_cqe_get_data64(cqe);
+  int res = cqe->res;
+  io_uring_cqe_seen(&q->ring, cqe);
+  q->inflight--;
+  fio_slot *slot = &q->slots[s];
+  if (res == -EINTR || res == -EAGAIN) {
+    uring_queue(q, s);
+    return;
+  }
+  if (res < 0) {
+    slot->result = -res;
+    slot->state = SLOT_DONE;
+    return;
+  }
+  slot->done += (size_t)res;
+  if (res > 0 && slot->done < slot->len) {
+    uring_queue(q, s);
+    return;
+  }
+  slot->result = slot->done >= slot->need ? 0 : slot->write ? EIO : -1;
+  slot->state = SLOT_DONE;
+}
+#endif
+
+void xfer_fio_submit(xfer_fio_queue *q, int slot_index, int write, void *buf, size_t len,
+                     size_t need, uint64_t offset)
+{
+  fio_slot *slot = &q->slots[slot_index];
+  *slot = (fio_slot){ .state = SLOT_QUEUED, .write = write, .buf = buf, .len = len,
+                      .need = need, .offset = offset };
+  int native;
+  if (injected(&q->file, write ? XFER_OP_WRITE : XFER_OP_READ, &native)) {
+    slot->state = SLOT_DONE;
+    slot->result = native;
+    slot->injected = 1;
+    return;
+  }
+#ifdef XFER_WITH_URING
+  if (q->engine == XFER_FIO_URING) {
+    slot->state = SLOT_RUNNING;
+    uring_queue(q, slot_index);
+    io_uring_submit(&q->ring);
+    return;
+  }
+#endif
+  pthread_mutex_lock(&q->lock);
+  q->fifo[(q->head + q->count) % q->nslots] = slot_index;
+  q->count++;
+  pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->lock);
+}
+
+xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
+{
+  fio_slot *slot = &q->slots[slot_index];
+  if (slot->state == SLOT_FREE) return XFER_E_OK;
+#ifdef XFER_WITH_URING
+  if (q->engine == XFER_FIO_URING)
+    while (slot->state != SLOT_DONE) uring_reap(q);
+#endif
+  if (q->engine == XFER_FIO_THREADS) {
+    pthread_mutex_lock(&q->lock);
+    while (slot->state != SLOT_DONE) pthread_cond_wait(&q->finished, &q->lock);
+    pthread_mutex_unlock(&q->lock);
+  }
+  slot->state = SLOT_FREE;
+  if (!slot->result) return XFER_E_OK;
+  if (slot->injected)
+    return injected_error(&q->file, slot->write ? XFER_OP_WRITE : XFER_OP_READ, slot->result,
+                          (long long)slot->offset, err);
+  return transfer_error(&q->file, slot->write, slot->result, slot->len, slot->done,
+                        slot->offset, err);
+}
+
+void xfer_fio_queue_close(xfer_fio_queue *q)
+{
+  if (!q) return;
+#ifdef XFER_WITH_URING
+  if (q->engine == XFER_FIO_URING && q->ring.ring_fd > 0) {
+    while (q->inflight > 0) uring_reap(q);
+    io_uring_queue_exit(&q->ring);
+  }
+#endif
+  pthread_mutex_lock(&q->lock);
+  q->stopping = 1;
+  pthread_cond_broadcast(&q->work);
+  pthread_mutex_unlock(&q->lock);
+  for (int i = 0; i < q->nworkers; i++) pthread_join(q->workers[i], NULL);
+  pthread_mutex_destroy(&q->lock);
+  pthread_cond_destroy(&q->work);
+  pthread_cond_destroy(&q->finished);
+  free(q->workers);
+  free(q->fifo);
+  free(q->slots);
+  free(q);
+}

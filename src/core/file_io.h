@@ -1,0 +1,64 @@
+/*
+** file_io.h -- reading and writing files for the file endpoints (file_io.c): one open file
+** (buffered or O_DIRECT), whole reads and writes with their faults, and a queue of requests in
+** flight -- io_uring (liburing, linked in where the build found it) or a pool of threads.
+** Layer 2 of docs/architecture.md: it calls faults.c and util.h.
+*/
+#ifndef XFER_FILE_IO_H
+#define XFER_FILE_IO_H
+
+#include "faults.h"
+
+/* O_DIRECT wants the buffer, the offset and the length aligned to the logical block; 4096
+** covers every device the machines have (512 and 4096). */
+#define XFER_FIO_ALIGN 4096u
+
+typedef struct xfer_fio {
+  xfer_ctx *ctx;     /* for the fault rules (not a reference) */
+  int fd;
+  int direct;        /* opened with O_DIRECT */
+  const char *path;  /* the caller's, for messages */
+} xfer_fio;
+
+/* Whole reads and writes at an offset (short transfers and EINTR resumed); a failure is an
+** error of op read/write with errno as the native code, the file and the offset filled in.
+** A read that meets the end of the file early is XFER_E_INVALID ("the file is truncated"). */
+xfer_code xfer_fio_read(const xfer_fio *f, void *buf, size_t len, uint64_t offset,
+                        xfer_error *err);
+xfer_code xfer_fio_write(const xfer_fio *f, const void *buf, size_t len, uint64_t offset,
+                         xfer_error *err);
+/* fdatasync, op "sync" (a fault rule "file:sync" fails it). */
+xfer_code xfer_fio_sync(const xfer_fio *f, xfer_error *err);
+/* The file error: `code` and `op`, errno `native` (0: none), the file, the offset (-1: none). */
+xfer_code xfer_fio_error(xfer_error *err, xfer_code code, xfer_op op, int native,
+                         const char *path, long long offset, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
+
+/* -- requests in flight --------------------------------------------------------------- */
+
+typedef enum { XFER_FIO_THREADS = 0, XFER_FIO_URING } xfer_fio_engine;
+
+typedef struct xfer_fio_queue xfer_fio_queue;
+
+/* A queue of at most `slots` requests in flight over `f` (its fd stays the caller's):
+** io_uring with that depth, or `threads` workers. An io_uring that cannot be set up (old
+** kernel, a seccomp filter, a build without liburing) is XFER_E_UNAVAILABLE saying why. */
+xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slots, int threads,
+                              xfer_fio_queue **out, xfer_error *err);
+/* Starts a read (write = 0) or write of `len` bytes at `offset` into/from `buf` on `slot`
+** (free: never submitted, or waited for). `need` bytes must arrive: a read may stop at the end
+** of the file past them (O_DIRECT reads whole blocks). */
+void xfer_fio_submit(xfer_fio_queue *q, int slot, int write, void *buf, size_t len, size_t need,
+                     uint64_t offset);
+/* Waits for the slot's request: XFER_E_OK, or its error (op read/write, errno, offset). */
+xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot, xfer_error *err);
+/* Waits for every request in flight, then frees the queue. */
+void xfer_fio_queue_close(xfer_fio_queue *q);
+/* Whether io_uring can be set up here: 1, or 0 with the reason in why. */
+int xfer_fio_uring_usable(char *why, size_t cap);
+const char *xfer_fio_engine_name(xfer_fio_engine engine);
+
+#endif

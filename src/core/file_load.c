@@ -1,0 +1,565 @@
+/*
+** file_load.c -- a file as the source of a move (xfer.h "Files as endpoints"): opening reads
+** the header (file_format.c); a load allocates every target, then reads the file in large
+** requests (file_route.c says how) and hands each chunk to the devices as one batch
+** (batch.c decides how a batch moves), the next requests in flight meanwhile.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef XFER_WITH_ZLIB
+#include <zlib.h>
+#endif
+
+#include "file_format.h"
+#include "file_route.h"
+#include "tensor.h"
+
+struct xfer_file {
+  xfer_ctx *ctx;
+  char *path;
+  int fd;
+  uint64_t size;
+  xfer_file_layout layout;
+};
+
+/* Puts the file, the tensor and the byte into an error a device or the file gave:
+** "model.safetensors: tensor 'w' at byte 4096 onto cuda:0: <cause>". */
+static xfer_code frame(xfer_error *err, const xfer_file *f, const char *tensor,
+                       long long offset, const char *to)
+{
+  if (!err) return XFER_E_INVALID;
+  char cause[sizeof err->message];
+  xfer_copy_text(cause, sizeof cause, err->message);
+  xfer_copy_text(err->file, sizeof err->file, f->path);
+  if (tensor) xfer_copy_text(err->tensor, sizeof err->tensor, tensor);
+  err->offset = offset;
+  xfer_copy_text(err->from, sizeof err->from, "file");
+  if (to) xfer_copy_text(err->to, sizeof err->to, to);
+  if (strncmp(cause, f->path, strlen(f->path))) {
+    char head[sizeof err->message];
+    snprintf(head, sizeof head, "Failed to load tensor '%s' of %s (byte %lld)%s%s: ",
+             tensor ? tensor : "?", f->path, offset, to ? " onto " : "", to ? to : "");
+    xfer_err_join(err->message, sizeof err->message, head, cause);
+  }
+  return err->code;
+}
+
+xfer_code xfer_file_open(xfer_ctx *ctx, const char *path, xfer_file **out, xfer_error *err)
+{
+  *out = NULL;
+  if (!path || !*path) return xfer_err_set(err, XFER_E_INVALID, "open", "no file name");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_OPEN, e, path, -1, "%s: %s", path,
+                          strerror(e));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_OPEN, 0, path, -1,
+                          "%s: not a regular file", path);
+  }
+  xfer_file *f = calloc(1, sizeof *f);
+  if (f) f->path = strdup(path);
+  if (!f || !f->path) {
+    if (f) free(f->path);
+    free(f);
+    close(fd);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
+  }
+  f->ctx = xfer_ctx_retain(ctx);
+  f->fd = fd;
+  f->size = (uint64_t)st.st_size;
+  xfer_fio io = { ctx, fd, 0, f->path };
+  xfer_code code = xfer_format_read(&io, f->size, &f->layout, err);
+  if (code) {
+    xfer_file_close(f);
+    return code;
+  }
+  *out = f;
+  return XFER_E_OK;
+}
+
+void xfer_file_close(xfer_file *f)
+{
+  if (!f) return;
+  xfer_format_free(&f->layout);
+  if (f->fd >= 0) close(f->fd);
+  xfer_ctx_release(f->ctx);
+  free(f->path);
+  free(f);
+}
+
+const char *xfer_file_format(const xfer_file *f) { return xfer_format_name(f->layout.format); }
+const char *xfer_file_path(const xfer_file *f) { return f->path; }
+uint64_t xfer_file_size(const xfer_file *f) { return f->size; }
+size_t xfer_file_count(const xfer_file *f) { return f->layout.count; }
+size_t xfer_file_metadata_count(const xfer_file *f) { return f->layout.meta_count; }
+
+int xfer_file_metadata(const xfer_file *f, size_t i, const char **key, const char **value)
+{
+  if (i >= f->layout.meta_count) return 0;
+  *key = f->layout.meta_keys[i];
+  *value = f->layout.meta_values[i];
+  return 1;
+}
+
+xfer_code xfer_file_entry(const xfer_file *f, size_t i, xfer_file_info *out, xfer_error *err)
+{
+  if (i >= f->layout.count)
+    return xfer_err_set(err, XFER_E_INVALID, "entry", "%s has %zu tensors, not %zu", f->path,
+                        f->layout.count, i + 1);
+  const xfer_format_entry *e = &f->layout.entries[i];
+  *out = (xfer_file_info){ .name = e->name, .dtype = e->dtype, .shape = e->shape,
+                           .offset = e->offset, .nbytes = e->nbytes, .deflated = e->deflated,
+                           .fortran = e->fortran };
+  return XFER_E_OK;
+}
+
+long xfer_file_find(const xfer_file *f, const char *name)
+{
+  for (size_t i = 0; i < f->layout.count; i++)
+    if (!strcmp(f->layout.entries[i].name, name)) return (long)i;
+  return -1;
+}
+
+/* -- the plan of a load ---------------------------------------------------------------- */
+
+/* Bytes of one item read in one request: to `dst_off` of the item's tensor. */
+typedef struct {
+  size_t item;
+  uint64_t file_off, len, dst_off;
+} piece;
+
+/* One request: [start, start + need) of the file (len: rounded up for O_DIRECT), into a
+** chunk then scattered to its pieces, or (into != NULL) straight into a host tensor. */
+typedef struct {
+  uint64_t start;
+  size_t len, need;
+  size_t first, count; /* its pieces */
+  void *into;
+} request;
+
+typedef struct {
+  piece *pieces;
+  size_t npieces, cap_pieces;
+  request *reqs;
+  size_t nreqs, cap_reqs;
+  int failed;
+} load_plan;
+
+static piece *add_piece(load_plan *p)
+{
+  if (p->npieces == p->cap_pieces) {
+    size_t cap = p->cap_pieces ? 2 * p->cap_pieces : 64;
+    piece *g = realloc(p->pieces, cap * sizeof *g);
+    if (!g) { p->failed = 1; return NULL; }
+    p->pieces = g;
+    p->cap_pieces = cap;
+  }
+  return &p->pieces[p->npieces++];
+}
+
+static request *add_request(load_plan *p)
+{
+  if (p->nreqs == p->cap_reqs) {
+    size_t cap = p->cap_reqs ? 2 * p->cap_reqs : 64;
+    request *g = realloc(p->reqs, cap * sizeof *g);
+    if (!g) { p->failed = 1; return NULL; }
+    p->reqs = g;
+    p->cap_reqs = cap;
+  }
+  request *r = &p->reqs[p->nreqs++];
+  memset(r, 0, sizeof *r);
+  return r;
+}
+
+typedef struct {
+  const xfer_format_entry *entry;
+  size_t item;
+} order_ref;
+
+static int by_file_offset(const void *a, const void *b)
+{
+  const order_ref *x = a, *y = b;
+  return x->entry->offset < y->entry->offset ? -1 : x->entry->offset > y->entry->offset;
+}
+
+static uint64_t align_down(uint64_t v) { return v / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
+static uint64_t align_up(uint64_t v) { return (v + XFER_FIO_ALIGN - 1) / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
+
+/* Cuts the items' bytes into requests, in file order: neighbours share a chunk (gaps under
+** 1 MiB read through), a chunk holds at most route->chunk bytes; in the page cache's mode an
+** item bound for host memory is read straight into it. */
+static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_t n,
+                          xfer_tensor *const *targets, const xfer_file_route *route,
+                          load_plan *p)
+{
+  order_ref *order = malloc((n ? n : 1) * sizeof *order);
+  if (!order) { p->failed = 1; return; }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    const xfer_format_entry *e = &f->layout.entries[items[i].entry];
+    if (!e->deflated && e->nbytes) order[m++] = (order_ref){ e, i };
+  }
+  qsort(order, m, sizeof *order, by_file_offset);
+  const uint64_t gap = 1u << 20, chunk = route->chunk;
+  request *open_req = NULL;
+  for (size_t k = 0; k < m && !p->failed; k++) {
+    const xfer_format_entry *e = order[k].entry;
+    size_t item = order[k].item;
+    void *host = xfer_tensor_host_data(targets[item]);
+    if (!route->direct && host) {
+      /* straight into the tensor, in chunk-sized requests */
+      for (uint64_t at = 0; at < e->nbytes && !p->failed; at += chunk) {
+        request *r = add_request(p);
+        if (!r) break;
+        r->start = e->offset + at;
+        r->need = r->len = (size_t)(e->nbytes - at < chunk ? e->nbytes - at : chunk);
+        r->into = (char *)host + at;
+        r->first = p->npieces;
+        piece *pc = add_piece(p);
+        if (!pc) break;
+        *pc = (piece){ item, r->start, r->need, at };
+        r->count = 1;
+      }
+      open_req = NULL;
+      continue;
+    }
+    uint64_t at = 0;
+    while (at < e->nbytes && !p->failed) {
+      uint64_t off = e->offset + at;
+      if (open_req && (off > open_req->start + open_req->need + gap ||
+                       off >= open_req->start + chunk))
+        open_req = NULL;
+      if (!open_req) {
+        open_req = add_request(p);
+        if (!open_req) break;
+        open_req->start = route->direct ? align_down(off) : off;
+        open_req->first = p->npieces;
+      }
+      uint64_t limit = open_req->start + chunk;
+      uint64_t take = e->nbytes - at < limit - off ? e->nbytes - at : limit - off;
+      piece *pc = add_piece(p);
+      if (!pc) break;
+      *pc = (piece){ item, off, take, at };
+      open_req->count++;
+      open_req->need = (size_t)(off + take - open_req->start);
+      at += take;
+      if (off + take >= limit) open_req = NULL;
+    }
+  }
+  for (size_t i = 0; i < p->nreqs; i++)
+    if (!p->reqs[i].into)
+      p->reqs[i].len = route->direct ? (size_t)align_up(p->reqs[i].need) : p->reqs[i].need;
+  free(order);
+}
+
+/* -- running it -------------------------------------------------------------------------- */
+
+typedef struct {
+  xfer_file *f;
+  const xfer_load_item *items;
+  xfer_tensor **targets;
+  const xfer_file_opts *opts;
+  xfer_file_route route;
+  load_plan plan;
+  xfer_fio io;
+  xfer_fio_queue *queue;
+  xfer_tensor **chunks; /* one host tensor per slot */
+  int nslots;
+  uint64_t total, done;
+} loading;
+
+static const char *item_name(const loading *l, size_t item)
+{
+  return l->f->layout.entries[l->items[item].entry].name;
+}
+
+static const char *device_name(xfer_tensor *t)
+{
+  return t && xfer_tensor_device(t) ? xfer_tensor_device(t)->name : NULL;
+}
+
+static void submit(loading *l, size_t r)
+{
+  request *q = &l->plan.reqs[r];
+  int slot = (int)(r % (size_t)l->nslots);
+  void *buf = q->into ? q->into : xfer_tensor_host_data(l->chunks[slot]);
+  xfer_fio_submit(l->queue, slot, 0, buf, q->len, q->need, q->start);
+}
+
+/* Scatters request r's chunk into its pieces' tensors: host ones by memcpy, the others as
+** one batch. */
+static xfer_code scatter(loading *l, size_t r, xfer_error *err)
+{
+  request *q = &l->plan.reqs[r];
+  if (q->into) return XFER_E_OK;
+  xfer_tensor *chunk = l->chunks[r % (size_t)l->nslots];
+  const char *bytes = xfer_tensor_host_data(chunk);
+  xfer_batch_item items[64];
+  size_t pieces_at[64];
+  size_t m = 0;
+  for (size_t k = 0; k <= q->count; k++) {
+    if (m && (k == q->count || m == 64)) {
+      xfer_code code = xfer_transfer_batch(items, m, NULL, err);
+      if (code) {
+        size_t at = err && err->element > 0 ? (size_t)err->element - 1 : 0;
+        const piece *pc = &l->plan.pieces[pieces_at[at < m ? at : 0]];
+        return frame(err, l->f, item_name(l, pc->item), (long long)pc->file_off,
+                     device_name(l->targets[pc->item]));
+      }
+      m = 0;
+    }
+    if (k == q->count) break;
+    size_t pi = q->first + k;
+    const piece *pc = &l->plan.pieces[pi];
+    xfer_tensor *t = l->targets[pc->item];
+    char *host = xfer_tensor_host_data(t);
+    if (host) {
+      memcpy(host + pc->dst_off, bytes + (pc->file_off - q->start), (size_t)pc->len);
+      continue;
+    }
+    items[m] = (xfer_batch_item){ .dst = t, .src = chunk, .dst_offset = (size_t)pc->dst_off,
+                                  .src_offset = (size_t)(pc->file_off - q->start),
+                                  .nbytes = (size_t)pc->len };
+    pieces_at[m++] = pi;
+  }
+  return XFER_E_OK;
+}
+
+static xfer_code run_requests(loading *l, xfer_error *err)
+{
+  size_t n = l->plan.nreqs;
+  size_t ahead = (size_t)l->nslots < n ? (size_t)l->nslots : n;
+  for (size_t r = 0; r < ahead; r++) submit(l, r);
+  xfer_code code = XFER_E_OK;
+  size_t r = 0;
+  for (; r < n && !code; r++) {
+    int slot = (int)(r % (size_t)l->nslots);
+    request *q = &l->plan.reqs[r];
+    code = xfer_fio_wait(l->queue, slot, err);
+    if (code) {
+      const piece *pc = &l->plan.pieces[q->first];
+      code = frame(err, l->f, item_name(l, pc->item), err ? err->offset : (long long)q->start,
+                   device_name(l->targets[pc->item]));
+      break;
+    }
+    code = scatter(l, r, err);
+    if (code) break;
+    l->done += q->need;
+    if (r + ahead < n) submit(l, r + ahead);
+    if (l->opts && l->opts->progress &&
+        l->opts->progress(l->opts->progress_ud, l->done, l->total)) {
+      const piece *pc = &l->plan.pieces[q->first];
+      xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS, "the progress callback stopped the load");
+      code = frame(err, l->f, item_name(l, pc->item), (long long)q->start, NULL);
+    }
+  }
+  /* every request still in flight lands before its buffer goes */
+  for (size_t k = r + 1; k < n && k < r + 1 + ahead; k++) {
+    xfer_error ignored;
+    xfer_fio_wait(l->queue, (int)(k % (size_t)l->nslots), &ignored);
+  }
+  return code;
+}
+
+#ifdef XFER_WITH_ZLIB
+static xfer_code load_deflated(loading *l, size_t item, xfer_error *err)
+{
+  const xfer_format_entry *e = &l->f->layout.entries[l->items[item].entry];
+  xfer_tensor *t = l->targets[item];
+  uint8_t *in = malloc(e->stored ? (size_t)e->stored : 1);
+  /* the member inflates to its .npy header (inflated_skip bytes), then the elements */
+  xfer_code code = in ? xfer_fio_read(&(xfer_fio){ l->f->ctx, l->f->fd, 0, l->f->path }, in,
+                                      (size_t)e->stored, e->offset, err)
+                      : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  uint8_t *out = NULL;
+  size_t total = 0;
+  if (!code) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) {
+      code = xfer_fio_error(err, XFER_E_ALLOC, XFER_OP_READ, 0, l->f->path,
+                            (long long)e->offset, "inflateInit2 failed");
+    } else {
+      size_t cap = (size_t)(e->nbytes + e->inflated_skip);
+      out = malloc(cap);
+      z.next_in = in;
+      z.avail_in = (uInt)e->stored;
+      z.next_out = out;
+      z.avail_out = (uInt)cap;
+      int zr = out ? inflate(&z, Z_FINISH) : Z_MEM_ERROR;
+      total = cap - z.avail_out;
+      inflateEnd(&z);
+      if (zr != Z_STREAM_END)
+        code = xfer_fio_error(err, XFER_E_INVALID, XFER_OP_READ, 0, l->f->path,
+                              (long long)e->offset, "the deflated member is corrupt (%s)",
+                              z.msg ? z.msg : zr == Z_MEM_ERROR ? "out of memory" : "truncated");
+    }
+  }
+  if (!code && total != e->nbytes + e->inflated_skip)
+    code = xfer_fio_error(err, XFER_E_INVALID, XFER_OP_READ, 0, l->f->path, (long long)e->offset,
+                          "the deflated member holds %zu bytes, its array %llu", total,
+                          (unsigned long long)e->nbytes);
+  if (!code) code = xfer_tensor_write(t, out + e->inflated_skip, (size_t)e->nbytes, err);
+  free(in);
+  free(out);
+  return code ? frame(err, l->f, e->name, (long long)e->offset, device_name(t)) : XFER_E_OK;
+}
+#endif
+
+/* A target for an item: on its device, or on the host where it is converted or transposed
+** afterwards (an .npy array in Fortran order lands as its transpose). */
+static xfer_code allocate(loading *l, size_t i, xfer_device *host, xfer_error *err)
+{
+  const xfer_load_item *it = &l->items[i];
+  const xfer_format_entry *e = &l->f->layout.entries[it->entry];
+  xfer_shape shape = e->shape;
+  if (e->fortran)
+    for (int d = 0; d < shape.ndim; d++) shape.dims[d] = e->shape.dims[shape.ndim - 1 - d];
+  int later = it->convert || e->fortran;
+  xfer_device *dev = later ? host : it->dev;
+  xfer_code code = xfer_tensor_empty(dev, e->dtype, &shape, &l->targets[i], err);
+  return code ? frame(err, l->f, e->name, (long long)e->offset, it->dev->name)
+              : XFER_E_OK;
+}
+
+/* Converted or transposed items, moved to their devices. */
+static xfer_code finish_item(loading *l, size_t i, xfer_error *err)
+{
+  const xfer_load_item *it = &l->items[i];
+  const xfer_format_entry *e = &l->f->layout.entries[it->entry];
+  if (!it->convert && !e->fortran) return XFER_E_OK;
+  xfer_tensor *src = l->targets[i], *view = NULL;
+  xfer_code code = XFER_E_OK;
+  if (e->fortran) {
+    /* the bytes are the row-major transpose: a view with the strides reversed reads them */
+    int64_t packed[XFER_MAX_DIMS], strides[XFER_MAX_DIMS];
+    xfer_packed_strides(xfer_tensor_shape(src), packed);
+    for (int d = 0; d < e->shape.ndim; d++) strides[d] = packed[e->shape.ndim - 1 - d];
+    code = xfer_tensor_view(src, &e->shape, strides, 0, &view, err);
+  }
+  xfer_transfer_opts topts = { .convert = it->convert, .dtype = it->dtype };
+  xfer_tensor *moved = NULL;
+  if (!code) code = xfer_transfer_to(view ? view : src, it->dev, &topts, &moved, err);
+  xfer_tensor_release(view);
+  if (code) return frame(err, l->f, e->name, (long long)e->offset, it->dev->name);
+  xfer_tensor_release(src);
+  l->targets[i] = moved;
+  return XFER_E_OK;
+}
+
+static xfer_code check_items(xfer_file *f, const xfer_load_item *items, size_t n,
+                             xfer_error *err)
+{
+  for (size_t i = 0; i < n; i++) {
+    if (items[i].entry >= f->layout.count)
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_READ, 0, f->path, -1,
+                            "%s has %zu tensors: no entry %zu", f->path, f->layout.count,
+                            items[i].entry);
+    if (!items[i].dev)
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_READ, 0, f->path, -1,
+                            "item %zu has no device", i + 1);
+    if (items[i].convert && (unsigned)items[i].dtype >= XFER_DTYPE__COUNT)
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_CONVERT, 0, f->path, -1,
+                            "item %zu: no such dtype", i + 1);
+  }
+  return XFER_E_OK;
+}
+
+static uint64_t items_bytes(const xfer_file *f, const xfer_load_item *items, size_t n)
+{
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += f->layout.entries[items[i].entry].stored;
+  return total;
+}
+
+xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
+                         const xfer_file_opts *opts, xfer_file_route *out, xfer_error *err)
+{
+  xfer_code code = check_items(f, items, n, err);
+  if (code) return code;
+  return xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, opts, out,
+                              err);
+}
+
+xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
+                         const xfer_file_opts *opts, xfer_tensor **out, xfer_error *err)
+{
+  for (size_t i = 0; i < n; i++) out[i] = NULL;
+  loading l = { .f = f, .items = items, .targets = out, .opts = opts, .io = { f->ctx, -1, 0, f->path } };
+  xfer_code code = xfer_file_plan(f, items, n, opts, &l.route, err);
+  if (code) return code;
+  xfer_device *host = NULL;
+  code = xfer_device_find(f->ctx, "host", &host, err);
+  for (size_t i = 0; i < n && !code; i++) code = allocate(&l, i, host, err);
+  if (!code && l.route.direct) {
+    char why[160];
+    l.io.fd = xfer_file_open_direct(f->path, 0, why, sizeof why);
+    if (l.io.fd >= 0) {
+      l.io.direct = 1;
+    } else {
+      l.route.direct = 0; /* the file system said no: the page cache, saying so */
+      size_t at = strlen(l.route.reason);
+      snprintf(l.route.reason + at, sizeof l.route.reason - at, "; then the page cache: %s", why);
+    }
+  }
+  if (l.io.fd < 0) l.io.fd = f->fd;
+  if (!code) {
+    plan_requests(f, items, n, out, &l.route, &l.plan);
+    if (l.plan.failed) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  }
+  for (size_t r = 0; r < l.plan.nreqs; r++) l.total += l.plan.reqs[r].need;
+  l.nslots = l.route.depth;
+  if (!code && l.plan.nreqs) {
+    if ((size_t)l.nslots > l.plan.nreqs) l.nslots = l.plan.nreqs < 2 ? 2 : (int)l.plan.nreqs;
+    l.chunks = calloc((size_t)l.nslots, sizeof *l.chunks);
+    if (!l.chunks) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+    int need_chunks = 0;
+    for (size_t r = 0; r < l.plan.nreqs; r++) need_chunks |= !l.plan.reqs[r].into;
+    xfer_shape cs = { 1, { (int64_t)l.route.chunk } };
+    for (int s = 0; s < l.nslots && !code && need_chunks; s++)
+      code = xfer_tensor_empty(host, XFER_U8, &cs, &l.chunks[s], err);
+    if (!code) {
+      code = xfer_fio_queue_open(&l.io, (xfer_fio_engine)(l.route.engine == 1), l.nslots,
+                                 l.route.threads ? l.route.threads : 2, &l.queue, err);
+      if (code == XFER_E_UNAVAILABLE && l.route.engine == 1) { /* io_uring refused at setup */
+        l.route.engine = 2;
+        l.route.threads = 2;
+        code = xfer_fio_queue_open(&l.io, XFER_FIO_THREADS, l.nslots, 2, &l.queue, err);
+      }
+    }
+    if (!code) code = run_requests(&l, err);
+  }
+  xfer_fio_queue_close(l.queue);
+  for (int s = 0; l.chunks && s < l.nslots; s++) xfer_tensor_release(l.chunks[s]);
+  free(l.chunks);
+#ifdef XFER_WITH_ZLIB
+  for (size_t i = 0; i < n && !code; i++)
+    if (f->layout.entries[items[i].entry].deflated) code = load_deflated(&l, i, err);
+#else
+  for (size_t i = 0; i < n && !code; i++)
+    if (f->layout.entries[items[i].entry].deflated)
+      code = xfer_fio_error(err, XFER_E_UNSUPPORTED, XFER_OP_READ, 0, f->path, -1,
+                            "a deflated member: this build has no zlib");
+#endif
+  for (size_t i = 0; i < n && !code; i++) code = finish_item(&l, i, err);
+  if (l.io.fd >= 0 && l.io.fd != f->fd) close(l.io.fd);
+  free(l.plan.pieces);
+  free(l.plan.reqs);
+  xfer_file_route_taken(&l.route);
+  if (code) /* nothing half-loaded stays */
+    for (size_t i = 0; i < n; i++) {
+      xfer_tensor_release(out[i]);
+      out[i] = NULL;
+    }
+  return code;
+}

@@ -1,0 +1,138 @@
+/*
+** file_route.c -- how a file is read or written (file_route.h), decided once per load or save.
+**
+** The page cache first: a file that is mostly in memory is read with plain preads on several
+** threads (each a memory copy), since O_DIRECT would go back to the disk for what memory
+** already holds. A file that is not, and large enough, is read with O_DIRECT through aligned
+** chunks: no copy into the page cache, requests the kernel hands to the device as DMA, kept
+** deep by io_uring (threads where io_uring cannot be set up). Small reads take the page
+** cache: aligning them costs more than the copy.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "file_route.h"
+
+/* below this, a read or write is one syscall's worth: O_DIRECT gains nothing */
+#define SMALL_BYTES (64u << 20)
+
+static _Thread_local xfer_file_route last_route;
+
+void xfer_file_route_taken(const xfer_file_route *route) { last_route = *route; }
+const xfer_file_route *xfer_file_last_route(void) { return &last_route; }
+
+int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap)
+{
+  int fd = open(path, (writing ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) snprintf(why, cap, "the file system refuses O_DIRECT (%s)", strerror(errno));
+  return fd;
+}
+
+/* The share of the file's pages the page cache holds (mincore over a mapping that reads
+** nothing), or -1 where it cannot tell. */
+static double cached_share(int fd, uint64_t size)
+{
+  if (size == 0) return 1;
+  void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return -1;
+  long page = sysconf(_SC_PAGESIZE);
+  size_t pages = (size_t)((size + (uint64_t)page - 1) / (uint64_t)page);
+  unsigned char *vec = malloc(pages);
+  double share = -1;
+  if (vec && mincore(map, (size_t)size, vec) == 0) {
+    size_t in = 0;
+    for (size_t i = 0; i < pages; i++) in += vec[i] & 1;
+    share = (double)in / (double)pages;
+  }
+  free(vec);
+  munmap(map, (size_t)size);
+  return share;
+}
+
+static int env_size(const char *name, size_t *out)
+{
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  char *end;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*end == 'k' || *end == 'K') n <<= 10, end++;
+  else if (*end == 'm' || *end == 'M') n <<= 20, end++;
+  if (*end) return 0;
+  *out = (size_t)n;
+  return 1;
+}
+
+xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t bytes,
+                               int writing, const xfer_file_opts *opts, xfer_file_route *out,
+                               xfer_error *err)
+{
+  static const xfer_file_opts none;
+  if (!opts) opts = &none;
+  memset(out, 0, sizeof *out);
+  size_t chunk = opts->chunk;
+  if (!chunk && !env_size("XFER_FILE_CHUNK", &chunk)) chunk = XFER_FILE_CHUNK_DEFAULT;
+  if (chunk < XFER_FIO_ALIGN || chunk > (1u << 30) || chunk % XFER_FIO_ALIGN)
+    return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_PLAN, 0, path, -1,
+                          "chunk of %zu bytes: a multiple of 4096 from 4 KiB to 1 GiB", chunk);
+  if (opts->depth && (opts->depth < 2 || opts->depth > 64))
+    return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_PLAN, 0, path, -1,
+                          "depth %d: 2 to 64 requests in flight", opts->depth);
+  if (opts->direct < -1 || opts->direct > 1 || opts->engine < 0 || opts->engine > 2)
+    return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_PLAN, 0, path, -1,
+                          "direct is -1, 0 or 1 and engine 0, 1 (io_uring) or 2 (threads)");
+  out->chunk = chunk;
+  out->cached = writing ? 0 : cached_share(fd, size);
+  char why[200];
+  int direct;
+  if (opts->direct) {
+    direct = opts->direct > 0;
+    snprintf(why, sizeof why, "%s as asked", direct ? "O_DIRECT" : "the page cache");
+  } else if (!writing && out->cached >= 0.5) {
+    direct = 0;
+    snprintf(why, sizeof why, "the page cache: %.0f%% of the file is there already",
+             out->cached * 100);
+  } else if (bytes < SMALL_BYTES) {
+    direct = 0;
+    snprintf(why, sizeof why, "the page cache: %llu bytes are too few for O_DIRECT to pay",
+             (unsigned long long)bytes);
+  } else {
+    direct = 1;
+    if (writing) snprintf(why, sizeof why, "O_DIRECT: a large write, past the page cache");
+    else snprintf(why, sizeof why, "O_DIRECT: %.0f%% of the file is in the page cache",
+                  out->cached < 0 ? 0 : out->cached * 100);
+  }
+  out->direct = direct;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = cpus < 2 ? 2 : cpus > 8 ? 8 : (int)cpus;
+  char ewhy[200] = "";
+  int engine = opts->engine;
+  if (!engine) {
+    char uwhy[160];
+    if (!direct) {
+      engine = 2;
+      snprintf(ewhy, sizeof ewhy, "%d threads (page-cache reads are copies the reading thread "
+               "makes)", threads);
+    } else if (xfer_fio_uring_usable(uwhy, sizeof uwhy)) {
+      engine = 1;
+      snprintf(ewhy, sizeof ewhy, "io_uring");
+    } else {
+      engine = 2;
+      snprintf(ewhy, sizeof ewhy, "%d threads (io_uring: %s)", threads, uwhy);
+    }
+  } else {
+    snprintf(ewhy, sizeof ewhy, "%s as asked", engine == 1 ? "io_uring" : "threads");
+  }
+  out->engine = engine;
+  out->threads = engine == 2 ? threads : 0;
+  int depth = opts->depth ? opts->depth : engine == 2 ? 2 * threads : 8;
+  if (depth > 64) depth = 64;
+  out->depth = depth;
+  snprintf(out->reason, sizeof out->reason, "%s; %s; %d requests of %zu KiB in flight", why,
+           ewhy, depth, chunk >> 10);
+  return XFER_E_OK;
+}

@@ -1,0 +1,26 @@
+/*
+** file_route.h -- THE decision of how a file is read or written (file_route.c): O_DIRECT or
+** the page cache, io_uring or threads, chunk, depth, and the words that say why.
+** Layer 2 of docs/architecture.md, beside file_io.c: it asks the kernel, never a device.
+*/
+#ifndef XFER_FILE_ROUTE_H
+#define XFER_FILE_ROUTE_H
+
+#include "file_io.h"
+
+#define XFER_FILE_CHUNK_DEFAULT (16u << 20)
+
+/* For a read of `bytes` of the open file `fd` (`size` bytes, at `path`), or a write of `bytes`
+** (writing = 1, fd the new file), with the caller's opts (NULL: all chosen): the route in
+** *out. Checks opts: XFER_E_INVALID for a chunk that is not a multiple of 4096 in
+** [4 KiB, 1 GiB], or a depth outside 2..64. */
+xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t bytes,
+                               int writing, const xfer_file_opts *opts, xfer_file_route *out,
+                               xfer_error *err);
+/* Opens `path` again with O_DIRECT (for reads: O_RDONLY, writes: O_WRONLY): the fd, or -1 with
+** errno's words in why. */
+int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap);
+/* The route last taken on this thread (xfer_file_last_route). */
+void xfer_file_route_taken(const xfer_file_route *route);
+
+#endif

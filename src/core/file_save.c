@@ -1,0 +1,533 @@
+/*
+** file_save.c -- a file as the target of a move (xfer_file_save): the header, then each
+** tensor's bytes, streamed through host chunks (read off the devices as one batch a chunk)
+** into a temporary file beside the path, written while the next chunk is filled; synced and
+** renamed over the path only when every byte is there.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef XFER_WITH_ZLIB
+#include <zlib.h>
+#endif
+
+#include "file_format.h"
+#include "file_route.h"
+#include "tensor.h"
+
+/* What the stream holds, in order: bytes of a header (or zip record) or a tensor's. */
+typedef struct {
+  const char *bytes;    /* header bytes, or NULL for a tensor */
+  xfer_tensor *tensor;
+  size_t index;         /* the tensor's (names[index]) */
+  uint64_t at, len;     /* where in the file */
+} segment;
+
+typedef struct {
+  xfer_ctx *ctx;
+  const char *path;
+  const char *const *names;
+  xfer_tensor **packed; /* the tensors, views made contiguous */
+  size_t n;
+  segment *segs;
+  size_t nsegs;
+  char **owned;         /* header buffers to free */
+  size_t nowned;
+  uint64_t total;
+  /* .npz: each member's CRC-32, summed while the chunks pass */
+  uint32_t *crc;
+  uint64_t *local_at;   /* its local header's byte */
+} saving;
+
+#define ZIP64_EXTRA 20 /* id, size, uncompressed and compressed sizes */
+
+static uint32_t crc32_of(uint32_t crc, const unsigned char *p, size_t n)
+{
+#ifdef XFER_WITH_ZLIB
+  while (n) { /* zlib takes an unsigned int a call */
+    uInt k = n > (1u << 30) ? 1u << 30 : (uInt)n;
+    crc = (uint32_t)crc32(crc, p, k);
+    p += k;
+    n -= k;
+  }
+  return crc;
+#else
+  static uint32_t table[256];
+  if (!table[1])
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+  crc = ~crc;
+  while (n--) crc = table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+#endif
+}
+
+static xfer_code frame(xfer_error *err, const saving *s, size_t index, long long offset)
+{
+  if (!err) return XFER_E_WRITE;
+  char cause[sizeof err->message];
+  xfer_copy_text(cause, sizeof cause, err->message);
+  xfer_copy_text(err->file, sizeof err->file, s->path);
+  const char *name = index < s->n ? s->names[index] : NULL;
+  if (name) xfer_copy_text(err->tensor, sizeof err->tensor, name);
+  err->offset = offset;
+  xfer_copy_text(err->to, sizeof err->to, "file");
+  if (index < s->n && xfer_tensor_device(s->packed[index]))
+    xfer_copy_text(err->from, sizeof err->from, xfer_tensor_device(s->packed[index])->name);
+  char head[sizeof err->message];
+  snprintf(head, sizeof head, "Failed to save %s%s%s to %s (byte %lld): ",
+           name ? "tensor '" : "the header", name ? name : "", name ? "'" : "", s->path, offset);
+  xfer_err_join(err->message, sizeof err->message, head, cause);
+  return err->code;
+}
+
+static int add_segment(saving *s, const char *bytes, size_t len, xfer_tensor *t, size_t index)
+{
+  segment *g = realloc(s->segs, (s->nsegs + 1) * sizeof *g);
+  if (!g) return 0;
+  s->segs = g;
+  g[s->nsegs++] = (segment){ bytes, t, index, s->total, len };
+  s->total += len;
+  return 1;
+}
+
+static int own(saving *s, char *bytes)
+{
+  char **g = realloc(s->owned, (s->nowned + 1) * sizeof *g);
+  if (!g) {
+    free(bytes);
+    return 0;
+  }
+  s->owned = g;
+  g[s->nowned++] = bytes;
+  return 1;
+}
+
+static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static void put32(unsigned char *p, uint32_t v) { put16(p, v & 0xFFFF); put16(p + 2, v >> 16); }
+static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
+
+static xfer_code layout_safetensors(saving *s, const char *const *meta_keys,
+                                    const char *const *meta_values, size_t nmeta, xfer_error *err)
+{
+  xfer_dtype *dtypes = malloc((s->n ? s->n : 1) * sizeof *dtypes);
+  xfer_shape *shapes = malloc((s->n ? s->n : 1) * sizeof *shapes);
+  xfer_code code = dtypes && shapes ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  for (size_t i = 0; i < s->n && !code; i++) {
+    dtypes[i] = xfer_tensor_dtype(s->packed[i]);
+    shapes[i] = *xfer_tensor_shape(s->packed[i]);
+  }
+  char *header = NULL;
+  size_t len = 0;
+  if (!code)
+    code = xfer_format_safetensors_header(s->names, dtypes, shapes, s->n, meta_keys, meta_values,
+                                          nmeta, XFER_FIO_ALIGN, &header, &len, err);
+  free(dtypes);
+  free(shapes);
+  if (code) return code;
+  if (!own(s, header) || !add_segment(s, header, len, NULL, s->n))
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  for (size_t i = 0; i < s->n; i++)
+    if (!add_segment(s, NULL, xfer_tensor_nbytes(s->packed[i]), s->packed[i], i))
+      return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  return XFER_E_OK;
+}
+
+static xfer_code layout_npy(saving *s, xfer_error *err)
+{
+  char *header = NULL;
+  size_t len = 0;
+  xfer_code code = xfer_format_npy_header(xfer_tensor_dtype(s->packed[0]),
+                                          xfer_tensor_shape(s->packed[0]), XFER_FIO_ALIGN,
+                                          &header, &len, err);
+  if (code) return frame(err, s, 0, 0);
+  if (!own(s, header) || !add_segment(s, header, len, NULL, 1) ||
+      !add_segment(s, NULL, xfer_tensor_nbytes(s->packed[0]), s->packed[0], 0))
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  return XFER_E_OK;
+}
+
+/* .npz: each member stored (no compression), zip64 sizes throughout so that any size fits;
+** the CRCs are filled in once the bytes have passed (write_trailer, patch_crcs). */
+static xfer_code layout_npz(saving *s, xfer_error *err)
+{
+  s->crc = calloc(s->n ? s->n : 1, sizeof *s->crc);
+  s->local_at = calloc(s->n ? s->n : 1, sizeof *s->local_at);
+  if (!s->crc || !s->local_at) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  for (size_t i = 0; i < s->n; i++) {
+    char *npy = NULL;
+    size_t npy_len = 0;
+    xfer_code code = xfer_format_npy_header(xfer_tensor_dtype(s->packed[i]),
+                                            xfer_tensor_shape(s->packed[i]), 64, &npy, &npy_len,
+                                            err);
+    if (code) return frame(err, s, i, (long long)s->total);
+    size_t name_len = strlen(s->names[i]) + 4;
+    size_t lh_len = 30 + name_len + ZIP64_EXTRA;
+    unsigned char *lh = calloc(1, lh_len + npy_len);
+    if (!lh || !own(s, (char *)lh)) {
+      free(npy);
+      return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+    }
+    uint64_t size = npy_len + xfer_tensor_nbytes(s->packed[i]);
+    put32(lh, 0x04034b50);
+    put16(lh + 4, 45); /* version needed: zip64 */
+    put32(lh + 18, 0xFFFFFFFFu);
+    put32(lh + 22, 0xFFFFFFFFu);
+    put16(lh + 26, (unsigned)name_len);
+    put16(lh + 28, ZIP64_EXTRA);
+    memcpy(lh + 30, s->names[i], name_len - 4);
+    memcpy(lh + 30 + name_len - 4, ".npy", 4);
+    unsigned char *x = lh + 30 + name_len;
+    put16(x, 1);
+    put16(x + 2, 16);
+    put64(x + 4, size);
+    put64(x + 12, size);
+    memcpy(lh + lh_len, npy, npy_len);
+    /* the CRC covers the member's bytes: the .npy header, then the tensor's */
+    s->crc[i] = crc32_of(0, (const unsigned char *)npy, npy_len);
+    free(npy);
+    s->local_at[i] = s->total;
+    if (!add_segment(s, (char *)lh, lh_len + npy_len, NULL, i) ||
+        !add_segment(s, NULL, xfer_tensor_nbytes(s->packed[i]), s->packed[i], i))
+      return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  }
+  return XFER_E_OK;
+}
+
+/* The central directory and its ends, once every member's CRC is known. */
+static xfer_code npz_trailer(saving *s, char **out, size_t *len, xfer_error *err)
+{
+  size_t cap = 22 + 56 + 20;
+  for (size_t i = 0; i < s->n; i++) cap += 46 + strlen(s->names[i]) + 4 + 28;
+  unsigned char *t = calloc(1, cap), *p = t;
+  if (!t) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  uint64_t cd_at = s->total;
+  for (size_t i = 0; i < s->n; i++) {
+    size_t name_len = strlen(s->names[i]) + 4;
+    uint64_t size = s->segs[2 * i].len - (30 + name_len + ZIP64_EXTRA) + s->segs[2 * i + 1].len;
+    put32(p, 0x02014b50);
+    put16(p + 4, 45);
+    put16(p + 6, 45);
+    put32(p + 16, s->crc[i]);
+    put32(p + 20, 0xFFFFFFFFu);
+    put32(p + 24, 0xFFFFFFFFu);
+    put16(p + 28, (unsigned)name_len);
+    put16(p + 30, 28);
+    put32(p + 42, 0xFFFFFFFFu);
+    memcpy(p + 46, s->names[i], name_len - 4);
+    memcpy(p + 46 + name_len - 4, ".npy", 4);
+    unsigned char *x = p + 46 + name_len;
+    put16(x, 1);
+    put16(x + 2, 24);
+    put64(x + 4, size);
+    put64(x + 12, size);
+    put64(x + 20, s->local_at[i]);
+    p += 46 + name_len + 28;
+  }
+  uint64_t cd_size = (uint64_t)(p - t), z64_at = cd_at + cd_size;
+  put32(p, 0x06064b50); /* zip64 end of central directory */
+  put64(p + 4, 44);
+  put16(p + 12, 45);
+  put16(p + 14, 45);
+  put64(p + 24, s->n);
+  put64(p + 32, s->n);
+  put64(p + 40, cd_size);
+  put64(p + 48, cd_at);
+  p += 56;
+  put32(p, 0x07064b50); /* its locator */
+  put64(p + 8, z64_at);
+  put32(p + 16, 1);
+  p += 20;
+  put32(p, 0x06054b50);
+  put16(p + 8, 0xFFFF);
+  put16(p + 10, 0xFFFF);
+  put32(p + 12, 0xFFFFFFFFu);
+  put32(p + 16, 0xFFFFFFFFu);
+  p += 22;
+  *out = (char *)t;
+  *len = (size_t)(p - t);
+  return XFER_E_OK;
+}
+
+/* Copies [at, at + len) of the stream into the chunk at `dst`: header bytes by memcpy,
+** host tensors by memcpy, device tensors as one batch. */
+static xfer_code fill(saving *s, xfer_tensor *chunk, uint64_t at, size_t len, xfer_error *err)
+{
+  char *dst = xfer_tensor_host_data(chunk);
+  xfer_batch_item items[64];
+  size_t index[64];
+  uint64_t where[64];
+  size_t m = 0;
+  xfer_code code = XFER_E_OK;
+  for (size_t g = 0; g <= s->nsegs && !code; g++) {
+    if (m && (g == s->nsegs || m == 64)) {
+      code = xfer_transfer_batch(items, m, NULL, err);
+      if (code) {
+        size_t e = err && err->element > 0 && (size_t)err->element <= m ? (size_t)err->element - 1 : 0;
+        return frame(err, s, index[e], (long long)where[e]);
+      }
+      m = 0;
+    }
+    if (g == s->nsegs) break;
+    const segment *sg = &s->segs[g];
+    if (sg->at + sg->len <= at || sg->at >= at + len || !sg->len) continue;
+    uint64_t from = sg->at > at ? sg->at : at;
+    uint64_t to = sg->at + sg->len < at + len ? sg->at + sg->len : at + len;
+    char *into = dst + (from - at);
+    size_t n = (size_t)(to - from), off = (size_t)(from - sg->at);
+    if (sg->bytes) {
+      memcpy(into, sg->bytes + off, n);
+      continue;
+    }
+    const char *host = xfer_tensor_host_data(sg->tensor);
+    if (host) {
+      memcpy(into, host + off, n);
+      continue;
+    }
+    items[m] = (xfer_batch_item){ .dst = chunk, .src = sg->tensor, .dst_offset = (size_t)(from - at),
+                                  .src_offset = off, .nbytes = n };
+    index[m] = sg->index;
+    where[m++] = from;
+  }
+  if (s->crc) /* .npz: the members' CRCs over what this chunk holds of them */
+    for (size_t g = 0; g < s->nsegs; g++) {
+      const segment *sg = &s->segs[g];
+      if (sg->bytes || sg->at + sg->len <= at || sg->at >= at + len) continue;
+      uint64_t from = sg->at > at ? sg->at : at;
+      uint64_t to = sg->at + sg->len < at + len ? sg->at + sg->len : at + len;
+      s->crc[sg->index] = crc32_of(s->crc[sg->index], (const unsigned char *)dst + (from - at),
+                                   (size_t)(to - from));
+    }
+  return code;
+}
+
+static size_t segment_of(const saving *s, uint64_t at)
+{
+  for (size_t g = 0; g < s->nsegs; g++)
+    if (at < s->segs[g].at + s->segs[g].len) return s->segs[g].bytes && !s->crc ? s->n : s->segs[g].index;
+  return s->n;
+}
+
+static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *route,
+                        const xfer_file_opts *opts, xfer_error *err)
+{
+  xfer_device *host;
+  xfer_code code = xfer_device_find(s->ctx, "host", &host, err);
+  if (code) return code;
+  uint64_t chunk = route->chunk, total = s->total;
+  size_t nchunks = (size_t)((total + chunk - 1) / chunk);
+  int slots = route->depth < 2 ? 2 : route->depth;
+  if ((size_t)slots > nchunks) slots = nchunks < 2 ? 2 : (int)nchunks;
+  xfer_tensor **bufs = calloc((size_t)slots, sizeof *bufs);
+  if (!bufs) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  xfer_shape cs = { 1, { (int64_t)chunk } };
+  for (int k = 0; k < slots && !code; k++) code = xfer_tensor_empty(host, XFER_U8, &cs, &bufs[k], err);
+  xfer_fio_queue *q = NULL;
+  if (!code)
+    code = xfer_fio_queue_open(io, route->engine == 1 ? XFER_FIO_URING : XFER_FIO_THREADS, slots,
+                               route->threads ? route->threads : 2, &q, err);
+  if (code == XFER_E_UNAVAILABLE && route->engine == 1)
+    code = xfer_fio_queue_open(io, XFER_FIO_THREADS, slots, 2, &q, err);
+  size_t k = 0;
+  for (; k < nchunks && !code; k++) {
+    int slot = (int)(k % (size_t)slots);
+    uint64_t at = k * chunk;
+    if (k >= (size_t)slots && (code = xfer_fio_wait(q, slot, err))) {
+      code = frame(err, s, segment_of(s, err ? (uint64_t)err->offset : at), err ? err->offset : 0);
+      break;
+    }
+    size_t len = (size_t)(total - at < chunk ? total - at : chunk);
+    if ((code = fill(s, bufs[slot], at, len, err))) break;
+    size_t wlen = len;
+    if (io->direct && len % XFER_FIO_ALIGN) { /* the tail, padded; cut off by ftruncate */
+      wlen = (size_t)((len + XFER_FIO_ALIGN - 1) / XFER_FIO_ALIGN * XFER_FIO_ALIGN);
+      memset((char *)xfer_tensor_host_data(bufs[slot]) + len, 0, wlen - len);
+    }
+    xfer_fio_submit(q, slot, 1, xfer_tensor_host_data(bufs[slot]), wlen, wlen, at);
+    if (opts && opts->progress && opts->progress(opts->progress_ud, at + len, total)) {
+      xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS, "the progress callback stopped the save");
+      code = frame(err, s, segment_of(s, at), (long long)at);
+    }
+  }
+  /* the requests in flight land before their buffers go, and their failures count */
+  for (size_t j = k >= (size_t)slots ? k - (size_t)slots : 0; q && j < k; j++) {
+    xfer_error e2;
+    xfer_code c2 = xfer_fio_wait(q, (int)(j % (size_t)slots), code ? &e2 : err);
+    if (c2 && !code) code = frame(err, s, segment_of(s, (uint64_t)err->offset), err->offset);
+  }
+  xfer_fio_queue_close(q);
+  for (int b = 0; b < slots; b++) xfer_tensor_release(bufs[b]);
+  free(bufs);
+  return code;
+}
+
+/* Writes the member CRCs into their local headers (the stream wrote zeros there). */
+static xfer_code patch_crcs(saving *s, const xfer_fio *plain, xfer_error *err)
+{
+  for (size_t i = 0; i < s->n; i++) {
+    unsigned char c[4];
+    put32(c, s->crc[i]);
+    xfer_code code = xfer_fio_write(plain, c, 4, s->local_at[i] + 14, err);
+    if (code) return frame(err, s, i, (long long)(s->local_at[i] + 14));
+  }
+  return XFER_E_OK;
+}
+
+static xfer_code check_input(xfer_ctx *ctx, const char *path, int format,
+                             const char *const *names, xfer_tensor *const *tensors, size_t n,
+                             xfer_error *err)
+{
+  (void)ctx;
+  if (format == XFER_FORMAT_NPY && n != 1)
+    return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
+                          "%s: an .npy file holds one array, not %zu (save several to .npz or "
+                          ".safetensors)", path, n);
+  for (size_t i = 0; i < n; i++) {
+    if (!names[i] || (!names[i][0] && format != XFER_FORMAT_NPY))
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
+                            "%s: tensor %zu has no name", path, i + 1);
+    if (format == XFER_FORMAT_SAFETENSORS && !strcmp(names[i], "__metadata__"))
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
+                            "%s: '__metadata__' is safetensors' own key, not a tensor's name", path);
+    if (format == XFER_FORMAT_NPZ && strlen(names[i]) > 250)
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
+                            "%s: the name of tensor %zu is longer than 250 bytes", path, i + 1);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(names[i], names[j]))
+        return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
+                              "%s: two tensors named '%s'", path, names[i]);
+    xfer_code code = xfer_tensor_check(tensors[i], "save", err);
+    if (code) {
+      xfer_copy_text(err->file, sizeof err->file, path);
+      xfer_copy_text(err->tensor, sizeof err->tensor, names[i]);
+      err->offset = -1;
+      return code;
+    }
+  }
+  return XFER_E_OK;
+}
+
+xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_name,
+                         const char *const *names, xfer_tensor *const *tensors, size_t n,
+                         const char *const *meta_keys, const char *const *meta_values,
+                         size_t nmeta, const xfer_file_opts *opts, xfer_error *err)
+{
+  if (!path || !*path) return xfer_err_set(err, XFER_E_INVALID, "save", "no file name");
+  int format = xfer_format_of_path(path);
+  if (format_name) {
+    format = -1;
+    for (int f = XFER_FORMAT_SAFETENSORS; f <= XFER_FORMAT_NPZ; f++)
+      if (!strcmp(format_name, xfer_format_name((xfer_format_kind)f))) format = f;
+    if (format < 0)
+      return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
+                            "unknown format '%s' (safetensors, npy or npz)", format_name);
+  }
+  if (format < 0) format = XFER_FORMAT_SAFETENSORS;
+  xfer_code code = check_input(ctx, path, format, names, tensors, n, err);
+  if (code) return code;
+  saving s = { .ctx = ctx, .path = path, .names = names, .n = n };
+  s.packed = calloc(n ? n : 1, sizeof *s.packed);
+  if (!s.packed) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  /* views saved as their elements: packed on their own device first */
+  for (size_t i = 0; i < n && !code; i++) {
+    if (xfer_tensor_is_contiguous(tensors[i])) s.packed[i] = xfer_tensor_retain(tensors[i]);
+    else if ((code = xfer_transfer_to(tensors[i], xfer_tensor_device(tensors[i]), NULL,
+                                      &s.packed[i], err)))
+      code = frame(err, &s, i, -1);
+  }
+  if (!code)
+    code = format == XFER_FORMAT_SAFETENSORS ? layout_safetensors(&s, meta_keys, meta_values, nmeta, err)
+           : format == XFER_FORMAT_NPY       ? layout_npy(&s, err)
+                                             : layout_npz(&s, err);
+  /* the temporary beside the path: the rename stays within one file system */
+  char *dir_copy = strdup(path), *base_copy = strdup(path);
+  char *tmp = NULL;
+  int fd = -1, dfd = -1;
+  if (!code && (!dir_copy || !base_copy)) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  const char *dir = dir_copy ? dirname(dir_copy) : ".";
+  if (!code) {
+    size_t cap = strlen(path) + 32;
+    tmp = malloc(cap);
+    if (!tmp) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+    else snprintf(tmp, cap, "%s/.%s.xfer-XXXXXX", dir, basename(base_copy));
+  }
+  if (!code && (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+    int e = errno;
+    free(tmp);
+    tmp = NULL;
+    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_OPEN, e, path, -1,
+                          "cannot create a file in %s: %s", dir, strerror(e));
+  }
+  xfer_file_route route;
+  memset(&route, 0, sizeof route);
+  if (!code) code = xfer_file_route_make(path, fd, 0, s.total, 1, opts, &route, err);
+  xfer_fio plain = { ctx, fd, 0, path }, io = plain;
+  if (!code && route.direct && format != XFER_FORMAT_NPZ) {
+    char why[160];
+    dfd = xfer_file_open_direct(tmp, 1, why, sizeof why);
+    if (dfd >= 0) {
+      io.fd = dfd;
+      io.direct = 1;
+    } else {
+      route.direct = 0;
+      size_t at = strlen(route.reason);
+      snprintf(route.reason + at, sizeof route.reason - at, "; then the page cache: %s", why);
+    }
+  } else if (!code && route.direct) {
+    route.direct = 0; /* .npz: its CRCs are patched in afterwards, through the page cache */
+  }
+  if (!code) code = stream(&s, &io, &route, opts, err);
+  if (!code && s.crc) {
+    char *trailer = NULL;
+    size_t tlen = 0;
+    code = npz_trailer(&s, &trailer, &tlen, err);
+    if (!code) {
+      code = xfer_fio_write(&plain, trailer, tlen, s.total, err);
+      if (code) code = frame(err, &s, n, (long long)s.total);
+      free(trailer);
+    }
+    if (!code) code = patch_crcs(&s, &plain, err);
+  }
+  if (!code && io.direct && ftruncate(fd, (off_t)s.total) != 0) {
+    int e = errno;
+    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, (long long)s.total,
+                          "ftruncate: %s", strerror(e));
+  }
+  if (!code && (!opts || opts->sync >= 0) && (code = xfer_fio_sync(&plain, err)))
+    code = frame(err, &s, n, -1);
+  if (dfd >= 0) close(dfd);
+  if (fd >= 0) close(fd);
+  if (!code && rename(tmp, path) != 0) {
+    int e = errno;
+    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, -1, "rename %s over %s: %s",
+                          tmp, path, strerror(e));
+  }
+  if (!code && (!opts || opts->sync >= 0)) { /* the rename itself, durable */
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd >= 0) {
+      fsync(dirfd);
+      close(dirfd);
+    }
+  }
+  if (code && tmp) unlink(tmp);
+  xfer_file_route_taken(&route);
+  free(tmp);
+  free(dir_copy);
+  free(base_copy);
+  for (size_t i = 0; i < n; i++) xfer_tensor_release(s.packed[i]);
+  free(s.packed);
+  for (size_t i = 0; i < s.nowned; i++) free(s.owned[i]);
+  free(s.owned);
+  free(s.segs);
+  free(s.crc);
+  free(s.local_at);
+  return code;
+}
