@@ -107,6 +107,8 @@ void xl_open_costs(lua_State *L, int module);
 /* lua_batch.c: xfer.batch, xfer.copy_many, t:copy_blocks (a method, at `methods`) */
 void xl_open_batch(lua_State *L, int module, int methods);
 
+/* lua_file.c: xfer.open, xfer.load, xfer.save (files as endpoints) */
+void xl_open_file(lua_State *L, int module);
 /* lua_job.c: asynchronous transfers */
 int xl_to_async(lua_State *L);
 /* An empty xfer.Transfer pushed, its job to be set (the collector detaches it). */

@@ -545,6 +545,7 @@ int luaopen_xfer(lua_State *L)
   xl_open_device(L, module);
   xl_open_tensor(L, module);
   xl_open_job(L, module);
+  xl_open_file(L, module);
   xl_open_costs(L, module);
   xl_open_remote(L, module);
   open_faults(L, module);

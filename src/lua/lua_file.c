@@ -1,0 +1,531 @@
+/*
+** lua_file.c -- files as endpoints in Lua: xfer.open(path) gives an xfer.File (names, shapes,
+** one tensor or all loaded at once), xfer.load(path, opts) and xfer.save(path, tensors, opts).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+#define XL_FILE "xfer.File"
+
+typedef struct file_box {
+  xfer_file *file;
+} file_box;
+
+static xfer_file *check_file(lua_State *L, int idx, const char *fname)
+{
+  file_box *box = xl_test_udata(L, idx, XL_FILE);
+  if (!box) xl_arg_error(L, idx, fname, XL_FILE);
+  if (!box->file) xl_raise_code(L, XFER_E_INVALID, fname, "%s: the file is closed", fname);
+  return box->file;
+}
+
+static void push_shape(lua_State *L, const xfer_shape *shape)
+{
+  lua_createtable(L, shape->ndim, 0);
+  for (int d = 0; d < shape->ndim; d++) {
+    lua_pushnumber(L, (lua_Number)shape->dims[d]);
+    lua_rawseti(L, -2, d + 1);
+  }
+}
+
+static void push_info(lua_State *L, const xfer_file_info *info)
+{
+  lua_createtable(L, 0, 8);
+  lua_pushstring(L, info->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, xfer_dtype_name(info->dtype));
+  lua_setfield(L, -2, "dtype");
+  push_shape(L, &info->shape);
+  lua_setfield(L, -2, "shape");
+  lua_pushnumber(L, (lua_Number)info->offset);
+  lua_setfield(L, -2, "offset");
+  lua_pushnumber(L, (lua_Number)info->nbytes);
+  lua_setfield(L, -2, "nbytes");
+  lua_pushboolean(L, info->deflated);
+  lua_setfield(L, -2, "deflated");
+  lua_pushboolean(L, info->fortran);
+  lua_setfield(L, -2, "fortran_order");
+}
+
+static void push_route(lua_State *L, const xfer_file_route *r)
+{
+  lua_createtable(L, 0, 8);
+  lua_pushboolean(L, r->direct);
+  lua_setfield(L, -2, "direct");
+  lua_pushstring(L, r->engine == 1 ? "io_uring" : "threads");
+  lua_setfield(L, -2, "engine");
+  lua_pushnumber(L, (lua_Number)r->chunk);
+  lua_setfield(L, -2, "chunk");
+  lua_pushinteger(L, r->depth);
+  lua_setfield(L, -2, "depth");
+  lua_pushinteger(L, r->threads);
+  lua_setfield(L, -2, "threads");
+  lua_pushnumber(L, r->cached);
+  lua_setfield(L, -2, "cached");
+  lua_pushstring(L, r->reason);
+  lua_setfield(L, -2, "reason");
+}
+
+/* The I/O options shared by loads and saves: direct, engine, chunk, depth (and sync). */
+static void io_opts(lua_State *L, int idx, const char *fname, xfer_file_opts *o)
+{
+  memset(o, 0, sizeof *o);
+  if (lua_isnoneornil(L, idx)) return;
+  lua_getfield(L, idx, "direct");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_isboolean(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: direct is true or false, not a %s", fname,
+                    luaL_typename(L, -1));
+    o->direct = lua_toboolean(L, -1) ? 1 : -1;
+  }
+  lua_pop(L, 1);
+  const char *engine = xl_opt_string(L, idx, fname, "engine", NULL);
+  if (engine) {
+    if (!strcmp(engine, "io_uring")) o->engine = 1;
+    else if (!strcmp(engine, "threads")) o->engine = 2;
+    else xl_raise_code(L, XFER_E_INVALID, fname, "%s: engine is \"io_uring\" or \"threads\", not "
+                       "\"%s\"", fname, engine);
+  }
+  static const char *const counts[] = { "chunk", "depth" };
+  for (int i = 0; i < 2; i++) {
+    lua_getfield(L, idx, counts[i]);
+    if (!lua_isnil(L, -1)) {
+      lua_Number v = lua_tonumber(L, -1);
+      if (lua_type(L, -1) != LUA_TNUMBER || v < 1 || v != (lua_Number)(long long)v ||
+          v > 1e12)
+        xl_raise_code(L, XFER_E_INVALID, fname, "%s: %s is a whole number of %s", fname,
+                      counts[i], i ? "requests" : "bytes");
+      if (i) o->depth = (int)v;
+      else o->chunk = (size_t)v;
+    }
+    lua_pop(L, 1);
+  }
+  lua_getfield(L, idx, "sync");
+  if (!lua_isnil(L, -1)) o->sync = lua_toboolean(L, -1) ? 0 : -1;
+  lua_pop(L, 1);
+}
+
+/* -- xfer.open ---------------------------------------------------------------------------- */
+
+static int l_open(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  xl_no_args_after(L, 1, "open");
+  file_box *box = lua_newuserdata(L, sizeof *box);
+  box->file = NULL;
+  luaL_getmetatable(L, XL_FILE);
+  lua_setmetatable(L, -2);
+  xfer_error err;
+  if (xfer_file_open(xl_ctx(L), path, &box->file, &err)) xl_raise(L, &err);
+  return 1;
+}
+
+static int f_names(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "names");
+  size_t n = xfer_file_count(f);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    xfer_file_info info;
+    xfer_file_entry(f, i, &info, NULL);
+    lua_pushstring(L, info.name);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static long find_entry(lua_State *L, xfer_file *f, int idx, const char *fname)
+{
+  const char *name = luaL_checkstring(L, idx);
+  long i = xfer_file_find(f, name);
+  if (i < 0) {
+    xfer_error err;
+    memset(&err, 0, sizeof err);
+    err.code = XFER_E_INVALID;
+    snprintf(err.op, sizeof err.op, "%s", fname);
+    err.op_id = XFER_OP_OTHER;
+    snprintf(err.file, sizeof err.file, "%s", xfer_file_path(f));
+    snprintf(err.tensor, sizeof err.tensor, "%s", name);
+    err.offset = -1;
+    snprintf(err.message, sizeof err.message, "%s has no tensor named '%s' (%zu tensors: "
+             "f:names() lists them)", xfer_file_path(f), name, xfer_file_count(f));
+    xl_raise(L, &err);
+  }
+  return i;
+}
+
+static int f_info(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "info");
+  long i = find_entry(L, f, 2, "info");
+  xfer_file_info info;
+  xfer_file_entry(f, (size_t)i, &info, NULL);
+  push_info(L, &info);
+  return 1;
+}
+
+static int f_entries(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "entries");
+  size_t n = xfer_file_count(f);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    xfer_file_info info;
+    xfer_file_entry(f, i, &info, NULL);
+    push_info(L, &info);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static int f_metadata(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "metadata");
+  lua_newtable(L);
+  const char *key, *value;
+  for (size_t i = 0; xfer_file_metadata(f, i, &key, &value); i++) {
+    lua_pushstring(L, value);
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
+/* The device of one entry: opts.device is a device, a name, or function(name, info) giving
+** one (nil: host). */
+static xfer_device *entry_device(lua_State *L, int opts, xfer_file *f, size_t i,
+                                 const char *fname)
+{
+  if (lua_isnoneornil(L, opts)) lua_pushliteral(L, "host");
+  else lua_getfield(L, opts, "device");
+  if (lua_isfunction(L, -1)) {
+    xfer_file_info info;
+    xfer_file_entry(f, i, &info, NULL);
+    lua_pushstring(L, info.name);
+    push_info(L, &info);
+    lua_call(L, 2, 1);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_pushliteral(L, "host");
+    }
+  } else if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushliteral(L, "host");
+  }
+  xfer_device *dev = xl_check_device(L, lua_gettop(L), fname);
+  lua_pop(L, 1);
+  return dev;
+}
+
+/* opts.dtype: a dtype every floating-point tensor is converted to (integers and bools stay),
+** or function(name, info) giving one (nil: as stored). */
+static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const char *fname,
+                       xfer_dtype *out)
+{
+  if (lua_isnoneornil(L, opts)) return 0;
+  xfer_file_info info;
+  xfer_file_entry(f, i, &info, NULL);
+  lua_getfield(L, opts, "dtype");
+  int fn = lua_isfunction(L, -1);
+  if (fn) {
+    lua_pushstring(L, info.name);
+    push_info(L, &info);
+    lua_call(L, 2, 1);
+  }
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  const char *name = lua_tostring(L, -1);
+  if (!name || xfer_dtype_parse(name, out) != 0)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: dtype '%s' is not a dtype (f16 bf16 f32 f64 "
+                  "i8 ... bool)", fname, name ? name : luaL_typename(L, -1));
+  lua_pop(L, 1);
+  if (!fn && !xfer_dtype_is_float(info.dtype)) return 0;
+  return *out != info.dtype;
+}
+
+static const char *const load_keys[] = { "device", "dtype", "names", "direct", "engine",
+                                         "chunk", "depth", NULL };
+
+/* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
+** tensor on the stack. */
+static void load_entries(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
+                         const char *fname)
+{
+  xfer_load_item *items = lua_newuserdata(L, (n ? n : 1) * sizeof *items);
+  xfer_tensor **out = lua_newuserdata(L, (n ? n : 1) * sizeof *out);
+  lua_createtable(L, (int)n, 0); /* the boxes, made before anything is allocated */
+  int boxes = lua_gettop(L);
+  for (size_t i = 0; i < n; i++) {
+    items[i].entry = which[i];
+    items[i].dev = entry_device(L, opts, f, which[i], fname);
+    items[i].convert = entry_dtype(L, opts, f, which[i], fname, &items[i].dtype);
+    xl_new_tensor_box(L);
+    lua_rawseti(L, boxes, (int)i + 1);
+  }
+  xfer_file_opts io;
+  io_opts(L, opts, fname, &io);
+  xfer_error err;
+  if (XL_ALLOCATING(L, xfer_file_load(f, items, n, &io, out, &err))) xl_raise(L, &err);
+  lua_createtable(L, 0, (int)n);
+  for (size_t i = 0; i < n; i++) {
+    xfer_file_info info;
+    xfer_file_entry(f, which[i], &info, NULL);
+    lua_rawgeti(L, boxes, (int)i + 1);
+    xl_tensor_box_adopt(L, lua_touserdata(L, -1), out[i]);
+    out[i] = NULL;
+    lua_setfield(L, -2, info.name);
+  }
+}
+
+/* The entries opts.names lists (all when absent), in file order of the list. */
+static size_t *chosen_entries(lua_State *L, xfer_file *f, int opts, size_t *n, const char *fname)
+{
+  size_t count = xfer_file_count(f);
+  if (!lua_isnoneornil(L, opts)) {
+    lua_getfield(L, opts, "names");
+    if (!lua_isnil(L, -1)) {
+      if (!lua_istable(L, -1))
+        xl_raise_code(L, XFER_E_INVALID, fname, "%s: names is a list of tensor names", fname);
+      int names = lua_gettop(L);
+      size_t m = lua_objlen(L, names);
+      size_t *which = lua_newuserdata(L, (m ? m : 1) * sizeof *which);
+      for (size_t i = 0; i < m; i++) {
+        lua_rawgeti(L, names, (int)i + 1);
+        which[i] = (size_t)find_entry(L, f, lua_gettop(L), fname);
+        lua_pop(L, 1);
+      }
+      lua_replace(L, names); /* keeps the userdata alive on the stack */
+      *n = m;
+      return which;
+    }
+    lua_pop(L, 1);
+  }
+  size_t *which = lua_newuserdata(L, (count ? count : 1) * sizeof *which);
+  for (size_t i = 0; i < count; i++) which[i] = i;
+  *n = count;
+  return which;
+}
+
+/* f:load(opts) -> {name = tensor}; f:load(name, opts) -> the tensor */
+static int f_load(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "load");
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    size_t which = (size_t)find_entry(L, f, 2, "load");
+    xl_check_options(L, 3, "load", load_keys);
+    load_entries(L, f, &which, 1, 3, "load");
+    xfer_file_info info;
+    xfer_file_entry(f, which, &info, NULL);
+    lua_getfield(L, -1, info.name);
+    return 1;
+  }
+  xl_check_options(L, 2, "load", load_keys);
+  size_t n;
+  size_t *which = chosen_entries(L, f, 2, &n, "load");
+  load_entries(L, f, which, n, 2, "load");
+  return 1;
+}
+
+/* f:plan(opts): how a load with these options would read the file */
+static int f_plan(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "plan");
+  xl_check_options(L, 2, "plan", load_keys);
+  size_t n;
+  size_t *which = chosen_entries(L, f, 2, &n, "plan");
+  xfer_load_item *items = lua_newuserdata(L, (n ? n : 1) * sizeof *items);
+  for (size_t i = 0; i < n; i++) {
+    items[i].entry = which[i];
+    items[i].dev = entry_device(L, 2, f, which[i], "plan");
+    items[i].convert = 0;
+  }
+  xfer_file_opts io;
+  io_opts(L, 2, "plan", &io);
+  xfer_file_route route;
+  xfer_error err;
+  if (xfer_file_plan(f, items, n, &io, &route, &err)) xl_raise(L, &err);
+  push_route(L, &route);
+  return 1;
+}
+
+static int f_close(lua_State *L)
+{
+  file_box *box = xl_test_udata(L, 1, XL_FILE);
+  if (!box) xl_arg_error(L, 1, "close", XL_FILE);
+  xfer_file_close(box->file);
+  box->file = NULL;
+  return 0;
+}
+
+static int f_index(lua_State *L)
+{
+  const char *key = lua_tostring(L, 2);
+  file_box *box = xl_test_udata(L, 1, XL_FILE);
+  if (key && box && box->file) {
+    if (!strcmp(key, "path")) return lua_pushstring(L, xfer_file_path(box->file)), 1;
+    if (!strcmp(key, "format")) return lua_pushstring(L, xfer_file_format(box->file)), 1;
+    if (!strcmp(key, "size")) return lua_pushnumber(L, (lua_Number)xfer_file_size(box->file)), 1;
+    if (!strcmp(key, "count")) return lua_pushnumber(L, (lua_Number)xfer_file_count(box->file)), 1;
+  }
+  lua_getmetatable(L, 1);
+  lua_getfield(L, -1, "methods");
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  return 1;
+}
+
+static int f_tostring(lua_State *L)
+{
+  file_box *box = xl_test_udata(L, 1, XL_FILE);
+  if (!box || !box->file) {
+    lua_pushliteral(L, "xfer.File(closed)");
+    return 1;
+  }
+  lua_pushfstring(L, "xfer.File(%s: %s, %d tensors, %f MB)", xfer_file_path(box->file),
+                  xfer_file_format(box->file), (int)xfer_file_count(box->file),
+                  (lua_Number)xfer_file_size(box->file) / 1e6);
+  return 1;
+}
+
+static int f_gc(lua_State *L)
+{
+  file_box *box = lua_touserdata(L, 1);
+  if (box && box->file) xfer_file_close(box->file);
+  if (box) box->file = NULL;
+  return 0;
+}
+
+/* xfer.load(path, opts): every tensor ({name = tensor}); an .npy file's one array as itself,
+** as numpy.load gives it */
+static int l_load(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  xl_check_options(L, 2, "load", load_keys);
+  lua_settop(L, 2);
+  lua_pushcfunction(L, l_open);
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  int fi = lua_gettop(L);
+  xfer_file *f = check_file(L, fi, "load");
+  size_t n;
+  size_t *which = chosen_entries(L, f, 2, &n, "load");
+  load_entries(L, f, which, n, 2, "load");
+  int npy = !strcmp(xfer_file_format(f), "npy");
+  xfer_file_close(f);
+  ((file_box *)lua_touserdata(L, fi))->file = NULL;
+  if (npy) lua_getfield(L, -1, "");
+  return 1;
+}
+
+/* xfer.save(path, tensors, opts): tensors is {name = tensor} (saved in name order) or, for an
+** .npy file, one tensor */
+static int l_save(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  static const char *const keys[] = { "format", "metadata", "direct", "engine", "chunk",
+                                      "depth", "sync", NULL };
+  xl_check_options(L, 3, "save", keys);
+  const char *format = xl_opt_string(L, 3, "save", "format", NULL);
+  size_t n = 0;
+  if (xl_test_udata(L, 2, "xfer.Tensor")) {
+    lua_createtable(L, 0, 1);
+    lua_pushvalue(L, 2);
+    lua_setfield(L, -2, "");
+    lua_replace(L, 2);
+  } else if (!lua_istable(L, 2)) {
+    xl_arg_error(L, 2, "save", "table {name = tensor} or an xfer.Tensor");
+  }
+  /* the names, sorted, so that a file's order does not depend on a table's */
+  lua_newtable(L);
+  int names = lua_gettop(L);
+  for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      xl_raise_code(L, XFER_E_INVALID, "save", "save: tensor names are strings, not %s",
+                    luaL_typename(L, -2));
+    xl_check_tensor(L, -1, "save");
+    lua_pushvalue(L, -2);
+    lua_rawseti(L, names, (int)++n);
+  }
+  lua_getglobal(L, "table");
+  lua_getfield(L, -1, "sort");
+  lua_pushvalue(L, names);
+  lua_call(L, 1, 0);
+  lua_pop(L, 1);
+  const char **cnames = lua_newuserdata(L, (n ? n : 1) * sizeof *cnames);
+  xfer_tensor **tensors = lua_newuserdata(L, (n ? n : 1) * sizeof *tensors);
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, names, (int)i + 1);
+    cnames[i] = lua_tostring(L, -1); /* the names table keeps the strings */
+    lua_gettable(L, 2);
+    tensors[i] = xl_check_tensor(L, -1, "save");
+    lua_pop(L, 1);
+  }
+  size_t nmeta = 0;
+  const char **mkeys = NULL, **mvalues = NULL;
+  if (!lua_isnoneornil(L, 3)) {
+    lua_getfield(L, 3, "metadata");
+    if (!lua_isnil(L, -1)) {
+      if (!lua_istable(L, -1))
+        xl_raise_code(L, XFER_E_INVALID, "save", "save: metadata is a table of strings");
+      int meta = lua_gettop(L);
+      for (lua_pushnil(L); lua_next(L, meta); lua_pop(L, 1)) nmeta++;
+      mkeys = lua_newuserdata(L, (nmeta ? nmeta : 1) * sizeof *mkeys);
+      mvalues = lua_newuserdata(L, (nmeta ? nmeta : 1) * sizeof *mvalues);
+      size_t i = 0;
+      for (lua_pushnil(L); lua_next(L, meta); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+          xl_raise_code(L, XFER_E_INVALID, "save", "save: metadata maps strings to strings");
+        mkeys[i] = lua_tostring(L, -2);
+        mvalues[i++] = lua_tostring(L, -1);
+      }
+    }
+  }
+  xfer_file_opts io;
+  io_opts(L, 3, "save", &io);
+  xfer_error err;
+  if (XL_ALLOCATING(L, xfer_file_save(xl_ctx(L), path, format, cnames,
+                                       (xfer_tensor *const *)tensors, n, mkeys, mvalues, nmeta,
+                                       &io, &err)))
+    xl_raise(L, &err);
+  return 0;
+}
+
+/* xfer.file_route(): how the last load or save on this thread read or wrote its file */
+static int l_file_route(lua_State *L)
+{
+  xl_no_args(L, "file_route");
+  push_route(L, xfer_file_last_route());
+  return 1;
+}
+
+void xl_open_file(lua_State *L, int module)
+{
+  if (luaL_newmetatable(L, XL_FILE)) {
+    static const luaL_Reg methods[] = {
+      {"names", f_names}, {"info", f_info}, {"entries", f_entries}, {"metadata", f_metadata},
+      {"load", f_load}, {"plan", f_plan}, {"close", f_close}, {NULL, NULL}};
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "methods");
+    lua_pushcfunction(L, f_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, f_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, f_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, xl_read_only);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushliteral(L, XL_FILE);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {{"open", l_open}, {"load", l_load}, {"save", l_save},
+                                 {"file_route", l_file_route}, {NULL, NULL}};
+  for (const luaL_Reg *r = fns; r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, module, r->name);
+  }
+}
