@@ -313,6 +313,7 @@ static size_t *chosen_entries(lua_State *L, xfer_file *f, int opts, size_t *n, c
 static int f_load(lua_State *L)
 {
   xfer_file *f = check_file(L, 1, "load");
+  lua_settop(L, 3); /* absent options are nil in their place, under what is pushed */
   if (lua_type(L, 2) == LUA_TSTRING) {
     size_t which = (size_t)find_entry(L, f, 2, "load");
     xl_check_options(L, 3, "load", load_keys);
@@ -333,6 +334,7 @@ static int f_load(lua_State *L)
 static int f_plan(lua_State *L)
 {
   xfer_file *f = check_file(L, 1, "plan");
+  lua_settop(L, 2);
   xl_check_options(L, 2, "plan", load_keys);
   size_t n;
   size_t *which = chosen_entries(L, f, 2, &n, "plan");

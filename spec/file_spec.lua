@@ -1,0 +1,492 @@
+-- Files as endpoints: xfer.save / xfer.load / xfer.open for safetensors, .npy and .npz, onto
+-- every device here, through O_DIRECT and the page cache, io_uring and threads; files that lie,
+-- files cut short, failed reads and writes (nothing half-loaded, no partial file left).
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local host = xfer.device("host")
+local python = "/usr/bin/python3"
+
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p " .. dir) == 0)
+
+local function path(name) return dir .. "/" .. name end
+
+local function write_file(p, bytes)
+  local f = assert(io.open(p, "wb"))
+  f:write(bytes)
+  f:close()
+end
+
+local function read_file(p)
+  local f = io.open(p, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- the little-endian 8 bytes of n
+local function u64(n)
+  local s = {}
+  for i = 1, 8 do s[i] = string.char(n % 256); n = math.floor(n / 256) end
+  return table.concat(s)
+end
+
+-- a safetensors file of the given header text and data bytes
+local function safetensors(header, data) return u64(#header) .. header .. (data or "") end
+
+-- the files a directory holds (to see that no temporary stayed)
+local function listing(d)
+  local out = h.run("ls -A " .. d)
+  local names = {}
+  for name in out:gmatch("[^\n]+") do names[#names + 1] = name end
+  table.sort(names)
+  return table.concat(names, " ")
+end
+
+local function has_numpy()
+  local _, code = h.run(python .. " -c 'import numpy'")
+  return code == 0
+end
+
+local all_dtypes = { "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32",
+                     "u64", "bool" }
+
+-- a tensor of dtype on dev whose elements depend on their index (i % 97; bools every third)
+local function sample(dtype, shape, dev)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  local values = {}
+  for i = 1, n do values[i] = dtype == "bool" and ((i % 3 == 0) and 1 or 0) or (i - 1) % 97 end
+  local t = xfer.tensor(values, { dtype = dtype }):reshape(shape)
+  return dev and t:to(dev) or t
+end
+
+describe("files", function()
+  before_each(function() xfer.faults.clear() end)
+  after_each(function() xfer.faults.clear() end)
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("saves and loads every dtype as safetensors, .npz and (but bf16) .npy", function()
+    local tensors = {}
+    for i, dtype in ipairs(all_dtypes) do
+      tensors[dtype] = sample(dtype, i % 2 == 0 and { 3, 5 } or { 7 })
+    end
+    tensors.scalar = xfer.tensor(2.5, { dtype = "f32" })
+    tensors.empty = xfer.zeros({ 0, 4 }, { dtype = "f32" })
+    for _, ext in ipairs({ "safetensors", "npz" }) do
+      local p = path("all." .. ext)
+      local bf16 = tensors.bf16
+      if ext == "npz" then tensors.bf16 = nil end -- NumPy has no bf16
+      xfer.save(p, tensors)
+      tensors.bf16 = bf16
+      local got = xfer.load(p)
+      for name, t in pairs(tensors) do
+        if ext == "npz" and name == "bf16" then break end
+        assert.is_truthy(got[name], ext .. ": " .. name)
+        assert.is_true(got[name]:equals(t), ext .. ": " .. name)
+      end
+      local f = xfer.open(p)
+      assert.are.equal(ext, f.format)
+      assert.are.equal(ext == "npz" and 14 or 15, f.count)
+      f:close()
+    end
+    for _, dtype in ipairs(all_dtypes) do
+      if dtype ~= "bf16" then
+        local p = path(dtype .. ".npy")
+        xfer.save(p, tensors[dtype])
+        assert.is_true(xfer.load(p):equals(tensors[dtype]), dtype)
+      end
+    end
+    local e = h.raises("unsupported", xfer.save, path("bf16.npy"), tensors.bf16)
+    assert.matches("bf16 has no NumPy dtype", e.message)
+  end)
+
+  it("loads onto every device here, each tensor where a function says", function()
+    local t = { w = sample("f32", { 64, 33 }), b = sample("i64", { 33 }), m = sample("u8", { 1000 }) }
+    local p = path("devices.safetensors")
+    xfer.save(p, t)
+    for _, dev in ipairs(xfer.devices()) do
+      local got = xfer.load(p, { device = dev })
+      for name, want in pairs(t) do
+        assert.are.equal(dev.name, got[name].device.name)
+        assert.is_true(got[name]:to(host):equals(want), dev.name .. " " .. name)
+      end
+    end
+    local devs = xfer.devices()
+    local last = devs[#devs]
+    local got = xfer.load(p, { device = function(name, info)
+      assert.are.equal(name, info.name)
+      return name == "w" and last or nil
+    end })
+    assert.are.equal(last.name, got.w.device.name)
+    assert.are.equal("host", got.b.device.name)
+  end)
+
+  it("reads large tensors in many requests: O_DIRECT and the page cache, io_uring and threads", function()
+    -- odd sizes, so that tensors start and end off the 4096-byte blocks and straddle chunks
+    local t = { a = sample("u8", { 300001 }), b = sample("f32", { 77, 1001 }),
+                c = sample("i16", { 5 }), d = sample("f64", { 123457 }) }
+    local p = path("large.safetensors")
+    xfer.save(p, t, { chunk = 65536, depth = 3 })
+    local engines = { "threads", "io_uring" }
+    for _, direct in ipairs({ true, false }) do
+      for _, engine in ipairs(engines) do
+        for _, dev in ipairs(xfer.devices()) do
+          local got = xfer.load(p, { device = dev, direct = direct, engine = engine,
+                                     chunk = 65536, depth = 4 })
+          local route = xfer.file_route()
+          for name, want in pairs(t) do
+            assert.is_true(got[name]:to(host):equals(want),
+                           ("%s %s direct=%s: %s (%s)"):format(dev.name, engine, tostring(direct), name, route.reason))
+          end
+        end
+      end
+    end
+    -- saved the same ways, read back the same
+    for _, direct in ipairs({ true, false }) do
+      local q = path("saved-" .. tostring(direct) .. ".safetensors")
+      xfer.save(q, t, { chunk = 65536, direct = direct })
+      assert.are.equal(read_file(p), read_file(q))
+    end
+  end)
+
+  it("says how it reads a file: the page cache for a file that is there, O_DIRECT asked for", function()
+    local p = path("plan.safetensors")
+    xfer.save(p, { x = sample("f32", { 1000 }) })
+    local f = xfer.open(p)
+    local plan = f:plan()
+    assert.is_false(plan.direct)
+    assert.matches("page cache", plan.reason)
+    plan = f:plan({ direct = true, engine = "threads", chunk = 1048576, depth = 5 })
+    assert.is_true(plan.direct)
+    assert.are.equal("threads", plan.engine)
+    assert.are.equal(1048576, plan.chunk)
+    assert.are.equal(5, plan.depth)
+    f:close()
+  end)
+
+  it("saves views as their elements, in row-major order", function()
+    local base = sample("f32", { 6, 8 })
+    local view = base:transpose(1, 2):narrow(1, 1, 5)
+    local p = path("view.safetensors")
+    xfer.save(p, { v = view })
+    local got = xfer.load(p).v
+    assert.are.same(view:contiguous().shape, got.shape)
+    assert.is_true(got:equals(view:contiguous()))
+  end)
+
+  it("opens lazily: names, shapes and metadata without reading a tensor, then one at a time", function()
+    local p = path("lazy.safetensors")
+    xfer.save(p, { b = sample("i32", { 4, 2 }), a = sample("f16", { 3 }) },
+              { metadata = { format = "pt", note = "ok \"quoted\"" } })
+    local f = xfer.open(p)
+    assert.are.same({ "a", "b" }, f:names())
+    local info = f:info("b")
+    assert.are.equal("i32", info.dtype)
+    assert.are.same({ 4, 2 }, info.shape)
+    assert.are.equal(32, info.nbytes)
+    assert.are.same({ format = "pt", note = "ok \"quoted\"" }, f:metadata())
+    local b = f:load("b")
+    assert.is_true(b:equals(sample("i32", { 4, 2 })))
+    local only = f:load({ names = { "a" } })
+    assert.is_nil(only.b)
+    assert.is_truthy(only.a)
+    local e = h.raises("invalid", f.load, f, "nope")
+    assert.are.equal("nope", e.tensor)
+    assert.are.equal(p, e.file)
+    assert.matches("has no tensor named 'nope'", e.message)
+    f:close()
+    assert.matches("closed", h.raises("invalid", f.names, f).message)
+    assert.matches("xfer.File%(closed%)", tostring(f))
+  end)
+
+  it("converts floating-point tensors to the dtype asked for, integers as they are", function()
+    local p = path("convert.safetensors")
+    xfer.save(p, { w = sample("bf16", { 8 }), ids = sample("i64", { 4 }) })
+    local got = xfer.load(p, { dtype = "f32" })
+    assert.are.equal("f32", got.w.dtype)
+    assert.are.equal("i64", got.ids.dtype)
+    assert.are.same(sample("f32", { 8 }):totable(), got.w:totable())
+    assert.are.same(sample("i64", { 4 }):totable(), got.ids:totable())
+    local one = xfer.load(p, { dtype = function(name) return name == "ids" and "i32" or nil end })
+    assert.are.equal("i32", one.ids.dtype)
+    assert.are.equal("bf16", one.w.dtype)
+  end)
+
+  it("refuses bad options and bad arguments, saying what they should be", function()
+    local p = path("opts.safetensors")
+    xfer.save(p, { x = sample("f32", { 4 }) })
+    assert.matches("unknown option 'devce'", h.raises("invalid", xfer.load, p, { devce = "host" }).message)
+    assert.matches("engine is \"io_uring\" or \"threads\"", h.raises("invalid", xfer.load, p, { engine = "aio" }).message)
+    assert.matches("a multiple of 4096", h.raises("invalid", xfer.load, p, { chunk = 5000 }).message)
+    assert.matches("2 to 64 requests", h.raises("invalid", xfer.load, p, { depth = 1 }).message)
+    assert.matches("is not a dtype", h.raises("invalid", xfer.load, p, { dtype = "f33" }).message)
+    assert.matches("unknown device", h.raises("invalid", xfer.load, p, { device = "cuda:9" }).message:lower())
+    assert.matches("an .npy file holds one array, not 2", h.raises("invalid", xfer.save, path("n.npy"), { a = sample("f32", { 1 }), b = sample("f32", { 1 }) }).message)
+    assert.matches("safetensors' own key", h.raises("invalid", xfer.save, path("m.safetensors"), { __metadata__ = sample("f32", { 1 }) }).message)
+    assert.matches("unknown format", h.raises("invalid", xfer.save, path("f.bin"), { a = sample("f32", { 1 }) }, { format = "pickle" }).message)
+    local freed = sample("f32", { 2 })
+    freed:free()
+    local e = h.raises("freed", xfer.save, path("freed.safetensors"), { gone = freed })
+    assert.are.equal("gone", e.tensor)
+    e = h.raises("invalid", xfer.load, path("missing.safetensors"))
+    assert.are.equal("ENOENT", e.native_name)
+    assert.are.equal(path("missing.safetensors"), e.file)
+    e = h.raises("invalid", xfer.open, dir)
+    assert.matches("not a regular file", e.message)
+  end)
+
+  describe("files that lie", function()
+    -- {what, bytes, code, tensor, message pattern}
+    local data16 = string.rep("\1", 16)
+    local cases = {
+      { "an empty file", "", "invalid", nil, "not a tensor file" },
+      { "a text file", "hello, this is not a tensor file", "invalid", nil, "not a tensor file" },
+      { "a header length past the end", u64(1000) .. "{}", "invalid", nil, "truncated" },
+      { "a header past safetensors' 100 MB", u64(200000000) .. "{", "invalid", nil, "100 MB" },
+      { "a header that is not JSON", safetensors("{\"a\":{\"dtype\":\"F32\",}"), "invalid", nil, "not valid JSON" },
+      { "a header with a trailing comma", safetensors("{\"a\":1,}"), "invalid", nil, "trailing comma" },
+      { "a header naming a tensor twice",
+        safetensors('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}', data16),
+        "invalid", nil, "duplicate key" },
+      { "a header that is an array", safetensors("[1,2]"), "invalid", nil, "not a tensor file" },
+      { "an unknown dtype", safetensors('{"a":{"dtype":"F8_E5M2","shape":[2],"data_offsets":[0,2]}}', "\0\0"),
+        "unsupported", "a", "unknown dtype 'F8_E5M2'" },
+      { "shape times dtype not the bytes", safetensors('{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', data16),
+        "invalid", "a", "shape and dtype make" },
+      { "offsets past the data", safetensors('{"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}}', data16),
+        "invalid", "a", "reach past the data" },
+      { "offsets that end before they begin", safetensors('{"a":{"dtype":"U8","shape":[0],"data_offsets":[8,4]}}', data16),
+        "invalid", "a", "end before they begin" },
+      { "overlapping tensors",
+        safetensors('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', data16),
+        "invalid", "b", "overlap those of 'a'" },
+      { "a negative dimension", safetensors('{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}', data16),
+        "invalid", "a", "whole number >= 0" },
+      { "offsets that are not whole", safetensors('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1.5]}}', data16),
+        "invalid", "a", "two whole numbers" },
+      { "metadata that is not strings", safetensors('{"__metadata__":{"a":1}}'), "invalid", nil, "not a string" },
+      { "an .npy of a format version it does not know", "\147NUMPY\9\0" .. string.rep(" ", 20), "unsupported", nil, "version 9" },
+      { "an .npy whose header is cut short", "\147NUMPY\1\0\200\0{'descr'", "invalid", nil, "truncated" },
+      { "a big-endian .npy", "\147NUMPY\1\0" .. string.char(70, 0) .. "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }" .. string.rep(" ", 9) .. "\n" .. "\0\0\0\0",
+        "unsupported", nil, "big%-endian" },
+      { "an .npy whose data is cut short", "\147NUMPY\1\0" .. string.char(70, 0) .. "{'descr': '<f4', 'fortran_order': False, 'shape': (9,), }" .. string.rep(" ", 9) .. "\n" .. "\0\0\0\0",
+        "invalid", nil, "truncated" },
+    }
+    for _, case in ipairs(cases) do
+      it("refuses " .. case[1], function()
+        local p = path("bad.safetensors")
+        write_file(p, case[2])
+        local e = h.raises(case[3], xfer.open, p)
+        assert.matches(case[5], e.message)
+        assert.are.equal(p, e.file)
+        assert.are.equal(case[4], e.tensor)
+        assert.is_number(e.offset)
+        local e2 = h.raises(case[3], xfer.load, p)
+        assert.are.equal(e.message, e2.message)
+      end)
+    end
+
+    it("refuses a file cut short after its header, naming the byte", function()
+      local p = path("cut.safetensors")
+      xfer.save(p, { a = sample("f32", { 1000 }), b = sample("f32", { 1000 }) })
+      local bytes = read_file(p)
+      write_file(p, bytes:sub(1, #bytes - 100))
+      local e = h.raises("invalid", xfer.open, p)
+      assert.are.equal("b", e.tensor)
+      assert.matches("reach past the data", e.message)
+      assert.are.equal(#bytes - 4000, e.offset)
+    end)
+  end)
+
+  describe("failures on the way", function()
+    local function in_use_all()
+      local out = {}
+      for _, dev in ipairs(xfer.devices()) do out[dev.name] = h.in_use(dev) end
+      return out
+    end
+
+    it("a failed read in any request fails the load, names the tensor, leaves nothing allocated", function()
+      h.no_setaside()
+      local t = { a = sample("u8", { 200000 }), b = sample("f32", { 50000 }), c = sample("i64", { 30000 }) }
+      local p = path("faults.safetensors")
+      xfer.save(p, t)
+      for _, dev in ipairs(xfer.devices()) do
+        for _, direct in ipairs({ true, false }) do
+          local before = in_use_all()
+          local requests = 0
+          xfer.faults.clear()
+          local f = xfer.open(p) -- the header read, before the faults
+          for nth = 1, 20 do
+            xfer.faults.clear()
+            xfer.faults.inject({ runtime = "file", op = "read", nth = nth })
+            local ok, e = pcall(f.load, f, { device = dev, chunk = 65536, depth = 3, direct = direct })
+            if ok then requests = nth - 1; break end
+            assert.are.equal("read", e.code)
+            assert.is_true(e.injected)
+            assert.are.equal(p, e.file)
+            assert.is_truthy(({ a = 1, b = 1, c = 1 })[e.tensor], tostring(e))
+            assert.is_number(e.offset)
+            assert.are.equal("EIO", e.native_name)
+            assert.are.same(before, in_use_all(), dev.name .. " after a failure at request " .. nth)
+          end
+          f:close()
+          assert.is_true(requests >= 8, "the load read in " .. requests .. " requests")
+        end
+      end
+    end)
+
+    it("a failed write or sync leaves the file as it was and no temporary behind", function()
+      local p = path("keep.safetensors")
+      xfer.save(p, { old = sample("u8", { 10 }) })
+      local old = read_file(p)
+      local before = listing(dir)
+      local t = { a = sample("u8", { 300000 }), b = sample("f32", { 70000 }) }
+      for _, rule in ipairs({ "write", "sync" }) do
+        for nth = 1, (rule == "write" and 6 or 1) do
+          xfer.faults.clear()
+          xfer.faults.inject({ runtime = "file", op = rule, nth = nth })
+          local e = h.raises("write", xfer.save, p, t, { chunk = 65536 })
+          assert.is_true(e.injected)
+          assert.are.equal(p, e.file)
+          assert.are.equal(old, read_file(p), rule .. " " .. nth)
+          assert.are.equal(before, listing(dir), rule .. " " .. nth)
+        end
+      end
+      xfer.faults.clear()
+      xfer.save(p, t, { chunk = 65536 })
+      assert.is_true(xfer.load(p).b:equals(t.b))
+    end)
+
+    it("a full disk (the file size limit) fails the save with the system's word, nothing left", function()
+      local p = path("full.safetensors")
+      write_file(path("full.lua"), ("local xfer = require 'xfer'; local ok, e = pcall(xfer.save, %q, " ..
+                 "{a = xfer.zeros({4194304}, {dtype = 'u8'})}); print(e.code, e.native_name, e.file)"):format(p))
+      local out = h.run("bash -c \"trap '' XFSZ; ulimit -f 1024; " .. h.xferlua() .. " " .. path("full.lua") .. "\"")
+      os.remove(path("full.lua"))
+      assert.matches("write%s+EFBIG%s+" .. p:gsub("%p", "%%%0"), out)
+      assert.is_nil(read_file(p))
+      assert.are.equal("", (listing(dir):gsub("[^ ]*%.safetensors", ""):gsub("[^ ]*%.np[yz]", ""):gsub("%s", "")))
+    end)
+
+    it("a save into a directory that does not exist names it", function()
+      local e = h.raises("write", xfer.save, dir .. "/no/such/x.safetensors", { a = sample("u8", { 1 }) })
+      assert.are.equal("ENOENT", e.native_name)
+      assert.matches("cannot create a file in", e.message)
+    end)
+
+    it("a file fault is one more rule: XFER_FAULTS=file:read:1", function()
+      local p = path("env.safetensors")
+      xfer.save(p, { a = sample("u8", { 4 }) })
+      local out = h.run("XFER_FAULTS=file:read:1 " .. h.xferlua() ..
+                        " -e \"local ok, e = pcall(require('xfer').load, '" .. p .. "'); print(e.code, e.injected, e.file)\"")
+      assert.matches("read%s+true%s+" .. p:gsub("%p", "%%%0"), out)
+    end)
+  end)
+
+  describe("with NumPy (python3-numpy)", function()
+    it("numpy.load reads what xfer.save wrote: .npy and .npz, values and dtypes", function()
+      if not has_numpy() then return pending("Debian's python3-numpy is not installed here") end
+      local a = sample("f32", { 3, 4 })
+      local b = sample("i64", { 5 })
+      local c = sample("bool", { 2, 3 })
+      xfer.save(path("np.npy"), a)
+      xfer.save(path("np.npz"), { a = a, b = b, c = c })
+      local check = [[
+import numpy as np, sys
+a = np.load(sys.argv[1] + '/np.npy')
+assert a.dtype == np.float32 and a.shape == (3, 4) and (a.ravel() == np.arange(12)).all(), a
+z = np.load(sys.argv[1] + '/np.npz')
+assert sorted(z.files) == ['a', 'b', 'c'], z.files
+assert (z['a'] == a).all() and z['b'].dtype == np.int64 and (z['b'] == np.arange(5)).all()
+assert z['c'].dtype == np.bool_ and z['c'].ravel().tolist() == [i % 3 == 0 for i in range(1, 7)]
+print('ok')
+]]
+      write_file(path("check.py"), check)
+      local out, code = h.run(python .. " " .. path("check.py") .. " " .. dir)
+      assert.are.equal(0, code, out)
+      assert.matches("ok", out)
+    end)
+
+    it("reads what NumPy wrote: np.save (C and Fortran order), np.savez, np.savez_compressed", function()
+      if not has_numpy() then return pending("Debian's python3-numpy is not installed here") end
+      local make = [[
+import numpy as np, sys
+d = sys.argv[1]
+np.save(d + '/c.npy', np.arange(24, dtype=np.float64).reshape(2, 3, 4))
+np.save(d + '/f.npy', np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)))
+np.savez(d + '/s.npz', x=np.arange(7, dtype=np.uint16), y=np.ones((2, 2), dtype=np.float16))
+np.savez_compressed(d + '/z.npz', x=np.arange(1000, dtype=np.int8 if False else np.int16))
+]]
+      write_file(path("make.py"), make)
+      local out, code = h.run(python .. " " .. path("make.py") .. " " .. dir)
+      assert.are.equal(0, code, out)
+      local c = xfer.load(path("c.npy"))
+      assert.are.same({ 2, 3, 4 }, c.shape)
+      assert.is_true(c:equals(xfer.arange(24, { dtype = "f64" }):reshape({ 2, 3, 4 })))
+      local f = xfer.load(path("f.npy"))
+      assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, f:totable())
+      local s = xfer.load(path("s.npz"))
+      assert.is_true(s.x:equals(xfer.arange(7, { dtype = "u16" })))
+      assert.are.same({ { 1, 1 }, { 1, 1 } }, s.y:totable())
+      local z = xfer.open(path("z.npz"))
+      assert.is_true(z:info("x").deflated)
+      assert.is_true(z:load("x"):equals(xfer.arange(1000, { dtype = "i16" })))
+      z:close()
+    end)
+
+    it("a safetensors reader written from the format's description reads what xfer.save wrote", function()
+      if not has_numpy() then return pending("Debian's python3-numpy is not installed here") end
+      xfer.save(path("ref.safetensors"), { w = sample("f32", { 4, 3 }), n = sample("u8", { 5 }) },
+                { metadata = { format = "pt" } })
+      local reader = [[
+import json, struct, sys, numpy as np
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert h.pop('__metadata__') == {'format': 'pt'}
+data = b[8 + n:]
+assert (8 + n) % 8 == 0
+w = h['w']; s, e = w['data_offsets']
+arr = np.frombuffer(data[s:e], dtype=np.float32).reshape(w['shape'])
+assert (arr.ravel() == np.arange(12)).all()
+assert h['n']['dtype'] == 'U8' and max(v['data_offsets'][1] for v in h.values()) == len(data)
+print('ok')
+]]
+      write_file(path("reader.py"), reader)
+      local out, code = h.run(python .. " " .. path("reader.py") .. " " .. path("ref.safetensors"))
+      assert.are.equal(0, code, out)
+    end)
+
+    it("the safetensors package reads what xfer.save wrote, and xfer.load what it wrote", function()
+      local site = os.getenv("XFER_SAFETENSORS_PATH")
+      local _, code = h.run((site and ("PYTHONPATH=" .. site .. " ") or "") .. python ..
+                            " -c 'import safetensors.numpy'")
+      if code ~= 0 then
+        return pending("the safetensors Python package is not installed here (not a Debian package; " ..
+                       "XFER_SAFETENSORS_PATH names an unpacked wheel)")
+      end
+      xfer.save(path("st.safetensors"), { w = sample("bf16", { 2, 3 }), x = sample("i32", { 4 }) })
+      local script = [[
+import sys, numpy as np
+from safetensors.numpy import load_file, save_file
+from safetensors import safe_open
+with safe_open(sys.argv[1] + '/st.safetensors', 'np') as f:
+    assert sorted(f.keys()) == ['w', 'x']
+    assert (f.get_tensor('x') == np.arange(4)).all()
+save_file({'a': np.arange(10, dtype=np.float32), 'b': np.ones((3, 2), dtype=np.int64)}, sys.argv[1] + '/theirs.safetensors')
+print('ok')
+]]
+      write_file(path("st.py"), script)
+      local out, rc = h.run((site and ("PYTHONPATH=" .. site .. " ") or "") .. python .. " " ..
+                            path("st.py") .. " " .. dir)
+      assert.are.equal(0, rc, out)
+      local theirs = xfer.load(path("theirs.safetensors"))
+      assert.is_true(theirs.a:equals(xfer.arange(10, { dtype = "f32" })))
+      assert.are.same({ { 1, 1 }, { 1, 1 }, { 1, 1 } }, theirs.b:totable())
+    end)
+  end)
+end)
