@@ -53,6 +53,10 @@ static void print_usage(FILE *out)
           "              address only; port 0: any free one) until stopped; clients see\n"
           "              them as NAME/device (default node); FILE holds a token clients\n"
           "              must give. A line on stderr says what is served at which URL.\n"
+          "  --load FILE [--device DEV]\n"
+          "              Load every tensor of FILE (safetensors, .npy, .npz) onto DEV (default\n"
+          "              host): prints each name and shape, how the file was read, the\n"
+          "              seconds and GB/s (--json: as JSON).\n"
           "  -h, --help  Show this help.\n"
           "  --          Stop handling options.\n"
           "  -           Execute stdin and stop handling options.\n"
@@ -295,6 +299,53 @@ static int run_serve(lua_State *L, const char *serve, const char *name, const ch
   return status;
 }
 
+/* --load FILE [--device DEV] [--json]: every tensor loaded, the names, shapes and speed said */
+static int run_load(lua_State *L, const char *file, const char *device, int json)
+{
+  static const char chunk[] =
+    "local file, device, json = ...\n"
+    "local xfer = require 'xfer'\n"
+    "local dev = xfer.device(device or 'host')\n"
+    "local f = xfer.open(file)\n"
+    "local entries = f:entries()\n"
+    "local format, size = f.format, f.size\n"
+    "f:close()\n"
+    "local t0 = xfer.clock()\n"
+    "local loaded = xfer.load(file, {device = dev})\n"
+    "if format == 'npy' then loaded = {[''] = loaded} end\n"
+    "xfer.synchronize()\n"
+    "local seconds = xfer.clock() - t0\n"
+    "local route = xfer.file_route()\n"
+    "local bytes = 0\n"
+    "for _, e in ipairs(entries) do bytes = bytes + e.nbytes end\n"
+    "if json then\n"
+    "  local tensors = {}\n"
+    "  for i, e in ipairs(entries) do tensors[i] = {name = e.name, dtype = e.dtype, shape = e.shape, bytes = e.nbytes} end\n"
+    "  print(xfer.json({file = file, format = format, device = dev.name, tensors = tensors, bytes = bytes,\n"
+    "    seconds = seconds, gbps = bytes / seconds / 1e9, direct = route.direct, engine = route.engine,\n"
+    "    reason = route.reason}))\n"
+    "else\n"
+    "  print(('%s: %s, %d tensors, %.3f GB'):format(file, format, #entries, size / 1e9))\n"
+    "  for _, e in ipairs(entries) do\n"
+    "    print(('  %-40s %s[%s]'):format(e.name == '' and '(the array)' or e.name, e.dtype, table.concat(e.shape, ',')))\n"
+    "  end\n"
+    "  print(('read by %s'):format(route.reason))\n"
+    "  print(('loaded %d tensors, %.3f GB onto %s in %.3f s: %.2f GB/s'):format(#entries, bytes / 1e9,\n"
+    "    dev.name, seconds, bytes / seconds / 1e9))\n"
+    "end\n"
+    "for _, t in pairs(loaded) do t:free() end\n";
+  int status = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=--load");
+  if (status == 0) {
+    lua_pushstring(L, file);
+    if (device) lua_pushstring(L, device);
+    else lua_pushnil(L);
+    lua_pushboolean(L, json);
+    status = docall(L, 3, 0);
+  }
+  if (status) report(L, status);
+  return status;
+}
+
 /* --calibrate [--sizes LIST] [--json]: the figures, saved to the plan cache; 1 when they
 ** could not be saved */
 static int run_calibrate(lua_State *L, int json, const char *sizes)
@@ -459,6 +510,7 @@ typedef struct cli {
   int selftest, quick, calibrate;
   const char *serve, *name, *token_file; /* --serve URL [--name N] [--token-file F] */
   const char *sizes;   /* --calibrate --sizes 4K,1M,... */
+  const char *load, *device; /* --load FILE [--device DEV] */
   int bad;             /* index of an option that is wrong, or 0 */
 } cli;
 
@@ -481,10 +533,11 @@ static void scan_args(char **argv, int argc, cli *c)
     else if (!strcmp(a, "--quick")) c->quick = 1;
     else if (!strcmp(a, "--calibrate")) c->calibrate = 1;
     else if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file") ||
-             !strcmp(a, "--sizes")) {
+             !strcmp(a, "--sizes") || !strcmp(a, "--load") || !strcmp(a, "--device")) {
       if (++i >= argc) { c->bad = i - 1; return; }
       *(!strcmp(a, "--serve") ? &c->serve : !strcmp(a, "--name") ? &c->name
-        : !strcmp(a, "--sizes") ? &c->sizes : &c->token_file) = argv[i];
+        : !strcmp(a, "--sizes") ? &c->sizes : !strcmp(a, "--load") ? &c->load
+        : !strcmp(a, "--device") ? &c->device : &c->token_file) = argv[i];
     }
 
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
@@ -509,7 +562,8 @@ static int run_options(lua_State *L, char **argv, int last)
   for (int i = 1; i < last; i++) {
     const char *a = argv[i];
     char opt = a[1];
-    if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file")) {
+    if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file") ||
+        !strcmp(a, "--sizes") || !strcmp(a, "--load") || !strcmp(a, "--device")) {
       i++; /* its value, whatever it looks like */
       continue;
     }
@@ -570,13 +624,15 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (c.devices && print_devices(L, c.json)) return 1;
   if (c.selftest && run_selftest(L, c.quick, c.json)) return 1;
   if (c.calibrate && run_calibrate(L, c.json, c.sizes)) return 1;
+  if (c.load && run_load(L, c.load, c.device, c.json)) return 1;
   if (c.serve) return run_serve(L, c.serve, c.name, c.token_file) ? 1 : 0;
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;
   if (c.interactive) {
     dotty(L);
-  } else if (!c.script && !c.has_e && !c.version && !c.devices && !c.selftest && !c.calibrate) {
+  } else if (!c.script && !c.has_e && !c.version && !c.devices && !c.selftest && !c.calibrate &&
+             !c.load) {
     if (isatty(0)) {
       print_version();
       dotty(L);
@@ -600,10 +656,10 @@ int main(int argc, char **argv)
     print_usage(stderr);
     return 1;
   }
-  if ((c.json && !c.devices && !c.selftest && !c.calibrate) || (c.quick && !c.selftest) ||
-      (c.sizes && !c.calibrate)) {
-    fprintf(stderr, "%s: --json goes with --devices, --selftest or --calibrate, --quick with "
-            "--selftest, --sizes with --calibrate\n",
+  if ((c.json && !c.devices && !c.selftest && !c.calibrate && !c.load) ||
+      (c.quick && !c.selftest) || (c.sizes && !c.calibrate) || (c.device && !c.load)) {
+    fprintf(stderr, "%s: --json goes with --devices, --selftest, --calibrate or --load, --quick "
+            "with --selftest, --sizes with --calibrate, --device with --load\n",
             progname);
     return 1;
   }
