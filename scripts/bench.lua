@@ -3,7 +3,10 @@
 -- Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...] [--pair-size 256M]
 --   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,plan,remote,selftest]
 --   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
---   [--remote-depths 1,2,4] [--batch-buffer 1G]
+--   [--remote-depths 1,2,4] [--batch-buffer 1G] [--file-size 4G] [--file-dir DIR]
+--   files: a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir
+--   (build/bench-files), loaded onto every device cold and warm beside dd and the Python
+--   loaders (scripts/bench_tables/files.lua says more).
 --   batch: blocks scattered in a buffer of --batch-buffer bytes, by batch and by a loop
 --   (scripts/bench_tables/batch.lua says more).
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
@@ -36,7 +39,7 @@ local scripts_dir = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")) or "sc
 package.path = scripts_dir .. "/bench_tables/?.lua;" .. package.path
 
 -- the tables in the order they print; a name may run more than one file
-local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "plan", "remote", "selftest" }
+local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote", "selftest" }
 local FILES = { remote = { "remote", "remote_cuda" } }
 
 local args = { ... }
@@ -46,6 +49,7 @@ local tables_text = table.concat(TABLES, ",")
 local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil, nil
 local remote_chunks_text, remote_depths_text = nil, nil
 local batch_buffer_text = "1G"
+local file_size_text, file_dir = "4G", "build/bench-files"
 local function fail(text)
   io.stderr:write("bench: ", text, "\n")
   os.exit(2, true) -- the state closed: nothing left for a leak checker to report
@@ -73,7 +77,9 @@ while i <= #args do
   elseif a == "--remote-chunks" then remote_chunks_text = value(a)
   elseif a == "--remote-depths" then remote_depths_text = value(a)
   elseif a == "--batch-buffer" then batch_buffer_text = value(a)
-  else fail("unknown argument '" .. a .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST or --batch-buffer SIZE)") end
+  elseif a == "--file-size" then file_size_text = value(a)
+  elseif a == "--file-dir" then file_dir = value(a)
+  else fail("unknown argument '" .. a .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST, --batch-buffer SIZE, --file-size SIZE or --file-dir DIR)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do
@@ -138,11 +144,13 @@ local B = {
   pair_size = bench.parse_size(pair_text), -- --pair-size, bytes
   plan_sizes = sizes_of(plan_sizes_text), -- --plan-sizes, bytes
   batch_buffer = bench.parse_size(batch_buffer_text), -- --batch-buffer, bytes
+  file_size = bench.parse_size(file_size_text), file_dir = file_dir, -- --file-size, --file-dir
   remote_url = remote_url, remote_token = remote_token,
   remote_chunks = remote_chunks_text, remote_depths = remote_depths_text, -- lists as given
   scripts_dir = scripts_dir,
   emit = emit, say = say, progress = progress, run_raw = run_raw,
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,
+  fmt_gbps = function(v) return v and ("%.2f"):format(v) or "-" end,
   fmt_us = function(s) return s and ("%.1f"):format(s * 1e6) or "-" end,
 }
 
