@@ -5,6 +5,7 @@ local xfer = require "xfer"
 local h = require "support.helpers"
 
 local host = xfer.device("host")
+-- Debian's python3 (python3-numpy), else the one on the PATH (the GPU machine's has NumPy)
 local python = "/usr/bin/python3"
 
 local dir = os.tmpname()
@@ -48,6 +49,10 @@ end
 
 local function has_numpy()
   local _, code = h.run(python .. " -c 'import numpy'")
+  if code ~= 0 then
+    _, code = h.run("python3 -c 'import numpy'")
+    if code == 0 then python = "python3" end
+  end
   return code == 0
 end
 
@@ -463,6 +468,7 @@ print('ok')
 
     it("the safetensors package reads what xfer.save wrote, and xfer.load what it wrote", function()
       local site = os.getenv("XFER_SAFETENSORS_PATH")
+      has_numpy()
       local _, code = h.run((site and ("PYTHONPATH=" .. site .. " ") or "") .. python ..
                             " -c 'import safetensors.numpy'")
       if code ~= 0 then

@@ -131,19 +131,25 @@ return function(B)
       links[dev.name] = link(dev, B.host)
       local result = {}
       local reasons = {}
+      -- the best of two cold runs and of three warm ones after a warm-up load (the first
+      -- touches of fresh memory are the allocator's cost, not the file's)
       for _, mode in ipairs({ "cold", "warm" }) do
-        if mode == "cold" then drop(path) else warm(path) end
-        local loaded
-        local ok, err = pcall(function()
-          result[mode] = file_bytes / timed(function()
-            loaded = xfer.load(path, { device = dev })
-            xfer.synchronize()
-          end) / 1e9
-        end)
-        reasons[#reasons + 1] = ok and xfer.file_route().reason:match("^[^;]*") or tostring(err)
-        if loaded then for _, t in pairs(loaded) do t:free() end end
-        loaded = nil
-        collectgarbage()
+        local runs = mode == "cold" and 2 or 4
+        for run = 1, runs do
+          if mode == "cold" then drop(path) else warm(path) end
+          local loaded
+          local ok, err = pcall(function()
+            local s = timed(function()
+              loaded = xfer.load(path, { device = dev })
+              xfer.synchronize()
+            end)
+            if mode == "cold" or run > 1 then result[mode] = math.max(result[mode] or 0, file_bytes / s / 1e9) end
+          end)
+          if run == runs then reasons[#reasons + 1] = ok and xfer.file_route().reason:match("^[^;]*") or tostring(err) end
+          if loaded then for _, t in pairs(loaded) do t:free() end end
+          loaded = nil
+          collectgarbage()
+        end
         xfer.empty_cache(dev)
       end
       local l = links[dev.name]

@@ -107,8 +107,11 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
                   out->cached < 0 ? 0 : out->cached * 100);
   }
   out->direct = direct;
+  /* page-cache reads are copies: one thread a core (up to 16), XFER_FILE_THREADS to say */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int threads = cpus < 2 ? 2 : cpus > 8 ? 8 : (int)cpus;
+  size_t asked = 0;
+  if (env_size("XFER_FILE_THREADS", &asked) && asked >= 1 && asked <= 64) cpus = (long)asked;
+  int threads = cpus < 2 ? 2 : cpus > 16 ? 16 : (int)cpus;
   char ewhy[200] = "";
   int engine = opts->engine;
   if (!engine) {
@@ -130,6 +133,7 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   out->engine = engine;
   out->threads = engine == 2 ? threads : 0;
   int depth = opts->depth ? opts->depth : engine == 2 ? 2 * threads : 8;
+  if (depth < 2) depth = 2;
   if (depth > 64) depth = 64;
   out->depth = depth;
   snprintf(out->reason, sizeof out->reason, "%s; %s; %d requests of %zu KiB in flight", why,
