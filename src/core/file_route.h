@@ -11,12 +11,12 @@
 #define XFER_FILE_CHUNK_DEFAULT (16u << 20)
 
 /* For a read of `bytes` of the open file `fd` (`size` bytes, at `path`), or a write of `bytes`
-** (writing = 1, fd the new file), with the caller's opts (NULL: all chosen): the route in
+** (writing = 1, fd the new file), to or from devices other than the host (devices = 1), with the caller's opts (NULL: all chosen): the route in
 ** *out. Checks opts: XFER_E_INVALID for a chunk that is not a multiple of 4096 in
 ** [4 KiB, 1 GiB], or a depth outside 2..64. */
 xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t bytes,
-                               int writing, const xfer_file_opts *opts, xfer_file_route *out,
-                               xfer_error *err);
+                               int writing, int devices, const xfer_file_opts *opts,
+                               xfer_file_route *out, xfer_error *err);
 /* Opens `path` again with O_DIRECT (for reads: O_RDONLY, writes: O_WRONLY): the fd, or -1 with
 ** errno's words in why. */
 int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap);

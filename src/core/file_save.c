@@ -468,7 +468,9 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
   }
   xfer_file_route route;
   memset(&route, 0, sizeof route);
-  if (!code) code = xfer_file_route_make(path, fd, 0, s.total, 1, opts, &route, err);
+  int devices = 0;
+  for (size_t i = 0; i < n; i++) devices |= xfer_tensor_host_data(s.packed[i]) == NULL;
+  if (!code) code = xfer_file_route_make(path, fd, 0, s.total, 1, devices, opts, &route, err);
   xfer_fio plain = { ctx, fd, 0, path }, io = plain;
   if (!code && route.direct && format != XFER_FORMAT_NPZ) {
     char why[160];
