@@ -177,7 +177,9 @@ local function check(T, ok, raised, failed)
       problems[#problems + 1] = rec.what .. ": not an xfer.Error: " .. tostring(e)
     elseif not failed then
       problems[#problems + 1] = rec.what .. ": failed with no call failed: " .. e.message
-    elseif not e.injected or e.op ~= failed.op or device_runtime(e.device) ~= failed.runtime then
+    elseif not e.injected or e.op ~= failed.op or
+           (failed.runtime == "file" and not (e.file and e.file ~= "")) or
+           (failed.runtime ~= "file" and device_runtime(e.device) ~= failed.runtime) then
       problems[#problems + 1] = ("%s: blames %s on %s (%s), but the call that failed was %s on %s: %s")
         :format(rec.what, e.op, e.device, tostring(device_runtime(e.device)), failed.op,
                 failed.runtime, e.message)
