@@ -67,7 +67,7 @@ describe("selftest", function()
 
   it("keeps to its time limit and its lists", function()
     local host = xfer.device("host")
-    local r = xfer.selftest({ devices = { host }, paths = { "auto" }, sizes = { 10 } })
+    local r = xfer.selftest({ devices = { host }, paths = { "auto" }, sizes = { 10 }, files = false })
     assert.are.equal(1, #r.results)
     assert.are.equal("same_device", r.results[1].path)
     local limited = xfer.selftest({ quick = true, time_limit = 1e-9 })
@@ -79,7 +79,7 @@ describe("selftest", function()
 
   h.each_invalid({
     { "an unknown option", function() return xfer.selftest({ fast = true }) end,
-      "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit, progress, costs)" },
+      "selftest: unknown option 'fast' (known: quick, sizes, devices, paths, time_limit, progress, costs, files)" },
     { "an unknown path", function() return xfer.selftest({ paths = { "teleport" } }) end,
       "selftest: unknown path 'teleport' (auto, same_device, same_runtime, interop, direct, staged, host)" },
     { "a bad size", function() return xfer.selftest({ sizes = { 0 } }) end, "selftest: sizes are whole numbers of bytes >= 1" },
@@ -115,5 +115,21 @@ describe("selftest", function()
     assert.is_truthy(out:find("after\n", 1, true), out)
     local odd = h.run("XFER_SELFTEST=yes " .. h.xferlua() .. " -e 'require \"xfer\"'")
     assert.are.equal("xferlua: XFER_SELFTEST takes 0 or 1, not 'yes': not run\n", odd)
+  end)
+end)
+
+describe("the self-test's files", function()
+  it("saves from every device to a file and loads onto every device, by the page cache and O_DIRECT", function()
+    local r = xfer.selftest({ quick = true, paths = { "auto" } })
+    local saves, loads = 0, 0
+    for _, e in ipairs(r.results) do
+      if e.to == "file" then saves = saves + 1; assert.is_true(e.ok, e.message) end
+      if e.from == "file" then loads = loads + 1; assert.is_true(e.ok, e.message) end
+    end
+    local n = #xfer.devices()
+    assert.are.equal(n, saves)
+    assert.are.equal(2 * n * n, loads)
+    local none = xfer.selftest({ quick = true, paths = { "auto" }, files = false })
+    for _, e in ipairs(none.results) do assert.are_not.equal("file", e.to) end
   end)
 end)

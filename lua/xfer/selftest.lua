@@ -45,8 +45,8 @@ function xfer.selftest(opts)
   opts = opts or {}
   for k in pairs(opts) do
     if k ~= "quick" and k ~= "sizes" and k ~= "devices" and k ~= "paths" and k ~= "time_limit" and k ~= "progress"
-       and k ~= "costs" then
-      fail(format("unknown option '%s' (known: quick, sizes, devices, paths, time_limit, progress, costs)", tostring(k)))
+       and k ~= "costs" and k ~= "files" then
+      fail(format("unknown option '%s' (known: quick, sizes, devices, paths, time_limit, progress, costs, files)", tostring(k)))
     end
   end
   local chunk = xfer.config().staging_chunk
@@ -121,6 +121,49 @@ function xfer.selftest(opts)
         if made then src:free() end
       end
     end
+  end
+  -- files as endpoints (files = false: not): the largest pattern saved from every device to a
+  -- safetensors file and loaded from it onto every device, through O_DIRECT and the page cache
+  if opts.files ~= false then
+    local n = sizes[#sizes]
+    local bytes = pattern(n)
+    local file = os.tmpname() .. ".safetensors"
+    for _, a in ipairs(devices) do
+      local made, src = pcall(xfer.tensor, bytes, { dtype = "u8", device = a })
+      local entry = { from = a.name, to = "file", bytes = n, path = "file" }
+      local t0 = xfer.clock()
+      local ok, e = false, src
+      if made then ok, e = pcall(xfer.save, file, { pattern = src }) end
+      entry.seconds = xfer.clock() - t0
+      entry.ok, entry.gbps = ok, ok and n / entry.seconds / 1e9 or nil
+      if not ok then entry.code, entry.message = e.code, e.message end
+      results[#results + 1] = entry
+      all_ok = all_ok and ok
+      if made then src:free() end
+      for _, b in ipairs(ok and devices or {}) do
+        for _, direct in ipairs({ false, true }) do
+          local back = { from = "file", to = b.name, bytes = n, path = direct and "file (O_DIRECT)" or "file" }
+          local t1 = xfer.clock()
+          local loaded, got = pcall(xfer.load, file, { device = b, direct = direct })
+          back.seconds = xfer.clock() - t1
+          if loaded then
+            local read, have = pcall(got.pattern.tobytes, got.pattern)
+            back.ok = read and have == bytes
+            if not back.ok then
+              back.code = read and "wrong_bytes" or have.code
+              back.message = read and "the bytes that arrived differ" or "reading back: " .. have.message
+            end
+            got.pattern:free()
+          else
+            back.ok, back.code, back.message = false, got.code, got.message
+          end
+          back.gbps = back.ok and n / back.seconds / 1e9 or nil
+          results[#results + 1] = back
+          all_ok = all_ok and back.ok
+        end
+      end
+    end
+    os.remove(file)
   end
   if progress then progress(pairs_total, pairs_total) end
   local report = { ok = all_ok, results = results, seconds = xfer.clock() - started }
