@@ -377,6 +377,24 @@ describe("files", function()
       assert.are.equal("", (listing(dir):gsub("[^ ]*%.safetensors", ""):gsub("[^ ]*%.np[yz]", ""):gsub("%s", "")))
     end)
 
+    it("a full file system (a 1 MiB tmpfs, where mounting is allowed) fails with ENOSPC, the old file kept", function()
+      local mnt = path("tiny")
+      os.execute("mkdir -p " .. mnt)
+      local _, code = h.run("mount -t tmpfs -o size=1m tmpfs " .. mnt)
+      if code ~= 0 then return pending("mounting a tmpfs is not allowed here (not root, or no CAP_SYS_ADMIN)") end
+      finally(function() h.run("umount " .. mnt) end)
+      local p = mnt .. "/model.safetensors"
+      xfer.save(p, { small = sample("u8", { 1000 }) })
+      local old = read_file(p)
+      local e = h.raises("write", xfer.save, p, { big = xfer.zeros({ 3 * 1048576 }, { dtype = "u8" }) })
+      assert.are.equal("ENOSPC", e.native_name)
+      assert.are.equal(p, e.file)
+      assert.are.equal("big", e.tensor)
+      assert.are.equal(old, read_file(p))
+      assert.are.equal("model.safetensors", listing(mnt))
+      assert.matches("page cache", xfer.file_route().reason) -- tmpfs refuses O_DIRECT
+    end)
+
     it("a save into a directory that does not exist names it", function()
       local e = h.raises("write", xfer.save, dir .. "/no/such/x.safetensors", { a = sample("u8", { 1 }) })
       assert.are.equal("ENOENT", e.native_name)

@@ -309,10 +309,15 @@ static xfer_code fill(saving *s, xfer_tensor *chunk, uint64_t at, size_t len, xf
   return code;
 }
 
-static size_t segment_of(const saving *s, uint64_t at)
+/* The tensor a failure in [at, at + len) of the file is charged to: the first whose bytes lie
+** there (s->n, "the header", when only header bytes do). */
+static size_t segment_of(const saving *s, uint64_t at, uint64_t len)
 {
-  for (size_t g = 0; g < s->nsegs; g++)
-    if (at < s->segs[g].at + s->segs[g].len) return s->segs[g].bytes && !s->crc ? s->n : s->segs[g].index;
+  for (size_t g = 0; g < s->nsegs; g++) {
+    const segment *sg = &s->segs[g];
+    if (sg->bytes || !sg->len || sg->at + sg->len <= at || sg->at >= at + len) continue;
+    return sg->index;
+  }
   return s->n;
 }
 
@@ -341,7 +346,7 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
     int slot = (int)(k % (size_t)slots);
     uint64_t at = k * chunk;
     if (k >= (size_t)slots && (code = xfer_fio_wait(q, slot, err))) {
-      code = frame(err, s, segment_of(s, err ? (uint64_t)err->offset : at), err ? err->offset : 0);
+      code = frame(err, s, segment_of(s, err ? (uint64_t)err->offset : at, chunk), err ? err->offset : 0);
       break;
     }
     size_t len = (size_t)(total - at < chunk ? total - at : chunk);
@@ -354,14 +359,14 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
     xfer_fio_submit(q, slot, 1, xfer_tensor_host_data(bufs[slot]), wlen, wlen, at);
     if (opts && opts->progress && opts->progress(opts->progress_ud, at + len, total)) {
       xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS, "the progress callback stopped the save");
-      code = frame(err, s, segment_of(s, at), (long long)at);
+      code = frame(err, s, segment_of(s, at, chunk), (long long)at);
     }
   }
   /* the requests in flight land before their buffers go, and their failures count */
   for (size_t j = k >= (size_t)slots ? k - (size_t)slots : 0; q && j < k; j++) {
     xfer_error e2;
     xfer_code c2 = xfer_fio_wait(q, (int)(j % (size_t)slots), code ? &e2 : err);
-    if (c2 && !code) code = frame(err, s, segment_of(s, (uint64_t)err->offset), err->offset);
+    if (c2 && !code) code = frame(err, s, segment_of(s, (uint64_t)err->offset, chunk), err->offset);
   }
   xfer_fio_queue_close(q);
   for (int b = 0; b < slots; b++) xfer_tensor_release(bufs[b]);
