@@ -672,6 +672,10 @@ typedef struct xfer_file_route {
   int depth, threads;
   double cached;          /* the share of the file's pages in the page cache (0..1) */
   char reason[512];
+  /* loads onto CUDA devices: whether GPUDirect Storage (cuFile) reads into them, and why not
+  ** ("" for loads that have no CUDA target) */
+  int gds;
+  char gds_reason[320];
 } xfer_file_route;
 
 /* One tensor to load: entry `entry` onto `dev`, converted to `dtype` when convert is 1. */

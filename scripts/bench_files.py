@@ -98,5 +98,55 @@ def main():
                     print(f"# files fastsafetensors nogds={nogds}: {e.__class__.__name__}: {e}"[:300])
 
 
+def nixl_posix(path, root):
+    """NIXL's POSIX backend (file -> DRAM, 16 MiB descriptors), cold and warm, where the wheel
+    is installed or unpacked at `root` (XFER_NIXL_DIR)."""
+    if root:
+        sys.path.insert(0, root)
+        os.environ.setdefault("NIXL_PLUGIN_DIR", os.path.join(root, "nixl_cu13.libs", "nixl"))
+    try:
+        import numpy as np
+        from nixl_cu13 import nixl_agent, nixl_agent_config
+    except Exception as e:  # noqa: BLE001
+        print(f"# files NIXL: not importable ({e.__class__.__name__}: {e})"[:200])
+        return
+    try:
+        agent = nixl_agent("xferlua-files", nixl_agent_config(backends=["POSIX"]))
+    except Exception as e:  # noqa: BLE001
+        print(f"# files NIXL POSIX: no agent ({e.__class__.__name__}: {e})"[:200])
+        return
+    size = os.path.getsize(path)
+    piece = 16 << 20
+    buf = np.empty(size, dtype=np.uint8)
+    agent.register_memory(buf)
+    for mode in ("cold", "warm"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            files = [(off, min(piece, size - off), fd, "") for off in range(0, size, piece)]
+            reg = agent.register_memory(files, "FILE")
+            local = [(buf.ctypes.data + off, min(piece, size - off), 0) for off in range(0, size, piece)]
+            remote = [(off, min(piece, size - off), fd) for off in range(0, size, piece)]
+
+            def load():
+                h = agent.initialize_xfer("READ", agent.get_xfer_descs(local, "DRAM"),
+                                          agent.get_xfer_descs(remote, "FILE"), "xferlua-files")
+                state = agent.transfer(h)
+                while state == "PROC":
+                    state = agent.check_xfer_state(h)
+                agent.release_xfer_handle(h)
+                if state != "DONE":
+                    raise RuntimeError("transfer state " + state)
+                return size
+            n, s = timed(path, mode, load)
+            print(f"files NIXL-POSIX {mode} host {n / s / 1e9:.3f} {s:.3f}", flush=True)
+            agent.deregister_memory(reg)
+        except Exception as e:  # noqa: BLE001
+            print(f"# files NIXL POSIX: {e.__class__.__name__}: {e}"[:300])
+            break
+        finally:
+            os.close(fd)
+
+
 if __name__ == "__main__":
     main()
+    nixl_posix(sys.argv[1], os.environ.get("XFER_NIXL_DIR", ""))

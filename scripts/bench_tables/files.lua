@@ -164,7 +164,10 @@ return function(B)
   for _, dev in ipairs(xfer.devices()) do
     if dev.name == "host" or dev.runtime == "cuda" then names[#names + 1] = dev.name end
   end
-  local out = sh(("timeout 900 %s %s/bench_files.py %q %s"):format(os.getenv("XFER_PYTHON") or "python3", B.scripts_dir, path,
+  -- NIXL unpacked at XFER_NIXL_DIR: its POSIX plugin's own libraries beside it
+  local nixl = os.getenv("XFER_NIXL_DIR")
+  local ld = nixl and ("LD_LIBRARY_PATH=%q "):format(nixl .. "/.nixl_cu13.mesonpy.libs:" .. nixl .. "/nixl_cu13.libs") or ""
+  local out = sh((ld .. "timeout 900 %s %s/bench_files.py %q %s"):format(os.getenv("XFER_PYTHON") or "python3", B.scripts_dir, path,
                                                                   table.concat(names, " ")))
   local others = {}
   for line in out:gmatch("[^\n]+") do
@@ -175,6 +178,8 @@ return function(B)
       others[key][mode] = tonumber(gbps)
     elseif line:match("^# files") then
       say(line)
+    elseif line:match("Error") or line:match("Traceback") or line:match("rror:") then
+      say("# files python: " .. line) -- what stopped a loader, said rather than dropped
     end
   end
   local keys = {}

@@ -330,6 +330,7 @@ static int run_load(lua_State *L, const char *file, const char *device, int json
     "    print(('  %-40s %s[%s]'):format(e.name == '' and '(the array)' or e.name, e.dtype, table.concat(e.shape, ',')))\n"
     "  end\n"
     "  print(('read by %s'):format(route.reason))\n"
+    "  if route.gds_reason then print(route.gds_reason) end\n"
     "  print(('loaded %d tensors, %.3f GB onto %s in %.3f s: %.2f GB/s'):format(#entries, bytes / 1e9,\n"
     "    dev.name, seconds, bytes / seconds / 1e9))\n"
     "end\n"

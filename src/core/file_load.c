@@ -487,10 +487,15 @@ xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
 {
   xfer_code code = check_items(f, items, n, err);
   if (code) return code;
-  int devices = 0;
-  for (size_t i = 0; i < n; i++) devices |= strcmp(items[i].dev->name, "host") != 0;
-  return xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, devices,
-                              opts, out, err);
+  int devices = 0, cuda = 0;
+  for (size_t i = 0; i < n; i++) {
+    devices |= strcmp(items[i].dev->name, "host") != 0;
+    cuda |= !strncmp(items[i].dev->name, "cuda", 4);
+  }
+  code = xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, devices, opts,
+                              out, err);
+  if (!code && cuda) out->gds = xfer_file_gds(out->gds_reason, sizeof out->gds_reason);
+  return code;
 }
 
 xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,

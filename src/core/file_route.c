@@ -8,8 +8,10 @@
 ** deep by io_uring (threads where io_uring cannot be set up). Small reads take the page
 ** cache: aligning them costs more than the copy.
 */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,47 @@ int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap)
   int fd = open(path, (writing ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC);
   if (fd < 0) snprintf(why, cap, "the file system refuses O_DIRECT (%s)", strerror(errno));
   return fd;
+}
+
+static pthread_once_t gds_once = PTHREAD_ONCE_INIT;
+static char gds_why[320];
+
+/* cuFile (libcufile, the CUDA Toolkit's) reads straight into GPU memory only with NVIDIA's
+** nvidia-fs kernel module; without it cuFile runs in its compatibility mode -- POSIX reads
+** through bounce buffers of its own, what xferlua's O_DIRECT path through pinned chunks does
+** already. So where nvidia-fs is absent, GDS is unavailable with that reason. Where it is
+** present xferlua does not use it yet: no machine here has it to test a read path against. */
+static void gds_probe(void)
+{
+  xfer_error err;
+  const char *path = NULL;
+  void *lib = xfer_driver_open("XFER_CUFILE_LIBRARY", "libcufile.so.0", "cuFile", &path, &err);
+  if (!lib && !getenv("XFER_CUFILE_LIBRARY")) /* the Toolkit's place, off the loader's path */
+    lib = xfer_driver_open("XFER_CUFILE_LIBRARY", "/usr/local/cuda/lib64/libcufile.so.0", "cuFile",
+                           &path, &err);
+  if (!lib) {
+    snprintf(gds_why, sizeof gds_why, "GPUDirect Storage unavailable: no libcufile.so.0 (%.200s)",
+             err.message);
+    return;
+  }
+  int has_fn = dlsym(lib, "cuFileDriverOpen") != NULL;
+  dlclose(lib);
+  if (!has_fn)
+    snprintf(gds_why, sizeof gds_why, "GPUDirect Storage unavailable: %.120s has no cuFileDriverOpen", path);
+  else if (access("/proc/driver/nvidia-fs", F_OK) != 0)
+    snprintf(gds_why, sizeof gds_why, "GPUDirect Storage unavailable: %.100s is there but the "
+             "nvidia-fs kernel module is not loaded (no /proc/driver/nvidia-fs), so cuFile would "
+             "only read through bounce buffers, as the pinned chunks do", path);
+  else
+    snprintf(gds_why, sizeof gds_why, "GPUDirect Storage present (%.100s, nvidia-fs loaded) but "
+             "not used: xferlua reads through pinned chunks", path);
+}
+
+int xfer_file_gds(char *why, size_t cap)
+{
+  pthread_once(&gds_once, gds_probe);
+  snprintf(why, cap, "%s", gds_why);
+  return 0;
 }
 
 /* The share of the file's pages the page cache holds (mincore over a mapping that reads

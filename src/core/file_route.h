@@ -20,6 +20,9 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
 /* Opens `path` again with O_DIRECT (for reads: O_RDONLY, writes: O_WRONLY): the fd, or -1 with
 ** errno's words in why. */
 int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap);
+/* GPUDirect Storage for loads onto CUDA devices: 1 when cuFile would read into them, else 0
+** with why in `why` (checked once: the library, then the nvidia-fs kernel module). */
+int xfer_file_gds(char *why, size_t cap);
 /* The route last taken on this thread (xfer_file_last_route). */
 void xfer_file_route_taken(const xfer_file_route *route);
 

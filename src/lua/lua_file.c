@@ -66,6 +66,12 @@ static void push_route(lua_State *L, const xfer_file_route *r)
   lua_setfield(L, -2, "cached");
   lua_pushstring(L, r->reason);
   lua_setfield(L, -2, "reason");
+  lua_pushboolean(L, r->gds);
+  lua_setfield(L, -2, "gds");
+  if (r->gds_reason[0]) {
+    lua_pushstring(L, r->gds_reason);
+    lua_setfield(L, -2, "gds_reason");
+  }
 }
 
 /* The I/O options shared by loads and saves: direct, engine, chunk, depth (and sync). */
