@@ -72,9 +72,9 @@ describe("xferlua's machine-readable flags", function()
     assert.are.equal(5, #inv.runtimes)
   end)
 
-  it("--json without --devices, --selftest or --calibrate is refused, and --sizes without --calibrate", function()
-    local says = "xferlua: --json goes with --devices, --selftest or --calibrate, --quick with " ..
-                 "--selftest, --sizes with --calibrate\n"
+  it("--json without --devices, --selftest, --calibrate or --load is refused, and --sizes without --calibrate", function()
+    local says = "xferlua: --json goes with --devices, --selftest, --calibrate or --load, --quick " ..
+                 "with --selftest, --sizes with --calibrate, --device with --load\n"
     for _, args in ipairs({ "--json -e 'print(1)'", "--sizes 4K -e 'print(1)'", "--quick --devices" }) do
       local out, code = h.run(h.xferlua() .. " " .. args)
       assert.are.equal(1, code, args)
@@ -126,7 +126,7 @@ end)
 describe("scripts/bench's arguments", function()
   it("refuses an unknown table, an unknown flag and a flag without its value, saying which", function()
     for _, case in ipairs({
-      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,plan,remote,selftest)" },
+      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,selftest)" },
       { "--frobnicate", "bench: unknown argument '--frobnicate'" },
       { "--sizes", "bench: --sizes needs a value" },
       { "--pair-size --tables host", "bench: --pair-size needs a value" },
