@@ -47,6 +47,20 @@ describe("the documentation", function()
     assert.is_truthy(out:find("attempt to use a freed tensor", 1, true), out)
   end)
 
+  it("README's file example runs as written", function()
+    local code = read("README.md"):match("Files are endpoints too.-```lua\n(.-)```")
+    assert.is_truthy(code, "README.md has a file example")
+    local path = os.tmpname() .. ".lua"
+    local f = assert(io.open(path, "w"))
+    f:write(code)
+    f:close()
+    local out, status = h.run(h.xferlua() .. " " .. path)
+    os.remove(path)
+    os.remove("/tmp/model.safetensors")
+    assert.are.equal(0, status, out)
+    assert.matches("1%s+bf16", out)
+  end)
+
   it("every relative link reaches a file, and every #anchor a heading there", function()
     local checked = 0
     for _, doc in ipairs(docs()) do

@@ -71,6 +71,8 @@ static void print_usage(FILE *out)
           "  XFER_UCX_LIBRARY=path  another UCX (its libucp.so.0) for remote devices\n"
           "  XFER_VULKAN_NO_MAP=1  stage or import even where Vulkan tensors could be mapped\n"
           "  XFER_CACHE=0       no caching allocator: every allocation and free reaches the driver\n"
+          "  XFER_FILE_URING=0  file reads and writes on threads, not io_uring\n"
+          "  XFER_FILE_CHUNK=16M, XFER_FILE_THREADS=8  a file request's bytes, page-cache readers\n"
           "  XFER_SHARED_MEMORY=0  OpenCL tensors in OpenCL's own memory, not CUDA's\n"          "  XFER_HUGE_PAGES=0  host blocks in 4 KiB pages, not transparent huge pages\n"
           "  XFER_UCX_REGISTER=0  no host memory registered with UCX (ucp_mem_map)\n"
           "  XFER_UCX_CUDA=0|1  CUDA memory to UCX in place (the direct path): never, or over\n"
