@@ -138,9 +138,9 @@ static xfer_code check_overlaps(reading *r)
     if (last && e->offset < last->offset + last->stored)
       code = bad(r, e->name, (long long)e->offset,
                  "its bytes [%llu, %llu) overlap those of '%s' [%llu, %llu)",
-                 (unsigned long long)e->offset, (unsigned long long)(e->offset + e->stored),
+                 (unsigned long long)e->offset, (unsigned long long)e->offset + e->stored,
                  last->name, (unsigned long long)last->offset,
-                 (unsigned long long)(last->offset + last->stored));
+                 (unsigned long long)last->offset + last->stored);
     last = e;
   }
   free(order);
@@ -235,15 +235,16 @@ static xfer_code safetensors_entry(reading *r, const xfer_json *t, uint64_t data
   uint64_t data = r->size - data_start;
   if (begin > end) return bad(r, name, at, "data_offsets [%llu, %llu] end before they begin",
                               (unsigned long long)begin, (unsigned long long)end);
+  long long at_data = (long long)data_start + (long long)begin;
   if (end > data)
-    return bad(r, name, (long long)(data_start + begin),
+    return bad(r, name, at_data,
                "data_offsets [%llu, %llu] reach past the data (%llu bytes: the file ends at "
                "byte %llu)", (unsigned long long)begin, (unsigned long long)end,
                (unsigned long long)data, (unsigned long long)r->size);
   int over;
   uint64_t want = shape_bytes(&e->shape, e->dtype, &over);
   if (over || want != end - begin)
-    return bad(r, name, (long long)(data_start + begin),
+    return bad(r, name, at_data,
                "its shape and dtype make %s bytes but data_offsets hold %llu",
                over ? "more than 2^64" : "", (unsigned long long)(end - begin));
   e->offset = data_start + begin;
@@ -474,8 +475,8 @@ static xfer_code npy_head(reading *r, uint64_t at, uint64_t limit, uint8_t **out
 
 static xfer_code read_npy(reading *r)
 {
-  uint8_t *head;
-  size_t avail;
+  uint8_t *head = NULL;
+  size_t avail = 0;
   xfer_code code = npy_head(r, 0, r->size, &head, &avail);
   if (code) return code;
   xfer_format_entry *e = add_entry(r, "", 0);
@@ -525,7 +526,7 @@ static xfer_code zip_directory(reading *r, uint64_t *cd_at, uint64_t *cd_size, u
   if (zip64) {
     if (eocd < 20 || le32(buf + eocd - 20) != 0x07064b50) {
       free(buf);
-      return bad(r, NULL, (long long)(tail_at + (uint64_t)eocd), "zip64 without its locator");
+      return bad(r, NULL, (long long)tail_at + eocd, "zip64 without its locator");
     }
     uint64_t rec = le64(buf + eocd - 20 + 8);
     uint8_t z[56];
@@ -634,7 +635,7 @@ static xfer_code zip_member(reading *r, const uint8_t *c, uint64_t c_at, size_t 
   if (code) return code;
   if (e->nbytes + from != usize)
     return bad(r, name, (long long)data, "the member holds %llu bytes but its header says %llu",
-               (unsigned long long)usize, (unsigned long long)(e->nbytes + from));
+               (unsigned long long)usize, (unsigned long long)e->nbytes + from);
   e->deflated = method == 8;
   e->inflated_skip = e->deflated ? from : 0;
   e->offset = e->deflated ? data : data + from;
@@ -655,12 +656,12 @@ static xfer_code read_npz(reading *r)
   size_t at = 0;
   for (uint64_t i = 0; i < count && !code; i++) {
     if (at + 46 > cd_size) {
-      code = bad(r, NULL, (long long)(cd_at + at), "the central directory ends early");
+      code = bad(r, NULL, (long long)cd_at + (long long)at, "the central directory ends early");
       break;
     }
-    size_t used;
+    size_t used = 0;
     if (46 + (size_t)le16(cd + at + 28) + le16(cd + at + 30) + le16(cd + at + 32) > cd_size - at) {
-      code = bad(r, NULL, (long long)(cd_at + at), "a central directory entry past its end");
+      code = bad(r, NULL, (long long)cd_at + (long long)at, "a central directory entry past its end");
       break;
     }
     code = zip_member(r, cd + at, cd_at + at, &used);
@@ -790,7 +791,7 @@ xfer_code xfer_format_safetensors_header(const char *const *names, const xfer_dt
     for (int d = 0; d < shapes[i].ndim; d++)
       putf(&b, "%s%lld", d ? "," : "", (long long)shapes[i].dims[d]);
     putf(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
-         (unsigned long long)(at + bytes));
+         (unsigned long long)at + bytes);
     at += bytes;
   }
   put(&b, "}", 1);

@@ -90,7 +90,7 @@ static xfer_code transfer_error(const xfer_fio *f, int write, int e, size_t len,
 {
   xfer_op op = write ? XFER_OP_WRITE : XFER_OP_READ;
   if (e == -1)
-    return xfer_fio_error(err, XFER_E_INVALID, op, 0, f->path, (long long)(offset + done),
+    return xfer_fio_error(err, XFER_E_INVALID, op, 0, f->path, (long long)offset + (long long)done,
                           "the file is truncated: it ends %zu bytes into a read of %zu at byte "
                           "%llu", done, len, (unsigned long long)offset);
   return xfer_fio_error(err, xfer_op_failure(op), op, e, f->path, (long long)offset,

@@ -489,8 +489,9 @@ xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
   if (code) return code;
   int devices = 0, cuda = 0;
   for (size_t i = 0; i < n; i++) {
-    devices |= strcmp(items[i].dev->name, "host") != 0;
-    cuda |= !strncmp(items[i].dev->name, "cuda", 4);
+    const char *name = items[i].dev ? items[i].dev->name : "host"; /* checked above */
+    devices |= strcmp(name, "host") != 0;
+    cuda |= !strncmp(name, "cuda", 4);
   }
   code = xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, devices, opts,
                               out, err);

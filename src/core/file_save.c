@@ -45,6 +45,8 @@ typedef struct {
 } saving;
 
 #define ZIP64_EXTRA 20 /* id, size, uncompressed and compressed sizes */
+/* a member's name ends so, without a terminating zero (zip names have a length) */
+static const char npy_ext[4] = { '.', 'n', 'p', 'y' };
 
 static uint32_t crc32_of(uint32_t crc, const unsigned char *p, size_t n)
 {
@@ -120,8 +122,13 @@ static xfer_code layout_safetensors(saving *s, const char *const *meta_keys,
 {
   xfer_dtype *dtypes = malloc((s->n ? s->n : 1) * sizeof *dtypes);
   xfer_shape *shapes = malloc((s->n ? s->n : 1) * sizeof *shapes);
-  xfer_code code = dtypes && shapes ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
-  for (size_t i = 0; i < s->n && !code; i++) {
+  if (!dtypes || !shapes) {
+    free(dtypes);
+    free(shapes);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  }
+  xfer_code code = XFER_E_OK;
+  for (size_t i = 0; i < s->n; i++) {
     dtypes[i] = xfer_tensor_dtype(s->packed[i]);
     shapes[i] = *xfer_tensor_shape(s->packed[i]);
   }
@@ -184,7 +191,7 @@ static xfer_code layout_npz(saving *s, xfer_error *err)
     put16(lh + 26, (unsigned)name_len);
     put16(lh + 28, ZIP64_EXTRA);
     memcpy(lh + 30, s->names[i], name_len - 4);
-    memcpy(lh + 30 + name_len - 4, ".npy", 4);
+    memcpy(lh + 30 + name_len - 4, npy_ext, sizeof npy_ext);
     unsigned char *x = lh + 30 + name_len;
     put16(x, 1);
     put16(x + 2, 16);
@@ -223,7 +230,7 @@ static xfer_code npz_trailer(saving *s, char **out, size_t *len, xfer_error *err
     put16(p + 30, 28);
     put32(p + 42, 0xFFFFFFFFu);
     memcpy(p + 46, s->names[i], name_len - 4);
-    memcpy(p + 46 + name_len - 4, ".npy", 4);
+    memcpy(p + 46 + name_len - 4, npy_ext, sizeof npy_ext);
     unsigned char *x = p + 46 + name_len;
     put16(x, 1);
     put16(x + 2, 24);
@@ -345,7 +352,7 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
   for (; k < nchunks && !code; k++) {
     int slot = (int)(k % (size_t)slots);
     uint64_t at = k * chunk;
-    if (k >= (size_t)slots && (code = xfer_fio_wait(q, slot, err))) {
+    if (k >= (size_t)slots && xfer_fio_wait(q, slot, err) != XFER_E_OK) {
       code = frame(err, s, segment_of(s, err ? (uint64_t)err->offset : at, chunk), err ? err->offset : 0);
       break;
     }
@@ -366,7 +373,8 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
   for (size_t j = k >= (size_t)slots ? k - (size_t)slots : 0; q && j < k; j++) {
     xfer_error e2;
     xfer_code c2 = xfer_fio_wait(q, (int)(j % (size_t)slots), code ? &e2 : err);
-    if (c2 && !code) code = frame(err, s, segment_of(s, (uint64_t)err->offset, chunk), err->offset);
+    long long at = err ? err->offset : 0;
+    if (c2 && !code) code = frame(err, s, segment_of(s, (uint64_t)at, chunk), at);
   }
   xfer_fio_queue_close(q);
   for (int b = 0; b < slots; b++) xfer_tensor_release(bufs[b]);
@@ -381,7 +389,7 @@ static xfer_code patch_crcs(saving *s, const xfer_fio *plain, xfer_error *err)
     unsigned char c[4];
     put32(c, s->crc[i]);
     xfer_code code = xfer_fio_write(plain, c, 4, s->local_at[i] + 14, err);
-    if (code) return frame(err, s, i, (long long)(s->local_at[i] + 14));
+    if (code) return frame(err, s, i, (long long)s->local_at[i] + 14);
   }
   return XFER_E_OK;
 }
@@ -464,7 +472,7 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
     if (!tmp) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
     else snprintf(tmp, cap, "%s/.%s.xfer-XXXXXX", dir, basename(base_copy));
   }
-  if (!code && (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+  if (!code && tmp && (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
     int e = errno;
     free(tmp);
     tmp = NULL;

@@ -16,9 +16,9 @@ typedef struct file_box {
 static xfer_file *check_file(lua_State *L, int idx, const char *fname)
 {
   file_box *box = xl_test_udata(L, idx, XL_FILE);
-  if (!box) xl_arg_error(L, idx, fname, XL_FILE);
-  if (!box->file) xl_raise_code(L, XFER_E_INVALID, fname, "%s: the file is closed", fname);
-  return box->file;
+  if (box && box->file) return box->file;
+  if (box) xl_raise_code(L, XFER_E_INVALID, fname, "%s: the file is closed", fname);
+  xl_arg_error(L, idx, fname, XL_FILE);
 }
 
 static void push_shape(lua_State *L, const xfer_shape *shape)
@@ -362,10 +362,12 @@ static int f_plan(lua_State *L)
 static int f_close(lua_State *L)
 {
   file_box *box = xl_test_udata(L, 1, XL_FILE);
-  if (!box) xl_arg_error(L, 1, "close", XL_FILE);
-  xfer_file_close(box->file);
-  box->file = NULL;
-  return 0;
+  if (box) {
+    xfer_file_close(box->file);
+    box->file = NULL;
+    return 0;
+  }
+  xl_arg_error(L, 1, "close", XL_FILE);
 }
 
 static int f_index(lua_State *L)
