@@ -118,7 +118,7 @@ def nixl_posix(path, root):
     size = os.path.getsize(path)
     piece = 16 << 20
     buf = np.empty(size, dtype=np.uint8)
-    agent.register_memory(buf)
+    agent.register_memory([(buf.ctypes.data, size, 0, "")], "DRAM")  # a list: NIXL takes no ndarray
     for mode in ("cold", "warm"):
         fd = os.open(path, os.O_RDONLY)
         try:
