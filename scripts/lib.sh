@@ -7,7 +7,8 @@ cd "$XFER_ROOT"
 # Debian packages the build and the specs need.
 XFER_PACKAGES="cmake make gcc libc6-dev pkg-config luajit libluajit-5.1-dev lua-busted
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libvulkan-dev mesa-vulkan-drivers
-  vulkan-validationlayers python3-numpy luarocks libucx-dev ucx-utils liburing-dev zlib1g-dev"
+  vulkan-validationlayers python3-numpy luarocks libucx-dev ucx-utils liburing-dev zlib1g-dev
+  lua-dkjson"
 
 xfer_log() { printf '%s\n' "$*" >&2; }
 

@@ -559,3 +559,69 @@ describe("xferlua --load", function()
     os.remove(p)
   end)
 end)
+
+describe("checkpoints in shards (model.safetensors.index.json)", function()
+  local function setup()
+    local d = os.tmpname()
+    os.remove(d)
+    os.execute("mkdir -p " .. d)
+    local a = { ["layers.0.w"] = sample("f32", { 64, 8 }), ["layers.0.b"] = sample("f32", { 8 }) }
+    local b = { ["layers.1.w"] = sample("bf16", { 64, 8 }), ["lm_head"] = sample("i32", { 100 }) }
+    xfer.save(d .. "/model-00001-of-00002.safetensors", a)
+    xfer.save(d .. "/model-00002-of-00002.safetensors", b)
+    local map = {}
+    for name in pairs(a) do map[#map + 1] = ('"%s": "model-00001-of-00002.safetensors"'):format(name) end
+    for name in pairs(b) do map[#map + 1] = ('"%s": "model-00002-of-00002.safetensors"'):format(name) end
+    write_file(d .. "/model.safetensors.index.json",
+               '{"metadata": {"total_size": 1}, "weight_map": {' .. table.concat(map, ", ") .. "}}")
+    local all = {}
+    for k, v in pairs(a) do all[k] = v end
+    for k, v in pairs(b) do all[k] = v end
+    return d, all
+  end
+
+  it("loads every shard's tensors onto every device, or those names asks for", function()
+    local d, all = setup()
+    for _, dev in ipairs(xfer.devices()) do
+      local got = xfer.load(d .. "/model.safetensors.index.json", { device = dev })
+      local n = 0
+      for name, t in pairs(all) do
+        n = n + 1
+        assert.are.equal(dev.name, got[name].device.name)
+        assert.is_true(got[name]:to(host):equals(t), dev.name .. " " .. name)
+      end
+      assert.are.equal(4, n)
+    end
+    local some = xfer.load(d .. "/model.safetensors.index.json", { names = { "lm_head", "layers.0.b" } })
+    assert.is_truthy(some.lm_head)
+    assert.is_truthy(some["layers.0.b"])
+    assert.is_nil(some["layers.1.w"])
+    local e = h.raises("invalid", xfer.load, d .. "/model.safetensors.index.json", { names = { "nope" } })
+    assert.matches("the index names no tensor 'nope'", e.message)
+    os.execute("rm -rf " .. d)
+  end)
+
+  it("a missing shard, a tensor its shard lacks or a bad index fails the whole load, nothing kept", function()
+    local d = setup()
+    local index = d .. "/model.safetensors.index.json"
+    local before = h.in_use(host)
+    os.remove(d .. "/model-00002-of-00002.safetensors")
+    local e = h.raises("invalid", xfer.load, index)
+    assert.are.equal("ENOENT", e.native_name)
+    assert.are.equal(d .. "/model-00002-of-00002.safetensors", e.file)
+    assert.are.equal(before, h.in_use(host))
+    write_file(index, '{"weight_map": {"layers.0.w": "model-00001-of-00002.safetensors", "ghost": "model-00001-of-00002.safetensors"}}')
+    e = h.raises("invalid", xfer.load, index)
+    assert.are.equal("ghost", e.tensor)
+    assert.are.equal(before, h.in_use(host))
+    write_file(index, '{"weight_map": {"a": "../../etc/passwd"}}')
+    assert.matches("a file beside the index", h.raises("invalid", xfer.load, index).message)
+    write_file(index, '{"weight_map": [1, 2]')
+    assert.matches("not a JSON object", h.raises("invalid", xfer.load, index).message)
+    write_file(index, '{"metadata": {}}')
+    e = h.raises("invalid", xfer.load, index)
+    assert.matches("no weight_map", e.message)
+    assert.are.equal(index, e.file)
+    os.execute("rm -rf " .. d)
+  end)
+end)

@@ -485,7 +485,8 @@ static int extends_module(const char *name)
 {
   return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
          !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap") ||
-         !strcmp(name, "xfer.selftest") || !strcmp(name, "xfer.calibrate");
+         !strcmp(name, "xfer.selftest") || !strcmp(name, "xfer.calibrate") ||
+         !strcmp(name, "xfer.files");
 }
 
 static void run_prelude(lua_State *L, int module)

@@ -1,0 +1,76 @@
+-- files.lua -- checkpoints in shards, as Hugging Face writes them: xfer.load of a
+-- "*.safetensors.index.json" loads every shard its weight_map names (each tensor from its
+-- shard, opts as for one file; opts.names picks tensors across shards). On a failure nothing
+-- loaded stays: the tensors of the shards done are freed, the error raised is the shard's.
+-- The binding runs this file with the module table, like prelude.lua.
+local xfer = ...
+
+local load_file = xfer.load
+
+local function fail(path, why)
+  error(xfer.error({ code = "invalid", op = "load", file = path, offset = -1,
+                     message = ("%s: %s"):format(path, why) }), 0)
+end
+
+local function read_index(path)
+  local f, why = io.open(path, "rb")
+  if not f then fail(path, why) end
+  local text = f:read("*a")
+  f:close()
+  local ok, json = pcall(require, "dkjson")
+  if not ok then fail(path, "reading a shard index needs dkjson (Debian's lua-dkjson)") end
+  local doc, _, err = json.decode(text, 1, json.null)
+  if type(doc) ~= "table" then fail(path, "not a JSON object: " .. tostring(err)) end
+  if type(doc.weight_map) ~= "table" then fail(path, "no weight_map (tensor name -> shard file)") end
+  for name, shard in pairs(doc.weight_map) do
+    if type(name) ~= "string" or type(shard) ~= "string" or shard:find("/", 1, true) or shard == ".." then
+      fail(path, ("weight_map maps %s to %s: a tensor name to a file beside the index"):format(tostring(name), tostring(shard)))
+    end
+  end
+  return doc.weight_map
+end
+
+local function load_index(path, opts)
+  local map = read_index(path)
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  local wanted = nil
+  if opts and opts.names ~= nil then
+    if type(opts.names) ~= "table" then fail(path, "names is a list of tensor names") end
+    wanted = {}
+    for _, name in ipairs(opts.names) do
+      if not map[name] then fail(path, ("the index names no tensor '%s'"):format(tostring(name))) end
+      wanted[name] = true
+    end
+  end
+  local by_shard, order = {}, {}
+  for name, shard in pairs(map) do
+    if not wanted or wanted[name] then
+      if not by_shard[shard] then by_shard[shard] = {}; order[#order + 1] = shard end
+      local list = by_shard[shard]
+      list[#list + 1] = name
+    end
+  end
+  table.sort(order)
+  local result, made = {}, {}
+  local ok, err = pcall(function()
+    for _, shard in ipairs(order) do
+      local o = {}
+      for k, v in pairs(opts or {}) do o[k] = v end
+      o.names = by_shard[shard]
+      for name, t in pairs(load_file(dir .. "/" .. shard, o)) do
+        result[name] = t
+        made[#made + 1] = t
+      end
+    end
+  end)
+  if not ok then
+    for _, t in ipairs(made) do t:free() end
+    error(err, 0)
+  end
+  return result
+end
+
+function xfer.load(path, opts)
+  if type(path) == "string" and path:match("%.index%.json$") then return load_index(path, opts) end
+  return load_file(path, opts)
+end
