@@ -339,34 +339,32 @@ static xfer_code run_requests(loading *l, xfer_error *err)
 {
   size_t n = l->plan.nreqs;
   size_t ahead = (size_t)l->nslots < n ? (size_t)l->nslots : n;
-  for (size_t r = 0; r < ahead; r++) submit(l, r);
+  size_t submitted = 0, waited = 0; /* requests [waited, submitted) are in flight */
+  while (submitted < ahead) submit(l, submitted++);
   xfer_code code = XFER_E_OK;
-  size_t r = 0;
-  for (; r < n && !code; r++) {
-    int slot = (int)(r % (size_t)l->nslots);
+  while (waited < n && !code) {
+    size_t r = waited++;
     request *q = &l->plan.reqs[r];
-    code = xfer_fio_wait(l->queue, slot, err);
+    const piece *pc = &l->plan.pieces[q->first];
+    code = xfer_fio_wait(l->queue, (int)(r % (size_t)l->nslots), err);
     if (code) {
-      const piece *pc = &l->plan.pieces[q->first];
       code = frame(err, l->f, item_name(l, pc->item), err ? err->offset : (long long)q->start,
                    device_name(l->targets[pc->item]));
       break;
     }
-    code = scatter(l, r, err);
-    if (code) break;
+    if ((code = scatter(l, r, err))) break;
     l->done += q->need;
-    if (r + ahead < n) submit(l, r + ahead);
+    if (submitted < n) submit(l, submitted++);
     if (l->opts && l->opts->progress &&
         l->opts->progress(l->opts->progress_ud, l->done, l->total)) {
-      const piece *pc = &l->plan.pieces[q->first];
       xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS, "the progress callback stopped the load");
       code = frame(err, l->f, item_name(l, pc->item), (long long)q->start, NULL);
     }
   }
   /* every request still in flight lands before its buffer goes */
-  for (size_t k = r + 1; k < n && k < r + 1 + ahead; k++) {
+  for (; waited < submitted; waited++) {
     xfer_error ignored;
-    xfer_fio_wait(l->queue, (int)(k % (size_t)l->nslots), &ignored);
+    xfer_fio_wait(l->queue, (int)(waited % (size_t)l->nslots), &ignored);
   }
   return code;
 }
