@@ -128,19 +128,24 @@ static int l_open(lua_State *L)
   return 1;
 }
 
-static int f_names(lua_State *L)
+/* A list of every entry: its name (names = 1) or its info table. */
+static int entry_list(lua_State *L, const char *fname, int names)
 {
-  xfer_file *f = check_file(L, 1, "names");
+  xfer_file *f = check_file(L, 1, fname);
   size_t n = xfer_file_count(f);
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
     xfer_file_info info;
     xfer_file_entry(f, i, &info, NULL);
-    lua_pushstring(L, info.name);
+    if (names) lua_pushstring(L, info.name);
+    else push_info(L, &info);
     lua_rawseti(L, -2, (int)i + 1);
   }
   return 1;
 }
+
+static int f_names(lua_State *L) { return entry_list(L, "names", 1); }
+static int f_entries(lua_State *L) { return entry_list(L, "entries", 0); }
 
 static long find_entry(lua_State *L, xfer_file *f, int idx, const char *fname)
 {
@@ -169,20 +174,6 @@ static int f_info(lua_State *L)
   xfer_file_info info;
   xfer_file_entry(f, (size_t)i, &info, NULL);
   push_info(L, &info);
-  return 1;
-}
-
-static int f_entries(lua_State *L)
-{
-  xfer_file *f = check_file(L, 1, "entries");
-  size_t n = xfer_file_count(f);
-  lua_createtable(L, (int)n, 0);
-  for (size_t i = 0; i < n; i++) {
-    xfer_file_info info;
-    xfer_file_entry(f, i, &info, NULL);
-    push_info(L, &info);
-    lua_rawseti(L, -2, (int)i + 1);
-  }
   return 1;
 }
 
