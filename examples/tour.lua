@@ -85,3 +85,20 @@ print(("   as f16 on %s: %s"):format(dev.name, tostring(m:transpose():to(dev, { 
 print("\n10. The self-test (xferlua --selftest): every pair, every path, checked:")
 local report = xfer.selftest({ quick = true })
 print("   " .. xfer.selftest_report(report):match("[^\n]+$"))
+
+print("\n11. Files as endpoints (xfer.save, xfer.open, xfer.load):")
+local file = os.tmpname() .. ".safetensors"
+xfer.save(file, { weight = m:to(dev, { dtype = "f32" }), bias = xfer.arange(4, { dtype = "f32" }) },
+          { metadata = { note = "the tour's" } })
+local f = xfer.open(file) -- reads the header only
+for _, e in ipairs(f:entries()) do
+  print(("   %-6s %s[%s], %d bytes at byte %d"):format(e.name, e.dtype, table.concat(e.shape, ","), e.nbytes, e.offset))
+end
+f:close()
+local loaded = xfer.load(file, { device = dev })
+print(("   loaded onto %s: weight %s, equal to what was saved: %s"):format(dev.name,
+  tostring(loaded.weight), tostring(loaded.weight:to("host"):equals(m:to("host", { dtype = "f32" })))))
+print("   read by " .. xfer.file_route().reason)
+local ok3, err3 = pcall(xfer.load, file .. ".missing")
+print(("   a file that is not there: %s, %s (e.file = %s)"):format(tostring(ok3), err3.code, err3.file))
+os.remove(file)
