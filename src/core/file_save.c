@@ -17,6 +17,8 @@
 #endif
 
 #include "file_format.h"
+#include "file_numpy.h"
+#include "file_safetensors.h"
 #include "file_route.h"
 #include "tensor.h"
 
