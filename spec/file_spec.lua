@@ -158,6 +158,30 @@ describe("files", function()
     end
   end)
 
+  it("tells a load's and a save's progress a request at a time; a callback that raises stops it, nothing kept", function()
+    local t = { a = sample("u8", { 300000 }) }
+    local p = path("progress.safetensors")
+    local saves = {}
+    xfer.save(p, t, { chunk = 65536, progress = function(done, total) saves[#saves + 1] = { done, total } end })
+    assert.is_true(#saves >= 5)
+    assert.are.same(saves[#saves][1], saves[#saves][2])
+    for _, dev in ipairs(xfer.devices()) do
+      local seen = {}
+      xfer.load(p, { device = dev, chunk = 65536, progress = function(done, total) seen[#seen + 1] = { done, total } end })
+      assert.is_true(#seen >= 5, dev.name)
+      assert.are.same({ 300000, 300000 }, seen[#seen])
+      for i = 2, #seen do assert.is_true(seen[i][1] > seen[i - 1][1]) end
+      local before = h.in_use(dev)
+      local e = h.raises("invalid", xfer.load, p, { device = dev, chunk = 65536, progress = function(done)
+        if done > 100000 then error("enough") end
+      end })
+      assert.are.equal("progress", e.op)
+      assert.matches("enough", e.message)
+      assert.are.equal(before, h.in_use(dev))
+    end
+    assert.matches("must be a function", h.raises("invalid", xfer.load, p, { progress = 1 }).message)
+  end)
+
   it("says how it reads a file: the page cache for a file that is there, O_DIRECT asked for", function()
     local p = path("plan.safetensors")
     xfer.save(p, { x = sample("f32", { 1000 }) })

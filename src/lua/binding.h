@@ -95,6 +95,11 @@ void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_op
 /* The paths' names in the planner's order, "same_device, ..., staged or host" ("auto, " first
 ** when with_auto): for messages that list what is known. */
 const char *xl_path_list(char *out, size_t cap, int with_auto);
+/* A `progress` function in the options at `opts` as a C callback (its state a userdata pushed
+** on the stack, kept there for the call's length); xl_progress_explain adds what the callback
+** raised to the error of a call it stopped. */
+void xl_progress_hook(lua_State *L, int opts, int (**fn)(void *, uint64_t, uint64_t), void **ud);
+void xl_progress_explain(void *ud, xfer_error *err);
 /* After a move its progress callback stopped: the error says what the callback raised. */
 void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err);
 

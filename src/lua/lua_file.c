@@ -111,6 +111,12 @@ static void io_opts(lua_State *L, int idx, const char *fname, xfer_file_opts *o)
   lua_getfield(L, idx, "sync");
   if (!lua_isnil(L, -1)) o->sync = lua_toboolean(L, -1) ? 0 : -1;
   lua_pop(L, 1);
+  lua_getfield(L, idx, "progress");
+  int given = !lua_isnil(L, -1), callable = lua_isfunction(L, -1);
+  lua_pop(L, 1);
+  if (given && !callable)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'progress' must be a function", fname);
+  if (given) xl_progress_hook(L, idx, &o->progress, &o->progress_ud);
 }
 
 /* -- xfer.open ---------------------------------------------------------------------------- */
@@ -244,7 +250,7 @@ static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const cha
 }
 
 static const char *const load_keys[] = { "device", "dtype", "names", "direct", "engine",
-                                         "chunk", "depth", NULL };
+                                         "chunk", "depth", "progress", NULL };
 
 /* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
 ** tensor on the stack. */
@@ -265,7 +271,10 @@ static void load_entries(lua_State *L, xfer_file *f, const size_t *which, size_t
   xfer_file_opts io;
   io_opts(L, opts, fname, &io);
   xfer_error err;
-  if (XL_ALLOCATING(L, xfer_file_load(f, items, n, &io, out, &err))) xl_raise(L, &err);
+  if (XL_ALLOCATING(L, xfer_file_load(f, items, n, &io, out, &err))) {
+    xl_progress_explain(io.progress_ud, &err);
+    xl_raise(L, &err);
+  }
   lua_createtable(L, 0, (int)n);
   for (size_t i = 0; i < n; i++) {
     xfer_file_info info;
@@ -427,7 +436,7 @@ static int l_save(lua_State *L)
 {
   const char *path = luaL_checkstring(L, 1);
   static const char *const keys[] = { "format", "metadata", "direct", "engine", "chunk",
-                                      "depth", "sync", NULL };
+                                      "depth", "sync", "progress", NULL };
   xl_check_options(L, 3, "save", keys);
   const char *format = xl_opt_string(L, 3, "save", "format", NULL);
   size_t n = 0;
@@ -489,8 +498,10 @@ static int l_save(lua_State *L)
   xfer_error err;
   if (XL_ALLOCATING(L, xfer_file_save(xl_ctx(L), path, format, cnames,
                                        (xfer_tensor *const *)tensors, n, mkeys, mvalues, nmeta,
-                                       &io, &err)))
+                                       &io, &err))) {
+    xl_progress_explain(io.progress_ud, &err);
     xl_raise(L, &err);
+  }
   return 0;
 }
 

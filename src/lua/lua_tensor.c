@@ -136,6 +136,27 @@ static int call_progress(void *ud, uint64_t done, uint64_t total)
   return 1;
 }
 
+/* The callback and its state for the options at `opts` (a `progress` function there; the
+** state a userdata left on the stack for the call's length); NULLs when there is none. */
+void xl_progress_hook(lua_State *L, int opts, int (**fn)(void *, uint64_t, uint64_t), void **ud)
+{
+  progress_call *pc = lua_newuserdata(L, sizeof *pc);
+  pc->L = L;
+  pc->opts = opts > 0 ? opts : lua_gettop(L) + opts;
+  pc->raised[0] = '\0';
+  *fn = call_progress;
+  *ud = pc;
+}
+
+void xl_progress_explain(void *ud, xfer_error *err)
+{
+  const progress_call *pc = ud;
+  if (!pc || !pc->raised[0] || err->op_id != XFER_OP_PROGRESS) return;
+  char head[sizeof err->message];
+  memcpy(head, err->message, sizeof head);
+  snprintf(err->message, sizeof err->message, "%.200s: %.250s", head, pc->raised);
+}
+
 /* The error of a move its progress callback stopped, with what the callback raised. */
 void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err)
 {
@@ -170,14 +191,7 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
     if (given && strcmp(fname, "to") && strcmp(fname, "copy_from"))
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: a progress callback is for to and copy_from "
                     "(a job tells its progress: job:progress())", fname);
-    if (given) { /* on the stack for the move's length: the callback's state */
-      progress_call *pc = lua_newuserdata(L, sizeof *pc);
-      pc->L = L;
-      pc->opts = opts > 0 ? opts : lua_gettop(L) + opts;
-      pc->raised[0] = '\0';
-      out->progress = call_progress;
-      out->progress_ud = pc;
-    }
+    if (given) xl_progress_hook(L, opts, &out->progress, &out->progress_ud);
   }
   out->via = XFER_PATH_AUTO;
   char known[160];
