@@ -88,7 +88,8 @@ typedef enum {
 } xfer_dtype;
 
 const char *xfer_dtype_name(xfer_dtype dtype);
-/* Returns 0 and sets *out when `name` is a dtype name ("f32"), else -1. */
+/* Returns 0 and sets *out when `name` is a dtype name ("f32") or a name users type from
+** NumPy and PyTorch ("float32", "int64", "bfloat16", "half", "uint8", ...), else -1. */
 int xfer_dtype_parse(const char *name, xfer_dtype *out);
 size_t xfer_dtype_size(xfer_dtype dtype);
 int xfer_dtype_is_float(xfer_dtype dtype);

@@ -230,11 +230,13 @@ describe("fault injection (host)", function()
 
     it("rejects a malformed rule when xfer is required", function()
       for _, rule in ipairs({ "host", "host:read:0", "host:read:4294967297", "host:read:2147483648",
-                              "host:read:1:-1", "host:read:x", "host:read:1:1:99999999999999999999" }) do
+                              "host:read:1:-1", "host:read:x", "host:read:1:1:99999999999999999999",
+                              "host:alloc:1:1:99999999999" }) do
         local out, code = h.run("XFER_FAULTS=" .. rule .. " " .. h.xferlua() .. [[ -e 'require "xfer"']])
         assert.are.equal(1, code, rule)
         assert.is_truthy(out:find("xferlua: XFER_FAULTS: bad fault rule '" .. rule .. "' (expected " ..
-          "runtime:op[:nth[:count[:native]]], nth and count from 1 to 2147483647, such as host:read:1)", 1, true), out)
+          "runtime:op[:nth[:count[:native]]], nth and count from 1 to 2147483647, native from " ..
+          "-2147483648 to 2147483647, such as host:read:1)", 1, true), out)
       end
       local out = h.run("XFER_FAULTS=host:read:2147483647 " .. h.xferlua() ..
                         [[ -e 'print(require("xfer").faults.list()[1].nth)']])

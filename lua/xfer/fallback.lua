@@ -32,8 +32,18 @@ local function check_options(opts)
   end
   local paths = opts.fallback
   if paths ~= nil then
-    if type(paths) ~= "table" or #paths == 0 then invalid("fallback must be a list of paths") end
-    for i, path in ipairs(paths) do
+    if type(paths) ~= "table" then invalid("fallback must be a list of paths") end
+    -- a list: keys 1..n and nothing else ({nil, "host"} has a hole ipairs would stop at)
+    local n = 0
+    for k in pairs(paths) do
+      if type(k) ~= "number" or k < 1 or k % 1 ~= 0 then
+        invalid(format("fallback must be a list of paths, not a table with the key %s", tostring(k)))
+      end
+      if k > n then n = k end
+    end
+    if n == 0 then invalid("fallback must be a list of paths") end
+    for i = 1, n do
+      local path = paths[i]
       if type(path) ~= "string" or not paths_known[path] then
         invalid(format("fallback[%d] is %s, not a path (%s)", i,
                        type(path) == "string" and "'" .. path .. "'" or "a " .. type(path), paths_listed))

@@ -649,6 +649,24 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   return 0;
 }
 
+/* `xfer` as a global, as the help says: required on its first use (opening the runtimes costs
+** time `xferlua -v` should not pay, and a bad XFER_FAULTS then fails the script that uses it,
+** as `require "xfer"` would), through _G's __index -- a script that sets a metatable of its own
+** on _G keeps `require "xfer"`. */
+static void global_xfer(lua_State *L)
+{
+  static const char chunk[] =
+    "setmetatable(_G, {__index = function(g, key)\n"
+    "  if key ~= 'xfer' then return nil end\n"
+    "  local xfer = require 'xfer'\n"
+    "  rawset(g, 'xfer', xfer)\n"
+    "  return xfer\n"
+    "end})\n";
+  /* protected: out of memory this early leaves `require "xfer"` working, and no panic */
+  if (luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=xferlua") || lua_pcall(L, 0, 0, 0))
+    lua_pop(L, 1);
+}
+
 int main(int argc, char **argv)
 {
   cli c;
@@ -684,6 +702,7 @@ int main(int argc, char **argv)
   luaL_openlibs(L);
   lua_gc(L, LUA_GCRESTART, 0);
   xfer_lua_preload(L);
+  global_xfer(L);
   int status = run(L, &c, argv, argc);
   lua_close(L);
   return status;

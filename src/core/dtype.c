@@ -23,11 +23,25 @@ const char *xfer_dtype_name(xfer_dtype dtype)
   return (unsigned)dtype < XFER_DTYPE__COUNT ? dtypes[dtype].name : "?";
 }
 
+/* The names users type from NumPy and PyTorch, for the same dtypes (a tensor's dtype is still
+** told by its short name: "f32"). */
+static const struct { const char *alias; xfer_dtype dtype; } dtype_aliases[] = {
+  { "float16", XFER_F16 }, { "half", XFER_F16 }, { "bfloat16", XFER_BF16 },
+  { "float32", XFER_F32 }, { "float", XFER_F32 }, { "float64", XFER_F64 },
+  { "double", XFER_F64 }, { "int8", XFER_I8 }, { "int16", XFER_I16 }, { "int32", XFER_I32 },
+  { "int", XFER_I32 }, { "int64", XFER_I64 }, { "long", XFER_I64 }, { "uint8", XFER_U8 },
+  { "uint16", XFER_U16 }, { "uint32", XFER_U32 }, { "uint64", XFER_U64 }, { "bool_", XFER_BOOL } };
+
 int xfer_dtype_parse(const char *name, xfer_dtype *out)
 {
   for (int i = 0; i < XFER_DTYPE__COUNT; i++)
     if (!strcmp(name, dtypes[i].name)) {
       *out = (xfer_dtype)i;
+      return 0;
+    }
+  for (size_t i = 0; i < sizeof dtype_aliases / sizeof dtype_aliases[0]; i++)
+    if (!strcmp(name, dtype_aliases[i].alias)) {
+      *out = dtype_aliases[i].dtype;
       return 0;
     }
   return -1;

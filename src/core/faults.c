@@ -98,12 +98,14 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
             strlen(field[1]) >= sizeof fault.op;
   if (!bad && field[2]) bad = !parse_whole(field[2], 10, 1, INT_MAX, &nth);
   if (!bad && field[3]) bad = !parse_whole(field[3], 10, 1, INT_MAX, &count);
-  if (!bad && field[4]) bad = !parse_whole(field[4], 0, LLONG_MIN, LLONG_MAX, &fault.native);
+  /* native codes are ints to every driver (errno, CUresult, VkResult, cl_int): a wider one
+  ** would wrap on its way (99999999999 became errno 1215752191), as faults.inject refuses */
+  if (!bad && field[4]) bad = !parse_whole(field[4], 0, INT_MIN, INT_MAX, &fault.native);
   if (bad)
     return xfer_err_set(err, XFER_E_INVALID, "inject",
                         "bad fault rule '%.*s' (expected runtime:op[:nth[:count[:native]]], "
-                        "nth and count from 1 to %d, such as host:read:1)", (int)len, rule,
-                        INT_MAX);
+                        "nth and count from 1 to %d, native from %d to %d, such as host:read:1)",
+                        (int)len, rule, INT_MAX, INT_MIN, INT_MAX);
   fault.nth = (int)nth;
   fault.count = (int)count;
   snprintf(fault.runtime, sizeof fault.runtime, "%s", field[0]); /* lengths checked above */
