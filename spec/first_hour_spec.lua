@@ -45,6 +45,17 @@ describe("the first hour", function()
     assert.is_true(xfer.transfer(t, "host", { fallback = { "host" } }):equals(t))
   end)
 
+  it("says why a device of an unavailable runtime is not there: the runtime's reason", function()
+    local off
+    for _, r in ipairs(xfer.runtimes()) do
+      if not r.available and r.name ~= "remote" then off = r end
+    end
+    if not off then return pending("every runtime is available here") end
+    local e = h.raises("unavailable", xfer.device, off.name .. ":0")
+    assert.are.equal(("no device '%s:0': %s is unavailable here: %s"):format(off.name, off.name, off.reason), e.message)
+    assert.matches("unavailable here", h.raises("unavailable", xfer.zeros, { 1 }, { device = off.name .. ":0" }).message)
+  end)
+
   it("refuses in XFER_FAULTS a native code that does not fit, as faults.inject does", function()
     local out, code = h.run("XFER_FAULTS=host:alloc:1:1:99999999999 " .. h.xferlua() .. " -e 'require(\"xfer\")'")
     assert.are.equal(1, code, out)

@@ -185,9 +185,14 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
     __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE); /* asked for by name: open */
     return XFER_E_OK;
   }
-  /* "cuda" alone means its first device */
+  /* "cuda" alone means its first device; "cuda:3" of a runtime without that many says why */
   for (size_t r = 0; r < ctx->nruntimes; r++) {
     const xfer_runtime *rt = &ctx->runtimes[r];
+    size_t rn = strlen(rt->name);
+    if (!strncmp(rt->name, name, rn) && name[rn] == ':' && name[rn + 1] >= '0' &&
+        name[rn + 1] <= '9' && !rt->available)
+      return xfer_err_set(err, XFER_E_UNAVAILABLE, "device", "no device '%s': %s is unavailable "
+                          "here: %s", name, rt->name, rt->reason);
     if (strcmp(rt->name, name)) continue;
     if (rt->ndevices) {
       *out = ctx->devices[rt->first_device];
