@@ -105,6 +105,46 @@ describe("packaging #packaging", function()
     run("rm -rf '" .. dir .. "'")
   end)
 
+  it("bakes no path of this machine's LuaJIT into the installed CMake targets", function()
+    local p = installed()
+    local targets = assert(io.open(p .. "/lib/cmake/xfer/xferTargets.cmake")):read("*a")
+    assert.is_falsy(targets:find("luajit-2.1", 1, true), "an absolute LuaJIT path in xferTargets.cmake")
+    assert.is_truthy(targets:find("xfer::luajit", 1, true), targets)
+  end)
+
+  it("add_subdirectory: a project takes xferlua's source in, links xfer::xfer, includes <xfer/xfer.h>", function()
+    if os.getenv("XFER_LUAROCKS_CHECK") ~= "1" then
+      return pending("a full build: scripts/test runs it once, in its first spec run (XFER_LUAROCKS_CHECK=1)")
+    end
+    local dir = os.tmpname() .. "-subdir"
+    run(("mkdir -p '%s'"):format(dir))
+    local f = assert(io.open(dir .. "/CMakeLists.txt", "w"))
+    f:write(("cmake_minimum_required(VERSION 3.18)\nproject(sub LANGUAGES C)\n" ..
+             "add_subdirectory(%s xferlua)\nadd_executable(sub main.c)\n" ..
+             "target_link_libraries(sub PRIVATE xfer::xfer)\n"):format((run("cd '" .. root .. "' && pwd"):gsub("\n$", ""))))
+    f:close()
+    f = assert(io.open(dir .. "/main.c", "w"))
+    f:write([[
+#include <stdio.h>
+#include <xfer/xfer.h>
+int main(void)
+{
+  xfer_ctx *ctx;
+  xfer_error err;
+  if (xfer_ctx_open(&ctx, &err)) return 1;
+  printf("devices %zu\n", xfer_device_count(ctx) > 0 ? (size_t)1 : (size_t)0);
+  xfer_ctx_release(ctx);
+  return 0;
+}
+]])
+    f:close()
+    run(("cmake -S '%s' -B '%s/build' >/dev/null && cmake --build '%s/build' -j 2 >/dev/null"):format(dir, dir, dir))
+    assert.is_falsy(io.open(dir .. "/build/xferlua/test_core"), "the subproject built its tests")
+    local out = run(("'%s/build/sub'"):format(dir))
+    assert.are.equal("devices 1\n", out)
+    run("rm -rf '" .. dir .. "'")
+  end)
+
   it("luarocks make builds the rock, and a plain luajit requires xfer from its tree", function()
     if os.getenv("XFER_LUAROCKS_CHECK") ~= "1" then
       return pending("a full build: scripts/test runs it once, in its first spec run (XFER_LUAROCKS_CHECK=1)")

@@ -9,8 +9,8 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "xfer.h"
-#include "xfer_lua.h"
+#include <xfer/xfer.h>     /* also "xfer.h": both include directories are given */
+#include <xfer/xfer_lua.h>
 
 int main(void)
 {
