@@ -1,5 +1,6 @@
--- luarocks make: builds xferlua's Lua module (xfer.so, for LuaJIT) with CMake and installs
--- it into the rock tree, so that a plain `luajit` can `require "xfer"`.
+-- luarocks make: builds xferlua's Lua module (xfer.so, for LuaJIT) and the `xferlua`
+-- executable with CMake and installs them into the rock tree, so that a plain `luajit` can
+-- `require "xfer"` and the tree's bin/ has `xferlua`.
 rockspec_format = "3.0"
 package = "xferlua"
 version = "scm-1"
@@ -13,7 +14,7 @@ xferlua's C core and Lua binding as the module `xfer`: devices, tensors, views a
 between runtimes (CUDA, Vulkan and OpenCL drivers are opened at run time), with structured
 errors a script catches with pcall.]],
   homepage = "https://example.invalid/xferlua",
-  license = "proprietary",
+  license = "MIT", -- LICENSE
 }
 dependencies = {
   "lua == 5.1", -- LuaJIT
@@ -24,6 +25,7 @@ build = {
     CMAKE_BUILD_TYPE = "Release",
     CMAKE_INSTALL_PREFIX = "$(PREFIX)",
     XFER_LUAROCKS_LIBDIR = "$(LIBDIR)",
+    XFER_LUAROCKS_BINDIR = "$(BINDIR)",
     XFER_WERROR = "OFF",
   },
 }

@@ -145,7 +145,7 @@ int main(void)
     run("rm -rf '" .. dir .. "'")
   end)
 
-  it("luarocks make builds the rock, and a plain luajit requires xfer from its tree", function()
+  it("luarocks make builds the rock (the module and the xferlua executable), and a plain luajit requires xfer from its tree", function()
     if os.getenv("XFER_LUAROCKS_CHECK") ~= "1" then
       return pending("a full build: scripts/test runs it once, in its first spec run (XFER_LUAROCKS_CHECK=1)")
     end
@@ -159,6 +159,9 @@ int main(void)
     local got = run(("cd / && LUA_CPATH='%s/lib/lua/5.1/?.so' luajit -e " ..
                      "'local x = require \"xfer\" print(x.version, x.arange(3):to(\"host\"):totable()[3])'"):format(tree))
     assert.are.equal("0.1.0\t2\n", got)
+    -- the rock brings the executable too (luarocks puts a wrapper script in bin/)
+    got = run(("cd / && '%s/bin/xferlua' -e 'print(xfer.version)'"):format(tree))
+    assert.are.equal("0.1.0\n", got)
     run(("rm -rf '%s' '%s'"):format(tree, scratch))
   end)
 
