@@ -1,7 +1,7 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour): the options, then each table of scripts/bench_tables/ in turn.
 -- Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...] [--pair-size 256M]
---   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,plan,remote,selftest]
+--   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,files,plan,remote,selftest]
 --   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
 --   [--remote-depths 1,2,4] [--batch-buffer 1G] [--file-size 4G] [--file-dir DIR]
 --   files: a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir
@@ -61,9 +61,19 @@ local function value(name)
   i = i + 2
   return v
 end
+-- --help: this file's head, the one description of the options
+local function usage()
+  local f = assert(io.open(scripts_dir .. "/bench.lua"))
+  for line in f:lines() do
+    if not line:match("^%-%-") then break end
+    print((line:gsub("^%-%- ?", "")))
+  end
+  f:close()
+end
 while i <= #args do
   local a = args[i]
-  if a == "--raw" then raw_program = args[i + 1] or ""; i = i + 2 -- scripts/bench passes "" without CUDA
+  if a == "--help" or a == "-h" then usage(); os.exit(0, true)
+  elseif a == "--raw" then raw_program = args[i + 1] or ""; i = i + 2 -- scripts/bench passes "" without CUDA
   elseif a == "--sizes" then sizes_text = value(a)
   elseif a == "--pair-size" then pair_text = value(a)
   elseif a == "--plan-sizes" then plan_sizes_text = value(a)
@@ -79,7 +89,7 @@ while i <= #args do
   elseif a == "--batch-buffer" then batch_buffer_text = value(a)
   elseif a == "--file-size" then file_size_text = value(a)
   elseif a == "--file-dir" then file_dir = value(a)
-  else fail("unknown argument '" .. a .. "' (expected --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST, --batch-buffer SIZE, --file-size SIZE or --file-dir DIR)") end
+  else fail("unknown argument '" .. a .. "' (--help lists them: --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST, --batch-buffer SIZE, --file-size SIZE or --file-dir DIR)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do

@@ -124,6 +124,15 @@ describe("xferlua's machine-readable flags", function()
 end)
 
 describe("scripts/bench's arguments", function()
+  it("--help tells every option, from the script's own head", function()
+    local out, code = h.run(h.xferlua() .. " scripts/bench.lua --help")
+    assert.are.equal(0, code, out)
+    assert.matches("^scripts/bench.lua %-%- the benchmark", out)
+    for _, flag in ipairs({ "--sizes", "--tables", "--json", "--batch-buffer", "--file-size", "--file-dir" }) do
+      assert.is_truthy(out:find(flag, 1, true), flag)
+    end
+  end)
+
   it("refuses an unknown table, an unknown flag and a flag without its value, saying which", function()
     for _, case in ipairs({
       { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,selftest)" },
