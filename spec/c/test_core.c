@@ -47,8 +47,19 @@ static void test_context(xfer_ctx *ctx)
   CHECK(xfer_runtime_get(ctx, 9, &info, &err) == XFER_E_INVALID);
   xfer_device *dev;
   CHECK(xfer_device_find(ctx, "host", &dev, &err) == XFER_E_OK && dev == xfer_device_at(ctx, 0));
-  CHECK(xfer_device_find(ctx, "cuda:3", &dev, &err) == XFER_E_INVALID && dev == NULL);
-  CHECK(!strncmp(err.message, "unknown device 'cuda:3' (devices here: host", 43));
+  /* a device the host runtime does not have: unknown, the devices listed */
+  CHECK(xfer_device_find(ctx, "host:3", &dev, &err) == XFER_E_INVALID && dev == NULL);
+  CHECK(!strncmp(err.message, "unknown device 'host:3' (devices here: host", 43));
+  /* a device of a runtime that is unavailable: why, not "unknown" */
+  for (size_t r = 0; r < xfer_runtime_count(ctx); r++) {
+    xfer_runtime_info ri;
+    if (xfer_runtime_get(ctx, r, &ri, &err) || ri.available || !strcmp(ri.name, "remote")) continue;
+    char name[48], want[160];
+    snprintf(name, sizeof name, "%s:0", ri.name);
+    snprintf(want, sizeof want, "no device '%s': %s is unavailable here: ", name, ri.name);
+    CHECK(xfer_device_find(ctx, name, &dev, &err) == XFER_E_UNAVAILABLE && dev == NULL);
+    CHECK(!strncmp(err.message, want, strlen(want)));
+  }
   CHECK(xfer_device_at(ctx, 99) == NULL);
 }
 
