@@ -192,6 +192,20 @@ static void *worker_main(void *arg)
   return NULL;
 }
 
+#ifdef XFER_WITH_URING
+/* Whether the kernel sets up a ring here, asked once per process: every load's route asks,
+** and the answer (a seccomp filter, an old kernel) does not change while it runs. */
+static pthread_once_t uring_once = PTHREAD_ONCE_INIT;
+static int uring_error; /* 0, or io_uring_queue_init's negative errno */
+
+static void uring_probe(void)
+{
+  struct io_uring ring;
+  uring_error = io_uring_queue_init(4, &ring, 0);
+  if (uring_error == 0) io_uring_queue_exit(&ring);
+}
+#endif
+
 int xfer_fio_uring_usable(char *why, size_t cap)
 {
 #ifdef XFER_WITH_URING
@@ -199,13 +213,11 @@ int xfer_fio_uring_usable(char *why, size_t cap)
     snprintf(why, cap, "XFER_FILE_URING=0");
     return 0;
   }
-  struct io_uring ring;
-  int e = io_uring_queue_init(4, &ring, 0);
-  if (e < 0) {
-    snprintf(why, cap, "io_uring_queue_init: %s", strerror(-e));
+  pthread_once(&uring_once, uring_probe);
+  if (uring_error < 0) {
+    snprintf(why, cap, "io_uring_queue_init: %s", strerror(-uring_error));
     return 0;
   }
-  io_uring_queue_exit(&ring);
   return 1;
 #else
   snprintf(why, cap, "this build has no liburing (liburing-dev was not found)");

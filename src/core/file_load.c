@@ -155,30 +155,33 @@ typedef struct {
   int failed;
 } load_plan;
 
+/* The next slot of a growing array of `size`-byte items (doubled as it fills, zeroed), or NULL
+** with p->failed set when memory runs out. */
+static void *grow(load_plan *p, void **items, size_t *n, size_t *cap, size_t size)
+{
+  if (*n == *cap) {
+    size_t more = *cap ? 2 * *cap : 64;
+    void *g = realloc(*items, more * size);
+    if (!g) {
+      p->failed = 1;
+      return NULL;
+    }
+    *items = g;
+    *cap = more;
+  }
+  void *slot = (char *)*items + (*n)++ * size;
+  memset(slot, 0, size);
+  return slot;
+}
+
 static piece *add_piece(load_plan *p)
 {
-  if (p->npieces == p->cap_pieces) {
-    size_t cap = p->cap_pieces ? 2 * p->cap_pieces : 64;
-    piece *g = realloc(p->pieces, cap * sizeof *g);
-    if (!g) { p->failed = 1; return NULL; }
-    p->pieces = g;
-    p->cap_pieces = cap;
-  }
-  return &p->pieces[p->npieces++];
+  return grow(p, (void **)&p->pieces, &p->npieces, &p->cap_pieces, sizeof *p->pieces);
 }
 
 static request *add_request(load_plan *p)
 {
-  if (p->nreqs == p->cap_reqs) {
-    size_t cap = p->cap_reqs ? 2 * p->cap_reqs : 64;
-    request *g = realloc(p->reqs, cap * sizeof *g);
-    if (!g) { p->failed = 1; return NULL; }
-    p->reqs = g;
-    p->cap_reqs = cap;
-  }
-  request *r = &p->reqs[p->nreqs++];
-  memset(r, 0, sizeof *r);
-  return r;
+  return grow(p, (void **)&p->reqs, &p->nreqs, &p->cap_reqs, sizeof *p->reqs);
 }
 
 typedef struct {
