@@ -734,6 +734,66 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  -- The port is a gate: a stranger's bytes never reach UCX (17 zero bytes aborted UCX 1.13's
+  -- listener, and so the server), each connection turned away gives its socket back, and
+  -- however many hang, a client with the token gets in.
+  local function gate_fuzz()
+    local fuzz = h.xferlua():gsub("xferlua$", "gate_fuzz")
+    local exists = io.open(fuzz)
+    if not exists then return nil end
+    exists:close()
+    return fuzz
+  end
+  local function open_fds(pid)
+    local p = io.popen("ls /proc/" .. pid .. "/fd | wc -l")
+    local n = tonumber(p:read("*a"))
+    p:close()
+    return n
+  end
+  local function host_port(url) return url:match("^ucx://([%d.]+):(%d+)$") end
+
+  it("survives raw bytes on its port, gives every socket back, and lets the token in (a raw-bytes fuzzer)", function()
+    local fuzz = gate_fuzz()
+    if not fuzz then return pending("gate_fuzz was not built (the remote runtime was not)") end
+    local server = start_server({ name = "nodeG", token = "sesame" })
+    local before = open_fds(server.pid)
+    local host, port = host_port(server.url)
+    for seed = 1, 3 do
+      local out, code = h.run(("timeout 60 %s %s %s %d 300 100 sesame"):format(fuzz, host, port, seed))
+      assert.are.equal(0, code, out .. read(server.log))
+      assert.is_truthy(out:find("0 answers wrong", 1, true), out)
+      assert.is_truthy(out:find("100 hanging, then the client let in", 1, true), out)
+    end
+    -- every hanging knock is closed by its deadline (2 s); what stays is a door each let-in
+    -- knock opened and nobody used (closed after 10 s): three
+    local t0, now = xfer.clock(), nil
+    repeat
+      os.execute("sleep 0.2")
+      now = open_fds(server.pid)
+    until now <= before + 3 or xfer.clock() - t0 > 5
+    assert.is_true(now <= before + 3, ("%d descriptors before, %d after"):format(before, now))
+    local p = connect(server.url, { timeout = 10, token = "sesame" })
+    assert.are.same({ 0, 1, 2 }, xfer.arange(3):to(p.devices[1]):totable())
+    p:close()
+    assert.is_falsy(read(server.log):find("Assertion", 1, true), read(server.log))
+    server.stop()
+  end)
+
+  it("lets the token in while 140 strangers hang on its port under ulimit -n 128", function()
+    local fuzz = gate_fuzz()
+    if not fuzz then return pending("gate_fuzz was not built (the remote runtime was not)") end
+    local server = start_server({ name = "nodeU", token = "sesame", env = "ulimit -n 128;" })
+    assert.is_truthy(read("/proc/" .. server.pid .. "/limits"):match("Max open files%s+128%s"))
+    local host, port = host_port(server.url)
+    local out, code = h.run(("timeout 60 %s %s %s 7 0 140 sesame"):format(fuzz, host, port))
+    assert.are.equal(0, code, out .. read(server.log))
+    assert.is_truthy(out:find("140 hanging, then the client let in", 1, true), out)
+    local p = connect(server.url, { timeout = 10, token = "sesame" })
+    assert.are.same({ 0, 1 }, xfer.arange(2):to(p.devices[1]):totable())
+    p:close()
+    server.stop()
+  end)
+
   describe("bad input", function()
     h.each_invalid({
       { "connect: not a URL", function() xfer.connect("http://x:1") end,

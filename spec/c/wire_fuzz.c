@@ -1,7 +1,8 @@
 /*
 ** wire_fuzz.c -- a hostile client of xferlua's server (spec/remote_spec.lua runs it):
 **   wire_fuzz URL SEED ROUNDS
-** first a HELLO of another protocol version, which must be answered version_mismatch; then
+** first a knock of another protocol version at the server's gate, answered "other version",
+** and a HELLO of another protocol version past it, answered version_mismatch; then
 ** ROUNDS connections, each sending messages chosen by SEED that break the protocol in one way
 ** or another (random bytes, cut-off headers, unknown types, lengths that lie, requests before
 ** HELLO, handles never given, sizes that wrap). The server must drop such a client and keep
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
+#include "../../src/backends/remote/gate.h"
 #include "../../src/backends/remote/wire.h"
 #include "xfer.h"
 
@@ -60,6 +62,7 @@ static void wait_for(void *request, double seconds)
   ucp_request_free(request);
 }
 
+/* Knocks at the gate (the right version, no token) and connects at the door it opens. */
 static ucp_ep_h connect_to(const char *host, const char *port)
 {
   struct addrinfo hints, *found = NULL;
@@ -67,6 +70,13 @@ static ucp_ep_h connect_to(const char *host, const char *port)
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host, port, &hints, &found) || !found) return NULL;
+  gate_reply r;
+  if (gate_knock(found->ai_addr, found->ai_addrlen, WIRE_VERSION, "", 0, now() + 5, &r) || r.status != GATE_OPEN) {
+    fprintf(stderr, "wire_fuzz: the gate did not open (errno %d, status %d)\n", r.io_errno, (int)r.status);
+    freeaddrinfo(found);
+    return NULL;
+  }
+  ((struct sockaddr_in *)found->ai_addr)->sin_port = htons(r.port);
   ucp_ep_params_t p;
   memset(&p, 0, sizeof p);
   p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -137,7 +147,23 @@ int main(int argc, char **argv)
   hp.cb = on_reply;
   ucp_worker_set_am_recv_handler(worker, &hp);
 
-  /* another protocol version: answered in words it reads */
+  /* another protocol version at the gate: told so, nothing opened */
+  int gate_ok = 0;
+  {
+    struct addrinfo hints, *found = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    gate_reply r;
+    if (!getaddrinfo(host, port, &hints, &found) && found) {
+      gate_ok = !gate_knock(found->ai_addr, found->ai_addrlen, WIRE_VERSION + 98, "", 0, now() + 5, &r) &&
+                r.status == GATE_OTHER_VERSION && r.version == WIRE_VERSION;
+      freeaddrinfo(found);
+    }
+    printf("gate, version %d: %s\n", WIRE_VERSION + 98, gate_ok ? "other version" : "NOT REFUSED AS SUCH");
+  }
+
+  /* another protocol version past the gate: answered in words it reads */
   ucp_ep_h ep = connect_to(host, port);
   if (!ep) return 1;
   wire_header h = wire_make(WIRE_HELLO, 1);
@@ -203,5 +229,5 @@ int main(int argc, char **argv)
          kinds[8], kinds[9]);
   ucp_worker_destroy(worker);
   ucp_cleanup(context);
-  return version_ok ? 0 : 1;
+  return version_ok && gate_ok ? 0 : 1;
 }

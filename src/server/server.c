@@ -1,13 +1,19 @@
 /*
 ** server.c -- serving this machine's devices to remote runtimes (xferlua --serve,
 ** xfer_listen). Not a backend: a client of the public API, like the CLI, over the remote
-** runtime's UCX layer (ucx_api.h, wire.h) -- a UCX listener on the address given, one endpoint per client, and a loop the
+** runtime's UCX layer (ucx_api.h, wire.h). Its port is a gate (gate_front.c), not UCX: a
+** client knocks there with the protocol version and the token, and only then is a door
+** opened for it -- a UCX listener of its own on a port of its own, closed once the client's
+** endpoint is made -- so nothing a stranger sends reaches UCX (whose connection manager
+** aborts the process on some malformed first bytes). One endpoint per client, and a loop the
 ** caller runs (xfer_listener_progress) or the listener's own thread runs (opts->thread) that
 ** answers each request in order with the public API on the listener's context. A client says HELLO with the protocol version and the token
 ** first; every header is checked (wire.h) and a client that breaks the protocol is dropped,
 ** alone. Buffers a client allocates are its own: handles of another client are unknown to it,
 ** and a dropped client's buffers are freed.
 */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,9 +23,12 @@
 
 #include "../backends/remote/ucx_api.h"
 #include "../backends/remote/wire.h"
+#include "gate_front.h"
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
 #define MAX_QUEUED ((size_t)256 << 20) /* bytes of one client's requests waiting to be served */
+#define MAX_DOORS 64                 /* doors open at once (the oldest closes first) */
+#define DOOR_SECONDS 10.0            /* a door waits this long for its client's endpoint */
 
 typedef struct buffer_entry {
   uint64_t handle;
@@ -65,10 +74,19 @@ typedef struct sending {             /* a reply on its way, and what it sends fr
   struct sending *next;
 } sending;
 
+typedef struct door {                /* a UCX listener opened for one client that knocked */
+  struct xfer_listener *l;
+  ucp_listener_h listener;           /* NULL: a free slot */
+  struct sockaddr_storage client;    /* the address that knocked: the only one let in */
+  double deadline;
+  int used;                          /* its client came in: closed at the next serve */
+} door;
+
 struct xfer_listener {
   xfer_ctx *ctx;
   ucx_node node;
-  ucp_listener_h listener;
+  gate_front front;                  /* the port clients knock on */
+  door doors[MAX_DOORS];
   char name[WIRE_NAME_MAX + 1];
   char token[256];
   size_t token_len;
@@ -103,12 +121,44 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
   if (c) c->broken = 1;
 }
 
+/* Whether two socket addresses are one host (ports aside). */
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+  if (a->ss_family != b->sa_family) return 0;
+  if (b->sa_family == AF_INET)
+    return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr,
+                   sizeof(struct in_addr));
+  if (b->sa_family == AF_INET6)
+    return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                   sizeof(struct in6_addr));
+  return 0;
+}
+
+/* A client that knocked connects at its door: its endpoint is made, the door closes (at the
+** next serve: not inside the listener's own callback). Someone else at the door -- another
+** host, in the moment it is open -- is turned away. */
 static void on_conn_request(ucp_conn_request_h request, void *arg)
 {
-  xfer_listener *l = arg;
+  door *d = arg;
+  xfer_listener *l = d->l;
+  if (d->used || !d->listener) {
+    l->node.api->ucp_listener_reject(d->listener, request);
+    return;
+  }
+  if (l->node.api->ucp_conn_request_query) {
+    ucp_conn_request_attr_t attr;
+    memset(&attr, 0, sizeof attr);
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (l->node.api->ucp_conn_request_query(request, &attr) != UCS_OK ||
+        !same_host(&d->client, (const struct sockaddr *)&attr.client_address)) {
+      l->node.api->ucp_listener_reject(d->listener, request);
+      return;
+    }
+  }
+  d->used = 1;
   conn *c = calloc(1, sizeof *c);
   if (!c) {
-    l->node.api->ucp_listener_reject(l->listener, request);
+    l->node.api->ucp_listener_reject(d->listener, request);
     return;
   }
   ucp_ep_params_t p;
@@ -417,6 +467,88 @@ static void hello(xfer_listener *l, conn *c, const message *m)
   wire_header h = wire_make(WIRE_WELCOME, m->h.request);
   h.handle = l->generation;
   reply(l, c, h, text, n < WIRE_MAX_TEXT ? n : WIRE_MAX_TEXT - 1);
+}
+
+/* -- Doors: a UCX listener for each client that knocked ------------------------------------ */
+
+static void door_close(door *d)
+{
+  if (d->listener) d->l->node.api->ucp_listener_destroy(d->listener);
+  memset(d, 0, sizeof *d);
+}
+
+/* The door's port (UCX chose it), 0 when it cannot tell. */
+static uint16_t door_port(door *d)
+{
+  ucp_listener_attr_t attr;
+  memset(&attr, 0, sizeof attr);
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  if (d->l->node.api->ucp_listener_query(d->listener, &attr) != UCS_OK) return 0;
+  if (attr.sockaddr.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&attr.sockaddr)->sin_port);
+  if (attr.sockaddr.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&attr.sockaddr)->sin6_port);
+  return 0;
+}
+
+/* The gate's decision on a whole knock (gate_front.h's gate_decide). A door is opened on the
+** address the client reached -- the interface it came in on, as UCX would have seen it -- at
+** a port of UCX's choosing. */
+static gate_status decide(void *arg, uint32_t version, const char *token, size_t token_len,
+                          const struct sockaddr *local, const struct sockaddr *peer, uint16_t *port)
+{
+  xfer_listener *l = arg;
+  if (version != WIRE_VERSION) return GATE_OTHER_VERSION;
+  if (l->token_len && !token_equal(l->token, l->token_len, token, token_len)) return GATE_REFUSED;
+  door *d = NULL;
+  for (int i = 0; i < MAX_DOORS && !d; i++)
+    if (!l->doors[i].listener) d = &l->doors[i];
+  if (!d) { /* the oldest door goes: its client is late */
+    d = &l->doors[0];
+    for (int i = 1; i < MAX_DOORS; i++)
+      if (l->doors[i].deadline < d->deadline) d = &l->doors[i];
+    door_close(d);
+  }
+  struct sockaddr_storage at;
+  memset(&at, 0, sizeof at);
+  size_t at_len = local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  memcpy(&at, local, at_len);
+  if (at.ss_family == AF_INET6) ((struct sockaddr_in6 *)&at)->sin6_port = 0;
+  else ((struct sockaddr_in *)&at)->sin_port = 0;
+  d->l = l;
+  memcpy(&d->client, peer, peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+  d->deadline = xfer_now() + DOOR_SECONDS;
+  ucp_listener_params_t lp;
+  memset(&lp, 0, sizeof lp);
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = (const struct sockaddr *)&at;
+  lp.sockaddr.addrlen = (socklen_t)at_len;
+  lp.conn_handler.cb = on_conn_request;
+  lp.conn_handler.arg = d;
+  if (l->node.api->ucp_listener_create(l->node.worker, &lp, &d->listener) != UCS_OK) {
+    d->listener = NULL;
+    door_close(d);
+    return GATE_BUSY;
+  }
+  *port = door_port(d);
+  if (!*port) {
+    door_close(d);
+    return GATE_BUSY;
+  }
+  return GATE_OPEN;
+}
+
+/* Doors whose client came in, or did not in time, close. 1 when one did. */
+static int close_doors(xfer_listener *l)
+{
+  int did = 0;
+  double now = xfer_now();
+  for (int i = 0; i < MAX_DOORS; i++) {
+    door *d = &l->doors[i];
+    if (d->listener && (d->used || now > d->deadline)) {
+      door_close(d);
+      did = 1;
+    }
+  }
+  return did;
 }
 
 static buffer_entry *buffer_of(conn *c, uint64_t handle)
@@ -750,7 +882,8 @@ static int pool_keeps(xfer_listener *l)
 /* Serves what has arrived; 1 when anything was done. */
 static int serve_ready(xfer_listener *l)
 {
-  int did = 0;
+  int did = gate_front_poll(&l->front, decide, l);
+  did |= close_doors(l);
   while (l->head) {
     message *m = l->head;
     if (m->receiving) {
@@ -826,26 +959,15 @@ static void *serving_thread(void *arg)
   return NULL;
 }
 
-/* l->url: the host as given, the port as bound (asked of UCX: port 0 is any free one). */
-static xfer_code bound_url(xfer_listener *l, const char *host, uint16_t port, xfer_error *err)
+/* l->url: the host as given, the port as bound (port 0: the one the system chose). */
+static xfer_code bound_url(xfer_listener *l, const char *host, xfer_error *err)
 {
-  ucp_listener_attr_t attr;
-  memset(&attr, 0, sizeof attr);
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  ucs_status_t s = l->node.api->ucp_listener_query(l->listener, &attr);
-  char service[16] = "";
-  if (s == UCS_OK &&
-      getnameinfo((const struct sockaddr *)&attr.sockaddr, sizeof attr.sockaddr, NULL, 0, service,
-                  sizeof service, NI_NUMERICSERV))
-    service[0] = '\0';
-  if (!service[0] && !port)
-    return s != UCS_OK ? xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, s,
-                                       "listen: cannot tell which port was bound", err)
-                       : xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN,
-                                      "listen: cannot tell which port was bound");
-  if (!service[0]) snprintf(service, sizeof service, "%u", (unsigned)port);
+  uint16_t port = gate_front_port(&l->front);
+  if (!port)
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, "listen: cannot tell which port was bound: %s",
+                        strerror(errno));
   int v6 = strchr(host, ':') && host[0] != '[';
-  snprintf(l->url, sizeof l->url, "ucx://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", service);
+  snprintf(l->url, sizeof l->url, "ucx://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", (unsigned)port);
   return XFER_E_OK;
 }
 
@@ -868,6 +990,7 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
     return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: a token of at most 255 bytes");
   xfer_listener *l = calloc(1, sizeof *l);
   if (!l) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_LISTEN);
+  gate_front_init(&l->front);
   l->ctx = xfer_ctx_retain(ctx);
   snprintf(l->name, sizeof l->name, "%s", *name ? name : "node");
   snprintf(l->token, sizeof l->token, "%s", token);
@@ -879,22 +1002,14 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   struct sockaddr_storage addr;
   socklen_t addr_len = 0;
   if (!rc) rc = xfer_ucx_sockaddr(host, port, XFER_OP_LISTEN, &addr, &addr_len, XFER_E_INVALID, err);
-  if (!rc) {
-    ucp_listener_params_t lp;
-    memset(&lp, 0, sizeof lp);
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = (const struct sockaddr *)&addr;
-    lp.sockaddr.addrlen = addr_len;
-    lp.conn_handler.cb = on_conn_request;
-    lp.conn_handler.arg = l;
-    ucs_status_t s = l->node.api->ucp_listener_create(l->node.worker, &lp, &l->listener);
-    if (s != UCS_OK) {
-      char what[320];
-      snprintf(what, sizeof what, "listen: cannot listen on %.200s", url);
-      rc = xfer_ucx_fail(l->node.api, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, s, what, err);
-    }
+  if (!rc) { /* the gate, not UCX, listens on the port: see the head of this file */
+    int e = gate_front_open(&l->front, (const struct sockaddr *)&addr, addr_len);
+    if (e)
+      rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, "listen: cannot listen on %.200s: %s", url,
+                        strerror(e));
+    if (e && err) err->native = e;
   }
-  if (!rc) rc = bound_url(l, host, port, err);
+  if (!rc) rc = bound_url(l, host, err);
   if (!rc && opts && opts->thread) {
     int e = pthread_create(&l->thread, NULL, serving_thread, l);
     if (e) rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, "listen: cannot start its thread: %s",
@@ -902,7 +1017,7 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
     else l->threaded = 1;
   }
   if (rc) {
-    if (l->listener) l->node.api->ucp_listener_destroy(l->listener);
+    gate_front_close(&l->front);
     xfer_ucx_node_close(&l->node);
     xfer_ctx_release(l->ctx);
     free(l);
@@ -951,7 +1066,8 @@ void xfer_listener_close(xfer_listener *l)
     staging_done(m->data, m->staging);
     free(m);
   }
-  if (l->listener) l->node.api->ucp_listener_destroy(l->listener);
+  gate_front_close(&l->front);
+  for (int i = 0; i < MAX_DOORS; i++) door_close(&l->doors[i]);
   xfer_ucx_node_close(&l->node);
   xfer_ctx_release(l->ctx);
   free(l);

@@ -7,12 +7,15 @@
 ** force), and so are its devices (peer_lost), never a hang. Bytes move as active messages in
 ** chunks of at most WIRE_CHUNK (rendezvous for large ones).
 */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gate.h"
 #include "ucx_api.h"
 #include "wire.h"
 
@@ -892,6 +895,44 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
   return XFER_E_OK;
 }
 
+/* Knocks at the server's gate (gate.h) with the version and the token; on XFER_E_OK, addr's
+** port is the door the server opened for this client, where its UCX connects. */
+static xfer_code knock(const char *url, struct sockaddr_storage *addr, socklen_t addr_len, const char *token,
+                       double deadline, xfer_error *err)
+{
+  gate_reply r;
+  gate_knock((const struct sockaddr *)addr, addr_len, WIRE_VERSION, token, strlen(token), deadline, &r);
+  xfer_code rc = XFER_E_OK;
+  if (r.io_errno == ETIMEDOUT)
+    rc = xfer_err_op(err, XFER_E_TIMEOUT, XFER_OP_CONNECT, "connect: %s did not answer in time", url);
+  else if (r.io_errno == EPROTO || r.io_errno == ECONNRESET)
+    rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT,
+                     "connect: cannot reach %s: it did not answer as an xferlua server (protocol %d) does",
+                     url, WIRE_VERSION);
+  else if (r.io_errno)
+    rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "connect: cannot reach %s: %s", url,
+                     strerror(r.io_errno));
+  else if (r.status == GATE_REFUSED)
+    rc = xfer_err_op(err, XFER_E_UNAUTHORIZED, XFER_OP_CONNECT, "connect: %s: the server refused the token", url);
+  else if (r.status == GATE_OTHER_VERSION)
+    rc = xfer_err_op(err, XFER_E_VERSION_MISMATCH, XFER_OP_CONNECT,
+                     "connect: %s speaks protocol version %u, this xferlua speaks %d", url, r.version,
+                     WIRE_VERSION);
+  else if (r.status != GATE_OPEN)
+    rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "connect: %s could not take a client now", url);
+  if (rc) {
+    if (err && r.io_errno) {
+      err->native = r.io_errno;
+      const char *name = strerrorname_np(r.io_errno);
+      snprintf(err->native_name, sizeof err->native_name, "%s", name ? name : "");
+    }
+    return rc;
+  }
+  if (addr->ss_family == AF_INET6) ((struct sockaddr_in6 *)addr)->sin6_port = htons(r.port);
+  else ((struct sockaddr_in *)addr)->sin_port = htons(r.port);
+  return XFER_E_OK;
+}
+
 xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,
                        xfer_peer **out, xfer_error *err)
 {
@@ -910,6 +951,7 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   struct sockaddr_storage addr;
   socklen_t addr_len;
   rc = xfer_ucx_sockaddr(host, port, XFER_OP_CONNECT, &addr, &addr_len, XFER_E_UNREACHABLE, err);
+  if (!rc) rc = knock(url, &addr, addr_len, token, xfer_now() + timeout, err);
   if (rc) return rc;
   xfer_peer *p = calloc(1, sizeof *p);
   if (!p) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);

@@ -58,6 +58,7 @@ static void load(void)
   SYM(lib, ucp_listener_destroy);
   SYM(lib, ucp_listener_query);
   SYM(lib, ucp_listener_reject);
+  *(void **)&loaded.ucp_conn_request_query = dlsym(lib, "ucp_conn_request_query");
   SYM(lib, ucp_ep_create);
   SYM(lib, ucp_ep_close_nbx);
   SYM(lib, ucp_am_send_nbx);

@@ -29,6 +29,8 @@ typedef struct ucx_api {
   void (*ucp_listener_destroy)(ucp_listener_h);
   ucs_status_t (*ucp_listener_query)(ucp_listener_h, ucp_listener_attr_t *);
   ucs_status_t (*ucp_listener_reject)(ucp_listener_h, ucp_conn_request_h);
+  /* optional (NULL where the library lacks it): who asks, so a door takes its client alone */
+  ucs_status_t (*ucp_conn_request_query)(ucp_conn_request_h, ucp_conn_request_attr_t *);
   ucs_status_t (*ucp_ep_create)(ucp_worker_h, const ucp_ep_params_t *, ucp_ep_h *);
   ucs_status_ptr_t (*ucp_ep_close_nbx)(ucp_ep_h, const ucp_request_param_t *);
   ucs_status_ptr_t (*ucp_am_send_nbx)(ucp_ep_h, unsigned, const void *, size_t, const void *,
