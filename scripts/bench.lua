@@ -1,9 +1,12 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
 -- the tests assert behaviour): the options, then each table of scripts/bench_tables/ in turn.
 -- Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...] [--pair-size 256M]
---   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,files,plan,remote,selftest]
+--   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,files,plan,remote,deadline,selftest]
 --   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
---   [--remote-depths 1,2,4] [--batch-buffer 1G] [--file-size 4G] [--file-dir DIR]
+--   [--remote-depths 1,2,4] [--batch-buffer 1G] [--file-size 4G] [--file-dir DIR] [--deadline-runs 20]
+--   deadline: a server stopped mid-move --deadline-runs times over tcp and shared memory, the
+--   timeout's lateness past its deadline; healthy moves with a 3 s deadline, how many missed it
+--   (scripts/bench_tables/deadline.lua says more).
 --   files: a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir
 --   (build/bench-files), loaded onto every device cold and warm beside dd and the Python
 --   loaders (scripts/bench_tables/files.lua says more).
@@ -39,7 +42,8 @@ local scripts_dir = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")) or "sc
 package.path = scripts_dir .. "/bench_tables/?.lua;" .. package.path
 
 -- the tables in the order they print; a name may run more than one file
-local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote", "selftest" }
+local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote", "deadline",
+                 "selftest" }
 local FILES = { remote = { "remote", "remote_cuda" } }
 
 local args = { ... }
@@ -50,6 +54,7 @@ local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil,
 local remote_chunks_text, remote_depths_text = nil, nil
 local batch_buffer_text = "1G"
 local file_size_text, file_dir = "4G", "build/bench-files"
+local deadline_runs = 20
 local function fail(text)
   io.stderr:write("bench: ", text, "\n")
   os.exit(2, true) -- the state closed: nothing left for a leak checker to report
@@ -89,7 +94,10 @@ while i <= #args do
   elseif a == "--batch-buffer" then batch_buffer_text = value(a)
   elseif a == "--file-size" then file_size_text = value(a)
   elseif a == "--file-dir" then file_dir = value(a)
-  else fail("unknown argument '" .. a .. "' (--help lists them: --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST, --batch-buffer SIZE, --file-size SIZE or --file-dir DIR)") end
+  elseif a == "--deadline-runs" then
+    deadline_runs = tonumber(value(a))
+    if not deadline_runs or deadline_runs < 1 or deadline_runs % 1 ~= 0 then fail("--deadline-runs takes a whole number >= 1") end
+  else fail("unknown argument '" .. a .. "' (--help lists them: --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST, --batch-buffer SIZE, --file-size SIZE, --file-dir DIR or --deadline-runs N)") end
 end
 local wanted = {}
 for name in tables_text:gmatch("[^,]+") do
@@ -157,6 +165,7 @@ local B = {
   file_size = bench.parse_size(file_size_text), file_dir = file_dir, -- --file-size, --file-dir
   remote_url = remote_url, remote_token = remote_token,
   remote_chunks = remote_chunks_text, remote_depths = remote_depths_text, -- lists as given
+  deadline_runs = deadline_runs,          -- --deadline-runs
   scripts_dir = scripts_dir,
   emit = emit, say = say, progress = progress, run_raw = run_raw,
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,

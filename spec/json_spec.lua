@@ -135,7 +135,7 @@ describe("scripts/bench's arguments", function()
 
   it("refuses an unknown table, an unknown flag and a flag without its value, saying which", function()
     for _, case in ipairs({
-      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,selftest)" },
+      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,deadline,selftest)" },
       { "--frobnicate", "bench: unknown argument '--frobnicate'" },
       { "--sizes", "bench: --sizes needs a value" },
       { "--pair-size --tables host", "bench: --pair-size needs a value" },

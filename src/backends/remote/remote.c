@@ -55,7 +55,9 @@ struct xfer_peer {
   int direct_cuda;                /* so does this side (xfer_ucx_ep_moves_cuda) */
   uint64_t generation;
   uint64_t next_request;
-  double timeout;                 /* seconds each request may take */
+  double timeout;                 /* seconds the server may stay silent */
+  double heard;                   /* xfer_now() of its last answer: a request is due `timeout`
+                                  ** after it was sent or after the last answer, the later */
   int closed;                     /* the application let go of it (or never had it: a failed
                                   ** connect): its lost devices may give their places back */
   xfer_device *devices[WIRE_MAX_DEVICES]; /* its devices in the context */
@@ -144,6 +146,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
   for (int i = 0; i < PIPELINE; i++)
     if (p->slot[i].id && p->slot[i].id == h.request && !p->slot[i].answered) w = &p->slot[i];
   if (!w) return drop_data(p, data, param); /* a late one (its request was given up) */
+  p->heard = xfer_now(); /* alive: the requests queued behind this one wait on */
   char *into = NULL;
   if (h.type == WIRE_DATA) {
     if (len != w->read_len) {
@@ -322,9 +325,13 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op
           !w->answered ||
           (w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS))) {
     unsigned progressed = api->ucp_worker_progress(p->node.worker);
-    xfer_ucx_idle(&p->node, &idler, progressed, w->deadline);
+    /* a deadline is how long the server may stay silent, not how long a move may take: a
+    ** pipelined request waits behind the others while their answers come (a 256 MiB move
+    ** to a slow server missed a 3 s deadline with nothing wrong) */
+    double due = w->deadline > p->heard + p->timeout ? w->deadline : p->heard + p->timeout;
+    xfer_ucx_idle(&p->node, &idler, progressed, due);
     if (progressed) continue;
-    if (xfer_now() > w->deadline) {
+    if (xfer_now() > due) {
       rc = xfer_err_op(err, XFER_E_TIMEOUT, op, "%s: %s answered nothing within %g s", xfer_op_name(op), p->name,
                         p->timeout);
       break;
