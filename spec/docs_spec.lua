@@ -53,6 +53,51 @@ describe("the documentation", function()
     assert.is_truthy(out:find("attempt to use a freed tensor", 1, true), out)
   end)
 
+  -- docs/embedding.md's C program: compiled as written against this build, run, and run
+  -- under valgrind with no block of its own lost (the drivers' dlopen keeps a few of ld.so's)
+  it("docs/embedding.md's C program builds, runs and releases what it makes", function()
+    local code = read("docs/embedding.md"):match("```c\n(.-)```")
+    assert.is_truthy(code, "docs/embedding.md has a C block")
+    local build = h.xferlua():match("^(.*)/[^/]+$") or "."
+    if h.sanitized() then return pending("a sanitizer build: its library needs the sanitizer's runtime") end
+    local src, exe = os.tmpname() .. ".c", os.tmpname()
+    local f = assert(io.open(src, "w"))
+    f:write(code)
+    f:close()
+    local out, status = h.run(("cc -std=c11 -Wall -Wextra -Werror -I%s/include %s -L%s -lxfer -Wl,-rpath,%s -o %s")
+                              :format(build, src, build, build, exe))
+    assert.are.equal(0, status, out)
+    out, status = h.run(exe)
+    assert.are.equal(0, status, out)
+    local _, has = h.run("command -v valgrind")
+    if has ~= 0 then
+      os.remove(src); os.remove(exe)
+      return pending("valgrind is not installed (scripts/valgrind installs it): the leak check did not run")
+    end
+    out, status = h.run("valgrind --leak-check=full --show-leak-kinds=definite --num-callers=30 " .. exe)
+    os.remove(src); os.remove(exe)
+    assert.are.equal(0, status, out)
+    -- a definitely lost block with a frame in the program or in xferlua's library
+    -- ours: the first frame past the allocator is in the program, in libxfer, or in one of
+    -- xferlua's source files (ld.so's own blocks, made while a driver is opened, are not)
+    local sources = {}
+    local p = io.popen("find src -name '*.c' -printf '%f\\n'")
+    for name in p:lines() do sources[name] = true end
+    p:close()
+    for block in (out .. "\n==0== \n"):gmatch("definitely lost in loss record.-\n==%d+== \n") do
+      for frame in block:gmatch("by 0x%x+: ([^\n]+)") do
+        if not frame:match("^m?c?re?alloc ") and not frame:match("^strn?dup ") then
+          local file = frame:match("%(([%w_]+%.c):%d+%)")
+          local ours = frame:find(exe:match("[^/]+$"), 1, true) or frame:find("libxfer", 1, true) or
+                       (file and sources[file])
+          assert.is_falsy(ours, block)
+          break
+        end
+      end
+    end
+    assert.is_truthy(out:find("ERROR SUMMARY", 1, true), out)
+  end)
+
   it("README's file example runs as written", function()
     local out = run_readme_block("Files are endpoints too")
     os.remove("/tmp/model.safetensors")
