@@ -195,7 +195,7 @@ describe("views", function()
       { "narrow dimension 0", function() return t:narrow(0, 1, 1) end,
         "narrow: the dimension must be a whole number in 1..3, not 0" },
       { "select out of range", function() return t:select(2, 4) end,
-        "select: the index must be a whole number in 1..3, not 4" },
+        "select: the index must be a whole number in 1..3 or -3..-1, not 4" },
       { "permute twice the same", function() return t:permute(1, 1, 2) end, "permute: dimension 1 given twice" },
       { "permute too few", function() return t:permute(1, 2) end, "permute: 2 dimensions given for a tensor of 3" },
       { "slice index 0", function() return t[{ 0 }] end,
@@ -204,8 +204,8 @@ describe("views", function()
       { "slice too many entries", function() return t:slice({ 1, 1, 1, 1 }) end,
         "slice: 4 entries for a tensor of 3 dimensions" },
       { "slice entry a string", function() return t:slice({ "x" }) end, "slice: entry 1 is a string (a number, {a, b} or {})" },
-      { "t[i] out of range", function() return t[3] end, "index: the index must be a whole number in 1..2, not 3" },
-      { "t[1.5]", function() return t[1.5] end, "index: the index must be a whole number in 1..2, not 1.5" },
+      { "t[i] out of range", function() return t[3] end, "index: the index must be a whole number in 1..2 or -2..-1, not 3" },
+      { "t[1.5]", function() return t[1.5] end, "index: the index must be a whole number in 1..2 or -2..-1, not 1.5" },
     }
     h.each_invalid(cases)
 

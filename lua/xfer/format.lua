@@ -48,7 +48,7 @@ function xfer.Tensor.format(t, opts)
     error(xfer.error({ code = "invalid", op = "format",
                        message = "format: option 'max' must be a whole number >= 2" }), 2)
   end
-  local header = tostring(t)
+  local header = t:summary()
   if t.freed then return header end
   local shape, dtype = t.shape, t.dtype
   if #shape == 0 then return header .. "\n" .. show(t:item(), dtype) end

@@ -89,6 +89,8 @@ void xl_drain_owners(lua_State *L);
 void xl_view_methods(lua_State *L, int methods);
 /* t[i] and t[{...}]: the element or view an index names; 0 when `key` is no index */
 int xl_tensor_index(lua_State *L, xfer_tensor *t, int key);
+/* __newindex of xfer.Tensor: t[i] = v (lua_view.c); other keys are read-only */
+int xl_tensor_newindex(lua_State *L);
 
 /* The {via=...} options of a move at `idx` (absent: the planner chooses). */
 void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_opts *out);

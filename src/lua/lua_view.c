@@ -30,6 +30,25 @@ static int64_t whole(lua_State *L, int idx, const char *fname, const char *what,
   return (int64_t)n;
 }
 
+/* An index into a dimension of `size` entries: 1..size, or counted from the end -size..-1
+** (-1 the last, as Python's); the 1-based index, or an invalid error naming `what`. */
+static int64_t index_arg(lua_State *L, int idx, const char *fname, const char *what, int64_t size)
+{
+  if (lua_type(L, idx) == LUA_TNUMBER && lua_tonumber(L, idx) < 0 && size > 0) {
+    lua_Number n = lua_tonumber(L, idx);
+    if (n >= (lua_Number)-size && n == (lua_Number)(int64_t)n) return size + 1 + (int64_t)n;
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: %s must be a whole number in 1..%lld or -%lld..-1, not %s",
+                  fname, what, (long long)size, (long long)size, lua_tostring(L, idx));
+  }
+  if (lua_type(L, idx) == LUA_TNUMBER && size > 0) {
+    lua_Number n = lua_tonumber(L, idx);
+    if (!(n >= 1 && n <= (lua_Number)size) || n != (lua_Number)(int64_t)n)
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: %s must be a whole number in 1..%lld or -%lld..-1, not %s",
+                    fname, what, (long long)size, (long long)size, lua_tostring(L, idx));
+  }
+  return whole(L, idx, fname, what, 1, size);
+}
+
 static int dim_arg(lua_State *L, int idx, const char *fname, const xfer_shape *shape)
 {
   if (shape->ndim == 0)
@@ -171,7 +190,7 @@ static int m_narrow(lua_State *L)
   layout_of(t, &v);
   int d = dim_arg(L, 2, "narrow", &v.shape);
   int64_t size = v.shape.dims[d];
-  int64_t start = whole(L, 3, "narrow", "the start", 1, size ? size : 1);
+  int64_t start = size ? index_arg(L, 3, "narrow", "the start", size) : whole(L, 3, "narrow", "the start", 1, 1);
   int64_t len = whole(L, 4, "narrow", "the length", 0, size - start + 1);
   v.first += (start - 1) * v.strides[d];
   v.shape.dims[d] = len;
@@ -194,7 +213,7 @@ static int m_select(lua_State *L)
   struct layout v;
   layout_of(t, &v);
   int d = dim_arg(L, 2, "select", &v.shape);
-  int64_t i = whole(L, 3, "select", "the index", 1, v.shape.dims[d]);
+  int64_t i = index_arg(L, 3, "select", "the index", v.shape.dims[d]);
   v.first += (i - 1) * v.strides[d];
   drop_dim(&v, d);
   return push_view(L, t, &v.shape, v.strides, v.first);
@@ -348,7 +367,7 @@ static void element_index(lua_State *L, int idx, int n, const xfer_shape *shape,
     snprintf(what, sizeof what, "index %d", i + 1);
     if (shape->dims[i] == 0)
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: dimension %d is empty", fname, i + 1);
-    index[i] = whole(L, idx + i, fname, what, 1, shape->dims[i]) - 1;
+    index[i] = index_arg(L, idx + i, fname, what, shape->dims[i]) - 1;
   }
 }
 
@@ -493,7 +512,7 @@ int xl_tensor_index(lua_State *L, xfer_tensor *t, int key)
   const xfer_shape *shape = xfer_tensor_shape(t);
   if (shape->ndim == 0)
     xl_raise_code(L, XFER_E_INVALID, "index", "index: a 0-d tensor has no entries (t:item())");
-  int64_t i = whole(L, key, "index", "the index", 1, shape->dims[0]);
+  int64_t i = index_arg(L, key, "index", "the index", shape->dims[0]);
   if (shape->ndim == 1) { /* t[i] of a vector is its element, as in Torch7 */
     int64_t index[1] = {i - 1};
     unsigned char elem[8];
@@ -507,6 +526,45 @@ int xl_tensor_index(lua_State *L, xfer_tensor *t, int key)
   v.first += (i - 1) * v.strides[0];
   drop_dim(&v, 0);
   return push_view(L, t, &v.shape, v.strides, v.first);
+}
+
+/* t[i] = v: element i of a vector, or every element of entry i of a larger tensor (a value
+** filled in, or a tensor of that entry's shape copied in) -- so t[i][j] = v sets one element
+** of a matrix. Other keys: fields are read-only. */
+int xl_tensor_newindex(lua_State *L)
+{
+  if (lua_type(L, 2) != LUA_TNUMBER) return xl_read_only(L);
+  xfer_tensor *t = live(L, 1, "newindex");
+  const xfer_shape *shape = xfer_tensor_shape(t);
+  if (shape->ndim == 0)
+    xl_raise_code(L, XFER_E_INVALID, "newindex", "newindex: a 0-d tensor has no entries (t:fill(v))");
+  int64_t i = index_arg(L, 2, "newindex", "the index", shape->dims[0]);
+  xfer_error err;
+  if (shape->ndim == 1) {
+    int64_t index[1] = {i - 1};
+    unsigned char elem[8];
+    xl_store_value(L, 3, xfer_tensor_dtype(t), elem, "newindex", "");
+    if (xfer_tensor_set(t, index, 1, elem, &err)) xl_raise(L, &err);
+    return 0;
+  }
+  struct layout v;
+  layout_of(t, &v);
+  v.first += (i - 1) * v.strides[0];
+  drop_dim(&v, 0);
+  push_view(L, t, &v.shape, v.strides, v.first);
+  xfer_tensor *row = xl_check_tensor(L, -1, "newindex");
+  if (xl_test_udata(L, 3, XL_TENSOR)) {
+    xfer_tensor *from = xl_check_tensor(L, 3, "newindex");
+    if (xfer_transfer_copy(row, from, NULL, &err)) xl_raise(L, &err);
+  } else if (lua_type(L, 3) == LUA_TNUMBER || lua_type(L, 3) == LUA_TBOOLEAN) {
+    unsigned char elem[8];
+    xl_store_value(L, 3, xfer_tensor_dtype(t), elem, "newindex", "");
+    if (xfer_tensor_fill(row, elem, &err)) xl_raise(L, &err);
+  } else {
+    xl_raise_code(L, XFER_E_INVALID, "newindex", "newindex: t[i] = v takes a number, a boolean or an "
+                  "xfer.Tensor of entry i's shape, not a %s", luaL_typename(L, 3));
+  }
+  return 0;
 }
 
 void xl_view_methods(lua_State *L, int methods)

@@ -484,7 +484,7 @@ static void open_faults(lua_State *L, int module)
 static int extends_module(const char *name)
 {
   return !strcmp(name, "xfer.prelude") || !strcmp(name, "xfer.fallback") ||
-         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap") ||
+         !strcmp(name, "xfer.format") || !strcmp(name, "xfer.values") || !strcmp(name, "xfer.json") || !strcmp(name, "xfer.wrap") ||
          !strcmp(name, "xfer.selftest") || !strcmp(name, "xfer.calibrate") ||
          !strcmp(name, "xfer.files");
 }
