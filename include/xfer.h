@@ -583,6 +583,11 @@ size_t xfer_peer_transports(xfer_peer *peer, char *out, size_t cap);
 ** XFER_UCX_CUDA is not 0). CUDA memory here goes straight to the transport (the path
 ** "direct"); CUDA memory there is received into and sent from in place by the server. */
 void xfer_peer_memory(const xfer_peer *peer, char *here, char *there, size_t cap);
+/* How long the server may stay silent before a request to it times out (the connect's
+** timeout at first), and setting it for the requests from now on: XFER_E_INVALID outside
+** 0.001 to 86400 seconds. */
+double xfer_peer_timeout(const xfer_peer *peer);
+xfer_code xfer_peer_set_timeout(xfer_peer *peer, double seconds, xfer_error *err);
 /* Disconnects: its devices (and their tensors) raise XFER_E_PEER_LOST from now on. */
 void xfer_peer_close(xfer_peer *peer);
 

@@ -273,6 +273,42 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  -- A deadline is how long a server may stay silent, not how long a move may take: with four
+  -- requests in flight, the last one waits for the three before it, and a move of many
+  -- requests takes far longer than the deadline while every answer comes well within it.
+  it("keeps a long pipelined move going while the server answers within the deadline", function()
+    local server = start_server({ name = "nodeW", env = "UCX_TLS=tcp " })
+    local saved = xfer.config()
+    xfer.config({ remote_chunk = 64 * 1024 * 1024, remote_depth = 4 })
+    local ok, err = pcall(function()
+      local chunk = 64 * 1024 * 1024
+      local src = xfer.full({ chunk }, 3, { dtype = "u8" })
+      local p = connect(server.url, { timeout = 30 })
+      assert.are.equal(30, p.timeout)
+      local there = xfer.empty({ chunk }, { dtype = "u8", device = p.devices[1] })
+      local t0 = xfer.clock()
+      for _ = 1, 3 do there:copy_from(src) end -- one request each: what an answer takes
+      local per_request = (xfer.clock() - t0) / 3
+      local big = xfer.full({ 12 * chunk }, 5, { dtype = "u8" })
+      local r = xfer.empty({ 12 * chunk }, { dtype = "u8", device = p.devices[1] }) -- allocated meanwhile
+      -- a deadline of 1.5 answers; a move of 12 requests, 4 in flight: the last of each four
+      -- is answered about 4 answers after it was sent, the move takes about 12
+      local deadline = math.max(1.5 * per_request, 0.1)
+      p:set_timeout(deadline)
+      local t1 = xfer.clock()
+      r:copy_from(big)
+      local took = xfer.clock() - t1
+      p:set_timeout(30)
+      assert.is_true(took > deadline, ("the move took %.3f s, the deadline %.3f s: it proves nothing"):format(took, deadline))
+      assert.are.equal(5, r:get(12 * chunk))
+      h.raises("invalid", p.set_timeout, p, 0)
+      p:close()
+    end)
+    xfer.config({ remote_chunk = saved.remote_chunk, remote_depth = saved.remote_depth })
+    server.stop()
+    assert(ok, err)
+  end)
+
   it("moves between two devices of one server there (same_runtime), and says so in plan", function()
     local one, other = start_server({ name = "nodeM" }), start_server({ name = "nodeN" })
     local p = connect(one.url, { timeout = 10 })

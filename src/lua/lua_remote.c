@@ -74,9 +74,9 @@ static int peer_index(lua_State *L)
 {
   peer_box *b = luaL_checkudata(L, 1, XL_PEER);
   const char *key = luaL_checkstring(L, 2);
-  if (!strcmp(key, "close")) {
+  if (!strcmp(key, "close") || !strcmp(key, "set_timeout")) {
     lua_getmetatable(L, 1);
-    lua_getfield(L, -1, "close");
+    lua_getfield(L, -1, key);
     return 1;
   }
   if (!b->peer) {
@@ -88,6 +88,8 @@ static int peer_index(lua_State *L)
   }
   if (!strcmp(key, "name")) {
     lua_pushstring(L, xfer_peer_name(b->peer));
+  } else if (!strcmp(key, "timeout")) {
+    lua_pushnumber(L, xfer_peer_timeout(b->peer));
   } else if (!strcmp(key, "lost")) {
     lua_pushboolean(L, xfer_peer_is_lost(b->peer));
   } else if (!strcmp(key, "registered")) {
@@ -138,6 +140,17 @@ static int peer_close(lua_State *L)
   xfer_peer *p = b->peer;
   b->peer = NULL;
   xfer_peer_close(p); /* (NULL: closed already) */
+  return 0;
+}
+
+/* peer:set_timeout(seconds): how long the server may stay silent, for the requests from now on */
+static int peer_set_timeout(lua_State *L)
+{
+  peer_box *b = luaL_checkudata(L, 1, XL_PEER);
+  if (!b->peer) xl_raise_code(L, XFER_E_PEER_LOST, "set_timeout", "the peer was closed");
+  if (lua_type(L, 2) != LUA_TNUMBER) xl_arg_error(L, 2, "set_timeout", "number of seconds");
+  xfer_error err;
+  if (xfer_peer_set_timeout(b->peer, lua_tonumber(L, 2), &err)) xl_raise(L, &err);
   return 0;
 }
 
@@ -261,6 +274,8 @@ void xl_open_remote(lua_State *L, int module)
     lua_setfield(L, -2, "__newindex");
     lua_pushcfunction(L, peer_close);
     lua_setfield(L, -2, "close");
+    lua_pushcfunction(L, peer_set_timeout);
+    lua_setfield(L, -2, "set_timeout");
     lua_pushcfunction(L, peer_close);
     lua_setfield(L, -2, "__gc");
     lua_pushcfunction(L, peer_tostring);

@@ -22,6 +22,12 @@ size_t xfer_peer_device_count(const xfer_peer *peer) { (void)peer; return 0; }
 xfer_device *xfer_peer_device(xfer_peer *peer, size_t index) { (void)peer, (void)index; return NULL; }
 int xfer_peer_is_lost(const xfer_peer *peer) { (void)peer; return 1; }
 void xfer_peer_close(xfer_peer *peer) { (void)peer; }
+double xfer_peer_timeout(const xfer_peer *peer) { (void)peer; return 0; }
+xfer_code xfer_peer_set_timeout(xfer_peer *peer, double seconds, xfer_error *err)
+{
+  (void)peer, (void)seconds;
+  return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_CONNECT, "the remote runtime was not built");
+}
 void xfer_peer_registered(const xfer_peer *peer, xfer_registered *out)
 {
   (void)peer;

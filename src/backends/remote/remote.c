@@ -23,6 +23,11 @@
 /* Requests a move keeps in flight to one peer: the next chunk is on its way while the server
 ** writes the last one to its device and answers (the round trips do not add up). */
 #define PIPELINE 4 /* the most requests of a move in flight (xfer_config remote_depth) */
+/* A peer given up on (a deadline passed, or lost) has this long, in all, for its endpoint's
+** forced close and its unfinished requests to end; then they are let go of (UCX releases
+** them when they end). It bounds how late a timeout surfaces: each of them waited up to a
+** quarter of a second, and a pipelined move's error once came 290 ms past its deadline. */
+#define GIVE_UP_SECONDS 0.1
 
 typedef struct pending {          /* a request on its way, and its answer */
   uint64_t id;                    /* 0: the slot is free */
@@ -58,6 +63,7 @@ struct xfer_peer {
   double timeout;                 /* seconds the server may stay silent */
   double heard;                   /* xfer_now() of its last answer: a request is due `timeout`
                                   ** after it was sent or after the last answer, the later */
+  double settle_by;               /* given up on: what it leaves unfinished is let go of by then */
   int closed;                     /* the application let go of it (or never had it: a failed
                                   ** connect): its lost devices may give their places back */
   xfer_device *devices[WIRE_MAX_DEVICES]; /* its devices in the context */
@@ -94,6 +100,7 @@ static xfer_peer *peer_of(const xfer_device *dev) { return ((remote_dev *)dev->i
 static void lose(xfer_peer *p, const char *why)
 {
   if (p->lost) return;
+  p->settle_by = xfer_now() + GIVE_UP_SECONDS;
   __atomic_store_n(&p->lost, 1, __ATOMIC_RELEASE);
   for (size_t d = 0; !p->detached && d < p->ndevices; d++) {
     xfer_device *dev = p->devices[d];
@@ -109,7 +116,7 @@ static void lose(xfer_peer *p, const char *why)
     void *r = p->node.api->ucp_ep_close_nbx(p->ep, &prm);
     /* forced: it ends at once, as a rule; one that does not is let go of (its failure is
     ** being raised, and should not wait on it) */
-    xfer_ucx_wait(&p->node, r, xfer_now() + 0.25, XFER_E_PEER_LOST, XFER_OP_CONNECT, "closing", NULL);
+    if (r && !UCS_PTR_IS_ERR(r)) xfer_ucx_abandon(&p->node, r, p->settle_by);
     p->ep = NULL;
   }
 }
@@ -251,7 +258,9 @@ static ucs_status_t settle_request(xfer_peer *p, void **request)
   if (!*request) return UCS_OK;
   const ucx_api *api = p->node.api;
   ucs_status_t s = api->ucp_request_check_status(*request);
-  if (s == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, *request);
+  /* a peer given up on shares one grace among all it leaves unfinished (GIVE_UP_SECONDS):
+  ** its timeout surfaces that long after the deadline at most */
+  if (s == UCS_INPROGRESS) xfer_ucx_abandon(&p->node, *request, p->lost ? p->settle_by : xfer_now() + 0.25);
   else api->ucp_request_free(*request);
   *request = NULL;
   return s;
@@ -312,6 +321,20 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   return XFER_E_OK;
 }
 
+/* (peer->lock held) Whether a send or a receive of a request in flight is unfinished. */
+static int moving(xfer_peer *p)
+{
+  const ucx_api *api = p->node.api;
+  for (int i = 0; i < PIPELINE; i++) {
+    pending *s = &p->slot[i];
+    if (!s->id) continue;
+    if ((s->sending && api->ucp_request_check_status(s->sending) == UCS_INPROGRESS) ||
+        (s->receiving && api->ucp_request_check_status(s->receiving) == UCS_INPROGRESS))
+      return 1;
+  }
+  return 0;
+}
+
 /* (peer->lock held) Waits for slot w's request to be sent and answered, by its deadline; the
 ** answer (and its words) become p->answer and p->text. Frees the slot whatever happens. */
 static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op op,
@@ -326,8 +349,13 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op
           (w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS))) {
     unsigned progressed = api->ucp_worker_progress(p->node.worker);
     /* a deadline is how long the server may stay silent, not how long a move may take: a
-    ** pipelined request waits behind the others while their answers come (a 256 MiB move
-    ** to a slow server missed a 3 s deadline with nothing wrong) */
+    ** pipelined request waits behind the others while their answers come, and while the
+    ** bytes of requests in flight move (four 64 MiB writes share one link: the first answer
+    ** comes after all four are nearly across; a 256 MiB move to a slow server missed a 3 s
+    ** deadline with nothing wrong). Bytes moving are UCX events while a send or a receive
+    ** of ours is unfinished; a stopped server's stall none (its socket buffers full, its
+    ** shared-memory rings full). */
+    if (progressed && moving(p)) p->heard = xfer_now();
     double due = w->deadline > p->heard + p->timeout ? w->deadline : p->heard + p->timeout;
     xfer_ucx_idle(&p->node, &idler, progressed, due);
     if (progressed) continue;
@@ -1052,6 +1080,26 @@ size_t xfer_peer_transports(xfer_peer *p, char *out, size_t cap)
   size_t lanes = p->lost ? 0 : xfer_ucx_ep_lanes(p->node.api, p->ep, out, cap);
   pthread_mutex_unlock(&p->lock);
   return lanes;
+}
+
+double xfer_peer_timeout(const xfer_peer *p)
+{
+  xfer_peer *mp = (xfer_peer *)p; /* the lock, not the peer, changes */
+  pthread_mutex_lock(&mp->lock);
+  double t = p->timeout;
+  pthread_mutex_unlock(&mp->lock);
+  return t;
+}
+
+xfer_code xfer_peer_set_timeout(xfer_peer *p, double seconds, xfer_error *err)
+{
+  if (!(seconds >= 0.001 && seconds <= 86400))
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONNECT, "timeout must be 0.001 to 86400 seconds, not %g",
+                        seconds);
+  pthread_mutex_lock(&p->lock); /* a request in progress keeps the one it began with */
+  p->timeout = seconds;
+  pthread_mutex_unlock(&p->lock);
+  return XFER_E_OK;
 }
 
 void xfer_peer_close(xfer_peer *p)

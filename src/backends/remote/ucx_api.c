@@ -297,14 +297,13 @@ void xfer_ucx_idle(ucx_node *node, ucx_idler *idler, unsigned progressed, double
   (void)poll(&pfd, 1, left_ms < 10 ? (int)left_ms + 1 : 10);
 }
 
-void xfer_ucx_abandon(ucx_node *node, void *request)
+void xfer_ucx_abandon(ucx_node *node, void *request, double until)
 {
   const ucx_api *api = node->api;
   api->ucp_request_cancel(node->worker, request);
   /* a cancelled request ends at once, as a rule; one that does not (an endpoint's close to
-  ** a stopped peer, a send UCX cannot cancel) is let go of after a quarter of a second:
-  ** freed, it ends when UCX is done with it (a failure waiting on it would come late) */
-  double until = xfer_now() + 0.25;
+  ** a stopped peer, a send UCX cannot cancel) is let go of at `until`: freed, it ends when
+  ** UCX is done with it (a failure waiting on it would come late) */
   while (api->ucp_request_check_status(request) == UCS_INPROGRESS && xfer_now() < until)
     if (!api->ucp_worker_progress(node->worker)) idle();
   api->ucp_request_free(request);
@@ -325,7 +324,7 @@ xfer_code xfer_ucx_wait(ucx_node *node, ucs_status_ptr_t request, double deadlin
     xfer_ucx_idle(node, &idler, progressed, deadline);
     if (!progressed) {
       if (xfer_now() > deadline) {
-        xfer_ucx_abandon(node, request);
+        xfer_ucx_abandon(node, request, xfer_now() + 0.25);
         return xfer_err_op(err, XFER_E_TIMEOUT, op, "%s: no answer before the deadline", what);
       }
     }

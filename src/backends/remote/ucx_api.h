@@ -115,8 +115,9 @@ typedef struct ucx_idler {
 } ucx_idler;
 void xfer_ucx_idle(ucx_node *node, ucx_idler *idler, unsigned progressed, double until);
 
-/* Cancels a request and lets it go (waiting a quarter of a second at most for it to end). */
-void xfer_ucx_abandon(ucx_node *node, void *request);
+/* Cancels a request and lets it go, waiting for it to end until `until` (xfer_now()) at most:
+** freed unfinished, it is released by UCX when it ends. */
+void xfer_ucx_abandon(ucx_node *node, void *request, double until);
 
 /* The error for a UCX status: code, op, native = status, native_name = its string. */
 xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, xfer_op op, ucs_status_t status,
