@@ -14,6 +14,8 @@
 --   (scripts/bench_tables/batch.lua says more).
 --   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
 --   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
+--   in it a figure is a number (a remark after it dropped: "2.26 (over 1.1)" is 2.26), a size
+--   its bytes ("4 KiB": 4096), a missing figure null;
 --   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
 --   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
 --   as the median of several runs after a warm-up run, and the first (cold) run apart.
@@ -186,8 +188,37 @@ end
 
 local doc = { version = xfer.version, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), inventory = xfer.inventory(),
               settings = xfer.config(), host = xfer.devices()[1].label, tables = emitted }
+
+-- A cell as JSON carries it: a figure as a number, a size ("4 KiB", "256 MiB") as its bytes,
+-- "-" or "" (no figure) as null; words stay words.
+local SIZE = { B = 1, KiB = 1024, MiB = 1048576, GiB = 1073741824, TiB = 1099511627776 }
+local function json_cell(cell)
+  if type(cell) ~= "string" then return cell end
+  if cell == "" or cell == "-" then return xfer.json_null end
+  local n = tonumber(cell)
+  if n and cell:match("^%s*[-+]?[%d.]+[eE]?[-+]?%d*%s*$") then return n end
+  -- a figure with a remark ("2.26 (over 1.1)", "1.20x"): the figure
+  local lead = cell:match("^([-+]?%d+%.?%d*)x?%s*%(.*%)$") or cell:match("^([-+]?%d+%.?%d*)x$")
+  if lead then return tonumber(lead) end
+  local v, unit = cell:match("^([%d.]+) (%a+)$")
+  if v and SIZE[unit] then return math.floor(tonumber(v) * SIZE[unit] + 0.5) end
+  return cell
+end
+
 if json then
-  local text = xfer.json(doc, { indent = 1 })
+  local tables = {}
+  for i, t in ipairs(emitted) do
+    local rows = {}
+    for r, row in ipairs(t.rows) do
+      rows[r] = {}
+      for c = 1, #t.header do rows[r][c] = json_cell(row[c]) end
+    end
+    tables[i] = { header = t.header, rows = rows }
+  end
+  local figures = {}
+  for k, v in pairs(doc) do figures[k] = v end
+  figures.tables = tables
+  local text = xfer.json(figures, { indent = 1 })
   if quiet then
     print(text)
   else

@@ -19,6 +19,18 @@ describe("json", function()
     assert.are.equal('{"a":1,"b":[1,2],"c":"x"}', xfer.json({ c = "x", b = { 1, 2 }, a = 1 })) -- keys sorted
     assert.are.equal("null", xfer.json(nil))
     assert.are.same(value, decode(xfer.json(value, { indent = 2 })))
+    assert.are.equal("[9007199254740991,0.10000000000000001]", xfer.json({ 2 ^ 53 - 1, 0.1 })) -- exact
+  end)
+
+  it("writes UTF-8 whatever the strings hold, and {} for an object marked so", function()
+    -- a byte that begins no UTF-8 sequence becomes U+FFFD; well-formed text stays
+    assert.are.equal("bad\239\191\189\239\191\189x \195\169", decode(xfer.json("bad\255\192x \195\169")))
+    assert.are.equal("\237\159\191", decode(xfer.json("\237\159\191")))            -- U+D7FF
+    assert.are.equal("\239\191\189\239\191\189\239\191\189", decode(xfer.json("\237\160\128"))) -- a surrogate
+    assert.are.equal("[]", xfer.json({}))
+    assert.are.equal("{}", xfer.json(xfer.json_object({})))
+    assert.are.equal('{"m":{}}', xfer.json({ m = xfer.json_object({}) }))
+    assert.are.equal("[1,null,3]", xfer.json({ 1, xfer.json_null, 3 }))
   end)
 
   it("turns stats and errors into JSON", function()
@@ -106,7 +118,13 @@ describe("xferlua's machine-readable flags", function()
     assert.are.equal(xfer.version, doc.version)
     assert.is_true(#doc.tables >= 1)
     assert.are.same({ "host->host (memcpy)", "size", "GB/s", "us" }, doc.tables[1].header)
-    assert.are.equal("4 KiB", doc.tables[1].rows[1][2])
+    -- figures are numbers, sizes their bytes, a missing figure null: not display strings
+    local row = doc.tables[1].rows[1]
+    assert.are.equal(4096, row[2])
+    assert.are.equal("number", type(row[3]))
+    assert.are.equal("number", type(row[4]))
+    assert.is_nil(row[1])
+    assert.is_truthy(out:find('[\n%s]*null,[\n%s]*4096,'), out)
   end)
 
   it("scripts/bench --tables plan compares the default path with the best forced one per pair and size", function()
@@ -118,7 +136,7 @@ describe("xferlua's machine-readable flags", function()
     local n = #xfer.devices()
     assert.are.equal(2 * n * n, #t.rows)
     for _, row in ipairs(t.rows) do
-      assert.is_truthy(tonumber(row[7]:match("^[%d.]+")), table.concat(row, " | ")) -- a ratio, not a failure
+      assert.are.equal("number", type(row[7]), tostring(row[7])) -- a ratio, not a failure
     end
   end)
 end)
