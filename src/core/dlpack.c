@@ -56,8 +56,15 @@ typedef struct lent {
   int64_t dims[2 * XFER_MAX_DIMS];
 } lent;
 
+/* The memory a loan holds: its tensor's owner's (a view's base) -- what free() would give back. */
+static xfer_tensor *owner_of(xfer_tensor *t) { return t->base ? t->base : t; }
+
 static void lent_free(lent *l)
 {
+  xfer_ctx *ctx = l->t->dev->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  owner_of(l->t)->lent--;
+  pthread_mutex_unlock(&ctx->lock);
   xfer_tensor_release(l->t);
   free(l);
 }
@@ -96,6 +103,9 @@ xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_
   d->strides = l->dims + XFER_MAX_DIMS;
   d->byte_offset = 0;
   l->t = xfer_tensor_retain(t); /* the consumer's reference, dropped by the deleter */
+  pthread_mutex_lock(&t->dev->ctx->lock); /* and its memory stays: free() is refused meanwhile */
+  owner_of(t)->lent++;
+  pthread_mutex_unlock(&t->dev->ctx->lock);
   if (versioned) {
     l->m.versioned.version = (dl_version){1, 0};
     l->m.versioned.manager_ctx = l;

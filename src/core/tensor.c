@@ -163,6 +163,13 @@ xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
   ** move that starts now fails its check instead of using memory on its way out */
   pthread_mutex_lock(&ctx->lock);
   while (t->busy) pthread_cond_wait(&ctx->idle, &ctx->lock);
+  if (t->lent && !t->freed) {
+    int lent = t->lent;
+    pthread_mutex_unlock(&ctx->lock);
+    return xfer_err_op(err, XFER_E_IN_USE, XFER_OP_FREE, "free: this tensor's memory is lent through DLPack "
+                        "(%d time%s) to another framework, which reads it still: it can be freed once that "
+                        "lets go (the array or tensor made from it collected)", lent, lent == 1 ? "" : "s");
+  }
   if (t->views && !t->freed) {
     int views = t->views;
     pthread_mutex_unlock(&ctx->lock);

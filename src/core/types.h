@@ -337,6 +337,8 @@ struct xfer_tensor {
                                 ** for an owner */
   int views;                    /* an owner's live views: free() is refused while any
                                 ** (ctx->lock) */
+  int lent;                     /* an owner's memory lent through DLPack, not given back yet:
+                                ** free() is refused meanwhile, as for views (ctx->lock) */
   int wrapped;                  /* memory the application owns (xfer_tensor_wrap): no block */
   void (*release)(void *ud);    /* ... called once when the tensor lets go of it */
   void *release_ud;
