@@ -37,6 +37,50 @@ describe("progress", function()
     end
   end)
 
+  -- every path, not only staged: a long move says how far it is in steps (64 MiB through the
+  -- host, 256 MiB within a device, between devices of a runtime and by interop)
+  it("tells a long move's steps on every path, not only the staged one", function()
+    local n = 600 * 1024 * 1024
+    local function steps(t, b, via)
+      local calls = {}
+      local moved = t:to(b, { via = via, progress = function(done, total) calls[#calls + 1] = done end })
+      moved:free()
+      return calls
+    end
+    local t = xfer.zeros({ n }, { dtype = "u8" })
+    -- the host round trip between two devices: 600 MiB in 64 MiB steps (10), the start and the end
+    local devs = xfer.devices()
+    local a, b = devs[2], devs[#devs]
+    if a and b and a ~= b then
+      local there = t:to(a)
+      local calls = steps(there, b, "host")
+      assert.is_true(#calls >= 11, a.name .. " -> " .. b.name .. " by host: " .. #calls .. " calls")
+      assert.are.equal(64 * 1024 * 1024, calls[2])
+      there:free()
+    end
+    -- interop's one copy (one GPU's runtimes: the GPU machine), in 256 MiB steps
+    for _, x in ipairs(devs) do
+      for _, y in ipairs(devs) do
+        local probe = xfer.empty({ 1 }, { device = x })
+        if x ~= y and xfer.plan(probe, y).path == "interop" then
+          local there = t:to(x)
+          local c = steps(there, y, "interop")
+          there:free()
+          assert.is_true(#c >= 4, x.name .. " -> " .. y.name .. " by interop: " .. #c .. " calls")
+        end
+        probe:free()
+      end
+    end
+    -- a device's own copy (the host's here): 256 MiB steps
+    local calls = steps(t, "host", "same_device")
+    assert.are.same({ 0, 256 * 1024 * 1024, 512 * 1024 * 1024, n }, calls)
+    -- a stop between steps ends the move there
+    local e = h.raises("invalid", t.to, t, "host", { via = "same_device",
+                                                     progress = function(done) if done >= 256 * 1024 * 1024 then error("half") end end })
+    assert.is_truthy(e.message:find("at 268435456 of 629145600 bytes", 1, true), e.message)
+    t:free()
+  end)
+
   it("stops the move when the callback raises, with its error, and nothing left behind", function()
     xfer.config({ staging_chunk = 65536 })
     for _, a in ipairs(xfer.devices()) do

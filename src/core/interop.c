@@ -125,26 +125,44 @@ xfer_code xfer_interop_view(const xfer_tensor *t, xfer_device *importer, void **
   return imported(b, importer, view, err);
 }
 
+int xfer_interop_ranged(const xfer_route *r)
+{
+  return r->share == XFER_SHARE_INTO_BACKED || r->share == XFER_SHARE_OUT_OF_BACKED ||
+         r->share == XFER_SHARE_SRC_EXPORTS || r->share == XFER_SHARE_DST_EXPORTS;
+}
+
+xfer_code xfer_interop_run_range(const xfer_route *r, xfer_tensor *src, xfer_tensor *dst, size_t at,
+                                 size_t n, xfer_error *err)
+{
+  xfer_device *from = src->dev, *to = dst->dev;
+  size_t s_off = src->offset + at, d_off = dst->offset + at;
+  void *view = NULL;
+  xfer_code rc;
+  switch (r->share) {
+  case XFER_SHARE_INTO_BACKED: /* the source's runtime copies into its own memory */
+    return xfer_be_copy(from, backing_view(dst, from), d_off, src->buf, s_off, n, err);
+  case XFER_SHARE_OUT_OF_BACKED: /* the target's runtime copies out of its own memory */
+    return xfer_be_copy(to, dst->buf, d_off, backing_view(src, to), s_off, n, err);
+  case XFER_SHARE_SRC_EXPORTS: /* the target copies out of the source */
+    rc = imported(xfer_tensor_block(src), to, &view, err);
+    return rc ? rc : xfer_be_copy_imported(to, dst->buf, d_off, view, s_off, n, 0, err);
+  case XFER_SHARE_DST_EXPORTS: /* the source copies into the target */
+    rc = imported(xfer_tensor_block(dst), from, &view, err);
+    return rc ? rc : xfer_be_copy_imported(from, src->buf, s_off, view, d_off, n, 1, err);
+  default: /* the others move whole (xfer_interop_run) */
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, "interop between %s and %s moves whole",
+                        from->name, to->name);
+  }
+}
+
 xfer_code xfer_interop_run(const xfer_route *r, xfer_tensor *src, xfer_tensor *dst,
                            xfer_error *err)
 {
   xfer_device *from = src->dev, *to = dst->dev;
-  size_t n = r->nbytes;
-  void *view = NULL;
-  xfer_code rc;
+  if (xfer_interop_ranged(r)) return xfer_interop_run_range(r, src, dst, 0, r->nbytes, err);
   switch (r->share) {
   case XFER_SHARE_PEER:
     return run_peer(r, src, dst, err);
-  case XFER_SHARE_INTO_BACKED: /* the source's runtime copies into its own memory */
-    return xfer_be_copy(from, backing_view(dst, from), dst->offset, src->buf, src->offset, n, err);
-  case XFER_SHARE_OUT_OF_BACKED: /* the target's runtime copies out of its own memory */
-    return xfer_be_copy(to, dst->buf, dst->offset, backing_view(src, to), src->offset, n, err);
-  case XFER_SHARE_SRC_EXPORTS: /* the target copies out of the source */
-    rc = imported(xfer_tensor_block(src), to, &view, err);
-    return rc ? rc : xfer_be_copy_imported(to, dst->buf, dst->offset, view, src->offset, n, 0, err);
-  case XFER_SHARE_DST_EXPORTS: /* the source copies into the target */
-    rc = imported(xfer_tensor_block(dst), from, &view, err);
-    return rc ? rc : xfer_be_copy_imported(from, src->buf, src->offset, view, dst->offset, n, 1, err);
   case XFER_SHARE_BETWEEN:
     return run_between(r, src, dst, err);
   default: /* a route is made with its share; a guard, not a path */

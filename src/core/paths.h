@@ -12,6 +12,12 @@
 /* The interop move of route->share between src and dst (devices held). */
 xfer_code xfer_interop_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
                            xfer_error *err);
+/* Whether the route's share is one copy that can go a range at a time (the exports and the
+** backed memory: not a peer copy nor a move between two imports), and that range: n bytes
+** from byte `at` of both tensors. */
+int xfer_interop_ranged(const xfer_route *route);
+xfer_code xfer_interop_run_range(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst, size_t at,
+                                 size_t n, xfer_error *err);
 /* A tensor's memory as `importer` (a device of another runtime on its GPU) addresses it: its
 ** segment exported and imported once, kept with the segment (devices held); the tensor is at
 ** its own offset in *view. */

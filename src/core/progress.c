@@ -25,3 +25,5 @@ const xfer_transfer_opts *xfer_progress_install(const xfer_transfer_opts *opts)
 }
 
 void xfer_progress_restore(const xfer_transfer_opts *before) { progress_of = before; }
+
+int xfer_progress_wanted(void) { return progress_of && progress_of->progress; }

@@ -77,6 +77,9 @@ xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err);
 /* Installs opts' callback for the moves this thread runs until the returned one is put back
 ** (xfer_progress_restore): a move that runs others keeps the outermost callback. */
 const xfer_transfer_opts *xfer_progress_install(const xfer_transfer_opts *opts);
+/* Whether the move running on this thread has a progress callback (its paths then go in
+** steps, telling each). */
+int xfer_progress_wanted(void);
 void xfer_progress_restore(const xfer_transfer_opts *before);
 
 #endif
