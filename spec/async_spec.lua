@@ -110,3 +110,33 @@ describe("asynchronous transfers", function()
     assert.are.equal("wait_all: element 1 is a userdata, not an xfer.Transfer", e.message)
   end)
 end)
+
+describe("async threads", function()
+  -- the moves run on a pool's few threads, made once and reused, not a thread a move (50
+  -- moves started at once made 46-57 threads)
+  it("50 moves started at once run on a few threads, made once and reused", function()
+    local function threads()
+      local f = io.open("/proc/self/status")
+      if not f then return nil end
+      local n = tonumber(f:read("*a"):match("Threads:%s*(%d+)"))
+      f:close()
+      return n
+    end
+    if not threads() then return pending("no /proc/self/status here") end
+    local t = xfer.zeros({ 1048576 })
+    for _, d in ipairs(xfer.devices()) do t:to(d):to("host") end -- the drivers' own threads made first
+    local before = threads()
+    local peaks = {}
+    for round = 1, 2 do
+      local jobs, peak = {}, 0
+      for i = 1, 50 do
+        jobs[i] = t:to_async(xfer.devices()[1 + i % #xfer.devices()])
+        peak = math.max(peak, threads() - before)
+      end
+      for i = 1, 50 do assert.is_true(jobs[i]:wait():equals(t)) end
+      peaks[round] = math.max(peak, threads() - before)
+    end
+    assert.is_true(peaks[1] <= 16, peaks[1] .. " threads for 50 moves") -- 8 jobs, a helper each at most
+    assert.is_true(peaks[2] <= 16, peaks[2] .. " threads after 100 moves") -- reused, not more
+  end)
+end)

@@ -144,11 +144,11 @@ static xfer_code run_serial(run_state *r, xfer_error *err)
 
 static xfer_code run_pipelined(run_state *r, xfer_error *err)
 {
-  pthread_t thread;
+  xfer_spawned thread; /* a helper of the pool */
   pthread_mutex_init(&r->lock, NULL);
   pthread_cond_init(&r->changed, NULL);
   xfer_code rc = XFER_E_OK;
-  if (pthread_create(&thread, NULL, packer_thread, r)) {
+  if (xfer_spawn(XFER_POOL_HELPERS, packer_thread, r, &thread)) {
     rc = run_serial(r, err);
   } else {
     for (size_t c = 0; c < r->t->nchunks && !rc; c++) {
@@ -164,7 +164,7 @@ static xfer_code run_pipelined(run_state *r, xfer_error *err)
       pthread_cond_broadcast(&r->changed);
       pthread_mutex_unlock(&r->lock);
     }
-    pthread_join(thread, NULL);
+    xfer_spawned_join(&thread);
     if (!rc && r->pack_rc) { /* the packer's failure is the run's */
       rc = r->pack_rc;
       if (err) *err = r->pack_err;

@@ -1,7 +1,8 @@
 /*
-** jobs.c -- asynchronous transfers: each runs xfer_transfer_to on a thread of its own.
-** Device locks (xfer_hold) let moves on different devices run at once and make moves that
-** share a device take turns.
+** jobs.c -- asynchronous transfers: each runs xfer_transfer_to on a thread of the job pool
+** (pool.c: a few threads made once; more jobs wait their turn, in order). Device locks
+** (xfer_hold) let moves on different devices run at once and make moves that share a device
+** take turns.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,8 @@
 #include "batch.h"
 
 struct xfer_job {
-  pthread_t thread;
+  pthread_mutex_t lock;         /* done, and its waiters */
+  pthread_cond_t ended;
   xfer_ctx *ctx;                /* the thread's reference: it counts itself out at its end */
   xfer_tensor *src;
   xfer_device *dst;
@@ -18,8 +20,7 @@ struct xfer_job {
   xfer_tensor *result;
   xfer_code rc;
   xfer_error err;
-  int done;                     /* set (atomically) when the move has finished */
-  int joined;
+  int done;                     /* set (atomically, under lock) when the move has finished */
   int refs;                     /* the caller's and the thread's (atomic) */
   uint64_t bytes_done, bytes_total; /* progress (atomic) */
   int (*user_progress)(void *ud, uint64_t done, uint64_t total); /* the caller's, if any */
@@ -46,7 +47,19 @@ static void job_destroy(xfer_job *job)
   xfer_tensor_release(job->result);
   xfer_tensor_release(job->src);
   xfer_batch_release(job->batch);
+  pthread_cond_destroy(&job->ended);
+  pthread_mutex_destroy(&job->lock);
   free(job);
+}
+
+static xfer_job *job_new(void)
+{
+  xfer_job *job = calloc(1, sizeof *job);
+  if (!job) return NULL;
+  pthread_mutex_init(&job->lock, NULL);
+  pthread_cond_init(&job->ended, NULL);
+  job->refs = 2; /* the caller's and the pool thread's */
+  return job;
 }
 
 static void job_unref(xfer_job *job)
@@ -84,7 +97,10 @@ static void *run_job(void *arg)
     job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
     mark_busy(job->src, -1);
   }
+  pthread_mutex_lock(&job->lock);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&job->ended);
+  pthread_mutex_unlock(&job->lock);
   job_unref(job); /* the last one out (this thread, for a detached job) frees it */
   jobs_running(ctx, -1); /* after: a detached job's result is given back by now */
   if (ctx) xfer_ctx_release(ctx);
@@ -104,10 +120,9 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   *out = NULL;
   xfer_code rc = xfer_tensor_check(src, "to_async", err);
   if (rc) return rc;
-  xfer_job *job = calloc(1, sizeof *job);
+  xfer_job *job = job_new();
   if (!job) return xfer_err_code_in(err, XFER_E_ALLOC, "to_async");
   job->src = xfer_tensor_retain(src);
-  job->refs = 2;
   job->dst = dst_dev;
   job->ctx = xfer_ctx_retain(src->dev->ctx);
   if (opts) job->opts = *opts;
@@ -118,12 +133,11 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   job->bytes_total = src->nbytes;
   mark_busy(src, 1);
   jobs_running(job->ctx, 1);
-  if (pthread_create(&job->thread, NULL, run_job, job)) {
+  if (xfer_spawn(XFER_POOL_JOBS, run_job, job, NULL)) {
     mark_busy(src, -1);
     jobs_running(job->ctx, -1);
     xfer_ctx_release(job->ctx);
-    xfer_tensor_release(job->src);
-    free(job);
+    job_destroy(job);
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "to_async", "cannot start a transfer thread");
   }
   *out = job;
@@ -135,23 +149,21 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
   *out = NULL;
   xfer_code rc = xfer_batch_claim(batch, err);
   if (rc) return rc;
-  xfer_job *job = calloc(1, sizeof *job);
+  xfer_job *job = job_new();
   if (!job) {
     xfer_batch_unclaim(batch);
     return xfer_err_code_in(err, XFER_E_ALLOC, "run_async");
   }
   job->batch = xfer_batch_retain(batch);
-  job->refs = 2;
   job->ctx = xfer_batch_ctx(batch); /* NULL for an empty batch: no context to count it in */
   if (job->ctx) xfer_ctx_retain(job->ctx);
   job->bytes_total = xfer_batch_bytes(batch);
   jobs_running(job->ctx, 1);
-  if (pthread_create(&job->thread, NULL, run_job, job)) {
+  if (xfer_spawn(XFER_POOL_JOBS, run_job, job, NULL)) {
     jobs_running(job->ctx, -1);
     if (job->ctx) xfer_ctx_release(job->ctx);
     xfer_batch_unclaim(batch);
-    xfer_batch_release(job->batch);
-    free(job);
+    job_destroy(job);
     return xfer_err_set(err, XFER_E_UNAVAILABLE, "run_async", "cannot start a transfer thread");
   }
   *out = job;
@@ -160,11 +172,12 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
 
 int xfer_job_done(xfer_job *job) { return __atomic_load_n(&job->done, __ATOMIC_ACQUIRE); }
 
+/* Waits for the move to end (its thread goes on to other jobs). */
 static void join(xfer_job *job)
 {
-  if (job->joined) return;
-  pthread_join(job->thread, NULL);
-  job->joined = 1;
+  pthread_mutex_lock(&job->lock);
+  while (!__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) pthread_cond_wait(&job->ended, &job->lock);
+  pthread_mutex_unlock(&job->lock);
 }
 
 xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err)
@@ -189,7 +202,5 @@ void xfer_job_release(xfer_job *job)
 void xfer_job_detach(xfer_job *job)
 {
   if (!job) return;
-  if (!job->joined) pthread_detach(job->thread);
-  job->joined = 1;
-  job_unref(job);
+  job_unref(job); /* the pool's thread lets go of it at its end */
 }

@@ -222,12 +222,12 @@ static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor
   side out = {.p = &p, .reading = 0, .dev = dst->dev, .buf = dst->buf, .base = dst->offset};
   pthread_mutex_init(&p.lock, NULL);
   pthread_cond_init(&p.moved, NULL);
-  pthread_t thread;
-  if (pthread_create(&thread, NULL, reader, &in)) {
+  xfer_spawned thread; /* a helper of the pool: made once, reused by every staged move */
+  if (xfer_spawn(XFER_POOL_HELPERS, reader, &in, &thread)) {
     rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_READ, "cannot start the staging reader thread");
   } else {
     rc = side_run(&out, err);
-    pthread_join(thread, NULL);
+    xfer_spawned_join(&thread);
     if (p.read_rc) { /* the read failed first, or the write stopped because it did */
       *err = p.read_err;
       rc = p.read_rc;

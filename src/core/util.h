@@ -77,6 +77,31 @@ xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err);
 /* Installs opts' callback for the moves this thread runs until the returned one is put back
 ** (xfer_progress_restore): a move that runs others keeps the outermost callback. */
 const xfer_transfer_opts *xfer_progress_install(const xfer_transfer_opts *opts);
+/* -- pool.c: threads made once and reused ---------------------------------------------- */
+
+typedef enum {
+  XFER_POOL_JOBS,     /* asynchronous moves and batches: a few threads, the rest wait in order */
+  XFER_POOL_HELPERS   /* a move's own helper (a pipeline's reader): never waits for a thread */
+} xfer_pool_kind;
+
+/* A task given to a pool: filled by xfer_spawn, waited for by xfer_spawned_join. */
+typedef struct xfer_spawned {
+  void *(*fn)(void *);
+  void *arg;
+  int done, owned;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  struct xfer_spawned *next;
+} xfer_spawned;
+
+/* Runs fn(arg) on a thread of the pool: 0, or the errno of a thread that could not be made
+** when the pool has none. `task` NULL: nobody waits for it (fn sees to its own end);
+** otherwise xfer_spawned_join(task) must be called once, and waits for fn to return. */
+int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task);
+void xfer_spawned_join(xfer_spawned *task);
+/* Threads the pool has made (they stay, waiting for tasks). */
+size_t xfer_pool_threads(xfer_pool_kind kind);
+
 /* Whether the move running on this thread has a progress callback (its paths then go in
 ** steps, telling each). */
 int xfer_progress_wanted(void);

@@ -1,0 +1,125 @@
+/*
+** pool.c -- the threads moves run on, made once and reused: asynchronous moves and batches
+** (XFER_POOL_JOBS, at most JOBS_MAX threads; more jobs wait their turn in order) and a move's
+** own helpers -- the staged pipeline's reader, a packer (XFER_POOL_HELPERS, as many as run at
+** once: a helper's move waits for it, so it must never queue behind a job). A thread that
+** finished its task waits for the next one instead of exiting: 50 asynchronous moves in a
+** row made 57 threads, they take JOBS_MAX and a helper each now.
+*/
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* Jobs running at once: enough to keep every device's queue fed (a job holds the locks of
+** the devices it moves between; others take turns), not a thread per job started. */
+#define JOBS_MAX 8
+
+typedef struct pool {
+  pthread_mutex_t lock;
+  pthread_cond_t work;
+  xfer_spawned *head, *tail;      /* tasks waiting for a thread */
+  size_t queued, idle, threads;
+  size_t max;                     /* 0: as many threads as tasks at once */
+} pool;
+
+static pool pools[2] = {
+  {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, JOBS_MAX},
+  {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0},
+};
+
+static void *worker(void *arg)
+{
+  pool *p = arg;
+  pthread_mutex_lock(&p->lock);
+  for (;;) {
+    while (!p->head) {
+      p->idle++;
+      pthread_cond_wait(&p->work, &p->lock);
+      p->idle--;
+    }
+    xfer_spawned *task = p->head;
+    p->head = task->next;
+    if (!p->head) p->tail = NULL;
+    p->queued--;
+    pthread_mutex_unlock(&p->lock);
+    task->fn(task->arg);
+    if (task->owned) { /* nobody joins it: its own end (the task may have freed what it ran for) */
+      free(task);
+    } else { /* the joiner may free it as soon as it sees it done: nothing of it is read after */
+      pthread_mutex_lock(&task->lock);
+      task->done = 1;
+      pthread_cond_broadcast(&task->cond);
+      pthread_mutex_unlock(&task->lock);
+    }
+    pthread_mutex_lock(&p->lock);
+  }
+  return NULL;
+}
+
+int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task)
+{
+  pool *p = &pools[kind == XFER_POOL_JOBS ? 0 : 1];
+  int owned = !task;
+  if (owned && !(task = malloc(sizeof *task))) return ENOMEM;
+  task->owned = owned;
+  task->fn = fn;
+  task->arg = arg;
+  task->done = 0;
+  task->next = NULL;
+  pthread_mutex_init(&task->lock, NULL);
+  pthread_cond_init(&task->cond, NULL);
+  pthread_mutex_lock(&p->lock);
+  if (p->tail) p->tail->next = task;
+  else p->head = task;
+  p->tail = task;
+  p->queued++;
+  int e = 0;
+  if (p->queued > p->idle && (!p->max || p->threads < p->max)) {
+    pthread_attr_t attr;
+    pthread_t thread;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    e = pthread_create(&thread, &attr, worker, p);
+    pthread_attr_destroy(&attr);
+    if (!e) p->threads++;
+    /* no new thread: the task waits for one of those there are, if any */
+    if (e && p->threads) e = 0;
+  }
+  if (e) { /* no thread at all to run it: taken back */
+    xfer_spawned **at = &p->head;
+    while (*at != task) at = &(*at)->next;
+    *at = task->next;
+    p->tail = NULL;
+    for (xfer_spawned *t = p->head; t; t = t->next) p->tail = t;
+    p->queued--;
+  } else {
+    pthread_cond_signal(&p->work);
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (e) {
+    pthread_cond_destroy(&task->cond);
+    pthread_mutex_destroy(&task->lock);
+    if (owned) free(task);
+  }
+  return e;
+}
+
+void xfer_spawned_join(xfer_spawned *task)
+{
+  pthread_mutex_lock(&task->lock);
+  while (!task->done) pthread_cond_wait(&task->cond, &task->lock);
+  pthread_mutex_unlock(&task->lock);
+  pthread_cond_destroy(&task->cond);
+  pthread_mutex_destroy(&task->lock);
+}
+
+size_t xfer_pool_threads(xfer_pool_kind kind)
+{
+  pool *p = &pools[kind == XFER_POOL_JOBS ? 0 : 1];
+  pthread_mutex_lock(&p->lock);
+  size_t n = p->threads;
+  pthread_mutex_unlock(&p->lock);
+  return n;
+}
