@@ -41,6 +41,7 @@ uint16_t gate_front_port(const gate_front *f)
 {
   struct sockaddr_storage a;
   socklen_t len = sizeof a;
+  memset(&a, 0, sizeof a);
   if (f->fd < 0 || getsockname(f->fd, (struct sockaddr *)&a, &len)) return 0;
   if (a.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&a)->sin_port);
   if (a.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&a)->sin6_port);

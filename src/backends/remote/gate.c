@@ -18,6 +18,9 @@ double gate_now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* the magic as bytes (no terminating NUL: eight bytes on the wire) */
+static const unsigned char magic[GATE_MAGIC_LEN] = {'x', 'f', 'e', 'r', 'K', 'N', 'C', 'K'};
+
 static void put_u32(unsigned char *at, uint32_t v)
 {
   for (int i = 0; i < 4; i++) at[i] = (unsigned char)(v >> (8 * i));
@@ -33,8 +36,8 @@ int gate_parse_knock(const unsigned char *bytes, size_t len, uint32_t *version, 
 {
   /* the magic is judged byte by byte as it comes: a stranger is turned away at its first
   ** wrong byte, not after a deadline */
-  size_t magic = len < GATE_MAGIC_LEN ? len : GATE_MAGIC_LEN;
-  if (memcmp(bytes, GATE_MAGIC, magic)) return -1;
+  size_t head = len < GATE_MAGIC_LEN ? len : GATE_MAGIC_LEN;
+  if (memcmp(bytes, magic, head)) return -1;
   if (len < GATE_HEAD_LEN) return 0;
   uint32_t n = get_u32(bytes + 12);
   if (n > GATE_TOKEN_MAX) return -1;
@@ -48,7 +51,7 @@ int gate_parse_knock(const unsigned char *bytes, size_t len, uint32_t *version, 
 
 void gate_pack_knock(unsigned char *out, uint32_t version, const char *token, size_t token_len)
 {
-  memcpy(out, GATE_MAGIC, GATE_MAGIC_LEN);
+  memcpy(out, magic, GATE_MAGIC_LEN);
   put_u32(out + 8, version);
   put_u32(out + 12, (uint32_t)token_len);
   if (token_len) memcpy(out + GATE_HEAD_LEN, token, token_len);
@@ -57,7 +60,7 @@ void gate_pack_knock(unsigned char *out, uint32_t version, const char *token, si
 void gate_pack_answer(unsigned char out[GATE_ANSWER_LEN], uint32_t version, gate_status status,
                       uint16_t port)
 {
-  memcpy(out, GATE_MAGIC, GATE_MAGIC_LEN);
+  memcpy(out, magic, GATE_MAGIC_LEN);
   put_u32(out + 8, version);
   put_u32(out + 12, (uint32_t)status);
   put_u32(out + 16, port);
@@ -119,7 +122,7 @@ int gate_knock(const struct sockaddr *addr, socklen_t addr_len, uint32_t version
     reply->io_errno = EINVAL;
     return -1;
   }
-  unsigned char knock[GATE_KNOCK_MAX], answer[GATE_ANSWER_LEN];
+  unsigned char knock[GATE_KNOCK_MAX], answer[GATE_ANSWER_LEN] = {0};
   gate_pack_knock(knock, version, token, token_len);
   int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -128,7 +131,7 @@ int gate_knock(const struct sockaddr *addr, socklen_t addr_len, uint32_t version
   }
   int e = knock_on(fd, addr, addr_len, knock, GATE_HEAD_LEN + token_len, deadline, answer);
   close(fd);
-  if (!e && (memcmp(answer, GATE_MAGIC, GATE_MAGIC_LEN) || get_u32(answer + 12) >= GATE__LAST ||
+  if (!e && (memcmp(answer, magic, GATE_MAGIC_LEN) || get_u32(answer + 12) >= GATE__LAST ||
              get_u32(answer + 16) > 65535))
     e = EPROTO;
   if (e) {
