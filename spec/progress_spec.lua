@@ -61,14 +61,15 @@ describe("progress", function()
     -- interop's one copy (one GPU's runtimes: the GPU machine), in 256 MiB steps
     for _, x in ipairs(devs) do
       for _, y in ipairs(devs) do
-        local probe = xfer.empty({ 1 }, { device = x })
-        if x ~= y and xfer.plan(probe, y).path == "interop" then
+        if x ~= y and x.runtime ~= "host" then
           local there = t:to(x)
-          local c = steps(there, y, "interop")
+          -- where the planner would take interop for this size (not past an importer's limit)
+          if xfer.plan(there, y).path == "interop" then
+            local c = steps(there, y, "interop")
+            assert.is_true(#c >= 4, x.name .. " -> " .. y.name .. " by interop: " .. #c .. " calls")
+          end
           there:free()
-          assert.is_true(#c >= 4, x.name .. " -> " .. y.name .. " by interop: " .. #c .. " calls")
         end
-        probe:free()
       end
     end
     -- a device's own copy (the host's here): 256 MiB steps

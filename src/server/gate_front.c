@@ -57,17 +57,25 @@ static void let_go(gate_front *f, gate_knocker *k, int answered)
   else f->turned_away++;
 }
 
+/* The knock that came first (NULL: none). */
+static gate_knocker *oldest(gate_front *f)
+{
+  gate_knocker *first = NULL;
+  for (int i = 0; i < GATE_KNOCKING_MAX; i++) {
+    gate_knocker *k = &f->knocking[i];
+    if (k->fd >= 0 && (!first || k->deadline < first->deadline)) first = k;
+  }
+  return first;
+}
+
 /* A free slot; the oldest knock is turned away when there is none. */
 static gate_knocker *slot(gate_front *f)
 {
-  gate_knocker *oldest = NULL;
-  for (int i = 0; i < GATE_KNOCKING_MAX; i++) {
-    gate_knocker *k = &f->knocking[i];
-    if (k->fd < 0) return k;
-    if (!oldest || k->deadline < oldest->deadline) oldest = k;
-  }
-  let_go(f, oldest, 0);
-  return oldest;
+  for (int i = 0; i < GATE_KNOCKING_MAX; i++)
+    if (f->knocking[i].fd < 0) return &f->knocking[i];
+  gate_knocker *first = oldest(f);
+  let_go(f, first, 0);
+  return first;
 }
 
 static int accept_some(gate_front *f)
@@ -76,10 +84,11 @@ static int accept_some(gate_front *f)
   for (int i = 0; i < ACCEPTS_PER_POLL; i++) {
     int fd = accept4(f->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if ((errno == EMFILE || errno == ENFILE) && gate_front_knocking(f)) {
-        /* out of descriptors: the oldest knock makes room (the connection waits in the
-        ** backlog meanwhile, and is taken on the next try) */
-        let_go(f, slot(f), 0);
+      gate_knocker *first = errno == EMFILE || errno == ENFILE ? oldest(f) : NULL;
+      if (first) {
+        /* out of descriptors before out of slots: the oldest knock makes room (the
+        ** connection waits in the backlog meanwhile, and is taken on the next try) */
+        let_go(f, first, 0);
         did = 1;
         continue;
       }
