@@ -17,4 +17,4 @@ local moved, attempts = xfer.transfer(t, to, {
   log = function(a) print(("  attempt %d via %s failed: %s"):format(a.try, a.path, a.message)) end,
 })
 print(("  arrived: %s, %d failed attempt(s), bytes equal: %s"):format(
-  tostring(moved), #attempts, tostring(moved:tobytes() == t:tobytes())))
+  moved:summary(), #attempts, tostring(moved:tobytes() == t:tobytes())))

@@ -43,7 +43,7 @@ local t = xfer.arange(1000000, { dtype = "f32" })
 for _, dev in ipairs(peer.devices) do
   local there = t:to(dev)
   local back = there:to("host")
-  print(("%-18s %s, back equal: %s"):format(dev.name, tostring(there), tostring(back:equals(t))))
+  print(("%-18s %s, back equal: %s"):format(dev.name, there:summary(), tostring(back:equals(t))))
 end
 
 -- the server stops answering: the move fails at the deadline, as a value

@@ -21,7 +21,10 @@ end
 print("\n3. A tensor:")
 local t = xfer.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "f32" })
 print(("   %s: dtype %s, shape {%s}, %d elements, %d bytes"):format(
-  tostring(t), t.dtype, table.concat(t.shape, ","), #t, t.nbytes))
+  t:summary(), t.dtype, table.concat(t.shape, ","), #t, t.nbytes))
+print("   print(t) shows the values:\n      " .. (tostring(t):gsub("\n", "\n      ")))
+print(("   t:sum() = %g, t:max() = %g, t[-1][-1] = %g, t == its f64 copy: %s"):format(
+  t:sum(), t:max(), t[-1][-1], tostring(t == t:to("host", { dtype = "f64" }))))
 
 print("\n4. Through every available device and back:")
 local current = t
@@ -49,7 +52,7 @@ print(("   the source is intact: %s"):format(table.concat(src:totable({ flat = t
 print("\n6. Recovery: the explicit host round-trip:")
 local recovered = xfer.host_roundtrip(src, "host")
 print(("   %s holds %s; equal to the original: %s"):format(
-  tostring(recovered), table.concat(recovered:totable({ flat = true }), " "),
+  recovered:summary(), table.concat(recovered:totable({ flat = true }), " "),
   tostring(recovered:equals(t))))
 
 print("\n7. Freeing:")
@@ -80,7 +83,7 @@ print(m:format())
 local column = m:select(2, 3) -- the third column: a strided view
 print(("   column 3 moved to the host: %s"):format(table.concat(column:to("host"):totable(), " ")))
 print(("   m[2][3] = %s, read alone (one small read)"):format(tostring(m[2][3])))
-print(("   as f16 on %s: %s"):format(dev.name, tostring(m:transpose():to(dev, { dtype = "f16" }))))
+print(("   as f16 on %s: %s"):format(dev.name, m:transpose():to(dev, { dtype = "f16" }):summary()))
 
 print("\n10. The self-test (xferlua --selftest): every pair, every path, checked:")
 local report = xfer.selftest({ quick = true })
@@ -97,7 +100,7 @@ end
 f:close()
 local loaded = xfer.load(file, { device = dev })
 print(("   loaded onto %s: weight %s, equal to what was saved: %s"):format(dev.name,
-  tostring(loaded.weight), tostring(loaded.weight:to("host"):equals(m:to("host", { dtype = "f32" })))))
+  loaded.weight:summary(), tostring(loaded.weight:to("host"):equals(m:to("host", { dtype = "f32" })))))
 print("   read by " .. xfer.file_route().reason)
 local ok3, err3 = pcall(xfer.load, file .. ".missing")
 print(("   a file that is not there: %s, %s (e.file = %s)"):format(tostring(ok3), err3.code, err3.file))
