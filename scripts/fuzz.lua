@@ -93,7 +93,18 @@ end
 local function check(entry, what)
   if entry.t.freed or not entry.bytes then return end
   local ok, bytes = call("reading " .. what, nil, entry.t.tobytes, entry.t)
-  if ok and bytes ~= entry.bytes then fail("wrong bytes: " .. what .. " " .. tostring(entry.t)) end
+  if ok and bytes ~= entry.bytes then fail("wrong bytes: " .. what .. " " .. entry.t:summary()) end
+end
+
+-- What the host's conversion makes of an entry's model bytes in `dtype` (false: unknown).
+local function converted_bytes(b, dtype)
+  if not b.bytes then return false end
+  local made, host_t = pcall(xfer.tensor, b.bytes, { dtype = b.t.dtype, shape = b.t.shape })
+  local conv_ok, converted = false, nil
+  if made then conv_ok, converted = pcall(host_t.to_dtype, host_t, dtype) end
+  local read_ok, bytes = false, nil
+  if conv_ok then read_ok, bytes = pcall(converted.tobytes, converted) end
+  return read_ok and bytes or false
 end
 
 local function random_live()
@@ -129,12 +140,7 @@ local ops = {
     if ok and same then
       a.bytes = b.bytes
     elseif ok then -- what the host's conversion makes of the model's bytes
-      local made, host_t = pcall(xfer.tensor, b.bytes, { dtype = b.t.dtype, shape = b.t.shape })
-      local conv_ok, converted = false, nil
-      if made then conv_ok, converted = pcall(host_t.to_dtype, host_t, a.t.dtype) end
-      local read_ok, bytes = false, nil
-      if conv_ok then read_ok, bytes = pcall(converted.tobytes, converted) end
-      a.bytes = read_ok and bytes or false
+      a.bytes = converted_bytes(b, a.t.dtype)
       count("convert")
     elseif same_shape and faulted then
       a.bytes = false
@@ -142,7 +148,9 @@ local ops = {
     check(b, "a source after copy_from")
   end,
   -- a batch of one to four whole-tensor copies: a target written twice, or read by another
-  -- element, and shapes that differ are refused before anything moves (invalid)
+  -- element, and shapes that differ are refused before anything moves (invalid); dtypes that
+  -- differ convert on the host, as copy_from does (values that do not fit: invalid; a path
+  -- that passes no host: unsupported)
   batch = function()
     local items, pairs_ = {}, {}
     for i = 1, rand(1, 4) do
@@ -150,19 +158,21 @@ local ops = {
       if not a or not b or a.t.freed or b.t.freed then return end
       items[i], pairs_[i] = { a.t, b.t }, { a, b }
     end
-    local valid = true
+    local valid, converts = true, false
     for i, p in ipairs(pairs_) do
-      if p[1].t.dtype ~= p[2].t.dtype or table.concat(p[1].t.shape, ",") ~= table.concat(p[2].t.shape, ",") then
-        valid = false
-      end
+      if table.concat(p[1].t.shape, ",") ~= table.concat(p[2].t.shape, ",") then valid = false end
+      if p[1].t.dtype ~= p[2].t.dtype then converts = true end
       for j, q in ipairs(pairs_) do
         if i ~= j and p[1].t.nbytes > 0 and (p[1] == q[1] or p[1] == q[2]) then valid = false end
       end
     end
-    local ok = call("copy_many", { invalid = not valid, unsupported = true }, xfer.copy_many, items, { via = pick(paths) })
+    local ok = call("copy_many", { invalid = not valid or converts, unsupported = true }, xfer.copy_many, items,
+                    { via = pick(paths) })
     if ok then
       local before = {}
-      for i, p in ipairs(pairs_) do before[i] = p[2].bytes end
+      for i, p in ipairs(pairs_) do
+        before[i] = p[1].t.dtype == p[2].t.dtype and p[2].bytes or converted_bytes(p[2], p[1].t.dtype)
+      end
       for i, p in ipairs(pairs_) do p[1].bytes = before[i] end
     elseif faulted then
       for _, p in ipairs(pairs_) do p[1].bytes = false end
@@ -196,11 +206,11 @@ local ops = {
     end
     if not ok then return end
     local read_ok, bytes = call("reading a view", nil, v.tobytes, v)
-    if read_ok and bytes ~= want then fail("wrong bytes: a view of " .. tostring(e.t)) end
+    if read_ok and bytes ~= want then fail("wrong bytes: a view of " .. e.t:summary()) end
     local moved_ok, moved = call("moving a view", { unsupported = true }, v.to, v, pick(devices), { via = pick(paths) })
     if moved_ok then
       local got_ok, got = call("reading a moved view", nil, moved.tobytes, moved)
-      if got_ok and got ~= want then fail("wrong bytes: a view of " .. tostring(e.t) .. " moved") end
+      if got_ok and got ~= want then fail("wrong bytes: a view of " .. e.t:summary() .. " moved") end
     end
     v:free()
     count("view")
