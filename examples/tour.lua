@@ -23,8 +23,8 @@ local t = xfer.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "f32" })
 print(("   %s: dtype %s, shape {%s}, %d elements, %d bytes"):format(
   t:summary(), t.dtype, table.concat(t.shape, ","), #t, t.nbytes))
 print("   print(t) shows the values:\n      " .. (tostring(t):gsub("\n", "\n      ")))
-print(("   t:sum() = %g, t:max() = %g, t[-1][-1] = %g, t == its f64 copy: %s"):format(
-  t:sum(), t:max(), t[-1][-1], tostring(t == t:to("host", { dtype = "f64" }))))
+print(("   t:sum() = %g, t:max() = %g, t:get(-1, -1) = %g, t == its f64 copy: %s"):format(
+  t:sum(), t:max(), t:get(-1, -1), tostring(t == t:to("host", { dtype = "f64" }))))
 
 print("\n4. Through every available device and back:")
 local current = t
