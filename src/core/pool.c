@@ -8,7 +8,6 @@
 */
 #include <errno.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "util.h"
 
@@ -113,13 +112,4 @@ void xfer_spawned_join(xfer_spawned *task)
   pthread_mutex_unlock(&task->lock);
   pthread_cond_destroy(&task->cond);
   pthread_mutex_destroy(&task->lock);
-}
-
-size_t xfer_pool_threads(xfer_pool_kind kind)
-{
-  pool *p = &pools[kind == XFER_POOL_JOBS ? 0 : 1];
-  pthread_mutex_lock(&p->lock);
-  size_t n = p->threads;
-  pthread_mutex_unlock(&p->lock);
-  return n;
 }

@@ -99,8 +99,6 @@ typedef struct xfer_spawned {
 ** otherwise xfer_spawned_join(task) must be called once, and waits for fn to return. */
 int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task);
 void xfer_spawned_join(xfer_spawned *task);
-/* Threads the pool has made (they stay, waiting for tasks). */
-size_t xfer_pool_threads(xfer_pool_kind kind);
 
 /* Whether the move running on this thread has a progress callback (its paths then go in
 ** steps, telling each). */
