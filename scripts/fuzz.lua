@@ -10,6 +10,8 @@ local xfer = require "xfer"
 
 local seed, steps = tonumber(arg and arg[1] or ...), tonumber(arg and arg[2] or select(2, ...))
 local verbose = (arg and arg[3] or select(3, ...)) == "--verbose"
+-- a line at a time: a process that dies (a signal) leaves its last step in the log
+if verbose then io.stdout:setvbuf("line") end
 assert(seed and steps, "usage: xferlua scripts/fuzz.lua SEED STEPS [--verbose]")
 math.randomseed(seed)
 local rand = math.random

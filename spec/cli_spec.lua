@@ -146,6 +146,42 @@ describe("xferlua", function()
     assert.are.equal(3, code)
   end)
 
+  -- a crash (in LuaJIT, a driver or the core) is a bug, but one that leaves something to go on
+  describe("a fatal signal", function()
+    local crashing = 'local ffi = require "ffi"\nlocal function crash()\n' ..
+                     '  ffi.cast("int *", 16)[0] = 1\nend\ncrash()\n'
+
+    it("is reported: the signal, the address, the C stack and the script's line", function()
+      local path = script(crashing)
+      local out, code = xferlua(path)
+      os.remove(path)
+      if out:find("AddressSanitizer", 1, true) then -- the sanitizer reports it there
+        assert.truthy(out:find("SEGV", 1, true), out)
+        return
+      end
+      assert.are.equal(128 + 11, code, out) -- then the default action: the signal's status
+      assert.truthy(out:find("xferlua: fatal signal SIGSEGV (segmentation fault) at address 0x10\n",
+                             1, true), out)
+      assert.truthy(out:find("C stack:\n", 1, true), out)
+      assert.truthy(out:find("lua_pcall", 1, true), out)
+      assert.truthy(out:find("Lua stack (best effort):\n", 1, true), out)
+      assert.truthy(out:find(path .. ":3\n", 1, true), out)
+      assert.truthy(out:find(path .. ":5\n", 1, true), out)
+    end)
+
+    it("is left alone with XFER_NO_CRASH_REPORT=1", function()
+      local path = script(crashing)
+      local out, code = h.run("XFER_NO_CRASH_REPORT=1 " .. h.xferlua() .. " " .. path)
+      os.remove(path)
+      if out:find("AddressSanitizer", 1, true) then
+        assert.truthy(out:find("SEGV", 1, true), out)
+        return
+      end
+      assert.are.equal(128 + 11, code, out)
+      assert.falsy(out:find("fatal signal", 1, true), out)
+    end)
+  end)
+
   it("-E ignores LUA_INIT, which runs otherwise", function()
     local out = h.run("LUA_INIT='print(\"init\")' " .. h.xferlua() .. " -e 'print(2)'")
     assert.are.equal("init\n2\n", out)

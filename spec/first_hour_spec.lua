@@ -67,4 +67,16 @@ describe("the first hour", function()
     assert.matches("'native' must be a whole number", h.raises("invalid", xfer.faults.inject,
       { runtime = "host", op = "alloc", native = 99999999999 }).message)
   end)
+
+  it("the README names the Debian packages the scripts install, all of them", function()
+    local lib = assert(io.open("scripts/lib.sh")):read("*a")
+    local installed = {}
+    for name in lib:match('XFER_PACKAGES="([^"]*)"'):gmatch("%S+") do installed[#installed + 1] = name end
+    local readme = assert(io.open("README.md")):read("*a")
+    local list = readme:match("the missing ones.-: `([^`]*)` %(`XFER_PACKAGES`")
+    assert.truthy(list, "the README's package list")
+    local named = {}
+    for name in list:gmatch("%S+") do named[#named + 1] = name end
+    assert.are.same(installed, named)
+  end)
 end)

@@ -13,6 +13,7 @@
 #include <luajit.h>
 #include <lualib.h>
 
+#include "crash_report.h"
 #include "xfer.h"
 #include "xfer_lua.h"
 
@@ -694,6 +695,7 @@ int main(int argc, char **argv)
     return 1;
   }
   global_L = L;
+  xfer_crash_report_install(L);
   if (c.no_env) { /* LuaJIT's package library then ignores LUA_PATH and LUA_CPATH */
     lua_pushboolean(L, 1);
     lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
