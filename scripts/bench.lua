@@ -1,44 +1,10 @@
 -- scripts/bench.lua -- the benchmark that scripts/bench runs (a benchmark prints figures;
--- the tests assert behaviour): the options, then each table of scripts/bench_tables/ in turn.
--- Usage: xferlua scripts/bench.lua [--raw PROGRAM] [--sizes 4K,1M,...] [--pair-size 256M]
---   [--plan-sizes 4K,64K,1M,256M] [--tables host,pairs,staged,to,strided,batch,files,plan,remote,deadline,selftest]
---   [--json [FILE]] [--svg DIR] [--remote URL [--token T]] [--remote-chunks 1M,16M,64M]
---   [--remote-depths 1,2,4] [--batch-buffer 1G] [--file-size 4G] [--file-dir DIR] [--deadline-runs 20]
---   deadline: a server stopped mid-move --deadline-runs times over tcp and shared memory, the
---   timeout's lateness past its deadline; healthy moves with a 3 s deadline, how many missed it
---   (scripts/bench_tables/deadline.lua says more).
---   files: a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir
---   (build/bench-files), loaded onto every device cold and warm beside dd and the Python
---   loaders (scripts/bench_tables/files.lua says more).
---   batch: blocks scattered in a buffer of --batch-buffer bytes, by batch and by a loop
---   (scripts/bench_tables/batch.lua says more).
---   --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
---   [{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none);
---   in it a figure is a number (a remark after it dropped: "2.26 (over 1.1)" is 2.26), a size
---   its bytes ("4 KiB": 4096), a missing figure null;
---   --svg DIR draws bandwidth.svg and pairs.svg there (scripts/bench_svg.lua).
---   Host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s (decimal)
---   as the median of several runs after a warm-up run, and the first (cold) run apart.
---   With --raw (bench-cuda-raw), CUDA rows stand beside the same copies made with raw
---   cuMemcpy* calls in the same run.
---   plan: after xfer.calibrate (not saved), every pair at --plan-sizes by the default path
---   beside every path forced: the default's time over the best one's (goal: within 1.1x).
---   remote: a server process on loopback (xferlua --serve), 256 MiB host -> remote host and
---   back by copy_from, over tcp and over shared memory, beside ucx_perftest (ucp_am_bw, the
---   same size, without and with -e, the peer error handling xferlua's endpoints have; and
---   tag_bw) on the same transport in the same run, and the lanes UCX gave xferlua; then host -> each
---   remote device and back (on the GPU machine: the server's CUDA, Vulkan and OpenCL
---   devices). --remote URL [--token T]: a server already running on another machine
---   (xferlua --serve there) instead, over whatever UCX_TLS says here. Where CUDA works, also
---   cuda:0 -> the server's CUDA devices and back, UCX_TLS unset, by the default path (direct
---   where UCX moves CUDA memory in place) and staged, beside PyTorch's and CuPy's copy of
---   another process's buffer through CUDA IPC (scripts/bench_frameworks.py --ipc). --remote-chunks LIST:
---   the moves to and from each remote device once per request size (xfer.config remote_chunk;
---   remote_depth requests in flight); --remote-depths LIST likewise for the requests in flight
---   (xfer.config remote_depth); with both, every pair.
---   On a terminal, a progress line on stderr (not when the output is piped).
+-- the tests assert behaviour): the options (lua-argparse: `--help` is made from the same
+-- declarations that parse them), then each table of scripts/bench_tables/ in turn; each table
+-- file's head says more of what it measures.
 local xfer = require "xfer"
 local bench = require "xfer.bench"
+local argparse = require "argparse"
 
 local scripts_dir = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")) or "scripts"
 package.path = scripts_dir .. "/bench_tables/?.lua;" .. package.path
@@ -48,71 +14,122 @@ local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "files", "
                  "selftest" }
 local FILES = { remote = { "remote", "remote_cuda" } }
 
-local args = { ... }
-local raw_program, sizes_text, pair_text = nil, "4K,1M,64M,1G", "256M"
-local plan_sizes_text = "4K,64K,1M,256M"
-local tables_text = table.concat(TABLES, ",")
-local json, json_file, svg_dir, remote_url, remote_token = false, nil, nil, nil, nil
-local remote_chunks_text, remote_depths_text = nil, nil
-local batch_buffer_text = "1G"
-local file_size_text, file_dir = "4G", "build/bench-files"
-local deadline_runs = 20
 local function fail(text)
   io.stderr:write("bench: ", text, "\n")
   os.exit(2, true) -- the state closed: nothing left for a leak checker to report
 end
-local i = 1
-local function value(name)
-  local v = args[i + 1]
-  if v == nil or v:match("^%-%-") then fail(name .. " needs a value") end
-  i = i + 2
-  return v
+
+-- Converters: a value the option cannot take is a message, not a traceback.
+local function size(text)
+  local ok, n = pcall(bench.parse_size, text)
+  if ok then return n end
+  return nil, ("bad size '%s' (a whole number with K, M or G: 4K, 256M, 1G)"):format(text)
 end
--- --help: this file's head, the one description of the options
-local function usage()
-  local f = assert(io.open(scripts_dir .. "/bench.lua"))
-  for line in f:lines() do
-    if not line:match("^%-%-") then break end
-    print((line:gsub("^%-%- ?", "")))
-  end
-  f:close()
-end
-while i <= #args do
-  local a = args[i]
-  if a == "--help" or a == "-h" then usage(); os.exit(0, true)
-  elseif a == "--raw" then raw_program = args[i + 1] or ""; i = i + 2 -- scripts/bench passes "" without CUDA
-  elseif a == "--sizes" then sizes_text = value(a)
-  elseif a == "--pair-size" then pair_text = value(a)
-  elseif a == "--plan-sizes" then plan_sizes_text = value(a)
-  elseif a == "--tables" then tables_text = value(a)
-  elseif a == "--json" then -- --json [FILE]: the document to FILE ("-" or none: stdout)
-    json = true
-    if args[i + 1] and not args[i + 1]:match("^%-%-") then json_file = args[i + 1]; i = i + 2 else i = i + 1 end
-  elseif a == "--svg" then svg_dir = value(a)
-  elseif a == "--remote" then remote_url = value(a)
-  elseif a == "--token" then remote_token = value(a)
-  elseif a == "--remote-chunks" then remote_chunks_text = value(a)
-  elseif a == "--remote-depths" then remote_depths_text = value(a)
-  elseif a == "--batch-buffer" then batch_buffer_text = value(a)
-  elseif a == "--file-size" then file_size_text = value(a)
-  elseif a == "--file-dir" then file_dir = value(a)
-  elseif a == "--deadline-runs" then
-    deadline_runs = tonumber(value(a))
-    if not deadline_runs or deadline_runs < 1 or deadline_runs % 1 ~= 0 then fail("--deadline-runs takes a whole number >= 1") end
-  else fail("unknown argument '" .. a .. "' (--help lists them: --raw PROGRAM, --sizes LIST, --pair-size SIZE, --plan-sizes LIST, --tables LIST, --json [FILE], --svg DIR, --remote URL, --token TOKEN, --remote-chunks LIST, --remote-depths LIST, --batch-buffer SIZE, --file-size SIZE, --file-dir DIR or --deadline-runs N)") end
-end
-local wanted = {}
-for name in tables_text:gmatch("[^,]+") do
-  local known = false
-  for _, t in ipairs(TABLES) do known = known or t == name end
-  if not known then fail(("unknown table '%s' (tables: %s)"):format(name, table.concat(TABLES, ","))) end
-  wanted[name] = true
-end
-local function sizes_of(text)
+local function size_list(text)
   local out = {}
-  for s in text:gmatch("[^,]+") do out[#out + 1] = bench.parse_size(s) end
+  for item in text:gmatch("[^,]+") do
+    local n, why = size(item)
+    if not n then return nil, why end
+    out[#out + 1] = n
+  end
+  if #out == 0 then return nil, "an empty list of sizes" end
   return out
 end
+local function count_list(text)
+  local out = {}
+  for item in text:gmatch("[^,]+") do
+    local n = tonumber(item)
+    if not n or n < 1 or n % 1 ~= 0 then return nil, ("bad count '%s' (whole numbers >= 1)"):format(item) end
+    out[#out + 1] = n
+  end
+  if #out == 0 then return nil, "an empty list" end
+  return out
+end
+local function table_list(text)
+  local wanted = {}
+  for name in text:gmatch("[^,]+") do
+    local known = false
+    for _, t in ipairs(TABLES) do known = known or t == name end
+    if not known then return nil, ("unknown table '%s' (tables: %s)"):format(name, table.concat(TABLES, ",")) end
+    wanted[name] = true
+  end
+  return wanted
+end
+local function whole(text)
+  local n = tonumber(text)
+  if not n or n < 1 or n % 1 ~= 0 then return nil, "--deadline-runs takes a whole number >= 1" end
+  return n
+end
+
+local parser = argparse("scripts/bench",
+  "Prints host<->device bandwidth and latency for every device, every pair's default path beside the " ..
+  "naive host round-trip, and the tables below, each beside what users would otherwise run (raw " ..
+  "cuMemcpy*, PyTorch, dd, safetensors, ucx_perftest) in the same run. A benchmark prints figures; " ..
+  "the specs assert behaviour.")
+  :add_help(false)
+  :help_max_width(100)
+  :epilog([[
+Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua says more):
+  host      host <-> every device: dst:copy_from(src) between tensors made beforehand, GB/s
+            (decimal), the median of several runs after a warm-up, the cold run apart; with
+            --raw, CUDA rows beside raw cuMemcpy* in the same run
+  pairs     every pair's default path beside the naive host round-trip
+  staged    the staged path between devices that share no memory
+  to        t:to(dev) beside copy_from
+  strided   every other row of a matrix moved as a view beside contiguous() first
+  batch     blocks scattered in a buffer of --batch-buffer bytes, by batch beside a loop of
+            copy_from and PyTorch
+  files     a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir,
+            loaded onto every device cold and warm beside dd and safetensors/fastsafetensors
+  plan      after xfer.calibrate (not saved), every pair at --plan-sizes by the default path
+            beside every path forced: the default's time over the best one's (goal: within 1.1x)
+  remote    a server on loopback (xferlua --serve): 256 MiB host -> remote host and back over
+            tcp and shared memory beside ucx_perftest on the same transport, then host -> each
+            remote device (--remote URL: a server running elsewhere instead); where CUDA works,
+            cuda:0 -> the server's CUDA devices beside PyTorch's and CuPy's CUDA IPC copy
+  deadline  a server stopped mid-move --deadline-runs times: the timeout's lateness past its
+            deadline; healthy moves with a 3 s deadline, how many missed it
+  selftest  how long the quick and full self-tests take
+
+--json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
+[{header, rows}]} -- to FILE (the tables still print), or alone to stdout ("-" or none); in
+it a figure is a number, a size its bytes, a missing figure null. On a terminal, a progress
+line on stderr. scripts/bench_frameworks.py makes the same moves with PyTorch, CuPy and JAX.]])
+parser:flag("-h --help", "This help.")
+parser:option("--tables", "The tables to run, comma-separated.", table.concat(TABLES, ","))
+  :argname("LIST"):convert(table_list)
+parser:option("--sizes", "Sizes of the host table.", "4K,1M,64M,1G"):argname("LIST"):convert(size_list)
+parser:option("--pair-size", "The size each pair moves (pairs, staged, to, strided).", "256M")
+  :argname("SIZE"):convert(size)
+parser:option("--plan-sizes", "Sizes of the plan table.", "4K,64K,1M,256M"):argname("LIST"):convert(size_list)
+parser:option("--json", "The figures as one JSON document, to FILE or stdout."):args("?"):argname("FILE")
+parser:option("--svg", "Draws bandwidth.svg and pairs.svg in DIR (scripts/bench_svg.lua)."):argname("DIR")
+parser:option("--remote", "A server running elsewhere (xferlua --serve) for the remote table."):argname("URL")
+parser:option("--token", "The token of --remote's server."):argname("TOKEN")
+parser:option("--remote-chunks", "Remote moves once per request size (xfer.config remote_chunk).")
+  :argname("LIST"):convert(size_list)
+parser:option("--remote-depths", "Remote moves once per requests in flight (xfer.config remote_depth).")
+  :argname("LIST"):convert(count_list)
+parser:option("--batch-buffer", "The buffer the batch table's blocks are scattered in.", "1G")
+  :argname("SIZE"):convert(size)
+parser:option("--file-size", "The safetensors file of the files table.", "4G"):argname("SIZE"):convert(size)
+parser:option("--file-dir", "Where the files table writes its file.", "build/bench-files"):argname("DIR")
+parser:option("--deadline-runs", "How often the deadline table stops a server.", "20")
+  :argname("N"):convert(whole)
+-- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
+parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
+  :argname("PROGRAM")
+
+local parsed_ok, opts = parser:pparse({ ... })
+if not parsed_ok then fail(opts .. "\n(scripts/bench --help lists the options)") end
+if opts.help then
+  print(parser:get_help())
+  os.exit(0, true)
+end
+local wanted = opts.tables
+local raw_program = opts.raw
+local json, json_file = opts.json ~= nil, opts.json and opts.json[1]
+local svg_dir = opts.svg
 
 -- a table of figures: printed, or kept for the JSON document (--json)
 local emitted = {}
@@ -136,7 +153,7 @@ local function progress(what, done, total)
   io.stderr:flush()
 end
 
-local sizes = sizes_of(sizes_text)
+local sizes = opts.sizes
 
 -- Raw CUDA figures at `at` (default: --sizes): raw[direction][memory][bytes] = seconds, or nil
 -- without --raw
@@ -161,13 +178,14 @@ end
 local B = {
   host = xfer.device("host"),
   sizes = sizes,                          -- --sizes, bytes
-  pair_size = bench.parse_size(pair_text), -- --pair-size, bytes
-  plan_sizes = sizes_of(plan_sizes_text), -- --plan-sizes, bytes
-  batch_buffer = bench.parse_size(batch_buffer_text), -- --batch-buffer, bytes
-  file_size = bench.parse_size(file_size_text), file_dir = file_dir, -- --file-size, --file-dir
-  remote_url = remote_url, remote_token = remote_token,
-  remote_chunks = remote_chunks_text, remote_depths = remote_depths_text, -- lists as given
-  deadline_runs = deadline_runs,          -- --deadline-runs
+  pair_size = opts.pair_size,             -- --pair-size, bytes
+  plan_sizes = opts.plan_sizes,           -- --plan-sizes, bytes
+  batch_buffer = opts.batch_buffer,       -- --batch-buffer, bytes
+  file_size = opts.file_size, file_dir = opts.file_dir, -- --file-size (bytes), --file-dir
+  remote_url = opts.remote, remote_token = opts.token,
+  remote_chunks = opts.remote_chunks,     -- --remote-chunks, bytes (nil: the default)
+  remote_depths = opts.remote_depths,     -- --remote-depths, counts (nil: the default)
+  deadline_runs = opts.deadline_runs,     -- --deadline-runs
   scripts_dir = scripts_dir,
   emit = emit, say = say, progress = progress, run_raw = run_raw,
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,

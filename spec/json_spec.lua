@@ -142,25 +142,36 @@ describe("xferlua's machine-readable flags", function()
 end)
 
 describe("scripts/bench's arguments", function()
-  it("--help tells every option, from the script's own head", function()
+  it("--help tells every option and every table, from the declarations that parse them", function()
     local out, code = h.run(h.xferlua() .. " scripts/bench.lua --help")
     assert.are.equal(0, code, out)
-    assert.matches("^scripts/bench.lua %-%- the benchmark", out)
-    for _, flag in ipairs({ "--sizes", "--tables", "--json", "--batch-buffer", "--file-size", "--file-dir" }) do
+    assert.matches("^Usage: scripts/bench ", out)
+    for _, flag in ipairs({ "--sizes LIST", "--tables LIST", "--json [FILE]", "--batch-buffer SIZE",
+                            "--file-size SIZE", "--file-dir DIR", "--deadline-runs N", "--remote URL" }) do
       assert.is_truthy(out:find(flag, 1, true), flag)
     end
+    for _, name in ipairs({ "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote",
+                            "deadline", "selftest" }) do
+      assert.is_truthy(out:find("\n  " .. name .. " ", 1, true), name)
+    end
+    assert.is_truthy(out:find("(default: 4K,1M,64M,1G)", 1, true), out)
   end)
 
-  it("refuses an unknown table, an unknown flag and a flag without its value, saying which", function()
+  it("refuses an unknown table, an unknown flag, a flag without its value and a bad value, saying which", function()
     for _, case in ipairs({
       { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,deadline,selftest)" },
-      { "--frobnicate", "bench: unknown argument '--frobnicate'" },
-      { "--sizes", "bench: --sizes needs a value" },
-      { "--pair-size --tables host", "bench: --pair-size needs a value" },
+      { "--frobnicate", "bench: unknown option '--frobnicate'" },
+      { "--tabels host", "bench: unknown option '--tabels'\nDid you mean '--tables'?" },
+      { "--sizes", "bench: option '--sizes' requires an argument" },
+      { "--pair-size --tables host", "bench: option '--pair-size' requires an argument" },
+      { "--sizes 4K,4Q", "bench: bad size '4Q' (a whole number with K, M or G: 4K, 256M, 1G)" },
+      { "--remote-depths 1,0", "bench: bad count '0' (whole numbers >= 1)" },
+      { "--deadline-runs 2.5", "bench: --deadline-runs takes a whole number >= 1" },
     }) do
       local out, code = h.run(h.xferlua() .. " scripts/bench.lua " .. case[1])
       assert.are.equal(2, code, out)
       assert.is_truthy(out:find(case[2], 1, true), out)
+      assert.is_truthy(out:find("(scripts/bench --help lists the options)", 1, true), out)
       assert.is_falsy(out:find("traceback", 1, true), out)
     end
   end)

@@ -24,17 +24,9 @@ return function(B)
                    "xferlua / am_bw -e" } }
   local lanes_seen = {}
   local configured_depth = xfer.config().remote_depth
-  local host_depths = { configured_depth }
-  if B.remote_depths then
-    host_depths = {}
-    for text in B.remote_depths:gmatch("[^,]+") do host_depths[#host_depths + 1] = tonumber(text) end
-  end
+  local host_depths = B.remote_depths or { configured_depth }
   local configured_chunk = xfer.config().remote_chunk
-  local host_chunks = { configured_chunk }
-  if B.remote_chunks then
-    host_chunks = {}
-    for text in B.remote_chunks:gmatch("[^,]+") do host_chunks[#host_chunks + 1] = bench.parse_size(text) end
-  end
+  local host_chunks = B.remote_chunks or { configured_chunk }
   -- moves to and back from the devices of a peer (its host alone, or all but its host):
   -- {move, seconds, is the peer's host, request size}
   local function time_peer(peer, name, host_only)
