@@ -500,8 +500,14 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     if ((gr->many = many_device(gr, &gr->imports))) {
       xfer_device *tried = gr->many;
       rc = group_pieces(b, gr, err);
-      if (!rc && !gr->many && !gr->imports && (gr->many = own_runner(gr)) && gr->many != tried)
-        rc = group_pieces(b, gr, err); /* memory the backing device does not hold */
+      /* memory the backing device does not hold: the group's own runner, unless that was the
+      ** one tried -- then the group stays one by one (its runner set again without pieces was
+      ** handed a NULL list: UBSan, an empty tensor in a batch) */
+      xfer_device *own = !rc && !gr->many && !gr->imports ? own_runner(gr) : NULL;
+      if (own && own != tried) {
+        gr->many = own;
+        rc = group_pieces(b, gr, err);
+      }
     } else if ((gr->many = through_host(gr, &gr->through, 0))) {
       rc = staged_pieces(b, gr, err);
       if (!rc && !gr->many && (gr->many = through_host(gr, &gr->through, 1)))
