@@ -92,10 +92,17 @@ local function call(what, expected, fn, ...)
   return false, result
 end
 
+-- Each entry says where its model bytes came from (`from`): told when they turn out wrong.
 local function check(entry, what)
   if entry.t.freed or not entry.bytes then return end
   local ok, bytes = call("reading " .. what, nil, entry.t.tobytes, entry.t)
-  if ok and bytes ~= entry.bytes then fail("wrong bytes: " .. what .. " " .. entry.t:summary()) end
+  if ok and bytes ~= entry.bytes then
+    fail(("wrong bytes: %s %s (its bytes: %s)"):format(what, entry.t:summary(), entry.from or "?"))
+  end
+end
+
+local function origin(op, src, extra)
+  return ("step %d %s of %s%s"):format(step, op, src.t.freed and "a freed tensor" or src.t:summary(), extra or "")
 end
 
 -- What the host's conversion makes of an entry's model bytes in `dtype` (false: unknown).
@@ -114,31 +121,46 @@ local function random_live()
   return live[rand(#live)]
 end
 
+-- A live entry of e's shape, most of the time (a pair of random entries rarely shares one, and
+-- a copy between shapes that differ is refused before anything moves), else any.
+local function partner_of(e)
+  if rand(5) == 1 then return random_live() end
+  local shape = table.concat(e.t.shape, ",")
+  local same = {}
+  for _, other in ipairs(live) do
+    if not other.t.freed and table.concat(other.t.shape, ",") == shape then same[#same + 1] = other end
+  end
+  return #same > 0 and same[rand(#same)] or random_live()
+end
+
 local ops = {
   create = function()
     local dtype, shape, dev = pick(dtype_names), random_shape(), pick(devices)
     local bytes = tensor_bytes(dtype, numel_of(shape))
     if not bytes then return end
     local ok, t = call("create", nil, xfer.tensor, bytes, { dtype = dtype, shape = shape, device = dev })
-    if ok then live[#live + 1] = { t = t, bytes = bytes, dev = dev } end
+    if ok then live[#live + 1] = { t = t, bytes = bytes, dev = dev, from = ("step %d create"):format(step) } end
   end,
   to = function()
     local e = random_live()
     if not e or e.t.freed then return end
     local dev, via = pick(devices), pick(paths)
     local ok, moved = call("to", { unsupported = true }, e.t.to, e.t, dev, { via = via })
-    if ok then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev } end
+    if ok then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev, from = origin("to", e, " via " .. via) } end
     check(e, "a source after to")
   end,
   copy_from = function()
-    local a, b = random_live(), random_live()
+    local a = random_live()
+    local b = a and not a.t.freed and partner_of(a)
     if not a or not b or a.t.freed or b.t.freed then return end
     local same_shape = table.concat(a.t.shape, ",") == table.concat(b.t.shape, ",")
     local same = a.t.dtype == b.t.dtype and same_shape
     -- another dtype converts on the host (values that do not fit: invalid); other paths say
     -- unsupported for a conversion
+    local via = pick(paths)
     local ok = call("copy_from", { unsupported = true, invalid = not same }, a.t.copy_from, a.t, b.t,
-                    { via = pick(paths) })
+                    { via = via })
+    if ok then a.from = origin("copy_from", b, " via " .. via) end
     if ok and same then
       a.bytes = b.bytes
     elseif ok then -- what the host's conversion makes of the model's bytes
@@ -156,7 +178,8 @@ local ops = {
   batch = function()
     local items, pairs_ = {}, {}
     for i = 1, rand(1, 4) do
-      local a, b = random_live(), random_live()
+      local a = random_live()
+      local b = a and not a.t.freed and partner_of(a)
       if not a or not b or a.t.freed or b.t.freed then return end
       items[i], pairs_[i] = { a.t, b.t }, { a, b }
     end
@@ -168,15 +191,22 @@ local ops = {
         if i ~= j and p[1].t.nbytes > 0 and (p[1] == q[1] or p[1] == q[2]) then valid = false end
       end
     end
+    local via = pick(paths)
     local ok = call("copy_many", { invalid = not valid or converts, unsupported = true }, xfer.copy_many, items,
-                    { via = pick(paths) })
+                    { via = via })
     if ok then
+      for i, p in ipairs(pairs_) do
+        p[1].from = origin("copy_many", p[2], (" (element %d of %d) via %s"):format(i, #pairs_, via))
+      end
       local before = {}
       for i, p in ipairs(pairs_) do
         before[i] = p[1].t.dtype == p[2].t.dtype and p[2].bytes or converted_bytes(p[2], p[1].t.dtype)
       end
       for i, p in ipairs(pairs_) do p[1].bytes = before[i] end
-    elseif faulted then
+    elseif valid then
+      -- only a batch the checks refuse moves nothing; one that fails running (a fault, a
+      -- value that does not fit a converted dtype) may have completed other elements first
+      -- (b:done() would say which): their targets are unknown now
       for _, p in ipairs(pairs_) do p[1].bytes = false end
     end
     for _, p in ipairs(pairs_) do check(p[2], "a source after copy_many") end
@@ -221,7 +251,7 @@ local ops = {
     local e = random_live()
     if not e or e.t.freed then return end
     local ok, c = call("clone", nil, e.t.clone, e.t)
-    if ok then live[#live + 1] = { t = c, bytes = e.bytes, dev = e.dev } end
+    if ok then live[#live + 1] = { t = c, bytes = e.bytes, dev = e.dev, from = origin("clone", e) } end
   end,
   async = function()
     local e = random_live()
@@ -231,7 +261,7 @@ local ops = {
     if not ok then return end
     if rand(3) == 1 then e.t:free() end -- free waits for the move
     local waited, moved = call("wait", nil, job.wait, job)
-    if waited then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev } end
+    if waited then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev, from = origin("to_async", e) } end
   end,
   transfer = function()
     local e = random_live()
@@ -239,7 +269,7 @@ local ops = {
     local dev = pick(devices)
     local ok, moved = call("transfer", nil, xfer.transfer, e.t, dev,
                            { fallback = { "interop", "staged", "host" }, retries = rand(0, 1), log = false })
-    if ok then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev } end
+    if ok then live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev, from = origin("transfer", e) } end
   end,
   free = function()
     local i = rand(math.max(#live, 1))
