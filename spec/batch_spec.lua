@@ -199,10 +199,12 @@ describe("batches", function()
         local empty_src = xfer.zeros({ 0 }, { dtype = "u8", device = from })
         local empty_dst = xfer.zeros({ 0 }, { dtype = "u8", device = to })
         local empty_2d = xfer.zeros({ 4, 0 }, { dtype = "f32", device = to })
-        xfer.copy_many({ { empty_dst, empty_src }, { dst, src }, { empty_2d, empty_2d } })
+        local empty_f32 = xfer.zeros({ 0 }, { dtype = "f32", device = from }) -- converted: moved alone
+        local empty_i16 = xfer.zeros({ 0 }, { dtype = "i16", device = to })
+        xfer.copy_many({ { empty_dst, empty_src }, { dst, src }, { empty_2d, empty_2d }, { empty_i16, empty_f32 } })
         assert.are.equal(bytes_of(src), bytes_of(dst), from.name .. " -> " .. to.name)
         assert.are.equal(0, #bytes_of(empty_dst))
-        for _, t in ipairs({ src, dst, empty_src, empty_dst, empty_2d }) do t:free() end
+        for _, t in ipairs({ src, dst, empty_src, empty_dst, empty_2d, empty_f32, empty_i16 }) do t:free() end
       end
     end
   end)

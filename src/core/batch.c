@@ -403,6 +403,10 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
     xfer_piece *p = &gr->pieces[k];
     p->n = onto_itself(e) ? 0 : length_of(e);
+    if (!p->n) { /* nothing to move: no memory to reach (an empty tensor has none), no import */
+      p->dst = p->src = (xfer_piece_end){NULL, 0, NULL};
+      continue;
+    }
     xfer_error ignored; /* an import refused is no error: the group runs one by one */
     if (!piece_end(gr, e->dst, e->dst_offset, &p->dst, &ignored) ||
         !piece_end(gr, e->src, e->src_offset, &p->src, &ignored)) {
@@ -427,6 +431,10 @@ static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
     ends[k].n = onto_itself(e) ? 0 : length_of(e);
+    if (!ends[k].n) {
+      ends[k].src = ends[k].dst = (xfer_piece_end){NULL, 0, NULL};
+      continue;
+    }
     if (!xfer_piece_end_of(e->src, e->src_offset, gr->through, &ends[k].src) ||
         !xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &ends[k].dst)) {
       gr->many = gr->through = NULL; /* memory a runner cannot reach: one by one */
@@ -622,7 +630,7 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     size_t i = b->order[g->first + k];
     const xfer_batch_item *it = &b->items[i];
     size_t len = length_of(it);
-    if (onto_itself(it)) {
+    if (len == 0 || onto_itself(it)) { /* nothing to move */
       b->done[i] = 1;
       continue;
     }
