@@ -179,6 +179,10 @@ describe("xferlua", function()
       end
       assert.are.equal(128 + 11, code, out)
       assert.falsy(out:find("fatal signal", 1, true), out)
+      -- a switch, as every XFER_ switch: 0 or 1
+      out, code = h.run("XFER_NO_CRASH_REPORT=yes " .. h.xferlua() .. " -e 'print(1)'")
+      assert.are.equal(1, code, out)
+      assert.are.equal("xferlua: XFER_NO_CRASH_REPORT must be 0 or 1, not 'yes'\n", out)
     end)
   end)
 

@@ -125,11 +125,12 @@ static void on_fatal(int sig, siginfo_t *info, void *context)
   raise(sig);
 }
 
-void xfer_crash_report_install(lua_State *L)
+int xfer_crash_report_install(lua_State *L)
 {
   script_state = L;
   const char *off = getenv("XFER_NO_CRASH_REPORT");
-  if (UNDER_SANITIZER || (off && *off && strcmp(off, "0") != 0)) return;
+  if (off && *off && strcmp(off, "0") && strcmp(off, "1")) return -1; /* a switch: 0 or 1 */
+  if (UNDER_SANITIZER || (off && !strcmp(off, "1"))) return 0;
   void *warm[1];
   backtrace(warm, 1); /* backtrace() loads libgcc on its first call: not in a signal handler */
   stack_t st = {.ss_sp = alt_stack, .ss_size = sizeof alt_stack, .ss_flags = 0};
@@ -142,4 +143,5 @@ void xfer_crash_report_install(lua_State *L)
   for (size_t i = 0; i < NSIGNALS; i++)
     if (sigaction(fatal_signals[i], &sa, &previous[i]) != 0)
       previous[i].sa_handler = SIG_DFL;
+  return 0;
 }

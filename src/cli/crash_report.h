@@ -8,7 +8,8 @@
 
 /* Reports SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT on stderr (the signal, the address, the
 ** C stack, then L's Lua stack) before the handler from before takes them; nothing under a
-** sanitizer or with XFER_NO_CRASH_REPORT set. */
-void xfer_crash_report_install(lua_State *L);
+** sanitizer or with XFER_NO_CRASH_REPORT=1. -1 (nothing installed): XFER_NO_CRASH_REPORT is
+** neither 0 nor 1. */
+int xfer_crash_report_install(lua_State *L);
 
 #endif

@@ -82,9 +82,13 @@ static void print_usage(FILE *out)
           "  XFER_PLAN_CACHE=file  the planner's measured figures (default\n"
           "                     ~/.cache/xferlua/plan-cache.tsv; off: none)\n"
           "  XFER_SELFTEST=1    run the quick self-test when xfer loads\n"
+          "  XFER_NO_CRASH_REPORT=1  no report of a fatal signal (below)\n"
           "  (switches take 0 or 1; anything else is refused)\n"
           "\n"
-          "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n",
+          "An uncaught error prints '%s: <message>' and a traceback, and exits with 1.\n"
+          "A crash (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) prints the signal, the C stack\n"
+          "and the script's Lua stack on stderr, then ends as the signal does (a bug: report\n"
+          "it).\n",
           progname, progname);
 }
 
@@ -695,7 +699,12 @@ int main(int argc, char **argv)
     return 1;
   }
   global_L = L;
-  xfer_crash_report_install(L);
+  if (xfer_crash_report_install(L)) {
+    fprintf(stderr, "%s: XFER_NO_CRASH_REPORT must be 0 or 1, not '%.40s'\n", progname,
+            getenv("XFER_NO_CRASH_REPORT"));
+    lua_close(L);
+    return 1;
+  }
   if (c.no_env) { /* LuaJIT's package library then ignores LUA_PATH and LUA_CPATH */
     lua_pushboolean(L, 1);
     lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
