@@ -25,26 +25,25 @@ local function size(text)
   if ok then return n end
   return nil, ("bad size '%s' (a whole number with K, M or G: 4K, 256M, 1G)"):format(text)
 end
-local function size_list(text)
-  local out = {}
-  for item in text:gmatch("[^,]+") do
-    local n, why = size(item)
-    if not n then return nil, why end
-    out[#out + 1] = n
-  end
-  if #out == 0 then return nil, "an empty list of sizes" end
-  return out
+local function count(text)
+  local n = tonumber(text)
+  if not n or n < 1 or n % 1 ~= 0 then return nil, ("bad count '%s' (whole numbers >= 1)"):format(text) end
+  return n
 end
-local function count_list(text)
-  local out = {}
-  for item in text:gmatch("[^,]+") do
-    local n = tonumber(item)
-    if not n or n < 1 or n % 1 ~= 0 then return nil, ("bad count '%s' (whole numbers >= 1)"):format(item) end
-    out[#out + 1] = n
+-- a comma-separated list, each item through `convert`
+local function list_of(convert, empty)
+  return function(text)
+    local out = {}
+    for item in text:gmatch("[^,]+") do
+      local v, why = convert(item)
+      if not v then return nil, why end
+      out[#out + 1] = v
+    end
+    if #out == 0 then return nil, empty end
+    return out
   end
-  if #out == 0 then return nil, "an empty list" end
-  return out
 end
+local size_list, count_list = list_of(size, "an empty list of sizes"), list_of(count, "an empty list")
 local function table_list(text)
   local wanted = {}
   for name in text:gmatch("[^,]+") do
@@ -55,10 +54,10 @@ local function table_list(text)
   end
   return wanted
 end
-local function whole(text)
-  local n = tonumber(text)
-  if not n or n < 1 or n % 1 ~= 0 then return nil, "--deadline-runs takes a whole number >= 1" end
-  return n
+local function runs(text)
+  local n = count(text)
+  if n then return n end
+  return nil, "--deadline-runs takes a whole number >= 1"
 end
 
 local parser = argparse("scripts/bench",
@@ -115,7 +114,7 @@ parser:option("--batch-buffer", "The buffer the batch table's blocks are scatter
 parser:option("--file-size", "The safetensors file of the files table.", "4G"):argname("SIZE"):convert(size)
 parser:option("--file-dir", "Where the files table writes its file.", "build/bench-files"):argname("DIR")
 parser:option("--deadline-runs", "How often the deadline table stops a server.", "20")
-  :argname("N"):convert(whole)
+  :argname("N"):convert(runs)
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
 parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
   :argname("PROGRAM")

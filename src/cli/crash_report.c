@@ -49,28 +49,15 @@ static void say(const char *s)
   }
 }
 
-static void say_hex(unsigned long v)
-{
-  char buf[2 + 2 * sizeof v + 1];
-  char *p = buf + sizeof buf - 1;
-  *p = '\0';
-  do {
-    *--p = "0123456789abcdef"[v & 15u];
-    v >>= 4;
-  } while (v);
-  *--p = 'x';
-  *--p = '0';
-  say(p);
-}
-
-static void say_uint(unsigned long v)
+/* v in `base` (10 or 16) without allocating */
+static void say_number(unsigned long v, unsigned base)
 {
   char buf[3 * sizeof v + 1];
   char *p = buf + sizeof buf - 1;
   *p = '\0';
   do {
-    *--p = (char)('0' + v % 10);
-    v /= 10;
+    *--p = "0123456789abcdef"[v % base];
+    v /= base;
   } while (v);
   say(p);
 }
@@ -86,7 +73,7 @@ static void say_lua_stack(lua_State *L)
     say(ar.short_src);
     if (ar.currentline > 0) {
       say(":");
-      say_uint((unsigned long)ar.currentline);
+      say_number((unsigned long)ar.currentline, 10);
     }
     say("\n");
   }
@@ -109,8 +96,8 @@ static void on_fatal(int sig, siginfo_t *info, void *context)
   say("xferlua: fatal signal ");
   say(signal_name(sig));
   if (sig != SIGABRT && info) {
-    say(" at address ");
-    say_hex((unsigned long)(uintptr_t)info->si_addr);
+    say(" at address 0x");
+    say_number((unsigned long)(uintptr_t)info->si_addr, 16);
   }
   say("\nxferlua: this is a bug -- in xferlua, LuaJIT or a driver; please report it with the "
       "lines below and the script that ran\nxferlua: C stack:\n");

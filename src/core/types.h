@@ -67,7 +67,8 @@ typedef struct xfer_memory_ops {
 } xfer_memory_ops;
 
 /* One copy of a batch (copy->many): `n` bytes between two ends, each a buffer of the device at
-** a byte offset, or host memory (buf NULL) at `host`. */
+** a byte offset, or host memory (buf NULL) at `host`. A piece of 0 bytes (an empty tensor, bytes
+** onto themselves) has both ends empty (all NULL): a runner skips it. */
 typedef struct xfer_piece_end {
   void *buf;
   size_t offset;
