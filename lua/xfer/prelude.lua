@@ -45,9 +45,22 @@ function xfer.move_many(tensors, dev, opts)
     for i, t in ipairs(tensors) do
       if not xfer.is_tensor(t) then
         error(xfer.error({ code = "invalid", op = "move_many",
+                           element = i,
                            message = format("move_many: element %d must be an xfer.Tensor, not a %s", i, type(t)) }))
       end
-      made[i] = xfer.empty(t.shape, { dtype = t.dtype, device = dev })
+      if t.freed then
+        error(xfer.error({ code = "freed", op = "move_many", element = i,
+                           message = format("move_many: element %d of %d: attempt to use a freed tensor", i, #tensors) }))
+      end
+      local made_ok, made_or_e = pcall(xfer.empty, t.shape, { dtype = t.dtype, device = dev })
+      if not made_ok then -- the element whose target could not be made, as a batch names it
+        if xfer.is_error(made_or_e) then
+          made_or_e.element = i
+          made_or_e.message = format("move_many: element %d of %d: %s", i, #tensors, made_or_e.message)
+        end
+        error(made_or_e)
+      end
+      made[i] = made_or_e
       items[i] = { made[i], t }
     end
     xfer.copy_many(items, opts)

@@ -126,7 +126,6 @@ static xfer_code host_many(xfer_device *dev, const xfer_piece *pieces, size_t n,
   if (host_injected(dev, XFER_OP_COPY, &errnum)) return host_fail(XFER_OP_COPY, errnum, 1, err);
   for (size_t i = 0; i < n; i++) {
     const xfer_piece *p = &pieces[i];
-    if (!p->n) continue; /* an empty tensor's end has no memory: memcpy must not see its NULL */
     char *dst = p->dst.buf ? (char *)p->dst.buf + p->dst.offset : p->dst.host;
     const char *src = p->src.buf ? (const char *)p->src.buf + p->src.offset : p->src.host;
     memcpy(dst, src, p->n);

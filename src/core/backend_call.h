@@ -171,6 +171,10 @@ static inline int xfer_be_has_many(const xfer_device *dev) { return xfer_be(dev)
 static inline xfer_code xfer_be_many(xfer_device *dev, const xfer_piece *pieces, size_t n,
                                      xfer_error *err)
 {
+  for (size_t i = 0; i < n; i++) /* the batch plans none (types.h); a runtime may rely on it */
+    if (!pieces[i].n)
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu of %zu is 0 bytes: "
+                         "nothing to move reaches a runtime", i + 1, n);
   xfer_code rc = xfer_be(dev)->copy->many(dev, pieces, n, err);
   return rc == XFER_E_UNSUPPORTED ? rc : xfer_be_blame(dev, rc, err);
 }

@@ -48,6 +48,9 @@ struct xfer_batch {
   xfer_batch_item *items;       /* the tensors retained */
   unsigned char *done;          /* per element, in the last run */
   size_t *order;                /* element indexes grouped */
+  size_t *idle, nidle;          /* elements that move nothing (0 bytes, or bytes onto
+                                ** themselves): no route, no group, no runner -- checked and
+                                ** done at once */
   group *groups;
   size_t ngroups;
   xfer_transfer_opts opts;
@@ -72,6 +75,14 @@ static int onto_itself(const xfer_batch_item *it)
 {
   return it->src->buf == it->dst->buf &&
          it->src->offset + it->src_offset == it->dst->offset + it->dst_offset;
+}
+
+/* An element with nothing to move -- 0 bytes (an empty tensor has no memory at all), or bytes
+** copied onto themselves -- is decided here, once: it joins no group, so no route is made for
+** it, no runner is asked to reach its memory and no piece or chunk is sized by it. */
+static int moves_nothing(const xfer_batch_item *it)
+{
+  return length_of(it) == 0 || (!is_general(it) && onto_itself(it));
 }
 
 /* An element's failure: numbered (from 1) in the record, and its message led by which one it
@@ -313,7 +324,8 @@ static made_route *element_routes(const xfer_batch *b, size_t *which, size_t *nr
   for (size_t i = 0; routes && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
     which[i] = count ? count - 1 : 0;
-    if (is_general(it) || (last && last->src == it->src && last->dst == it->dst)) continue;
+    if (moves_nothing(it) || is_general(it) || (last && last->src == it->src && last->dst == it->dst))
+      continue;
     if (count == cap) {
       made_route *more = realloc(routes, 2 * cap * sizeof *routes);
       if (!more) {
@@ -402,11 +414,7 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
     xfer_piece *p = &gr->pieces[k];
-    p->n = onto_itself(e) ? 0 : length_of(e);
-    if (!p->n) { /* nothing to move: no memory to reach (an empty tensor has none), no import */
-      p->dst = p->src = (xfer_piece_end){NULL, 0, NULL};
-      continue;
-    }
+    p->n = length_of(e); /* never 0: such an element is in no group (moves_nothing) */
     xfer_error ignored; /* an import refused is no error: the group runs one by one */
     if (!piece_end(gr, e->dst, e->dst_offset, &p->dst, &ignored) ||
         !piece_end(gr, e->src, e->src_offset, &p->src, &ignored)) {
@@ -430,11 +438,7 @@ static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   xfer_code rc = XFER_E_OK;
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
-    ends[k].n = onto_itself(e) ? 0 : length_of(e);
-    if (!ends[k].n) {
-      ends[k].src = ends[k].dst = (xfer_piece_end){NULL, 0, NULL};
-      continue;
-    }
+    ends[k].n = length_of(e); /* never 0 (moves_nothing) */
     if (!xfer_piece_end_of(e->src, e->src_offset, gr->through, &ends[k].src) ||
         !xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &ends[k].dst)) {
       gr->many = gr->through = NULL; /* memory a runner cannot reach: one by one */
@@ -479,8 +483,15 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   made_route *routes = of ? element_routes(b, of, &nroutes) : NULL;
   xfer_code rc = b->order && b->groups && of && routes ? XFER_E_OK
                                                  : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  b->idle = malloc(n * sizeof *b->idle);
+  if (!rc && !b->idle) rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   for (size_t i = 0; !rc && of && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
+    if (moves_nothing(it)) {
+      b->idle[b->nidle++] = i;
+      of[i] = SIZE_MAX;
+      continue;
+    }
     group *gr = group_for(b, it, nroutes ? &routes[of[i]] : NULL, &cap);
     if (!gr) {
       rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
@@ -498,6 +509,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     b->groups[g].count = 0;
   }
   for (size_t i = 0; !rc && of && i < b->n; i++) {
+    if (of[i] == SIZE_MAX) continue; /* moves nothing: in no group */
     group *g = &b->groups[of[i]];
     b->order[g->first + g->count++] = i;
   }
@@ -629,15 +641,11 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   for (size_t k = 0; k < g->count && !rc; k++) {
     size_t i = b->order[g->first + k];
     const xfer_batch_item *it = &b->items[i];
-    size_t len = length_of(it);
-    if (len == 0 || onto_itself(it)) { /* nothing to move */
-      b->done[i] = 1;
-      continue;
-    }
+    size_t len = length_of(it); /* never 0: such an element is in no group */
     xfer_tensor src = window(it->src, it->src_offset, len);
     xfer_tensor dst = window(it->dst, it->dst_offset, len);
-    xfer_route route = g->route; /* the group's, for this element's bytes */
-    route.nbytes = len;
+    xfer_route route = g->route; /* the group's, sized for this element's bytes */
+    xfer_route_resize(&route, len);
     rc = xfer_transfer_run(&route, &src, &dst, err);
     if (!rc) b->done[i] = 1;
     bad = i;
@@ -648,13 +656,21 @@ out:
   return element_error(err, bad, b->n, rc);
 }
 
-/* One run at a time: its done flags and the pieces are the run's. */
+/* One run at a time: its done flags and the pieces are the run's. A claimed batch's tensors
+** are busy from the claim -- made on the caller's thread, before a job's thread has taken
+** anything -- to the run's end: freeing one right after b:run_async() waits for the run, as it
+** does for any move using the tensor (it failed the run with `freed` before). */
 static int run_begin(xfer_batch *b, int by)
 {
   if (!b || !b->ctx) return 1; /* empty: nothing is shared */
   pthread_mutex_lock(&b->ctx->lock);
   int ok = by < 0 || !b->running;
   b->running += ok ? by : 0;
+  for (size_t i = 0; ok && i < b->n; i++) {
+    b->items[i].src->busy += by;
+    b->items[i].dst->busy += by;
+  }
+  if (by < 0) pthread_cond_broadcast(&b->ctx->idle);
   pthread_mutex_unlock(&b->ctx->lock);
   return ok;
 }
@@ -691,10 +707,29 @@ xfer_batch *xfer_batch_retain(xfer_batch *b)
   return b;
 }
 
+/* The elements that move nothing: done once their tensors check out (under the context's
+** lock, which a free takes to mark a tensor freed). */
+static xfer_code run_idle(xfer_batch *b, xfer_error *err)
+{
+  xfer_code rc = XFER_E_OK;
+  size_t bad = 0;
+  pthread_mutex_lock(&b->ctx->lock);
+  for (size_t k = 0; k < b->nidle && !rc; k++) {
+    const xfer_batch_item *it = &b->items[bad = b->idle[k]];
+    rc = xfer_tensor_check(it->dst, "batch", err);
+    if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
+    if (!rc) b->done[bad] = 1;
+  }
+  pthread_mutex_unlock(&b->ctx->lock);
+  return element_error(err, bad, b->n, rc);
+}
+
 static xfer_code run_all(xfer_batch *b, xfer_error *err)
 {
   if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
   memset(b->done, 0, b->n ? b->n : 1);
+  xfer_code idle = b->nidle ? run_idle(b, err) : XFER_E_OK;
+  if (idle) return idle;
   for (size_t g = 0; g < b->ngroups; g++) {
     group *gr = &b->groups[g];
     const xfer_batch_item *it = &b->items[b->order[gr->first]];
@@ -737,6 +772,7 @@ void xfer_batch_release(xfer_batch *b)
   }
   free(b->groups);
   free(b->order);
+  free(b->idle);
   free(b->items);
   free(b->done);
   if (b->ctx) xfer_ctx_release(b->ctx);

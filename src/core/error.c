@@ -154,7 +154,9 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
   xfer_op id = err->op_id;
   /* a device the move used on its way (host staging, the GPU whose memory an end lives in) */
   int between = d[0] && strcmp(d, f) && strcmp(d, t);
-  if (id == XFER_OP_ALLOC && (between || (from && d[0] && !strcmp(d, f) && strcmp(d, t))))
+  if (id == XFER_OP_ALLOC && !from && between) /* a new tensor, in another device's memory */
+    put_message(err, "Failed to allocate %zu bytes on %s (memory of %s): %s", nbytes, t, d, cause);
+  else if (id == XFER_OP_ALLOC && (between || (from && d[0] && !strcmp(d, f) && strcmp(d, t))))
     put_message(err, "Failed to allocate memory on %s for a move of %zu bytes from %s to %s: %s",
                 d, nbytes, f, t, cause);
   else if (id == XFER_OP_ALLOC && !from)

@@ -87,15 +87,23 @@ static void jobs_running(xfer_ctx *ctx, int by)
   pthread_mutex_unlock(&ctx->lock);
 }
 
+/* What the run holds besides its result goes before the job reads as done: a caller that
+** waited and let go finds the memory back at once (the thread's own reference to the job,
+** dropped after, once held the source -- and a result no one else held -- until this thread
+** got there: the memory came back "one job late"). */
 static void *run_job(void *arg)
 {
   xfer_job *job = arg;
   xfer_ctx *ctx = job->ctx;
   if (job->batch) {
     job->rc = xfer_batch_run_claimed(job->batch, &job->err); /* claimed by xfer_batch_start */
+    xfer_batch_release(job->batch);
+    job->batch = NULL;
   } else {
     job->rc = xfer_transfer_to(job->src, job->dst, &job->opts, &job->result, &job->err);
     mark_busy(job->src, -1);
+    xfer_tensor_release(job->src);
+    job->src = NULL;
   }
   pthread_mutex_lock(&job->lock);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
@@ -192,15 +200,30 @@ xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err)
   return XFER_E_OK;
 }
 
+/* The caller lets go: a finished job's result goes now, not when its thread drops the job
+** (the thread touches no result once the job reads as done). */
+static void caller_done(xfer_job *job)
+{
+  xfer_tensor *result = NULL;
+  pthread_mutex_lock(&job->lock);
+  if (__atomic_load_n(&job->done, __ATOMIC_ACQUIRE)) {
+    result = job->result;
+    job->result = NULL;
+  }
+  pthread_mutex_unlock(&job->lock);
+  xfer_tensor_release(result);
+  job_unref(job);
+}
+
 void xfer_job_release(xfer_job *job)
 {
   if (!job) return;
   join(job);
-  job_unref(job);
+  caller_done(job);
 }
 
 void xfer_job_detach(xfer_job *job)
 {
   if (!job) return;
-  job_unref(job); /* the pool's thread lets go of it at its end */
+  caller_done(job); /* running still: the pool's thread lets go of it and its result at its end */
 }

@@ -304,6 +304,12 @@ xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xf
   return XFER_E_OK;
 }
 
+void xfer_route_resize(xfer_route *r, size_t nbytes)
+{
+  r->nbytes = nbytes;
+  if (r->path == XFER_PATH_STAGED) staging_plan(r->from->ctx, r);
+}
+
 int xfer_route_devices(const xfer_route *r, xfer_device *out[4])
 {
   out[0] = r->from;

@@ -39,6 +39,10 @@ typedef struct xfer_route {
 xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xfer_tensor *dst_t,
                           const xfer_transfer_opts *opts, xfer_route *route, char *aside,
                           size_t aside_cap, xfer_error *err);
+/* The route, made for another move between the same tensors' devices, sized for a move of
+** nbytes: its chunks planned again (a batch group's route serves elements of every size; a
+** 16-byte element's single chunk once staged a 100 kB one, past the chunk's end). */
+void xfer_route_resize(xfer_route *route, size_t nbytes);
 /* A device that runs host <-> dev batches (copy->many) over `dev`'s memory imported: one of
 ** another runtime on its GPU that imports what dev exports (CUDA for Vulkan on NVIDIA), or NULL
 ** (dev shares memory with the host, or XFER_BATCH_IMPORTS=0). */

@@ -198,16 +198,21 @@ static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor
 xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
                           xfer_error *err)
 {
+  /* the ring's chunks hold the move however the route was sized: one chunk only when the
+  ** whole move fits in it (a route sized for fewer bytes pipelines the move through its
+  ** chunks instead of overrunning one) */
+  if (!route->chunk || route->depth < 1)
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, "a staged route of %zu bytes has no "
+                       "chunks to move %zu bytes through", route->nbytes, src->nbytes);
   xfer_staging st;
   int depth = route->depth < MAX_DEPTH ? route->depth : MAX_DEPTH;
   xfer_code rc = staging_take(src->dev->ctx, depth, route->chunk, &st, err);
   if (rc) return rc;
-  if (st.depth == 1) /* one chunk: nothing to overlap, no thread to pay for */
-    rc = xfer_be_read(src->dev, src->buf, src->offset, st.slot[0], src->nbytes, err);
-  if (st.depth == 1 && !rc)
-    rc = xfer_be_write(dst->dev, dst->buf, dst->offset, st.slot[0], src->nbytes, err);
-  if (st.depth == 1 && !rc) rc = xfer_progress(src->nbytes, src->nbytes, err);
-  if (st.depth > 1) rc = pipelined(&st, src, dst, err);
+  int whole = src->nbytes <= st.chunk; /* one chunk: nothing to overlap, no thread to pay for */
+  if (whole) rc = xfer_be_read(src->dev, src->buf, src->offset, st.slot[0], src->nbytes, err);
+  if (whole && !rc) rc = xfer_be_write(dst->dev, dst->buf, dst->offset, st.slot[0], src->nbytes, err);
+  if (whole && !rc) rc = xfer_progress(src->nbytes, src->nbytes, err);
+  if (!whole) rc = pipelined(&st, src, dst, err);
   staging_free(&st); /* every queued move on the chunks has finished: the pool may reuse them */
   return rc;
 }

@@ -67,8 +67,9 @@ typedef struct xfer_memory_ops {
 } xfer_memory_ops;
 
 /* One copy of a batch (copy->many): `n` bytes between two ends, each a buffer of the device at
-** a byte offset, or host memory (buf NULL) at `host`. A piece of 0 bytes (an empty tensor, bytes
-** onto themselves) has both ends empty (all NULL): a runner skips it. */
+** a byte offset, or host memory (buf NULL) at `host`. A piece is never 0 bytes: the batch
+** decides an element with nothing to move at prepare (batch.c: no group, no piece), and
+** xfer_be_many refuses such a piece before a runtime sees it. */
 typedef struct xfer_piece_end {
   void *buf;
   size_t offset;

@@ -265,6 +265,8 @@ static int make_error(lua_State *L)
   err.native = (long long)lua_tonumber(L, -1);
   lua_getfield(L, 1, "offset");
   err.offset = lua_isnumber(L, -1) ? (long long)lua_tonumber(L, -1) : -1;
+  lua_getfield(L, 1, "element");
+  err.element = lua_isnumber(L, -1) ? (long long)lua_tonumber(L, -1) : 0;
   lua_getfield(L, 1, "retryable");
   err.retryable = lua_toboolean(L, -1);
   lua_getfield(L, 1, "injected");

@@ -145,7 +145,7 @@ xfer_code xfer_cu_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfe
     const xfer_piece *p = &pieces[i];
     uint64_t dst = address_of(dev, &p->dst, p->n, &lo[0], &hi[0]);
     uint64_t src = address_of(dev, &p->src, p->n, &lo[1], &hi[1]);
-    if (p->n && (!dst || !src)) rc = XFER_E_UNSUPPORTED; /* host memory it cannot reach */
+    if (!dst || !src) rc = XFER_E_UNSUPPORTED; /* host memory it cannot reach */
     for (size_t off = 0; !rc && off < p->n; off += PIECE_MAX, k++) {
       desc[3 * k] = dst + off;
       desc[3 * k + 1] = src + off;

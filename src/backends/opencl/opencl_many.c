@@ -57,7 +57,7 @@ static xfer_code many_mapped(xfer_device *dev, const xfer_piece *pieces, size_t 
     char *d = NULL, *s = NULL;
     if (p->dst.buf) rc = mapped(dev, maps, &nmaps, p->dst.buf, p->dst.offset, &d, err);
     if (!rc && p->src.buf) rc = mapped(dev, maps, &nmaps, p->src.buf, p->src.offset, &s, err);
-    if (!rc && p->n) memcpy(end_address(&p->dst, d), end_address(&p->src, s), p->n);
+    if (!rc) memcpy(end_address(&p->dst, d), end_address(&p->src, s), p->n);
   }
   xfer_error ignored;
   xfer_code unmapped = XFER_E_OK;
@@ -84,7 +84,6 @@ static xfer_code many_enqueued(xfer_device *dev, const xfer_piece *pieces, size_
   xfer_code rc = XFER_E_OK;
   for (size_t i = 0; i < n && !rc; i++) {
     const xfer_piece *p = &pieces[i];
-    if (!p->n) continue;
     if (p->dst.buf && p->src.buf) {
       CL_STEP(rc, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, q, (cl_mem)p->src.buf,
               (cl_mem)p->dst.buf, p->src.offset, p->dst.offset, p->n, 0, NULL, NULL);

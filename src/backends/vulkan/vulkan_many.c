@@ -32,7 +32,7 @@ static xfer_code many_mapped(xfer_device *dev, const xfer_piece *pieces, size_t 
   if (xfer_vk_injected(dev, XFER_OP_COPY))
     return xfer_vk_fail(dev, XFER_OP_COPY, "vkMapMemory", (VkResult)vk_of(dev)->injected, 1, err);
   for (size_t i = 0; i < n; i++)
-    if (pieces[i].n) memcpy(mapped_address(&pieces[i].dst), mapped_address(&pieces[i].src), pieces[i].n);
+    memcpy(mapped_address(&pieces[i].dst), mapped_address(&pieces[i].src), pieces[i].n);
   return XFER_E_OK;
 }
 
@@ -66,7 +66,6 @@ static xfer_code plan_copies(xfer_device *dev, const xfer_piece *pieces, size_t 
   size_t nc = 0, nr = 0;
   for (size_t i = 0; i < n; i++) {
     const xfer_piece *p = &pieces[i];
-    if (!p->n) continue;
     VkBuffer dst, src;
     VkDeviceSize dst_at, src_at;
     if (!buffer_end(dev, &p->dst, p->n, &last[0], &dst, &dst_at) ||
