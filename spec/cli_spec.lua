@@ -273,3 +273,74 @@ describe("the examples", function()
     assert.is_truthy(out:match("selftest: ok %-%- %d+ moves, 0 default paths failed"), out)
   end)
 end)
+
+-- a user's mistake in a tool mode is one line and exit 2, never a traceback of our chunks
+describe("the tool modes' mistakes", function()
+  local function says(args, pattern)
+    local out, code = h.run(h.xferlua() .. " " .. args)
+    assert.are.equal(2, code, out)
+    assert.is_falsy(out:find("traceback", 1, true), out)
+    local _, lines = out:gsub("\n", "")
+    assert.are.equal(1, lines, out)
+    assert.matches(pattern, out)
+  end
+
+  it("--load of a missing file, a directory, a bad .npy, onto an unknown device", function()
+    says("--load /nonexistent/model.safetensors", "^xferlua: ENOENT")
+    says("--load /tmp", "not a regular file")
+    local p = os.tmpname() .. ".npy"
+    local f = assert(io.open(p, "wb"))
+    f:write("\147NUMPY\1\0\22\0{'descr': '<f4junk'}   \n")
+    f:close()
+    says("--load " .. p, p:gsub("%p", "%%%0"))
+    os.remove(p)
+    local t = os.tmpname() .. ".safetensors"
+    xfer.save(t, { a = xfer.zeros({ 2 }) })
+    says("--load " .. t .. " --device nosuch:9", "nosuch:9")
+    os.remove(t)
+  end)
+
+  it("--serve with a bad URL, a missing or an empty --token-file", function()
+    says("--serve bogus://x", "is no ucx://host:port address")
+    says("--serve ucx://127.0.0.1:0 --token-file /nonexistent/token", "%-%-token%-file: /nonexistent/token")
+    local p = os.tmpname()
+    says("--serve ucx://127.0.0.1:0 --token-file " .. p, "is empty: a token of 1 to 255 bytes is needed")
+    os.remove(p)
+  end)
+
+  it("Ctrl-C on --serve: one line, exit 130, at once", function()
+    local out, code = h.run("(" .. h.xferlua() .. " --serve ucx://127.0.0.1:0 & p=$!; sleep 1; " ..
+                            "kill -INT $p; s=$(date +%s%N); wait $p; c=$?; e=$(date +%s%N); " ..
+                            "echo \"ms $(( (e - s) / 1000000 ))\"; exit $c)")
+    assert.are.equal(130, code, out)
+    assert.matches("xferlua: interrupted %(SIGINT%)", out)
+    assert.is_falsy(out:find("traceback", 1, true), out)
+    assert.is_true(tonumber(out:match("ms (%d+)")) < 1000, out)
+  end)
+
+  it("xfer.listen refuses an empty token (it read as none: anyone let in)", function()
+    local e = h.raises("invalid", xfer.listen, "ucx://127.0.0.1:0", { token = "" })
+    assert.matches("an empty token admits anyone", e.message)
+  end)
+
+  it("--load of a shard index, as xfer.load takes it", function()
+    local d = os.tmpname()
+    os.remove(d)
+    assert(os.execute("mkdir -p " .. d) == 0)
+    xfer.save(d .. "/model-00001-of-00002.safetensors", { a = xfer.arange(10) })
+    xfer.save(d .. "/model-00002-of-00002.safetensors", { b = xfer.ones({ 3, 4 }, { dtype = "bf16" }) })
+    local f = assert(io.open(d .. "/model.safetensors.index.json", "w"))
+    f:write('{"metadata": {"total_size": 64}, "weight_map": {"a": "model-00001-of-00002.safetensors", ' ..
+            '"b": "model-00002-of-00002.safetensors"}}')
+    f:close()
+    for _, dev in ipairs(xfer.devices()) do
+      local out, code = h.run(h.xferlua() .. " --load " .. d .. "/model.safetensors.index.json --device " .. dev.name)
+      assert.are.equal(0, code, out)
+      assert.matches("safetensors index of 2 shards, 2 tensors", out)
+      assert.matches("a%s+f32%[10%]", out)
+      assert.matches("b%s+bf16%[3,4%]", out)
+      assert.matches("loaded 2 tensors, [%d.]+ GB onto " .. dev.name:gsub("%p", "%%%0"), out)
+    end
+    os.execute("rm -rf " .. d)
+  end)
+end)

@@ -143,9 +143,12 @@ static void stop_hook(lua_State *L, lua_Debug *ar)
   luaL_error(L, "interrupted!");
 }
 
+static volatile sig_atomic_t interrupted; /* Ctrl-C came: the script is being stopped */
+
 static void on_sigint(int sig)
 {
   signal(sig, SIG_DFL); /* a second Ctrl-C ends the process */
+  interrupted = 1;
   /* lua.c's own way to stop a script: lua_sethook only stores the hook and its mask */
   lua_sethook(global_L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1); // NOLINT(bugprone-signal-handler)
 }
@@ -269,89 +272,79 @@ static int run_selftest(lua_State *L, int quick, int json)
   return status;
 }
 
+/* -- The tool modes (--load, --serve): xfer.cli's functions ---------------------------------- */
+
+/* Set by the message handler of a tool mode: the error was an xfer.Error, a user's mistake
+** (a missing file, a bad URL), told in one line with exit status 2 -- not a traceback of our
+** chunks. */
+static int tool_mistake;
+
+static int is_xfer_error(lua_State *L, int idx)
+{
+  if (!lua_istable(L, idx) || !lua_getmetatable(L, idx)) return 0;
+  lua_getfield(L, -1, "__name");
+  int yes = lua_isstring(L, -1) && !strcmp(lua_tostring(L, -1), "xfer.Error");
+  lua_pop(L, 2);
+  return yes;
+}
+
+static int tool_message(lua_State *L)
+{
+  if (interrupted) { /* Ctrl-C: the hook's error, said as what it is */
+    lua_pushliteral(L, "interrupted (SIGINT)");
+    return 1;
+  }
+  if (!is_xfer_error(L, 1)) return traceback(L);
+  tool_mistake = 1;
+  if (!luaL_callmeta(L, 1, "__tostring") || !lua_isstring(L, -1)) lua_pushliteral(L, "(an xfer.Error)");
+  return 1;
+}
+
+/* Calls require("xfer.cli")[fn](args...) (nargs strings, NULL for nil, then a boolean); 0, or
+** the exit status: 2 for a mistake, 130 for Ctrl-C, 1 for anything else (with a traceback). */
+static int run_tool(lua_State *L, const char *fn, const char *const *args, int nargs, int flag)
+{
+  lua_pushcfunction(L, tool_message);
+  int handler = lua_gettop(L);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "xfer.cli");
+  int status = lua_pcall(L, 1, 1, handler);
+  if (!status) {
+    lua_getfield(L, -1, fn);
+    lua_remove(L, -2);
+    for (int i = 0; i < nargs; i++) {
+      if (args[i]) lua_pushstring(L, args[i]);
+      else lua_pushnil(L);
+    }
+    lua_pushboolean(L, flag);
+    tool_mistake = 0;
+    interrupted = 0;
+    signal(SIGINT, on_sigint);
+    status = lua_pcall(L, nargs + 1, 0, handler);
+    signal(SIGINT, SIG_DFL);
+  }
+  if (status) {
+    report(L, status);
+    status = interrupted ? 130 : tool_mistake ? 2 : 1;
+  }
+  lua_settop(L, handler - 1);
+  if (status) lua_gc(L, LUA_GCCOLLECT, 0); /* an error may have left tensors behind */
+  return status;
+}
+
 /* --serve URL [--name N] [--token-file F]: this machine's devices, served until the process
 ** is stopped; a line on stderr says what is served where */
 static int run_serve(lua_State *L, const char *serve, const char *name, const char *token_file)
 {
-  static const char chunk[] =
-    "local url, name, token_file = ...\n"
-    "local xfer = require 'xfer'\n"
-    "local token\n"
-    "if token_file then\n"
-    "  local f, why = io.open(token_file)\n"
-    "  if not f then error(xfer.error{code = 'invalid', op = 'serve', message = '--token-file: ' .. why}, 0) end\n"
-    "  token = f:read('*a'):gsub('[\\r\\n]+$', '')\n"
-    "  f:close()\n"
-    "end\n"
-    "local l = xfer.listen(url, {name = name, token = token})\n"
-    "local names = {}\n"
-    "for _, d in ipairs(xfer.devices()) do if d.runtime ~= 'remote' then names[#names + 1] = d.name end end\n"
-    "io.stderr:write(('xferlua: serving %s on %s as %s%s\\n'):format(table.concat(names, ', '), l.url,\n"
-    "  name or 'node', token and ' (token required)' or ''))\n"
-    "for _, r in ipairs(xfer.runtimes()) do\n"
-    "  if r.reason and r.reason ~= '' and r.name ~= 'remote' then io.stderr:write(('xferlua: %s%s: %s\\n'):format(r.name,\n"
-    "    r.available and '' or ' unavailable', r.reason)) end\n"
-    "end\n"
-    "while true do l:progress(1) end\n";
-  int status = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=--serve");
-  if (status == 0) {
-    lua_pushstring(L, serve);
-    if (name) lua_pushstring(L, name);
-    else lua_pushnil(L);
-    if (token_file) lua_pushstring(L, token_file);
-    else lua_pushnil(L);
-    status = docall(L, 3, 0);
-  }
-  if (status) report(L, status);
-  return status;
+  const char *args[] = {serve, name, token_file};
+  return run_tool(L, "serve", args, 3, 0);
 }
 
 /* --load FILE [--device DEV] [--json]: every tensor loaded, the names, shapes and speed said */
 static int run_load(lua_State *L, const char *file, const char *device, int json)
 {
-  static const char chunk[] =
-    "local file, device, json = ...\n"
-    "local xfer = require 'xfer'\n"
-    "local dev = xfer.device(device or 'host')\n"
-    "local f = xfer.open(file)\n"
-    "local entries = f:entries()\n"
-    "local format, size = f.format, f.size\n"
-    "f:close()\n"
-    "local t0 = xfer.clock()\n"
-    "local loaded = xfer.load(file, {device = dev})\n"
-    "if format == 'npy' then loaded = {[''] = loaded} end\n"
-    "xfer.synchronize()\n"
-    "local seconds = xfer.clock() - t0\n"
-    "local route = xfer.file_route()\n"
-    "local bytes = 0\n"
-    "for _, e in ipairs(entries) do bytes = bytes + e.nbytes end\n"
-    "if json then\n"
-    "  local tensors = {}\n"
-    "  for i, e in ipairs(entries) do tensors[i] = {name = e.name, dtype = e.dtype, shape = e.shape, bytes = e.nbytes} end\n"
-    "  print(xfer.json({file = file, format = format, device = dev.name, tensors = tensors, bytes = bytes,\n"
-    "    seconds = seconds, gbps = bytes / seconds / 1e9, direct = route.direct, engine = route.engine,\n"
-    "    reason = route.reason}))\n"
-    "else\n"
-    "  print(('%s: %s, %d tensors, %.3f GB'):format(file, format, #entries, size / 1e9))\n"
-    "  for _, e in ipairs(entries) do\n"
-    "    print(('  %-40s %s[%s]'):format(e.name == '' and '(the array)' or e.name, e.dtype, table.concat(e.shape, ',')))\n"
-    "  end\n"
-    "  print(('read by %s'):format(route.reason))\n"
-    "  if route.gds_reason then print(route.gds_reason) end\n"
-    "  print(('loaded %d tensors, %.3f GB onto %s in %.3f s: %.2f GB/s'):format(#entries, bytes / 1e9,\n"
-    "    dev.name, seconds, bytes / seconds / 1e9))\n"
-    "end\n"
-    "for _, t in pairs(loaded) do t:free() end\n";
-  int status = luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=--load");
-  if (status == 0) {
-    lua_pushstring(L, file);
-    if (device) lua_pushstring(L, device);
-    else lua_pushnil(L);
-    lua_pushboolean(L, json);
-    status = docall(L, 3, 0);
-  }
-  if (status) report(L, status);
-  return status;
+  const char *args[] = {file, device};
+  return run_tool(L, "load", args, 2, json);
 }
 
 /* --calibrate [--sizes LIST] [--json]: the figures, saved to the plan cache; 1 when they
@@ -632,8 +625,11 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
   if (c.devices && print_devices(L, c.json)) return 1;
   if (c.selftest && run_selftest(L, c.quick, c.json)) return 1;
   if (c.calibrate && run_calibrate(L, c.json, c.sizes)) return 1;
-  if (c.load && run_load(L, c.load, c.device, c.json)) return 1;
-  if (c.serve) return run_serve(L, c.serve, c.name, c.token_file) ? 1 : 0;
+  if (c.load) {
+    int status = run_load(L, c.load, c.device, c.json);
+    if (status) return status;
+  }
+  if (c.serve) return run_serve(L, c.serve, c.name, c.token_file);
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;

@@ -43,8 +43,9 @@ xfer_code xfer_format_read(const xfer_fio *f, uint64_t size, xfer_file_layout *o
   xfer_format_reading r = { f, size, out, err };
   uint8_t magic[8] = { 0 };
   xfer_code code = xfer_fio_read(f, magic, size < 8 ? (size_t)size : 8, 0, err);
-  if (code) return code;
-  if (size >= 6 && !memcmp(magic, "\x93NUMPY", 6)) {
+  if (code) {
+    /* the magic unread: said below, as a header's read */
+  } else if (size >= 6 && !memcmp(magic, "\x93NUMPY", 6)) {
     out->format = XFER_FORMAT_NPY;
     code = xfer_npy_read(&r);
   } else if (size >= 4 && le32_of(magic) == 0x04034b50) {
@@ -63,7 +64,17 @@ xfer_code xfer_format_read(const xfer_fio *f, uint64_t size, xfer_file_layout *o
     code = xfer_format_bad(&r, NULL, 0, "not a tensor file (%llu bytes): neither safetensors, .npy nor .npz",
                (unsigned long long)size);
   }
+  xfer_format_kind format = out->format;
   if (code) xfer_format_free(out);
+  /* a read that failed on the way says which file and which part of it (the format's own
+  ** refusals name the file already) */
+  if (code && err && err->op_id == XFER_OP_READ && strncmp(err->message, f->path, strlen(f->path))) {
+    char head[sizeof err->message], cause[sizeof err->message];
+    xfer_copy_text(cause, sizeof cause, err->message);
+    snprintf(head, sizeof head, "Failed to read the %s of %s: ",
+             format == XFER_FORMAT_NPZ ? "directory" : "header", f->path);
+    xfer_err_join(err->message, sizeof err->message, head, cause);
+  }
   return code;
 }
 

@@ -56,11 +56,17 @@ static int injected(const xfer_fio *f, xfer_op op, int *native)
   return 1;
 }
 
-static xfer_code injected_error(const xfer_fio *f, xfer_op op, int native, long long offset,
-                                xfer_error *err)
+/* An injected failure says what it failed, in the words of a real one ("read of 8 bytes at
+** byte 0: ..."; a sync: "fdatasync: ..."), so that its message reads alone too. */
+static xfer_code injected_error(const xfer_fio *f, xfer_op op, int native, size_t len,
+                                long long offset, xfer_error *err)
 {
   xfer_code code = xfer_op_failure(op);
-  xfer_fio_error(err, code, op, native, f->path, offset, "%s (injected)", strerror(native));
+  if (op == XFER_OP_SYNC)
+    xfer_fio_error(err, code, op, native, f->path, offset, "fdatasync: %s (injected)", strerror(native));
+  else
+    xfer_fio_error(err, code, op, native, f->path, offset, "%s of %zu bytes at byte %lld: %s (injected)",
+                   op == XFER_OP_WRITE ? "write" : "read", len, offset, strerror(native));
   if (err) err->injected = 1;
   return code;
 }
@@ -103,7 +109,7 @@ xfer_code xfer_fio_read(const xfer_fio *f, void *buf, size_t len, uint64_t offse
 {
   int native;
   if (injected(f, XFER_OP_READ, &native))
-    return injected_error(f, XFER_OP_READ, native, (long long)offset, err);
+    return injected_error(f, XFER_OP_READ, native, len, (long long)offset, err);
   size_t done;
   int e = transfer(f->fd, 0, buf, len, len, offset, &done);
   return e ? transfer_error(f, 0, e, len, done, offset, err) : XFER_E_OK;
@@ -114,7 +120,7 @@ xfer_code xfer_fio_write(const xfer_fio *f, const void *buf, size_t len, uint64_
 {
   int native;
   if (injected(f, XFER_OP_WRITE, &native))
-    return injected_error(f, XFER_OP_WRITE, native, (long long)offset, err);
+    return injected_error(f, XFER_OP_WRITE, native, len, (long long)offset, err);
   size_t done;
   int e = transfer(f->fd, 1, (void *)buf, len, len, offset, &done);
   return e ? transfer_error(f, 1, e, len, done, offset, err) : XFER_E_OK;
@@ -123,7 +129,7 @@ xfer_code xfer_fio_write(const xfer_fio *f, const void *buf, size_t len, uint64_
 xfer_code xfer_fio_sync(const xfer_fio *f, xfer_error *err)
 {
   int native;
-  if (injected(f, XFER_OP_SYNC, &native)) return injected_error(f, XFER_OP_SYNC, native, -1, err);
+  if (injected(f, XFER_OP_SYNC, &native)) return injected_error(f, XFER_OP_SYNC, native, 0, -1, err);
   if (fdatasync(f->fd) == 0) return XFER_E_OK;
   int e = errno;
   return xfer_fio_error(err, XFER_E_WRITE, XFER_OP_SYNC, e, f->path, -1, "fdatasync: %s",
@@ -381,7 +387,7 @@ xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
   if (!slot->result) return XFER_E_OK;
   if (slot->injected)
     return injected_error(&q->file, slot->write ? XFER_OP_WRITE : XFER_OP_READ, slot->result,
-                          (long long)slot->offset, err);
+                          slot->len, (long long)slot->offset, err);
   return transfer_error(&q->file, slot->write, slot->result, slot->len, slot->done,
                         slot->offset, err);
 }

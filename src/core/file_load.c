@@ -43,8 +43,12 @@ static xfer_code frame(xfer_error *err, const xfer_file *f, const char *tensor,
   if (to) xfer_copy_text(err->to, sizeof err->to, to);
   if (strncmp(cause, f->path, strlen(f->path))) {
     char head[sizeof err->message];
-    snprintf(head, sizeof head, "Failed to load tensor '%s' of %s (byte %lld)%s%s: ",
-             tensor ? tensor : "?", f->path, offset, to ? " onto " : "", to ? to : "");
+    if (tensor && *tensor)
+      snprintf(head, sizeof head, "Failed to load tensor '%s' of %s (byte %lld)%s%s: ", tensor,
+               f->path, offset, to ? " onto " : "", to ? to : "");
+    else /* a .npy's one array has no name */
+      snprintf(head, sizeof head, "Failed to load %s (byte %lld)%s%s: ", f->path, offset,
+               to ? " onto " : "", to ? to : "");
     xfer_err_join(err->message, sizeof err->message, head, cause);
   }
   return err->code;

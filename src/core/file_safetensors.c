@@ -108,10 +108,12 @@ static xfer_code safetensors_entry(xfer_format_reading *r, const xfer_json *t, u
                (unsigned long long)data, (unsigned long long)r->size);
   int over;
   uint64_t want = xfer_format_shape_bytes(&e->shape, e->dtype, &over);
-  if (over || want != end - begin)
-    return xfer_format_bad(r, name, at_data,
-               "its shape and dtype make %s bytes but data_offsets hold %llu",
-               over ? "more than 2^64" : "", (unsigned long long)(end - begin));
+  if (over)
+    return xfer_format_bad(r, name, at_data, "its shape and dtype make more than 2^64 bytes but "
+                           "data_offsets hold %llu", (unsigned long long)(end - begin));
+  if (want != end - begin)
+    return xfer_format_bad(r, name, at_data, "its shape and dtype make %llu bytes but data_offsets "
+                           "hold %llu", (unsigned long long)want, (unsigned long long)(end - begin));
   e->offset = data_start + begin;
   e->nbytes = e->stored = want;
   return XFER_E_OK;

@@ -87,8 +87,11 @@ static xfer_code frame(xfer_error *err, const saving *s, size_t index, long long
   if (index < s->n && xfer_tensor_device(s->packed[index]))
     xfer_copy_text(err->from, sizeof err->from, xfer_tensor_device(s->packed[index])->name);
   char head[sizeof err->message];
-  snprintf(head, sizeof head, "Failed to save %s%s%s to %s (byte %lld): ",
-           name ? "tensor '" : "the header", name ? name : "", name ? "'" : "", s->path, offset);
+  if (offset < 0) /* no byte of it: the file as a whole (its sync to the disk) */
+    snprintf(head, sizeof head, "Failed to save %s (syncing it to the disk): ", s->path);
+  else
+    snprintf(head, sizeof head, "Failed to save %s%s%s to %s (byte %lld): ",
+             name ? "tensor '" : "the header", name ? name : "", name ? "'" : "", s->path, offset);
   xfer_err_join(err->message, sizeof err->message, head, cause);
   return err->code;
 }

@@ -19,11 +19,17 @@ xfer_code xfer_tensor_view(xfer_tensor *t, const xfer_shape *shape, const int64_
                         XFER_MAX_DIMS, shape->ndim);
   xfer_tensor *owner = t->base ? t->base : t;
   size_t numel = 1;
+  int empty = 0; /* a size 0: a view of no element, whatever its other sizes (NumPy, PyTorch) */
+  for (int i = 0; i < shape->ndim; i++) empty |= shape->dims[i] == 0;
   for (int i = 0; i < shape->ndim; i++) {
     if (shape->dims[i] < 0 || strides[i] < 0)
       return xfer_err_set(err, XFER_E_INVALID, "view", "dimension %d: size %lld, stride %lld: "
                           "neither may be negative", i + 1, (long long)shape->dims[i],
                           (long long)strides[i]);
+    if (empty) {
+      numel = 0;
+      continue;
+    }
     if (shape->dims[i] > (int64_t)owner->numel)
       return xfer_err_set(err, XFER_E_INVALID, "view", "dimension %d: %lld elements in a tensor "
                           "of %zu", i + 1, (long long)shape->dims[i], owner->numel);

@@ -217,9 +217,12 @@ static int l_batch(lua_State *L)
   opts_at(L, 2, "batch", &opts);
   lua_settop(L, 2);
   items_box *items;
-  lua_getfield(L, 1, "block_bytes");
-  int blocks = lua_istable(L, 1) && !lua_isnil(L, -1);
-  lua_pop(L, 1);
+  int blocks = 0; /* a non-table is items_of_list's to refuse (indexing it raised a bare string) */
+  if (lua_istable(L, 1)) {
+    lua_getfield(L, 1, "block_bytes");
+    blocks = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+  }
   if (blocks) {
     static const char *const keys[] = {"dst", "src", "src_blocks", "dst_blocks", "block_bytes", NULL};
     xl_check_options(L, 1, "batch", keys);

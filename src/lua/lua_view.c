@@ -117,6 +117,9 @@ static void new_shape(lua_State *L, int idx, const char *fname, size_t numel, xf
     if (known != 0 && numel % known == 0) {
       shape->dims[infer] = (int64_t)(numel / known);
       known = numel;
+    } else if (known == 0) { /* as PyTorch refuses it */
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: a shape with a size 0 holds 0 elements whatever "
+                    "its size -1 is: give that size", fname);
     } else {
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: %zu elements do not divide into that shape",
                     fname, numel);

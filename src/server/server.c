@@ -985,7 +985,11 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   if (strlen(name) > WIRE_NAME_MAX || strpbrk(name, "/\t\n :"))
     return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: a name of at most %d characters, "
                         "without '/', ':', spaces or tabs, not '%.40s'", WIRE_NAME_MAX, name);
-  const char *token = opts && opts->token ? opts->token : "";
+  const char *token = opts && opts->token ? opts->token : NULL;
+  if (token && !*token) /* an empty token would read as none: every client let in */
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: an empty token admits "
+                        "anyone: give one of 1 to 255 bytes, or none (nil) to serve without");
+  if (!token) token = "";
   if (strlen(token) >= sizeof ((xfer_listener *)0)->token)
     return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LISTEN, "listen: a token of at most 255 bytes");
   xfer_listener *l = calloc(1, sizeof *l);
