@@ -140,7 +140,11 @@ static xfer_code parse_npy(xfer_format_reading *r, const char *name, const uint8
     return xfer_format_bad(r, name, at, "the .npy header lacks %s", !have_descr ? "descr"
                                                         : !have_order ? "fortran_order" : "shape");
   char order = descr[0], kind = descr[1];
-  int size = atoi(descr + 2);
+  char *size_end = NULL;
+  long size_read = descr[0] && descr[1] ? strtol(descr + 2, &size_end, 10) : 0;
+  /* the size is the rest of the descr, digits only: '<f4junk' is no f4 */
+  int size = size_end && size_end != descr + 2 && !*size_end && size_read > 0 && size_read < 64
+                 ? (int)size_read : -1;
   if (order == '>' && size > 1)
     return xfer_format_unsupported(r, name, at, "a big-endian array (xferlua reads little-endian ones)");
   int known = 0;
@@ -326,6 +330,8 @@ static xfer_code zip_member(xfer_format_reading *r, const uint8_t *c, uint64_t c
   }
   char name[256];
   if (name_len >= sizeof name) return xfer_format_bad(r, NULL, (long long)c_at, "a member's name too long");
+  if (memchr(c + 46, 0, name_len)) /* a NUL would cut it: two names could become one */
+    return xfer_format_bad(r, NULL, (long long)c_at, "a member's name holds a NUL byte");
   memcpy(name, c + 46, name_len);
   name[name_len] = '\0';
   if (name_len < 4 || strcmp(name + name_len - 4, ".npy"))
@@ -363,6 +369,9 @@ static xfer_code zip_member(xfer_format_reading *r, const uint8_t *c, uint64_t c
   if (e->nbytes + from != usize)
     return xfer_format_bad(r, name, (long long)data, "the member holds %llu bytes but its header says %llu",
                (unsigned long long)usize, (unsigned long long)e->nbytes + from);
+  if (method == 0 && csize != usize) /* stored: the bytes after it (the directory) are no data */
+    return xfer_format_bad(r, name, (long long)data, "a stored member of %llu bytes that says it "
+               "holds %llu", (unsigned long long)csize, (unsigned long long)usize);
   e->deflated = method == 8;
   e->inflated_skip = e->deflated ? from : 0;
   e->offset = e->deflated ? data : data + from;

@@ -67,6 +67,11 @@ static xfer_code safetensors_entry(xfer_format_reading *r, const xfer_json *t, u
     return xfer_format_bad(r, name, at, "its header entry lacks %s", !dtype ? "dtype" : !shape ? "shape"
                                                                                : "data_offsets");
   if (dtype->type != XFER_JSON_STRING) return xfer_format_bad(r, name, at, "dtype is not a string");
+  /* a NUL would cut the name (two names could become one, a tensor be lost) or the dtype */
+  if (memchr(name, 0, t->key_len))
+    return xfer_format_bad(r, NULL, at, "a tensor name holds a NUL byte (\\u0000)");
+  if (memchr(dtype->text, 0, dtype->len))
+    return xfer_format_bad(r, name, at, "its dtype holds a NUL byte (\\u0000)");
   xfer_format_entry *e = xfer_format_add_entry(r, name, t->key_len);
   if (!e) return xfer_err_code(r->err, XFER_E_ALLOC, XFER_OP_READ);
   int known = 0;

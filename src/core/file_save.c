@@ -4,9 +4,12 @@
 ** into a temporary file beside the path, written while the next chunk is filled; synced and
 ** renamed over the path only when every byte is there.
 */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,13 +90,50 @@ static xfer_code frame(xfer_error *err, const saving *s, size_t index, long long
   if (index < s->n && xfer_tensor_device(s->packed[index]))
     xfer_copy_text(err->from, sizeof err->from, xfer_tensor_device(s->packed[index])->name);
   char head[sizeof err->message];
-  if (offset < 0) /* no byte of it: the file as a whole (its sync to the disk) */
+  if (offset < 0 && name) /* no byte of the file yet: the tensor itself (a view packed) */
+    snprintf(head, sizeof head, "Failed to save tensor '%s' to %s: ", name, s->path);
+  else if (offset < 0) /* no byte of it: the file as a whole (its sync to the disk) */
     snprintf(head, sizeof head, "Failed to save %s (syncing it to the disk): ", s->path);
   else
     snprintf(head, sizeof head, "Failed to save %s%s%s to %s (byte %lld): ",
              name ? "tensor '" : "the header", name ? name : "", name ? "'" : "", s->path, offset);
   xfer_err_join(err->message, sizeof err->message, head, cause);
   return err->code;
+}
+
+/* -- The temporary file ------------------------------------------------------------------- */
+
+/* The process's umask, read without setting it (umask(2) sets it for every thread at once). */
+static mode_t current_umask(void)
+{
+  FILE *f = fopen("/proc/self/status", "re");
+  unsigned mask = 022;
+  char line[128];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Umask: %o", &mask) == 1) break;
+  if (f) fclose(f);
+  return (mode_t)mask;
+}
+
+/* Temporaries of earlier saves to this path whose writer is dead (killed mid-save: nothing
+** else would remove them), named ".BASE.xfer-PID-XXXXXX" by save_temporary: removed. */
+static void remove_stale(const char *dir, const char *base)
+{
+  DIR *d = opendir(dir);
+  if (!d) return;
+  char prefix[300];
+  int plen = snprintf(prefix, sizeof prefix, ".%s.xfer-", base);
+  struct dirent *ent;
+  while (plen > 0 && (size_t)plen < sizeof prefix && (ent = readdir(d))) {
+    if (strncmp(ent->d_name, prefix, (size_t)plen)) continue;
+    char *end = NULL;
+    long pid = strtol(ent->d_name + plen, &end, 10);
+    if (pid <= 0 || !end || *end != '-' || strlen(end) != 7 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to ask) */
+    char stale[4096];
+    if (snprintf(stale, sizeof stale, "%s/%s", dir, ent->d_name) < (int)sizeof stale) unlink(stale);
+  }
+  closedir(d);
 }
 
 static int add_segment(saving *s, const char *bytes, size_t len, xfer_tensor *t, size_t index)
@@ -472,11 +512,12 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
   if (!code && (!dir_copy || !base_copy)) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
   const char *dir = dir_copy ? dirname(dir_copy) : ".";
   if (!code) {
-    size_t cap = strlen(path) + 32;
+    size_t cap = strlen(path) + 48;
     tmp = malloc(cap);
     if (!tmp) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
-    else snprintf(tmp, cap, "%s/.%s.xfer-XXXXXX", dir, basename(base_copy));
+    else snprintf(tmp, cap, "%s/.%s.xfer-%ld-XXXXXX", dir, basename(base_copy), (long)getpid());
   }
+  if (!code && tmp) remove_stale(dir, basename(base_copy));
   if (!code && tmp && (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
     int e = errno;
     free(tmp);
@@ -484,6 +525,8 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
     code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_OPEN, e, path, -1,
                           "cannot create a file in %s: %s", dir, strerror(e));
   }
+  /* mkostemp makes it 0600; the file it becomes gets the mode a new file gets here */
+  if (!code && fd >= 0) (void)fchmod(fd, 0666 & ~current_umask());
   xfer_file_route route;
   memset(&route, 0, sizeof route);
   int devices = 0;
