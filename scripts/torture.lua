@@ -73,6 +73,19 @@ end
 
 -- What must come back after every run: each device's memory (with the caches given back)
 -- and the open file descriptors (interop fds, driver handles).
+-- Bytes in use on every device now, after collecting: what a run's end must find back --
+-- before xfer.synchronize, so that a job the scenario waited for and let go is back at once
+-- (a job's thread once held its source and result until it got round to dropping the job:
+-- the memory came back "one job late", which a synchronize first hid).
+local function in_use_now()
+  if jit then jit.flush() end
+  collectgarbage()
+  collectgarbage()
+  local s = {}
+  for _, dev in ipairs(xfer.devices()) do s[dev.name] = xfer.memory(dev).in_use end
+  return s
+end
+
 local function snapshot()
   -- compiled traces keep constants of the values they were recorded on (seen: five tensors
   -- of one run alive after every collection, none with -joff or after jit.flush)
@@ -218,7 +231,17 @@ local function one_run(scenario, k)
   for _, rec in ipairs(T.errors) do told[#told + 1] = ("raised at %s: %s"):format(rec.what, tostring(rec.e)) end
   problems.context = table.concat(told, "; ")
   T, raised = nil, nil
-  for _, d in ipairs(differences(base, snapshot())) do problems[#problems + 1] = "leaked: " .. d end
+  local early = in_use_now()
+  local after = snapshot()
+  if not scenario.drops_jobs then -- every job waited for: nothing may come back late
+    for _, dev in ipairs(xfer.devices()) do
+      if early[dev.name] ~= after[dev.name].in_use then
+        problems[#problems + 1] = ("a late release: %s had %.0f bytes in use after the run, %.0f once its jobs were synchronized")
+          :format(dev.name, early[dev.name], after[dev.name].in_use)
+      end
+    end
+  end
+  for _, d in ipairs(differences(base, after)) do problems[#problems + 1] = "leaked: " .. d end
   return problems, failed, seen, calls
 end
 

@@ -56,6 +56,7 @@ function xfer.move_many(tensors, dev, opts)
       if not made_ok then -- the element whose target could not be made, as a batch names it
         if xfer.is_error(made_or_e) then
           made_or_e.element = i
+          made_or_e.from, made_or_e.to = t.device.name, dev.name -- the move it was made for
           made_or_e.message = format("move_many: element %d of %d: %s", i, #tensors, made_or_e.message)
         end
         error(made_or_e)

@@ -1,6 +1,9 @@
 -- Torture scenario: batches -- blocks of a buffer on every device copied into shuffled blocks
 -- of a buffer on every device (copy_blocks), a prepared batch run twice, and copy_many of two
--- whole tensors of one pair. The expected bytes are cut from the source's bytes in Lua.
+-- whole tensors of one pair; move_many of tensors of several sizes, empty ones first (a group's
+-- route was made for its first element's size: issue 35); a batch run asynchronously, its
+-- source freed at once (the free waits for the run). The expected bytes are cut from the
+-- source's bytes in Lua.
 local xfer = require "xfer"
 
 local BLOCK, BLOCKS = 520, 6 -- bytes a block (not a multiple of 16: the byte path too)
@@ -56,6 +59,36 @@ return {
           if small_ok then small:free() end
           if d1_ok then d1:free() end
           if d2_ok then d2:free() end
+          -- sizes of every kind in one group, empty ones first
+          local list, wants = {}, {}
+          for i, len in ipairs({ 0, 40, 0, 1001, BLOCK * BLOCKS }) do
+            local made_ok, t = T.try("make on " .. a.name, xfer.tensor, bytes:sub(1, len), { dtype = "u8", device = a })
+            if made_ok then list[#list + 1], wants[#wants + 1] = t, bytes:sub(1, len) end
+          end
+          local moved_ok, moved = T.move(a, b, "move_many " .. a.name .. " -> " .. b.name, xfer.move_many, list, b)
+          if moved_ok then
+            for i, t in ipairs(moved) do
+              T.expect(wants[i], t, "move_many's element " .. i)
+              t:free()
+            end
+          end
+          for _, t in ipairs(list) do t:free() end
+          -- asynchronous, the source freed at once
+          local a_ok, asrc = T.try("make on " .. a.name, xfer.tensor, bytes, { dtype = "u8", device = a })
+          local b_ok, adst = T.try("zeros on " .. b.name, xfer.zeros, { BLOCK * BLOCKS }, { dtype = "u8", device = b })
+          if a_ok and b_ok then
+            local prepared, ab = T.try("prepare async " .. a.name .. " -> " .. b.name, xfer.batch, { { adst, asrc } })
+            if prepared then
+              local started, job = T.move(a, b, "run_async " .. a.name .. " -> " .. b.name, ab.run_async, ab)
+              asrc:free()
+              if started and T.move(a, b, "wait " .. a.name .. " -> " .. b.name, job.wait, job) then
+                T.expect(bytes, adst, "run_async, source freed")
+              end
+              ab:release()
+            end
+          end
+          if a_ok then asrc:free() end
+          if b_ok then adst:free() end
         end
       end
     end
