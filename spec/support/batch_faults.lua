@@ -3,8 +3,12 @@
 -- move_many and a copy_many of tensors of several sizes (empty ones among them, first) with
 -- each fallible call failed in turn. Every run either moves every byte right or raises an
 -- xfer.Error naming the element; the sources stay as they were; memory comes back. Prints
--- "ok RUNS FAULTS" or the first problem, and exits non-zero on a problem.
+-- "ok RUNS FAULTS" or the first problem, and exits non-zero on a problem. Arguments: STRIDE
+-- (fail every STRIDE-th call only; 1: every one) and SECONDS (start no new pair after that
+-- long: "ok" then says "stopped after P of N pairs"). Each pair is told on stderr as it starts.
 local xfer = require "xfer"
+local stride, seconds = tonumber(arg[1]) or 1, tonumber(arg[2])
+local started = xfer.clock()
 local sizes = { 0, 1001, 2001, 0, 3001, 4001, 100000 }
 
 local function pattern(n, dev, seed)
@@ -26,16 +30,18 @@ local function fail(fmt, ...)
   os.exit(1, true)
 end
 
-local runs, faults = 0, 0
+local runs, faults, pairs_done, stopped = 0, 0, 0, false
 for _, from in ipairs(xfer.devices()) do
   for _, to in ipairs(xfer.devices()) do
+    if seconds and xfer.clock() - started > seconds then stopped = true break end
+    io.stderr:write(("pair %s -> %s, %.1f s\n"):format(from.name, to.name, xfer.clock() - started))
     local srcs, want = {}, {}
     for i, n in ipairs(sizes) do
       srcs[i] = pattern(n, from, i)
       want[i] = srcs[i]:tobytes()
     end
     for _, how in ipairs({ "move_many", "copy_many" }) do
-      for k = 1, 400 do
+      for k = 1, 400, stride do
         local base = in_use()
         local dsts = {}
         if how == "copy_many" then
@@ -76,6 +82,9 @@ for _, from in ipairs(xfer.devices()) do
       end
     end
     for _, t in ipairs(srcs) do t:free() end
+    pairs_done = pairs_done + 1
   end
+  if stopped then break end
 end
-io.write(("ok %d %d\n"):format(runs, faults))
+local n = #xfer.devices()
+io.write(("ok %d %d%s\n"):format(runs, faults, stopped and (" stopped after %d of %d pairs"):format(pairs_done, n * n) or ""))
