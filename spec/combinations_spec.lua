@@ -4,16 +4,7 @@
 local xfer = require "xfer"
 local h = require "support.helpers"
 
--- bytes in use on every device, after the collector (and compiled traces, which keep
--- constants of what they were recorded on) let go of what nothing references
-local function in_use()
-  if jit then jit.flush() end
-  collectgarbage()
-  collectgarbage()
-  local n = 0
-  for _, d in ipairs(xfer.devices()) do n = n + xfer.memory(d).in_use end
-  return n
-end
+local in_use = h.in_use_everywhere
 
 describe("combinations", function()
   before_each(function() xfer.faults.clear() end)

@@ -6,7 +6,9 @@
 -- "ok RUNS FAULTS" or the first problem, and exits non-zero on a problem. Arguments: STRIDE
 -- (fail every STRIDE-th call only; 1: every one) and SECONDS (start no new pair after that
 -- long: "ok" then says "stopped after P of N pairs"). Each pair is told on stderr as it starts.
+package.path = "spec/?.lua;" .. package.path -- run from the project's root, as the specs are
 local xfer = require "xfer"
+local in_use = require("support.helpers").in_use_everywhere
 local stride, seconds = tonumber(arg[1]) or 1, tonumber(arg[2])
 local started = xfer.clock()
 local sizes = { 0, 1001, 2001, 0, 3001, 4001, 100000 }
@@ -15,14 +17,6 @@ local function pattern(n, dev, seed)
   local s = {}
   for i = 0, n - 1 do s[#s + 1] = string.char((i * 7 + seed) % 251) end
   return xfer.tensor(table.concat(s), { dtype = "u8", device = dev })
-end
-
-local function in_use()
-  collectgarbage()
-  collectgarbage()
-  local n = 0
-  for _, d in ipairs(xfer.devices()) do n = n + xfer.memory(d).in_use end
-  return n
 end
 
 local function fail(fmt, ...)

@@ -90,6 +90,17 @@ function helpers.scattered_batch(a, b, block, nblocks, count)
   return made
 end
 
+--- Bytes in use on every device, once the collector (and compiled traces, which keep
+--- constants of what they were recorded on) let go of what nothing references.
+function helpers.in_use_everywhere()
+  if jit then jit.flush() end
+  collectgarbage()
+  collectgarbage()
+  local n = 0
+  for _, d in ipairs(xfer.devices()) do n = n + xfer.memory(d).in_use end
+  return n
+end
+
 --- Bytes held in use on `dev` right now.
 function helpers.in_use(dev)
   collectgarbage()
