@@ -407,7 +407,7 @@ static int group_devices(const group *gr, xfer_device *devs[6])
 static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
   free(gr->pieces); /* a try before, with another runner */
-  gr->pieces = malloc(gr->count * sizeof *gr->pieces);
+  gr->pieces = malloc((gr->count ? gr->count : 1) * sizeof *gr->pieces);
   if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   xfer_device *devs[6], *held[6];
   int nheld = gr->imports ? xfer_device_lock_all(devs, group_devices(gr, devs), held) : 0;
@@ -480,12 +480,11 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   b->order = malloc(n * sizeof *b->order);
   b->groups = malloc(cap * sizeof *b->groups);
   size_t *of = malloc(n * sizeof *of); /* each element's route, then its group */
-  made_route *routes = of ? element_routes(b, of, &nroutes) : NULL;
-  xfer_code rc = b->order && b->groups && of && routes ? XFER_E_OK
-                                                 : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   b->idle = malloc(n * sizeof *b->idle);
-  if (!rc && !b->idle) rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  for (size_t i = 0; !rc && of && i < b->n; i++) {
+  made_route *routes = of ? element_routes(b, of, &nroutes) : NULL;
+  xfer_code rc = b->order && b->groups && b->idle && of && routes
+                     ? XFER_E_OK : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  for (size_t i = 0; !rc && of && b->idle && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
     if (moves_nothing(it)) {
       b->idle[b->nidle++] = i;
