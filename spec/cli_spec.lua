@@ -1,4 +1,5 @@
 -- The xferlua executable: options, arg, exit codes, error reports.
+local xfer = require "xfer"
 local h = require "support.helpers"
 
 local function xferlua(args, stdin)
