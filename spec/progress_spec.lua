@@ -37,7 +37,7 @@ describe("progress", function()
     end
   end)
 
-  -- every path, not only staged: a long move says how far it is in steps (64 MiB through the
+  -- every path, not only staged: a long move says how far it is in steps (16 MiB through the
   -- host, 256 MiB within a device, between devices of a runtime and by interop)
   it("tells a long move's steps on every path, not only the staged one", function()
     local n = 600 * 1024 * 1024
@@ -48,16 +48,29 @@ describe("progress", function()
       return calls
     end
     local t = xfer.zeros({ n }, { dtype = "u8" })
-    -- the host round trip between two devices: 600 MiB in 64 MiB steps (10), the start and the end
+    -- the host round trip between two devices: 600 MiB in 16 MiB steps (37), the start and the end
     local devs = xfer.devices()
     local a, b = devs[2], devs[#devs]
     if a and b and a ~= b then
       local there = t:to(a)
       local calls = steps(there, b, "host")
-      assert.is_true(#calls >= 11, a.name .. " -> " .. b.name .. " by host: " .. #calls .. " calls")
-      assert.are.equal(64 * 1024 * 1024, calls[2])
+      assert.is_true(#calls >= 38, a.name .. " -> " .. b.name .. " by host: " .. #calls .. " calls")
+      assert.are.equal(16 * 1024 * 1024, calls[2])
       there:free()
     end
+    -- and a move of tens of MiB through the host, from and to host memory: told on its way
+    -- (it said only 0 and the total with 64 MiB steps)
+    local mid = xfer.zeros({ 40 * 1024 * 1024 }, { dtype = "u8" })
+    for _, dev in ipairs(devs) do
+      if dev.runtime ~= "host" and xfer.plan(mid, dev).path == "host" then
+        local there = mid:to(dev)
+        for _, calls in ipairs({ steps(mid, dev), steps(there, devs[1]) }) do
+          assert.are.same({ 0, 16 * 1024 * 1024, 32 * 1024 * 1024, 40 * 1024 * 1024 }, calls, dev.name)
+        end
+        there:free()
+      end
+    end
+    mid:free()
     -- interop's one copy (one GPU's runtimes: the GPU machine), in 256 MiB steps
     for _, x in ipairs(devs) do
       for _, y in ipairs(devs) do

@@ -57,9 +57,11 @@ static void hold_drop(hold *h)
 /* A move with a progress callback goes in steps of this many bytes, telling each: the
 ** single-call paths (a device's own copy, a peer copy, interop's one copy, the host
 ** round-trip) would otherwise say nothing between the start and the end. Without a callback
-** they stay one call. 64 MiB: 1-2 ms of a host link at 50 GB/s, so a step costs ~1% there;
-** device-local copies (2 TB/s: 0.13 ms a step) in 256 MiB steps. */
-#define PROGRESS_STEP ((size_t)64 << 20)
+** they stay one call. 16 MiB: 0.3 ms of a host link at 50 GB/s, so a step's synchronous calls
+** (~10 us) cost ~3% there, and a move of tens of MiB is told on its way too (with 64 MiB steps a
+** 40 MiB move said only its start and its end); device-local copies (2 TB/s: 0.13 ms a step)
+** in 256 MiB steps. */
+#define PROGRESS_STEP ((size_t)16 << 20)
 #define PROGRESS_STEP_DEVICE ((size_t)256 << 20)
 
 /* The host round-trip of n bytes from byte `at` of both tensors, through `bytes` (a host
