@@ -351,8 +351,18 @@ xfer_code xfer_ucx_parse_url(const char *url, xfer_op op, char *host, size_t hos
   if (!colon[1] || *end || p < lowest || p > 65535)
     return xfer_err_op(err, XFER_E_INVALID, op, "%s: '%.100s': the port must be %ld to 65535", xfer_op_name(op),
                         url, lowest);
-  memcpy(host, rest, (size_t)(colon - rest));
-  host[colon - rest] = '\0';
+  /* an IPv6 address in brackets, as URLs write it (and as a listener prints its own): the
+  ** brackets are the URL's, not the address's */
+  const char *from = rest, *to = colon;
+  if (rest[0] == '[') {
+    if (colon[-1] != ']' || colon - rest < 3)
+      return xfer_err_op(err, XFER_E_INVALID, op, "%s: '%.100s': an IPv6 address in brackets is "
+                          "[address]:port", xfer_op_name(op), url);
+    from = rest + 1;
+    to = colon - 1;
+  }
+  memcpy(host, from, (size_t)(to - from));
+  host[to - from] = '\0';
   *port = (uint16_t)p;
   return XFER_E_OK;
 }
