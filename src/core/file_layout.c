@@ -55,10 +55,15 @@ void xfer_format_free(xfer_file_layout *layout)
 xfer_format_entry *xfer_format_add_entry(xfer_format_reading *r, const char *name, size_t len)
 {
   xfer_file_layout *l = r->out;
-  xfer_format_entry *grown = realloc(l->entries, (l->count + 1) * sizeof *grown);
-  if (!grown) return NULL;
-  l->entries = grown;
-  xfer_format_entry *e = &grown[l->count];
+  /* room doubles (8, 16, 32, ...: the capacity is the count's next power of two, from 8): grown
+  ** an entry at a time, 200k tensors copied the array 200k times (minutes under ASan) */
+  size_t n = l->count;
+  if (n == 0 || (n >= 8 && !(n & (n - 1)))) {
+    xfer_format_entry *grown = realloc(l->entries, (n ? 2 * n : 8) * sizeof *grown);
+    if (!grown) return NULL;
+    l->entries = grown;
+  }
+  xfer_format_entry *e = &l->entries[n];
   memset(e, 0, sizeof *e);
   e->name = malloc(len + 1);
   if (!e->name) return NULL;
