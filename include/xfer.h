@@ -601,6 +601,10 @@ typedef struct xfer_listen_opts {
   const char *token;     /* clients must say it (NULL: anyone may connect) */
   int thread;            /* nonzero: serve on a thread of its own until xfer_listener_close
                          ** (xfer_listener_progress is then refused: XFER_E_INVALID) */
+  uint64_t client_memory; /* bytes of buffers one client may hold, on all devices together
+                         ** (0: no quota). Whatever it is, an ALLOC of memory the host backs
+                         ** (host, PoCL, lavapipe) larger than the memory left to the server
+                         ** -- the system's, or its control group's -- is refused (XFER_E_ALLOC) */
 } xfer_listen_opts;
 
 xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *opts,

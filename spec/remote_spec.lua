@@ -49,6 +49,7 @@ local function start_server(opts)
     f:close()
     token_arg = " --token-file " .. tf
   end
+  if opts.args then token_arg = token_arg .. " " .. opts.args end
   local url = "ucx://" .. (opts.host or "127.0.0.1") .. ":0"
   local cmd = ("%s timeout %d %s --serve %s --name %s%s >%s 2>&1 & echo $!"):format(
     opts.env or "", opts.limit or 120, h.xferlua(), url, opts.name or "nodeT", token_arg, log)
@@ -759,6 +760,7 @@ describe("remote devices #remote", function()
       assert.are.equal(0, code, out)
       assert.is_truthy(out:match("version %d+: version_mismatch"), out) -- another version: told so
       assert.is_truthy(out:find("fuzz: 100 connections", 1, true), out)
+      assert.is_truthy(out:match("rendezvous junk %d+"), out) -- junk of up to 1 MiB, turned away
     end
     assert.are.same(xfer.arange(100):totable(), r:totable()) -- the good client is served still
     -- a second connection to the same name is refused here (device names stay unique) ...
@@ -834,6 +836,120 @@ describe("remote devices #remote", function()
     assert.is_truthy(out:find("140 hanging, then the client let in", 1, true), out)
     local p = connect(server.url, { timeout = 10, token = "sesame" })
     assert.are.same({ 0, 1 }, xfer.arange(2):to(p.devices[1]):totable())
+    p:close()
+    server.stop()
+  end)
+
+  -- A knock opens a door (a UCX listener) for a moment; UCX's connection manager aborted on 17
+  -- zero bytes, and anyone could send them there. The kernel now drops every packet to a door
+  -- from an address other than the knocker's (127.0.0.2 here: another address on loopback).
+  it("shuts the door a knock opened to every other address: 17 zero bytes from 127.0.0.2 go nowhere", function()
+    local server = start_server({ name = "nodeD" })
+    local host, port = host_port(server.url)
+    local script = os.tmpname()
+    local f = io.open(script, "w")
+    f:write([[
+import socket, struct, sys
+host, port = sys.argv[1], int(sys.argv[2])
+for attempt in range(5):
+    s = socket.create_connection((host, port), 5)
+    s.sendall(b"xferKNCK" + struct.pack("<II", 4, 0))
+    a = b""
+    while len(a) < 20:
+        a += s.recv(20 - len(a))
+    s.close()
+    status, door = struct.unpack("<II", a[12:20])
+    d = socket.socket()
+    d.bind(("127.0.0.2", 0))
+    d.settimeout(1)
+    try:
+        d.connect((host, door))
+        d.sendall(b"\0" * 17)
+        print("let in at", door)
+    except OSError as e:
+        print("status", status, "door", door, "shut:", type(e).__name__)
+    d.close()
+]])
+    f:close()
+    local out, code = h.run(("python3 %s %s %s"):format(script, host, port))
+    os.remove(script)
+    if code ~= 0 and out:find("Cannot assign requested address", 1, true) then
+      server.stop()
+      return pending("127.0.0.2 is not an address of this machine: " .. out)
+    end
+    assert.are.equal(0, code, out)
+    local _, shut = out:gsub("status 0 door %d+ shut", "")
+    assert.are.equal(5, shut, out)
+    local p = connect(server.url, { timeout = 10 }) -- the server lives, and lets the next in
+    assert.are.same({ 0, 1, 2 }, xfer.arange(3):to(p.devices[1]):totable())
+    p:close()
+    assert.is_falsy(read(server.log):find("Assertion", 1, true), read(server.log))
+    server.stop()
+  end)
+
+  local function rss_mb(pid)
+    return tonumber(read("/proc/" .. pid .. "/status"):match("VmRSS:%s+(%d+)")) / 1024
+  end
+
+  it("drops a client that asks for 40 reads of 64 MiB and never reads them, and gives the memory back", function()
+    local fuzz = h.xferlua():gsub("xferlua$", "wire_fuzz")
+    local exists = io.open(fuzz)
+    if not exists then return pending("wire_fuzz was not built (it links UCX's libraries)") end
+    exists:close()
+    local server = start_server({ name = "nodeR" })
+    local before = rss_mb(server.pid)
+    -- device 1: one the server stages replies of (host buffers are sent from in place)
+    local out, code = h.run(("timeout 60 %s %s greedy 40 1"):format(fuzz, server.url))
+    assert.are.equal(0, code, out .. read(server.log))
+    assert.is_truthy(out:find("none read: dropped", 1, true), out)
+    local t0, now = xfer.clock(), nil
+    repeat
+      os.execute("sleep 0.1")
+      now = rss_mb(server.pid)
+    until now < before + 200 or xfer.clock() - t0 > 5
+    assert.is_true(now < before + 200, ("%.0f MB before, %.0f MB after"):format(before, now))
+    local p = connect(server.url, { timeout = 10 })
+    assert.are.same({ 0, 1 }, xfer.arange(2):to(p.devices[1]):totable())
+    p:close()
+    server.stop()
+  end)
+
+  it("takes a client's whole depth of 64 MiB requests (remote_chunk 64 MiB, depth 4, 16 KiB blocks)", function()
+    local server = start_server({ name = "nodeQ" })
+    local p = connect(server.url, { timeout = 60 })
+    local saved = xfer.config()
+    xfer.config({ remote_chunk = 64 * 1024 * 1024, remote_depth = 4 })
+    local ok, err = pcall(function()
+      local n = 256 * 1024 * 1024
+      local src = xfer.arange(n / 4, { dtype = "i32" })
+      local there = xfer.empty({ n / 4 }, { dtype = "i32", device = p.devices[1] })
+      there:copy_blocks(src, { first = 0, count = n / 16384 }, { first = 0, count = n / 16384 }, 16384)
+      local back = there:to("host")
+      assert.is_true(back:tobytes() == src:tobytes(), "the bytes came back otherwise")
+    end)
+    xfer.config({ remote_chunk = saved.remote_chunk, remote_depth = saved.remote_depth })
+    assert(ok, err)
+    assert.is_falsy(read(server.log):find("Segmentation", 1, true), read(server.log))
+    p:close()
+    server.stop()
+  end)
+
+  it("refuses an ALLOC past a client's quota (--client-memory) or the memory the server has left", function()
+    -- (the client's pool takes remote memory in segments larger than a small tensor)
+    local server = start_server({ name = "nodeM", args = "--client-memory 32M" })
+    assert.is_truthy(read(server.log):find("(at most 32M bytes a client)", 1, true), read(server.log))
+    local p = connect(server.url, { timeout = 10 })
+    local dev = p.devices[1]
+    local e = h.raises("alloc", xfer.empty, { 48 * 2 ^ 20 }, { dtype = "u8", device = dev })
+    assert.is_truthy(e.message:find("a client holds at most 33554432 bytes here", 1, true), e.message)
+    assert.are.same({ 1, 2 }, xfer.tensor({ 1, 2 }):to(dev):totable()) -- within it: served
+    p:close()
+    server.stop()
+    server = start_server({ name = "nodeN" })
+    p = connect(server.url, { timeout = 10 })
+    e = h.raises("alloc", xfer.empty, { 2 ^ 50 }, { dtype = "u8", device = p.devices[1] })
+    assert.is_truthy(e.message:find("memory left", 1, true), e.message)
+    assert.are.same({ 7 }, xfer.tensor({ 7 }):to(p.devices[1]):totable()) -- and it serves on
     p:close()
     server.stop()
   end)

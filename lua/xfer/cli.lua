@@ -71,9 +71,18 @@ function cli.load(file, device, json)
   for _, t in pairs(loaded) do t:free() end
 end
 
---- --serve URL [--name N] [--token-file F]: this machine's devices, served until the process is
---- stopped (Ctrl-C: the executable stops the loop within a tenth of a second).
-function cli.serve(url, name, token_file)
+--- --serve URL [--name N] [--token-file F] [--client-memory SIZE]: this machine's devices,
+--- served until the process is stopped (Ctrl-C: the executable stops the loop within a tenth of
+--- a second).
+function cli.serve(url, name, token_file, client_memory)
+  local quota
+  if client_memory then
+    local n, unit = client_memory:match("^(%d+)([KMG]?)$")
+    if not n or tonumber(n) == 0 then
+      refuse("serve", "--client-memory %s: a size of bytes such as 512M or 4G, more than 0", client_memory)
+    end
+    quota = tonumber(n) * ({ [""] = 1, K = 2^10, M = 2^20, G = 2^30 })[unit]
+  end
   local token
   if token_file then
     local f, why = io.open(token_file, "rb")
@@ -86,11 +95,12 @@ function cli.serve(url, name, token_file)
              "--token-file the server admits anyone)", token_file)
     end
   end
-  local l = xfer.listen(url, { name = name, token = token })
+  local l = xfer.listen(url, { name = name, token = token, client_memory = quota })
   local names = {}
   for _, d in ipairs(xfer.devices()) do if d.runtime ~= "remote" then names[#names + 1] = d.name end end
-  io.stderr:write(("xferlua: serving %s on %s as %s%s\n"):format(table.concat(names, ", "), l.url,
-    name or "node", token and " (token required)" or ""))
+  io.stderr:write(("xferlua: serving %s on %s as %s%s%s\n"):format(table.concat(names, ", "), l.url,
+    name or "node", token and " (token required)" or "",
+    quota and (" (at most %s bytes a client)"):format(client_memory) or ""))
   for _, r in ipairs(xfer.runtimes()) do
     if r.reason and r.reason ~= "" and r.name ~= "remote" then
       io.stderr:write(("xferlua: %s%s: %s\n"):format(r.name, r.available and "" or " unavailable", r.reason))

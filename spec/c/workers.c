@@ -106,7 +106,7 @@ int main(int argc, char **argv)
   xfer_listener *listener = NULL;
   FILE *client = NULL;
   if (argc > 2 && !strcmp(argv[2], "remote")) {
-    xfer_listen_opts lo = {"nodeW", NULL, 1};
+    xfer_listen_opts lo = {.name = "nodeW", .thread = 1};
     if (xfer_listen(ctx, "ucx://127.0.0.1:0", &lo, &listener, &err)) {
       fprintf(stderr, "workers: %s\n", err.message);
       xfer_ctx_release(ctx);

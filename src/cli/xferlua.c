@@ -49,11 +49,12 @@ static void print_usage(FILE *out)
           "              default 4K,64K,1M,16M,64M,256M), give the planner the times (it then\n"
           "              chooses by size) and save them to the plan cache (XFER_PLAN_CACHE;\n"
           "              --json: the figures as JSON).\n"
-          "  --serve URL [--name NAME] [--token-file FILE]\n"
-          "              Serve this machine's devices on URL (ucx://address:port, that\n"
-          "              address only; port 0: any free one) until stopped; clients see\n"
+          "  --serve URL [--name NAME] [--token-file FILE] [--client-memory SIZE]\n"
+          "              Serve this machine's devices on URL (ucx://address:port, clients\n"
+          "              knock there; port 0: any free one) until stopped; clients see\n"
           "              them as NAME/device (default node); FILE holds a token clients\n"
-          "              must give. A line on stderr says what is served at which URL.\n"
+          "              must give; SIZE (as 512M, 4G) is the most one client may hold.\n"
+          "              A line on stderr says what is served at which URL.\n"
           "  --load FILE [--device DEV]\n"
           "              Load every tensor of FILE (safetensors, .npy, .npz) onto DEV (default\n"
           "              host): prints each name and shape, how the file was read, the\n"
@@ -332,12 +333,13 @@ static int run_tool(lua_State *L, const char *fn, const char *const *args, int n
   return status;
 }
 
-/* --serve URL [--name N] [--token-file F]: this machine's devices, served until the process
-** is stopped; a line on stderr says what is served where */
-static int run_serve(lua_State *L, const char *serve, const char *name, const char *token_file)
+/* --serve URL [--name N] [--token-file F] [--client-memory SIZE]: this machine's devices,
+** served until the process is stopped; a line on stderr says what is served where */
+static int run_serve(lua_State *L, const char *serve, const char *name, const char *token_file,
+                     const char *client_memory)
 {
-  const char *args[] = {serve, name, token_file};
-  return run_tool(L, "serve", args, 3, 0);
+  const char *args[] = {serve, name, token_file, client_memory};
+  return run_tool(L, "serve", args, 4, 0);
 }
 
 /* --load FILE [--device DEV] [--json]: every tensor loaded, the names, shapes and speed said */
@@ -510,6 +512,7 @@ typedef struct cli {
   int bytecode;        /* index of a -b option, or 0 */
   int selftest, quick, calibrate;
   const char *serve, *name, *token_file; /* --serve URL [--name N] [--token-file F] */
+  const char *client_memory;           /* ... [--client-memory SIZE] */
   const char *sizes;   /* --calibrate --sizes 4K,1M,... */
   const char *load, *device; /* --load FILE [--device DEV] */
   int bad;             /* index of an option that is wrong, or 0 */
@@ -534,11 +537,13 @@ static void scan_args(char **argv, int argc, cli *c)
     else if (!strcmp(a, "--quick")) c->quick = 1;
     else if (!strcmp(a, "--calibrate")) c->calibrate = 1;
     else if (!strcmp(a, "--serve") || !strcmp(a, "--name") || !strcmp(a, "--token-file") ||
-             !strcmp(a, "--sizes") || !strcmp(a, "--load") || !strcmp(a, "--device")) {
+             !strcmp(a, "--sizes") || !strcmp(a, "--load") || !strcmp(a, "--device") ||
+             !strcmp(a, "--client-memory")) {
       if (++i >= argc) { c->bad = i - 1; return; }
       *(!strcmp(a, "--serve") ? &c->serve : !strcmp(a, "--name") ? &c->name
         : !strcmp(a, "--sizes") ? &c->sizes : !strcmp(a, "--load") ? &c->load
-        : !strcmp(a, "--device") ? &c->device : &c->token_file) = argv[i];
+        : !strcmp(a, "--device") ? &c->device : !strcmp(a, "--client-memory") ? &c->client_memory
+        : &c->token_file) = argv[i];
     }
 
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) c->help = 1;
@@ -629,7 +634,7 @@ static int run(lua_State *L, const cli *cp, char **argv, int argc)
     int status = run_load(L, c.load, c.device, c.json);
     if (status) return status;
   }
-  if (c.serve) return run_serve(L, c.serve, c.name, c.token_file);
+  if (c.serve) return run_serve(L, c.serve, c.name, c.token_file, c.client_memory);
   if (run_options(L, argv, c.bytecode ? c.bytecode : c.script ? c.script : argc)) return 1;
   if (c.bytecode) return dobytecode(L, argv, c.bytecode, argc);
   if (c.script && handle_script(L, argv, argc, c.script)) return 1;

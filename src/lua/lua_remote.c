@@ -178,9 +178,9 @@ static xfer_listener *check_listener(lua_State *L, const char *fname)
 
 static int l_listen(lua_State *L)
 {
-  static const char *const keys[] = {"name", "token", "thread", NULL};
+  static const char *const keys[] = {"name", "token", "thread", "client_memory", NULL};
   const char *url = check_url(L, "listen");
-  xfer_listen_opts opts = {NULL, NULL, 0};
+  xfer_listen_opts opts = {NULL, NULL, 0, 0};
   if (!lua_isnoneornil(L, 2)) {
     xl_check_options(L, 2, "listen", keys);
     opts.name = xl_opt_string(L, 2, "listen", "name", NULL);
@@ -190,6 +190,15 @@ static int l_listen(lua_State *L)
       xl_raise_code(L, XFER_E_INVALID, "listen", "listen: option 'thread' must be a boolean, not a %s",
                     luaL_typename(L, -1));
     opts.thread = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 2, "client_memory");
+    if (!lua_isnil(L, -1)) {
+      lua_Number n = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+      if (!(n >= 1 && n <= 9007199254740992.0) || n != (lua_Number)(uint64_t)n)
+        xl_raise_code(L, XFER_E_INVALID, "listen", "listen: option 'client_memory' must be a whole number "
+                      "of bytes, at least 1");
+      opts.client_memory = (uint64_t)n;
+    }
     lua_pop(L, 1);
   }
   listener_box *b = lua_newuserdata(L, sizeof *b);

@@ -23,10 +23,21 @@
 
 #include "../backends/remote/ucx_api.h"
 #include "../backends/remote/wire.h"
+#include "door_filter.h"
 #include "gate_front.h"
+#include "memory_left.h"
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
-#define MAX_QUEUED ((size_t)256 << 20) /* bytes of one client's requests waiting to be served */
+/* the largest message a client sends: a batch's pieces and a chunk of bytes */
+#define MAX_MESSAGE (WIRE_CHUNK + WIRE_MANY_MAX * sizeof(wire_copy))
+/* bytes of one client's requests waiting to be served: what remote_depth's most in flight
+** can be (4 x 66.5 MiB), and a MiB for small ones -- a client keeping to the protocol is
+** never over it (256 MiB was: four 64 MiB WRITE_MANY and their pieces) */
+#define MAX_QUEUED (WIRE_DEPTH_MAX * MAX_MESSAGE + ((size_t)1 << 20))
+/* bytes of one client's replies on their way, not yet taken: a client keeping to the protocol
+** has its depth's answers at most, and as many whose receipt the server has not heard of yet;
+** one that asks and never reads is dropped, its memory given back */
+#define MAX_REPLYING (2 * WIRE_DEPTH_MAX * MAX_MESSAGE)
 #define MAX_DOORS 64                 /* doors open at once (the oldest closes first) */
 #define DOOR_SECONDS 10.0            /* a door waits this long for its client's endpoint */
 
@@ -40,6 +51,8 @@ typedef struct conn {
   int authorized, broken, closing;
   int cuda;                          /* its CUDA memory goes to UCX in place (xfer_ucx_ep_moves_cuda) */
   double closing_since;              /* refused: dropped when it goes, or after a while */
+  uint64_t held;                     /* bytes of its buffers, on every device */
+  size_t replying;                   /* bytes of its replies on their way */
   uint64_t id;
   buffer_entry *buffers;
   size_t nbuffers, cap;
@@ -56,6 +69,7 @@ typedef struct message {
   char *data;                        /* the payload, NULL when none: malloc'd, or the memory */
   xfer_tensor *staging;              /* of this host tensor (large ones: see staging_for) */
   size_t len;
+  size_t unstaged;                   /* a payload of this many bytes found no host memory */
   int direct;                        /* a WRITE received straight into its buffer: host memory,
                                      ** or device memory UCX writes in place */
   int on_device;                     /* ... device memory: a failed receive is the WRITE's
@@ -68,6 +82,8 @@ typedef struct message {
 typedef struct sending {             /* a reply on its way, and what it sends from: UCX reads
                                      ** the header and the data until the send is done */
   void *request;
+  struct conn *c;                    /* whose (NULL once it is dropped) */
+  size_t len;
   wire_header header;
   char *data;                        /* freed when sent, unless it is held's memory */
   xfer_tensor *held;                 /* a host buffer sent from in place, released when sent */
@@ -86,6 +102,7 @@ struct xfer_listener {
   xfer_ctx *ctx;
   ucx_node node;
   gate_front front;                  /* the port clients knock on */
+  uint64_t client_memory;            /* bytes of buffers one client may hold (0: no quota) */
   door doors[MAX_DOORS];
   char name[WIRE_NAME_MAX + 1];
   char token[256];
@@ -191,6 +208,8 @@ static void drop_conn(xfer_listener *l, conn *c)
     }
   for (message *m = l->head; m; m = m->next)
     if (m->c == c) m->c = NULL; /* its queued messages are dropped when they come up */
+  for (sending *s = l->sends; s; s = s->next)
+    if (s->c == c) s->c = NULL; /* its replies end with its endpoint, and are let go then */
   for (size_t i = 0; i < c->nbuffers; i++) xfer_tensor_release(c->buffers[i].t);
   free(c->buffers);
   ucp_request_param_t p;
@@ -216,11 +235,13 @@ static void on_received(void *request, ucs_status_t status, size_t length, void 
   if (status != UCS_OK && m->c && !m->on_device) m->c->broken = 1;
 }
 
-/* a message not taken: a rendezvous one's data is let go of */
-static ucs_status_t discard(xfer_listener *l, conn *c, void *data, const ucp_am_recv_param_t *param)
+/* A message not taken (its client dropped, when c is given). UCS_OK without a receive started
+** tells UCX the data is not wanted, and UCX lets a rendezvous one go itself: releasing it here
+** too (ucp_am_data_release inside the callback) freed UCX 1.13's descriptor twice -- the
+** server died of every rendezvous-sized message it turned away. */
+static ucs_status_t discard(conn *c)
 {
   if (c) c->broken = 1;
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) l->node.api->ucp_am_data_release(l->node.worker, data);
   return UCS_OK;
 }
 
@@ -250,18 +271,17 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
 {
   xfer_listener *l = arg;
   conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? conn_of(l, param->reply_ep) : NULL;
-  if (!c || c->broken) return discard(l, NULL, data, param);
+  if (!c || c->broken) return discard(NULL);
   wire_header h;
   int other_version;
   const char *bad = wire_check(header, header_len, len, &h, &other_version);
   if (bad && !other_version)
-    return discard(l, c, data, param); /* a malformed message: this client is dropped, no one else */
+    return discard(c); /* a malformed message: this client is dropped, no one else */
   if (other_version) { /* answered in words it reads, then dropped */
-    if (len) discard(l, NULL, data, param);
     h.type = WIRE_HELLO;
     len = 0;
   }
-  if (c->queued + len > MAX_QUEUED) return discard(l, c, data, param); /* more than its share */
+  if (c->queued + len > MAX_QUEUED) return discard(c); /* more than its share */
   /* A WRITE into a host buffer lands straight in the buffer, no copy, unless a FREE of this
   ** client's waits in the queue before it (it might be this buffer's; what comes after the
   ** WRITE waits for it). A client's pipelined WRITEs each land in place. So does one into
@@ -282,10 +302,19 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   message *m = calloc(1, sizeof *m);
   xfer_tensor *staging = NULL;
   char *copy = m && len && !direct ? staging_for(l, len, &staging) : NULL;
-  if (!m || (len && !direct && !copy)) {
-    free(m);
-    staging_done(copy, staging);
-    return discard(l, c, data, param);
+  if (!m) return discard(c); /* not even a message's worth of memory */
+  if (len && !direct && !copy) {
+    /* no host memory to take the payload: the request is answered XFER_E_ALLOC when its
+    ** turn comes (the client's move fails, its connection stays), the data left to UCX */
+    m->c = c;
+    m->h = h;
+    m->unstaged = len;
+    c->waiting++;
+    if (h.type == WIRE_FREE) c->frees_waiting++;
+    if (l->tail) l->tail->next = m;
+    else l->head = m;
+    l->tail = m;
+    return UCS_OK;
   }
   m->c = c;
   m->h = h;
@@ -345,6 +374,10 @@ static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, siz
   s->header.length = len;
   s->data = data;
   s->held = held;
+  s->c = c;
+  s->len = len;
+  c->replying += len;
+  if (c->replying > MAX_REPLYING) c->broken = 1; /* asks and never reads: see MAX_REPLYING */
   ucp_request_param_t p;
   memset(&p, 0, sizeof p);
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -354,6 +387,7 @@ static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, siz
   void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &s->header, sizeof s->header, data, len, &p);
   if (r == NULL || UCS_PTR_IS_ERR(r)) { /* sent already, or never */
     if (r) c->broken = 1;
+    c->replying -= len;
     sent(s);
     return;
   }
@@ -529,7 +563,9 @@ static gate_status decide(void *arg, uint32_t version, const char *token, size_t
     return GATE_BUSY;
   }
   *port = door_port(d);
-  if (!*port) {
+  /* shut to every other address before the answer tells anyone where it is (door_filter.h):
+  ** a door that cannot be shut is not opened */
+  if (!*port || xfer_door_admit_only(at.ss_family, *port, peer)) {
     door_close(d);
     return GATE_BUSY;
   }
@@ -592,12 +628,31 @@ static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
     c->buffers = grown;
     c->cap = cap;
   }
+  if (l->client_memory && m->h.length > l->client_memory - (c->held < l->client_memory ? c->held : l->client_memory)) {
+    xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "a client holds at most %llu bytes here (its quota); "
+                "it holds %llu, and asked for %llu more", (unsigned long long)l->client_memory,
+                (unsigned long long)c->held, (unsigned long long)m->h.length);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
+  xfer_device_info info;
+  uint64_t left;
+  if (!xfer_device_get_info(devs[m->h.device], &info, NULL) && (info.unified || !strcmp(info.runtime, "host")) &&
+      m->h.length > (left = xfer_memory_left())) {
+    /* host memory is promised before it is there: the kernel's answer to too much is the
+    ** OOM killer, later, so the server says no now */
+    xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "%llu bytes on %s: the server has %llu bytes of memory "
+                "left", (unsigned long long)m->h.length, info.name, (unsigned long long)left);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
   xfer_shape shape = {1, {(int64_t)m->h.length}};
   xfer_tensor *t;
   if (xfer_tensor_empty(devs[m->h.device], XFER_U8, &shape, &t, &e)) {
     reply_error(l, c, &m->h, &e);
     return;
   }
+  c->held += m->h.length;
   buffer_entry *b = &c->buffers[c->nbuffers++];
   b->handle = c->next_handle++;
   b->t = t;
@@ -613,6 +668,7 @@ static void free_buffer(xfer_listener *l, conn *c, const message *m)
     unknown_handle(l, c, m, XFER_OP_FREE);
     return;
   }
+  c->held -= xfer_tensor_nbytes(b->t);
   xfer_tensor_release(b->t);
   *b = c->buffers[--c->nbuffers];
   reply_done(l, c, &m->h, 0);
@@ -857,6 +913,13 @@ static void serve(xfer_listener *l, message *m)
     c->broken = 1;
     return;
   }
+  if (m->unstaged) {
+    xfer_error e;
+    xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_WRITE, "no host memory on the server for the %zu bytes of "
+                "this request", m->unstaged);
+    reply_error(l, c, &m->h, &e);
+    return;
+  }
   switch (m->h.type) {
   case WIRE_ALLOC: alloc_buffer(l, c, m); break;
   case WIRE_FREE: free_buffer(l, c, m); break;
@@ -882,7 +945,7 @@ static int pool_keeps(xfer_listener *l)
 /* Serves what has arrived; 1 when anything was done. */
 static int serve_ready(xfer_listener *l)
 {
-  int did = gate_front_poll(&l->front, decide, l);
+  int did = gate_front_poll(&l->front, decide, l), orphans = 0;
   did |= close_doors(l);
   while (l->head) {
     message *m = l->head;
@@ -915,9 +978,14 @@ static int serve_ready(xfer_listener *l)
     }
     l->node.api->ucp_request_free(s->request);
     *at = s->next;
+    if (s->c) s->c->replying -= s->len;
+    else orphans = 1;
     sent(s);
     did = 1;
   }
+  /* a dropped client's replies (up to MAX_REPLYING of staging) gone: the host pool gives the
+  ** memory back rather than keep it for clients that may never come */
+  if (orphans) xfer_empty_cache(l->ctx, xfer_host_of(l->ctx));
   for (conn *c = l->conns, *next; c; c = next) {
     next = c->next;
     if (c->broken || (c->closing && xfer_now() - c->closing_since > 5.0)) {
@@ -999,6 +1067,7 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   snprintf(l->name, sizeof l->name, "%s", *name ? name : "node");
   snprintf(l->token, sizeof l->token, "%s", token);
   l->token_len = strlen(token);
+  l->client_memory = opts ? opts->client_memory : 0;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   l->generation = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)(uintptr_t)l << 7);

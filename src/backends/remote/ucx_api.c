@@ -63,7 +63,6 @@ static void load(void)
   SYM(lib, ucp_ep_close_nbx);
   SYM(lib, ucp_am_send_nbx);
   SYM(lib, ucp_am_recv_data_nbx);
-  SYM(lib, ucp_am_data_release);
   SYM(lib, ucp_request_check_status);
   SYM(lib, ucp_request_cancel);
   SYM(lib, ucp_request_free);

@@ -37,7 +37,6 @@ typedef struct ucx_api {
                                       size_t, const ucp_request_param_t *);
   ucs_status_ptr_t (*ucp_am_recv_data_nbx)(ucp_worker_h, void *, void *, size_t,
                                            const ucp_request_param_t *);
-  void (*ucp_am_data_release)(ucp_worker_h, void *);
   ucs_status_t (*ucp_request_check_status)(void *);
   void (*ucp_request_cancel)(ucp_worker_h, void *);
   void (*ucp_request_free)(void *);

@@ -17,6 +17,9 @@
                          ** 4: a knock at the gate (gate.h) before UCX connects */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
+/* the most requests a client has on their way at once (xfer_config's remote_depth): what a
+** server must take from one client without calling it greedy */
+#define WIRE_DEPTH_MAX 4
 /* the most devices a server lists, and the longest text a message carries */
 #define WIRE_MAX_DEVICES 32
 #define WIRE_MAX_TEXT 8192
