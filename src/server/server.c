@@ -1075,6 +1075,9 @@ xfer_code xfer_listen(xfer_ctx *ctx, const char *url, const xfer_listen_opts *op
   struct sockaddr_storage addr;
   socklen_t addr_len = 0;
   if (!rc) rc = xfer_ucx_sockaddr(host, port, XFER_OP_LISTEN, &addr, &addr_len, XFER_E_INVALID, err);
+  char why[256];
+  if (!rc && addr.ss_family == AF_INET6 && !xfer_ucx_takes_ipv6(l->node.api, why, sizeof why))
+    rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_LISTEN, "listen: %.200s: %s", url, why);
   if (!rc) { /* the gate, not UCX, listens on the port: see the head of this file */
     int e = gate_front_open(&l->front, (const struct sockaddr *)&addr, addr_len);
     if (e)

@@ -989,6 +989,10 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   struct sockaddr_storage addr;
   socklen_t addr_len;
   rc = xfer_ucx_sockaddr(host, port, XFER_OP_CONNECT, &addr, &addr_len, XFER_E_UNREACHABLE, err);
+  char why[256];
+  const ucx_api *api = rc || addr.ss_family != AF_INET6 ? NULL : xfer_ucx(why, sizeof why);
+  if (api && !xfer_ucx_takes_ipv6(api, why, sizeof why))
+    rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_CONNECT, "connect: %.200s: %s", url, why);
   if (!rc) rc = knock(url, &addr, addr_len, token, xfer_now() + timeout, err);
   if (rc) return rc;
   xfer_peer *p = calloc(1, sizeof *p);

@@ -73,6 +73,7 @@ static void load(void)
   SYM(lib, ucp_worker_get_efd);
   SYM(lib, ucp_worker_arm);
   SYM(lib, ucp_context_query);
+  *(void **)&loaded.ucp_get_version = dlsym(lib, "ucp_get_version");
   load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
 }
 
@@ -364,6 +365,17 @@ xfer_code xfer_ucx_parse_url(const char *url, xfer_op op, char *host, size_t hos
   host[to - from] = '\0';
   *port = (uint16_t)p;
   return XFER_E_OK;
+}
+
+int xfer_ucx_takes_ipv6(const ucx_api *api, char *why, size_t cap)
+{
+  unsigned major = 0, minor = 0, release = 0;
+  if (api->ucp_get_version) api->ucp_get_version(&major, &minor, &release);
+  if (major > 1 || (major == 1 && minor >= 14)) return 1;
+  snprintf(why, cap, "UCX %u.%u cannot connect over IPv6 (on an IPv6 connection its server's "
+           "ucp_ep_create overruns a heap buffer and the client is rejected): use an IPv4 address",
+           major, minor);
+  return 0;
 }
 
 xfer_code xfer_ucx_sockaddr(const char *host, uint16_t port, xfer_op op,

@@ -47,6 +47,7 @@ typedef struct ucx_api {
   ucs_status_t (*ucp_worker_get_efd)(ucp_worker_h, int *);
   ucs_status_t (*ucp_worker_arm)(ucp_worker_h);
   ucs_status_t (*ucp_context_query)(ucp_context_h, ucp_context_attr_t *);
+  void (*ucp_get_version)(unsigned *, unsigned *, unsigned *); /* optional (NULL: unknown) */
 } ucx_api;
 
 /* Whether the library is there to load, without loading it (its constructors install
@@ -121,6 +122,11 @@ void xfer_ucx_abandon(ucx_node *node, void *request, double until);
 /* The error for a UCX status: code, op, native = status, native_name = its string. */
 xfer_code xfer_ucx_fail(const ucx_api *api, xfer_code code, xfer_op op, ucs_status_t status,
                         const char *what, xfer_error *err);
+
+/* Whether a connection over IPv6 may be made with this UCX: not with 1.13 and older, whose
+** ucp_ep_create on an IPv6 connection request overruns a heap buffer (AddressSanitizer, on
+** the server) and whose server then rejects the client. 0 with the reason in why. */
+int xfer_ucx_takes_ipv6(const ucx_api *api, char *why, size_t cap);
 
 /* "ucx://host:port" -> host and port; XFER_E_INVALID saying what is wrong. */
 xfer_code xfer_ucx_parse_url(const char *url, xfer_op op, char *host, size_t host_cap,
