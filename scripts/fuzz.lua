@@ -1,7 +1,8 @@
 -- scripts/fuzz.lua -- a seeded random caller of the whole Lua API: sequences of creations,
--- moves (to, copy_from, clone, to_async, xfer.transfer) by every path, frees, injected
--- faults, collections and setting changes over every device, each result checked against a
--- model kept in Lua strings. Usage (scripts/fuzz runs it):
+-- moves (to, copy_from, clone, to_async, xfer.transfer) by every path, batches, views, files
+-- saved and loaded back (safetensors, .npy, .npz) onto every device, frees, injected faults
+-- (the file's reads, writes and syncs too), collections and setting changes over every device,
+-- each result checked against a model kept in Lua strings. Usage (scripts/fuzz runs it):
 --   xferlua scripts/fuzz.lua SEED STEPS [--verbose]
 -- Exits non-zero, printing the seed, the step and what went wrong, at the first check that
 -- fails: wrong bytes, a changed source, an error that is not an xfer.Error, an error where
@@ -26,7 +27,11 @@ local runtimes = {}
 for _, dev in ipairs(devices) do runtimes[dev.runtime] = true end
 local runtime_list = {}
 for r in pairs(runtimes) do runtime_list[#runtime_list + 1] = r end
+runtime_list[#runtime_list + 1] = "file" -- a save's writes and syncs, a load's reads
 table.sort(runtime_list)
+local file_dir = os.tmpname() -- the files op's: removed at the end
+os.remove(file_dir)
+assert(os.execute("mkdir -p " .. file_dir) == 0 or true)
 
 local live = {}   -- { t = tensor, bytes = its bytes or false (unknown after a failed copy) }
 local step = 0
@@ -247,6 +252,44 @@ local ops = {
     v:free()
     count("view")
   end,
+  -- one to three live tensors saved (safetensors, .npz, or one to .npy) and loaded back onto a
+  -- device: the same names, shapes, dtypes and bytes; a failed save leaves no file (nor its
+  -- temporary), a failed load nothing allocated (the memory check at the end)
+  file = function()
+    local picked, names = {}, {}
+    for i = 1, rand(1, 3) do
+      local e = random_live()
+      if not e or e.t.freed or not e.bytes then return end
+      picked["t" .. i], names[#names + 1] = e, "t" .. i
+    end
+    local format = pick({ "safetensors", "npz", "npy" })
+    if format == "npy" then names = { "t1" } end
+    local path = ("%s/f%d.%s"):format(file_dir, step, format)
+    local tensors = {}
+    for _, n in ipairs(names) do tensors[n] = picked[n].t end
+    local saved = call("save", nil, xfer.save, path, format == "npy" and tensors.t1 or tensors)
+    if not saved then
+      local f = io.open(path)
+      if f then f:close() fail("a failed save left its file " .. path) end
+      local leftover = io.popen("ls -A " .. file_dir .. " | grep '^\\.' | head -1"):read("*l")
+      if leftover then fail("a failed save left its temporary " .. leftover) end
+      return
+    end
+    local dev = pick(devices)
+    local loaded_ok, loaded = call("load", nil, xfer.load, path, { device = dev })
+    os.remove(path)
+    if not loaded_ok then return end
+    if format == "npy" then loaded = { t1 = loaded } end
+    for _, n in ipairs(names) do
+      local t, e = loaded[n], picked[n]
+      if not t then fail(("a loaded %s lacks %s"):format(format, n)) end
+      if t.dtype ~= e.t.dtype or table.concat(t.shape, ",") ~= table.concat(e.t.shape, ",") then
+        fail(("a loaded %s's %s is %s, saved from %s"):format(format, n, t:summary(), e.t:summary()))
+      end
+      live[#live + 1] = { t = t, bytes = e.bytes, dev = dev, from = origin("save and load (" .. format .. ")", e) }
+    end
+    count("file " .. format)
+  end,
   clone = function()
     local e = random_live()
     if not e or e.t.freed then return end
@@ -325,7 +368,7 @@ local ops = {
 }
 local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
                   drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1,
-                  view = 6, batch = 4 }
+                  view = 6, batch = 4, file = 3 }
 local bag = {}
 for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
 table.sort(bag)
@@ -360,6 +403,7 @@ for _, dev in ipairs(devices) do
     fail(("%s: %d bytes in use at the end, %d at the start"):format(dev.name, m.in_use, base[dev.name]))
   end
 end
+os.execute("rm -rf " .. file_dir)
 local summary = {}
 for k, v in pairs(counts) do summary[#summary + 1] = k .. " " .. v end
 table.sort(summary)
