@@ -747,11 +747,18 @@ describe("remote devices #remote", function()
     assert(ok, err)
   end)
 
-  it("drops clients that break the protocol and serves the others (a wire fuzzer)", function()
-    local fuzz = h.xferlua():gsub("xferlua$", "wire_fuzz")
-    local exists = io.open(fuzz)
-    if not exists then return pending("wire_fuzz was not built (it links UCX's libraries)") end
+  -- A test program built beside xferlua (spec/c/), or nil where it was not.
+  local function built(name)
+    local path = h.xferlua():gsub("xferlua$", name)
+    local exists = io.open(path)
+    if not exists then return nil end
     exists:close()
+    return path
+  end
+
+  it("drops clients that break the protocol and serves the others (a wire fuzzer)", function()
+    local fuzz = built("wire_fuzz")
+    if not fuzz then return pending("wire_fuzz was not built (it links UCX's libraries)") end
     local server = start_server({})
     local p = connect(server.url, { timeout = 10 }) -- a good client, connected throughout
     local r = xfer.arange(100):to(p.devices[1])
@@ -775,12 +782,14 @@ describe("remote devices #remote", function()
   -- The port is a gate: a stranger's bytes never reach UCX (17 zero bytes aborted UCX 1.13's
   -- listener, and so the server), each connection turned away gives its socket back, and
   -- however many hang, a client with the token gets in.
-  local function gate_fuzz()
-    local fuzz = h.xferlua():gsub("xferlua$", "gate_fuzz")
-    local exists = io.open(fuzz)
-    if not exists then return nil end
-    exists:close()
-    return fuzz
+  local function gate_fuzz() return built("gate_fuzz") end
+  -- The server lives: a client (with the token) moves bytes there, and UCX asserted nothing.
+  local function still_serves(server, token)
+    local p = connect(server.url, { timeout = 10, token = token })
+    assert.are.same({ 0, 1, 2 }, xfer.arange(3):to(p.devices[1]):totable())
+    p:close()
+    assert.is_falsy(read(server.log):find("Assertion", 1, true), read(server.log))
+    server.stop()
   end
   local function open_fds(pid)
     local p = io.popen("ls /proc/" .. pid .. "/fd | wc -l")
@@ -810,11 +819,7 @@ describe("remote devices #remote", function()
       now = open_fds(server.pid)
     until now <= before + 3 or xfer.clock() - t0 > 5
     assert.is_true(now <= before + 3, ("%d descriptors before, %d after"):format(before, now))
-    local p = connect(server.url, { timeout = 10, token = "sesame" })
-    assert.are.same({ 0, 1, 2 }, xfer.arange(3):to(p.devices[1]):totable())
-    p:close()
-    assert.is_falsy(read(server.log):find("Assertion", 1, true), read(server.log))
-    server.stop()
+    still_serves(server, "sesame")
   end)
 
   -- the issue's case was ulimit -n 128 on the CPU machine; a GPU machine's drivers hold more
@@ -834,10 +839,7 @@ describe("remote devices #remote", function()
     local out, code = h.run(("timeout 60 %s %s %s 7 0 140 sesame"):format(fuzz, host, port))
     assert.are.equal(0, code, out .. read(server.log))
     assert.is_truthy(out:find("140 hanging, then the client let in", 1, true), out)
-    local p = connect(server.url, { timeout = 10, token = "sesame" })
-    assert.are.same({ 0, 1 }, xfer.arange(2):to(p.devices[1]):totable())
-    p:close()
-    server.stop()
+    still_serves(server, "sesame")
   end)
 
   -- A knock opens a door (a UCX listener) for a moment; UCX's connection manager aborted on 17
@@ -880,11 +882,7 @@ for attempt in range(5):
     assert.are.equal(0, code, out)
     local _, shut = out:gsub("status 0 door %d+ shut", "")
     assert.are.equal(5, shut, out)
-    local p = connect(server.url, { timeout = 10 }) -- the server lives, and lets the next in
-    assert.are.same({ 0, 1, 2 }, xfer.arange(3):to(p.devices[1]):totable())
-    p:close()
-    assert.is_falsy(read(server.log):find("Assertion", 1, true), read(server.log))
-    server.stop()
+    still_serves(server) -- and lets the next in
   end)
 
   it("over IPv6: connects where its UCX can, and says why not where it cannot (UCX 1.13)", function()
@@ -907,10 +905,8 @@ for attempt in range(5):
   end
 
   it("drops a client that asks for 40 reads of 64 MiB and never reads them, and gives the memory back", function()
-    local fuzz = h.xferlua():gsub("xferlua$", "wire_fuzz")
-    local exists = io.open(fuzz)
-    if not exists then return pending("wire_fuzz was not built (it links UCX's libraries)") end
-    exists:close()
+    local fuzz = built("wire_fuzz")
+    if not fuzz then return pending("wire_fuzz was not built (it links UCX's libraries)") end
     local server = start_server({ name = "nodeR" })
     local before = rss_mb(server.pid)
     -- device 1: one the server stages replies of (host buffers are sent from in place)
@@ -923,10 +919,7 @@ for attempt in range(5):
       now = rss_mb(server.pid)
     until now < before + 200 or xfer.clock() - t0 > 5
     assert.is_true(now < before + 200, ("%.0f MB before, %.0f MB after"):format(before, now))
-    local p = connect(server.url, { timeout = 10 })
-    assert.are.same({ 0, 1 }, xfer.arange(2):to(p.devices[1]):totable())
-    p:close()
-    server.stop()
+    still_serves(server)
   end)
 
   it("takes a client's whole depth of 64 MiB requests (remote_chunk 64 MiB, depth 4, 16 KiB blocks)", function()
