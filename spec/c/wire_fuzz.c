@@ -163,8 +163,12 @@ static int greedy(const char *host, const char *port, int reads, unsigned device
   sleep(3); /* reads nothing */
   until = now() + 3;
   while (!ep_failed && now() < until) ucp_worker_progress(worker);
-  printf("greedy: %d reads of 64 MiB sent, none read: %s\n", reads, ep_failed ? "dropped" : "NOT DROPPED");
-  return ep_failed ? 0 : 1;
+  int dropped = ep_failed;
+  printf("greedy: %d reads of 64 MiB sent, none read: %s\n", reads, dropped ? "dropped" : "NOT DROPPED");
+  close_ep(ep);
+  ucp_worker_destroy(worker);
+  ucp_cleanup(context);
+  return dropped ? 0 : 1;
 }
 
 int main(int argc, char **argv)

@@ -21,6 +21,7 @@
 static int is_door(int fd, int family, uint16_t port)
 {
   struct sockaddr_storage a;
+  memset(&a, 0, sizeof a);
   socklen_t len = sizeof a;
   int listening = 0;
   socklen_t llen = sizeof listening;

@@ -29,15 +29,15 @@
 
 #define MAX_HANDLES 65536            /* buffers one client may hold */
 /* the largest message a client sends: a batch's pieces and a chunk of bytes */
-#define MAX_MESSAGE (WIRE_CHUNK + WIRE_MANY_MAX * sizeof(wire_copy))
+#define MAX_MESSAGE (WIRE_CHUNK + (size_t)WIRE_MANY_MAX * sizeof(wire_copy))
 /* bytes of one client's requests waiting to be served: what remote_depth's most in flight
 ** can be (4 x 66.5 MiB), and a MiB for small ones -- a client keeping to the protocol is
 ** never over it (256 MiB was: four 64 MiB WRITE_MANY and their pieces) */
-#define MAX_QUEUED (WIRE_DEPTH_MAX * MAX_MESSAGE + ((size_t)1 << 20))
+#define MAX_QUEUED ((size_t)WIRE_DEPTH_MAX * MAX_MESSAGE + ((size_t)1 << 20))
 /* bytes of one client's replies on their way, not yet taken: a client keeping to the protocol
 ** has its depth's answers at most, and as many whose receipt the server has not heard of yet;
 ** one that asks and never reads is dropped, its memory given back */
-#define MAX_REPLYING (2 * WIRE_DEPTH_MAX * MAX_MESSAGE)
+#define MAX_REPLYING ((size_t)2 * WIRE_DEPTH_MAX * MAX_MESSAGE)
 #define MAX_DOORS 64                 /* doors open at once (the oldest closes first) */
 #define DOOR_SECONDS 10.0            /* a door waits this long for its client's endpoint */
 
