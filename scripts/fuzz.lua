@@ -31,7 +31,7 @@ runtime_list[#runtime_list + 1] = "file" -- a save's writes and syncs, a load's 
 table.sort(runtime_list)
 local file_dir = os.tmpname() -- the files op's: removed at the end
 os.remove(file_dir)
-assert(os.execute("mkdir -p " .. file_dir) == 0 or true)
+os.execute("mkdir -p " .. file_dir)
 
 local live = {}   -- { t = tensor, bytes = its bytes or false (unknown after a failed copy) }
 local step = 0
@@ -271,7 +271,9 @@ local ops = {
     if not saved then
       local f = io.open(path)
       if f then f:close() fail("a failed save left its file " .. path) end
-      local leftover = io.popen("ls -A " .. file_dir .. " | grep '^\\.' | head -1"):read("*l")
+      local listing = io.popen("ls -A " .. file_dir .. " | grep '^\\.' | head -1")
+      local leftover = listing:read("*l")
+      listing:close()
       if leftover then fail("a failed save left its temporary " .. leftover) end
       return
     end

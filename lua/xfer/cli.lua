@@ -77,11 +77,11 @@ end
 function cli.serve(url, name, token_file, client_memory)
   local quota
   if client_memory then
-    local n, unit = client_memory:match("^(%d+)([KMG]?)$")
-    if not n or tonumber(n) == 0 then
+    local ok, bytes = pcall(require("xfer.bench").parse_size, client_memory)
+    if not ok or bytes == 0 then
       refuse("serve", "--client-memory %s: a size of bytes such as 512M or 4G, more than 0", client_memory)
     end
-    quota = tonumber(n) * ({ [""] = 1, K = 2^10, M = 2^20, G = 2^30 })[unit]
+    quota = bytes
   end
   local token
   if token_file then

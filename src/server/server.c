@@ -266,6 +266,18 @@ static void staging_done(char *data, xfer_tensor *staging)
   else free(data);
 }
 
+/* m at the end of the queue, counted as its client's (serve_ready takes the counts back) */
+static ucs_status_t enqueue(xfer_listener *l, message *m)
+{
+  m->c->queued += m->len;
+  m->c->waiting++;
+  if (m->h.type == WIRE_FREE) m->c->frees_waiting++;
+  if (l->tail) l->tail->next = m;
+  else l->head = m;
+  l->tail = m;
+  return UCS_OK;
+}
+
 static ucs_status_t on_message(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
@@ -303,30 +315,20 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   xfer_tensor *staging = NULL;
   char *copy = m && len && !direct ? staging_for(l, len, &staging) : NULL;
   if (!m) return discard(c); /* not even a message's worth of memory */
+  m->c = c;
+  m->h = h;
   if (len && !direct && !copy) {
     /* no host memory to take the payload: the request is answered XFER_E_ALLOC when its
     ** turn comes (the client's move fails, its connection stays), the data left to UCX */
-    m->c = c;
-    m->h = h;
     m->unstaged = len;
-    c->waiting++;
-    if (h.type == WIRE_FREE) c->frees_waiting++;
-    if (l->tail) l->tail->next = m;
-    else l->head = m;
-    l->tail = m;
-    return UCS_OK;
+    return enqueue(l, m);
   }
-  m->c = c;
-  m->h = h;
   if (other_version) m->h.version = 0; /* marks the mismatch for serve() */
   m->data = copy;
   m->staging = staging;
   m->direct = direct != NULL;
   m->on_device = device.kind != XFER_MEMORY_HOST;
   m->len = len;
-  c->queued += len;
-  c->waiting++;
-  if (h.type == WIRE_FREE) c->frees_waiting++;
   if (direct) copy = direct;
   if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     ucp_request_param_t p;
@@ -342,10 +344,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   } else if (len) {
     memcpy(copy, data, len);
   }
-  if (l->tail) l->tail->next = m;
-  else l->head = m;
-  l->tail = m;
-  return UCS_OK;
+  return enqueue(l, m);
 }
 
 /* -- Replying --------------------------------------------------------------------------------- */
@@ -628,7 +627,7 @@ static void alloc_buffer(xfer_listener *l, conn *c, const message *m)
     c->buffers = grown;
     c->cap = cap;
   }
-  if (l->client_memory && m->h.length > l->client_memory - (c->held < l->client_memory ? c->held : l->client_memory)) {
+  if (l->client_memory && m->h.length > l->client_memory - c->held) { /* (held never passes the quota) */
     xfer_err_op(&e, XFER_E_ALLOC, XFER_OP_ALLOC, "a client holds at most %llu bytes here (its quota); "
                 "it holds %llu, and asked for %llu more", (unsigned long long)l->client_memory,
                 (unsigned long long)c->held, (unsigned long long)m->h.length);
