@@ -844,25 +844,29 @@ describe("remote devices #remote", function()
 
   -- A knock opens a door (a UCX listener) for a moment; UCX's connection manager aborted on 17
   -- zero bytes, and anyone could send them there. The kernel now drops every packet to a door
-  -- from an address other than the knocker's (127.0.0.2 here: another address on loopback).
-  it("shuts the door a knock opened to every other address: 17 zero bytes from 127.0.0.2 go nowhere", function()
-    local server = start_server({ name = "nodeD" })
+  -- but those from the address and the port the knock named: from another address (127.0.0.2
+  -- here: another address on loopback), or from the knocker's own address at another port (any
+  -- other process of its host), the 17 bytes go nowhere.
+  local function knock_then_send(server, from)
     local host, port = host_port(server.url)
     local script = os.tmpname()
     local f = io.open(script, "w")
     f:write([[
 import socket, struct, sys
-host, port = sys.argv[1], int(sys.argv[2])
+host, port, source = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 for attempt in range(5):
     s = socket.create_connection((host, port), 5)
-    s.sendall(b"xferKNCK" + struct.pack("<II", 4, 0))
+    held = socket.socket()  # the port the knock names, held as a client holds it
+    held.bind((s.getsockname()[0], 0))
+    named = held.getsockname()[1]
+    s.sendall(b"xferKNCK" + struct.pack("<II", 5, 0) + struct.pack("<I", named))
     a = b""
     while len(a) < 20:
         a += s.recv(20 - len(a))
     s.close()
     status, door = struct.unpack("<II", a[12:20])
     d = socket.socket()
-    d.bind(("127.0.0.2", 0))
+    d.bind((source, 0))  # not the port named: that one is held
     d.settimeout(1)
     try:
         d.connect((host, door))
@@ -871,10 +875,17 @@ for attempt in range(5):
     except OSError as e:
         print("status", status, "door", door, "shut:", type(e).__name__)
     d.close()
+    held.close()
 ]])
     f:close()
-    local out, code = h.run(("python3 %s %s %s"):format(script, host, port))
+    local out, code = h.run(("python3 %s %s %s %s"):format(script, host, port, from))
     os.remove(script)
+    return out, code
+  end
+
+  it("shuts the door a knock opened to every other address: 17 zero bytes from 127.0.0.2 go nowhere", function()
+    local server = start_server({ name = "nodeD" })
+    local out, code = knock_then_send(server, "127.0.0.2")
     if code ~= 0 and out:find("Cannot assign requested address", 1, true) then
       server.stop()
       return pending("127.0.0.2 is not an address of this machine: " .. out)
@@ -883,6 +894,15 @@ for attempt in range(5):
     local _, shut = out:gsub("status 0 door %d+ shut", "")
     assert.are.equal(5, shut, out)
     still_serves(server) -- and lets the next in
+  end)
+
+  it("shuts the door to another process of the knocker's host: 17 zero bytes from another port go nowhere", function()
+    local server = start_server({ name = "nodeP" })
+    local out, code = knock_then_send(server, "127.0.0.1")
+    assert.are.equal(0, code, out)
+    local _, shut = out:gsub("status 0 door %d+ shut", "")
+    assert.are.equal(5, shut, out)
+    still_serves(server)
   end)
 
   it("over IPv6: connects where its UCX can, and says why not where it cannot (UCX 1.13)", function()

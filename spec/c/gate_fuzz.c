@@ -72,22 +72,22 @@ int main(int argc, char **argv)
     }
     case 2: memcpy(junk, GATE_MAGIC, 1 + (size_t)(rand() % GATE_MAGIC_LEN)); fd = send_bytes(junk, 64); break;
     case 3: { /* a token longer than a knock may carry */
-      unsigned char k[GATE_HEAD_LEN];
-      gate_pack_knock(k, WIRE_VERSION, "", 0);
+      unsigned char k[GATE_KNOCK_MAX];
+      gate_pack_knock(k, WIRE_VERSION, "", 0, 1);
       k[12] = 0xff, k[13] = (unsigned char)rand();
-      fd = send_bytes(k, sizeof k);
+      fd = send_bytes(k, GATE_HEAD_LEN);
       break;
     }
     case 4: { /* a whole knock, and more after it */
       unsigned char k[GATE_KNOCK_MAX + 8];
-      gate_pack_knock(k, WIRE_VERSION, "t", 1);
-      fd = send_bytes(k, GATE_HEAD_LEN + 1 + 1 + (size_t)(rand() % 7));
+      size_t whole = gate_pack_knock(k, WIRE_VERSION, "t", 1, 1);
+      fd = send_bytes(k, whole + 1 + (size_t)(rand() % 7));
       break;
     }
     case 5: { /* half a knock, then gone */
-      unsigned char k[GATE_HEAD_LEN];
-      gate_pack_knock(k, WIRE_VERSION, "", 0);
-      fd = send_bytes(k, 1 + (size_t)(rand() % (GATE_HEAD_LEN - 1)));
+      unsigned char k[GATE_KNOCK_MAX];
+      size_t whole = gate_pack_knock(k, WIRE_VERSION, "", 0, 1);
+      fd = send_bytes(k, 1 + (size_t)(rand() % (int)(whole - 1)));
       break;
     }
     case 6: { /* another version: told so, nothing opened */
@@ -97,6 +97,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gate_fuzz: another version was answered %d (errno %d)\n", (int)a.status, a.io_errno);
         failed++;
       }
+      gate_release(&a);
       break;
     }
     default: { /* a wrong token (the server has one) or none (it has none): refused or let in */
@@ -108,6 +109,7 @@ int main(int argc, char **argv)
                 (int)a.status, a.io_errno);
         failed++;
       }
+      gate_release(&a);
       break;
     }
     }
@@ -116,15 +118,16 @@ int main(int argc, char **argv)
   }
   /* HOLD hanging at once, then the real client */
   int *held = calloc((size_t)(hold > 0 ? hold : 1), sizeof *held), holding = 0;
-  unsigned char k[GATE_HEAD_LEN];
-  gate_pack_knock(k, WIRE_VERSION, "", 0);
+  unsigned char k[GATE_KNOCK_MAX];
+  size_t whole = gate_pack_knock(k, WIRE_VERSION, "", 0, 1);
   for (int i = 0; i < hold; i++) {
-    held[i] = send_bytes(k, 1 + (size_t)(rand() % (GATE_HEAD_LEN - 1)));
+    held[i] = send_bytes(k, 1 + (size_t)(rand() % (int)(whole - 1)));
     holding += held[i] >= 0;
   }
   gate_reply a;
   int let_in = !gate_knock((struct sockaddr *)&server, sizeof server, WIRE_VERSION, token, strlen(token),
                            gate_now() + 5, &a) && a.status == GATE_OPEN && a.port;
+  gate_release(&a);
   for (int i = 0; i < hold; i++)
     if (held[i] >= 0) close(held[i]);
   free(held);

@@ -88,10 +88,14 @@ static ucp_ep_h connect_to(const char *host, const char *port)
   p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
   p.sockaddr.addr = found->ai_addr;
   p.sockaddr.addrlen = found->ai_addrlen;
+  p.field_mask |= UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR; /* the door lets in the port the knock named */
+  p.local_sockaddr.addr = (struct sockaddr *)&r.from;
+  p.local_sockaddr.addrlen = r.from_len;
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = on_error;
   ucp_ep_h ep = NULL;
   ep_failed = 0;
+  gate_release(&r);
   ucs_status_t s = ucp_ep_create(worker, &p, &ep);
   freeaddrinfo(found);
   return s == UCS_OK ? ep : NULL;
@@ -215,6 +219,7 @@ int main(int argc, char **argv)
     if (!getaddrinfo(host, port, &hints, &found) && found) {
       gate_ok = !gate_knock(found->ai_addr, found->ai_addrlen, WIRE_VERSION + 98, "", 0, now() + 5, &r) &&
                 r.status == GATE_OTHER_VERSION && r.version == WIRE_VERSION;
+      gate_release(&r);
       freeaddrinfo(found);
     }
     printf("gate, version %d: %s\n", WIRE_VERSION + 98, gate_ok ? "other version" : "NOT REFUSED AS SUCH");

@@ -1,7 +1,8 @@
 /*
 ** door_filter.c -- see door_filter.h. The filter runs on each packet the listener (and the
-** connections it accepts, which inherit it) gets, the TCP header at the start of the data;
-** the IP header's source address is read relative to the network header (SKF_NET_OFF).
+** connections it accepts, which inherit it) gets, the TCP header at the start of the data
+** (its first 16 bits: the source port); the IP header's source address is read relative to
+** the network header (SKF_NET_OFF).
 */
 #include "door_filter.h"
 
@@ -65,6 +66,8 @@ int xfer_door_admit_only(int family, uint16_t port, const struct sockaddr *clien
   uint32_t words[4];
   int n; /* 32-bit words of the source address, and where they are in the IP header */
   unsigned at;
+  uint16_t port_be = family == AF_INET6 ? ((const struct sockaddr_in6 *)client)->sin6_port
+                                        : ((const struct sockaddr_in *)client)->sin_port;
   if (family == AF_INET) {
     memcpy(words, &((const struct sockaddr_in *)client)->sin_addr, 4);
     n = 1, at = 12;
@@ -76,14 +79,18 @@ int xfer_door_admit_only(int family, uint16_t port, const struct sockaddr *clien
     memcpy(words, &((const struct sockaddr_in6 *)client)->sin6_addr, 16);
     n = 4, at = 8;
   }
-  /* each word loaded (in host order, as BPF loads them) and compared; a mismatch drops */
-  struct sock_filter code[2 * 4 + 2];
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    code[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SKF_NET_OFF + at + 4u * (unsigned)i);
-    /* equal: on to the next word (or accept); not: jump to the drop at the end */
-    code[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ntohl(words[i]), 0, 0);
-    code[k].jf = (uint8_t)(2 * (n - i) - 1);
+  /* each word loaded (in host order, as BPF loads them) and compared, then the port; a
+  ** mismatch jumps to the drop at the end */
+  struct sock_filter code[2 * (4 + 1) + 2];
+  int k = 0, checks = n + (port_be != 0);
+  for (int i = 0; i < checks; i++) {
+    if (i < n)
+      code[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SKF_NET_OFF + at + 4u * (unsigned)i);
+    else
+      code[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 0); /* the TCP source port */
+    uint32_t want = i < n ? ntohl(words[i]) : ntohs(port_be);
+    code[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, want, 0, 0);
+    code[k].jf = (uint8_t)(2 * (checks - i) - 1);
     k++;
   }
   code[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, ACCEPT);

@@ -7,6 +7,7 @@
 
 #include "../backends/remote/wire.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -108,7 +109,8 @@ static void answer(gate_front *f, gate_knocker *k, gate_decide decide, void *arg
   uint32_t version;
   const char *token;
   size_t token_len;
-  gate_parse_knock(k->bytes, k->got, &version, &token, &token_len);
+  uint16_t from_port;
+  gate_parse_knock(k->bytes, k->got, &version, &token, &token_len, &from_port);
   struct sockaddr_storage local, peer;
   socklen_t local_len = sizeof local, peer_len = sizeof peer;
   memset(&local, 0, sizeof local);
@@ -116,8 +118,12 @@ static void answer(gate_front *f, gate_knocker *k, gate_decide decide, void *arg
   uint16_t port = 0;
   gate_status status = GATE_BUSY;
   if (!getsockname(k->fd, (struct sockaddr *)&local, &local_len) &&
-      !getpeername(k->fd, (struct sockaddr *)&peer, &peer_len))
+      !getpeername(k->fd, (struct sockaddr *)&peer, &peer_len)) {
+    /* who will come to the door: the knocker's address, at the port its knock named */
+    if (peer.ss_family == AF_INET6) ((struct sockaddr_in6 *)&peer)->sin6_port = htons(from_port);
+    else ((struct sockaddr_in *)&peer)->sin_port = htons(from_port);
     status = decide(arg, version, token, token_len, (struct sockaddr *)&local, (struct sockaddr *)&peer, &port);
+  }
   unsigned char out[GATE_ANSWER_LEN];
   gate_pack_answer(out, WIRE_VERSION, status, status == GATE_OPEN ? port : 0);
   /* 20 bytes into a fresh socket's empty buffer: one send; a client that cannot take them
@@ -143,7 +149,8 @@ static int read_knock(gate_front *f, gate_knocker *k, gate_decide decide, void *
   uint32_t version;
   const char *token;
   size_t token_len;
-  int whole = gate_parse_knock(k->bytes, k->got, &version, &token, &token_len);
+  uint16_t from_port;
+  int whole = gate_parse_knock(k->bytes, k->got, &version, &token, &token_len, &from_port);
   if (whole < 0) let_go(f, k, 0);
   else if (whole > 0) answer(f, k, decide, arg);
   return 1;

@@ -29,7 +29,8 @@ typedef struct gate_front {
 } gate_front;
 
 /* Decides a whole knock: the status, and for GATE_OPEN the door's port. `local` is the
-** address the client reached, `peer` the client's. */
+** address the client reached, `peer` where the client will come from to the door: its
+** address, at the port its knock named (gate.h; 0 for a knock of an earlier protocol). */
 typedef gate_status (*gate_decide)(void *arg, uint32_t version, const char *token, size_t token_len,
                                    const struct sockaddr *local, const struct sockaddr *peer,
                                    uint16_t *port);

@@ -93,7 +93,7 @@ typedef struct sending {             /* a reply on its way, and what it sends fr
 typedef struct door {                /* a UCX listener opened for one client that knocked */
   struct xfer_listener *l;
   ucp_listener_h listener;           /* NULL: a free slot */
-  struct sockaddr_storage client;    /* the address that knocked: the only one let in */
+  struct sockaddr_storage client;    /* the address and port the knock named: the only one let in */
   double deadline;
   int used;                          /* its client came in: closed at the next serve */
 } door;
@@ -138,22 +138,25 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
   if (c) c->broken = 1;
 }
 
-/* Whether two socket addresses are one host (ports aside). */
-static int same_host(const struct sockaddr_storage *a, const struct sockaddr *b)
+/* Whether two socket addresses are one: address and port. */
+static int same_address(const struct sockaddr_storage *a, const struct sockaddr *b)
 {
   if (a->ss_family != b->sa_family) return 0;
-  if (b->sa_family == AF_INET)
-    return !memcmp(&((const struct sockaddr_in *)a)->sin_addr, &((const struct sockaddr_in *)b)->sin_addr,
-                   sizeof(struct in_addr));
-  if (b->sa_family == AF_INET6)
-    return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
-                   sizeof(struct in6_addr));
+  if (b->sa_family == AF_INET) {
+    const struct sockaddr_in *x = (const struct sockaddr_in *)a, *y = (const struct sockaddr_in *)b;
+    return x->sin_port == y->sin_port && !memcmp(&x->sin_addr, &y->sin_addr, sizeof x->sin_addr);
+  }
+  if (b->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a, *y = (const struct sockaddr_in6 *)b;
+    return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr);
+  }
   return 0;
 }
 
 /* A client that knocked connects at its door: its endpoint is made, the door closes (at the
-** next serve: not inside the listener's own callback). Someone else at the door -- another
-** host, in the moment it is open -- is turned away. */
+** next serve: not inside the listener's own callback). Someone else at the door -- from
+** another address, or another port than the knock named -- is turned away (the kernel's
+** filter, door_filter.h, drops their packets before; this says it again where UCX tells). */
 static void on_conn_request(ucp_conn_request_h request, void *arg)
 {
   door *d = arg;
@@ -167,7 +170,7 @@ static void on_conn_request(ucp_conn_request_h request, void *arg)
     memset(&attr, 0, sizeof attr);
     attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
     if (l->node.api->ucp_conn_request_query(request, &attr) != UCS_OK ||
-        !same_host(&d->client, (const struct sockaddr *)&attr.client_address)) {
+        !same_address(&d->client, (const struct sockaddr *)&attr.client_address)) {
       l->node.api->ucp_listener_reject(d->listener, request);
       return;
     }

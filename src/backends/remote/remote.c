@@ -934,12 +934,14 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
 }
 
 /* Knocks at the server's gate (gate.h) with the version and the token; on XFER_E_OK, addr's
-** port is the door the server opened for this client, where its UCX connects. */
+** port is the door the server opened for this client, where its UCX connects from r->from
+** (whose port r holds reserved until gate_release). */
 static xfer_code knock(const char *url, struct sockaddr_storage *addr, socklen_t addr_len, const char *token,
-                       double deadline, xfer_error *err)
+                       double deadline, gate_reply *reply, xfer_error *err)
 {
   gate_reply r;
   gate_knock((const struct sockaddr *)addr, addr_len, WIRE_VERSION, token, strlen(token), deadline, &r);
+  *reply = r;
   xfer_code rc = XFER_E_OK;
   if (r.io_errno == ETIMEDOUT)
     rc = xfer_err_op(err, XFER_E_TIMEOUT, XFER_OP_CONNECT, "connect: %s did not answer in time", url);
@@ -964,6 +966,7 @@ static xfer_code knock(const char *url, struct sockaddr_storage *addr, socklen_t
       const char *name = strerrorname_np(r.io_errno);
       snprintf(err->native_name, sizeof err->native_name, "%s", name ? name : "");
     }
+    gate_release(reply);
     return rc;
   }
   if (addr->ss_family == AF_INET6) ((struct sockaddr_in6 *)addr)->sin6_port = htons(r.port);
@@ -993,10 +996,14 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   const ucx_api *api = rc || addr.ss_family != AF_INET6 ? NULL : xfer_ucx(why, sizeof why);
   if (api && !xfer_ucx_takes_ipv6(api, why, sizeof why))
     rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_CONNECT, "connect: %.200s: %s", url, why);
-  if (!rc) rc = knock(url, &addr, addr_len, token, xfer_now() + timeout, err);
+  gate_reply door;
+  if (!rc) rc = knock(url, &addr, addr_len, token, xfer_now() + timeout, &door, err);
   if (rc) return rc;
   xfer_peer *p = calloc(1, sizeof *p);
-  if (!p) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);
+  if (!p) {
+    gate_release(&door);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);
+  }
   p->ctx = ctx;
   p->refs = 1;
   p->timeout = timeout;
@@ -1004,14 +1011,19 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   snprintf(p->name, sizeof p->name, "%.16s", host);
   pthread_mutex_init(&p->lock, NULL);
   rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, XFER_OP_CONNECT, err);
+  if (rc) gate_release(&door);
   if (!rc) {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof ep);
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     ep.sockaddr.addr = (const struct sockaddr *)&addr;
     ep.sockaddr.addrlen = addr_len;
+    /* from the port the knock named: the door lets no other in (gate.h); held until now */
+    ep.local_sockaddr.addr = (const struct sockaddr *)&door.from;
+    ep.local_sockaddr.addrlen = door.from_len;
+    gate_release(&door);
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = on_ep_error;
     ep.err_handler.arg = p;

@@ -13,8 +13,9 @@
 
 #define WIRE_AM_ID 11
 #define WIRE_MAGIC 0x58465231u /* "XFR1" */
-#define WIRE_VERSION 4 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY);
-                         ** 4: a knock at the gate (gate.h) before UCX connects */
+#define WIRE_VERSION 5 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY);
+                         ** 4: a knock at the gate (gate.h) before UCX connects;
+                         ** 5: the knock names the port the client connects from */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most requests a client has on their way at once (xfer_config's remote_depth): what a
