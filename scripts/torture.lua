@@ -17,6 +17,8 @@ local xfer = require "xfer"
 local stride, verbose, files, deadline = 1, false, {}, nil
 local shard, shards, only_calls = 1, 1, nil
 local args = { ... }
+-- line by line: a run that hangs until a timeout kills the process leaves its call in the log
+io.stdout:setvbuf("line")
 local i = 1
 while i <= #args do
   if args[i] == "--stride" then
@@ -292,6 +294,7 @@ for _, file in ipairs(files) do
   for _, k in ipairs(ks) do
     if deadline and os.time() >= deadline then cut = true break end
     local failed, seen
+    if verbose then io.write(("%s: call %d: starting\n"):format(name, k)) end
     problems, failed, seen = one_run(scenario, k)
     runs = runs + 1
     if not failed then
