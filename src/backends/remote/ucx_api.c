@@ -38,6 +38,11 @@ static void load(void)
   load_state = -1;
   const char *path;
   xfer_error err;
+  /* UCX's own SIGSEGV handler (UCX_HANDLE_ERRORS=bt, read when libucs loads) prints a
+  ** backtrace with malloc: a fault inside malloc then deadlocks on malloc's lock, and the
+  ** process hangs instead of dying (seen once in CI: heap corruption found by free() inside
+  ** ucp_worker_destroy, an hour's hang). Without it a crash is a crash; a user's setting stays. */
+  setenv("UCX_HANDLE_ERRORS", "none", 0);
   void *lib = xfer_driver_open("XFER_UCX_LIBRARY", "libucp.so.0", "the UCX library", &path, &err);
   if (!lib) {
     snprintf(load_why, sizeof load_why, "%s", err.message);
