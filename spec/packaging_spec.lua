@@ -21,10 +21,13 @@ local function installed()
 end
 
 -- the functions a public header declares: name( at the start of a declaration
-local function declared(header)
-  local names, text = {}, assert(io.open(root .. "/include/" .. header)):read("*a")
-  for name in text:gmatch("\n[%w_ %*]-[%s%*](xfer[%w_]+)%(") do names[name] = true end
-  for name in text:gmatch("\nint (luaopen_xfer)%(") do names[name] = true end
+local function declared(...)
+  local names = {}
+  for _, header in ipairs({ ... }) do
+    local text = assert(io.open(root .. "/include/" .. header)):read("*a")
+    for name in text:gmatch("\n[%w_ %*]-[%s%*](xfer[%w_]+)%(") do names[name] = true end
+    for name in text:gmatch("\nint (luaopen_xfer)%(") do names[name] = true end
+  end
   return names
 end
 
@@ -52,6 +55,7 @@ describe("packaging #packaging", function()
   it("installs headers under include/xfer, the libraries with sonames, a CMake package and .pc files", function()
     local p = installed()
     for _, file in ipairs({ "include/xfer/xfer.h", "include/xfer/xfer_errors.h", "include/xfer/xfer_lua.h",
+                            "include/xfer/xfer_files.h", "include/xfer/xfer_remote.h",
                             "lib/cmake/xfer/xferConfig.cmake", "lib/cmake/xfer/xferConfigVersion.cmake",
                             "lib/cmake/xfer/xferTargets.cmake", "lib/pkgconfig/xfer.pc",
                             "lib/pkgconfig/xferlua.pc", "lib/lua/5.1/xfer.so", "bin/xferlua" }) do
@@ -63,7 +67,8 @@ describe("packaging #packaging", function()
 
   it("exports exactly what the public headers declare", function()
     local p = installed()
-    assert.are.same(declared("xfer.h"), exported(p .. "/lib/libxfer.so"))
+    -- libxfer: the core (xfer.h) and its upper layers, the file endpoints and remote devices
+    assert.are.same(declared("xfer.h", "xfer_files.h", "xfer_remote.h"), exported(p .. "/lib/libxfer.so"))
     local lua_api = declared("xfer_lua.h")
     assert.are.same(lua_api, exported(p .. "/lib/libxferlua.so"))
     assert.are.same({ luaopen_xfer = true }, exported(p .. "/lib/lua/5.1/xfer.so"))

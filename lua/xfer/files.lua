@@ -14,7 +14,7 @@ end
 
 -- An index nested deeper than this is no index (dkjson recurses: a deep one overflowed
 -- LuaJIT's C stack with a bare "stack overflow"); the header parser of the files has the same
--- limit (src/core/json.h).
+-- limit (src/files/json.h).
 local MAX_DEPTH = 64
 
 local function too_deep(text)

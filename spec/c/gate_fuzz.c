@@ -20,8 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../src/backends/remote/gate.h"
-#include "../../src/backends/remote/wire.h"
+#include "../../src/transport/ucx/gate.h"
+#include "../../src/transport/ucx/wire.h"
 
 static struct sockaddr_in server;
 

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "xfer.h"
+#include "xfer_remote.h"
 
 #define SKIPPED 77 /* ctest: SKIP_RETURN_CODE */
 

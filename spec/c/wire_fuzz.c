@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <ucp/api/ucp.h>
 
-#include "../../src/backends/remote/gate.h"
-#include "../../src/backends/remote/wire.h"
+#include "../../src/transport/ucx/gate.h"
+#include "../../src/transport/ucx/wire.h"
 #include "xfer.h"
 
 static ucp_context_h context;

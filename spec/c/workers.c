@@ -17,6 +17,7 @@
 #include <lualib.h>
 
 #include "xfer.h"
+#include "xfer_remote.h"
 #include "xfer_lua.h"
 
 #define WORKERS 4

@@ -51,7 +51,7 @@ void xl_check_options(lua_State *L, int idx, const char *fname, const char *cons
 const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *key,
                           const char *def);
 
-/* xfer_lua.c */
+/* lua_common.c: the state's context; owners of wrapped memory; a move's fields */
 xfer_ctx *xl_ctx(lua_State *L);
 /* Sets `from`, `to` and `path` in the table on top of the stack (stats, health, costs). */
 void xl_set_move(lua_State *L, const char *from, const char *to, xfer_path path);
@@ -64,6 +64,13 @@ xfer_code xl_alloc_end(xfer_code rc);
 /* After a new tensor is boxed: a full collection when the tensor bytes made since the last
 ** one call for it (the collector sees a small userdata, not the memory behind it). */
 void xl_gc_pressure(lua_State *L, xfer_tensor *made);
+/* The value on top of the stack held (popped) until the core lets go of what it owns:
+** xl_owner_release is the core's release callback (any thread: queued), xl_drain_owners drops
+** the queued ones of this state, xl_owner_drop one that was never handed to the core. */
+void *xl_owner_hold(lua_State *L, const char *fname);
+void xl_owner_release(void *owner);
+void xl_owner_drop(lua_State *L, void *owner);
+void xl_drain_owners(lua_State *L);
 
 /* lua_device.c */
 void xl_push_device(lua_State *L, xfer_device *dev);
@@ -75,22 +82,25 @@ void xl_open_device(lua_State *L, int module);
 /* lua_tensor.c */
 xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname);
 void xl_open_tensor(lua_State *L, int module);
-/* Creates the xfer.Tensor metatable unless this state has it. */
-void xl_tensor_metatable(lua_State *L);
+/* xfer.Tensor's own part of its metatable `mt` (collection, tostring, length, name) and its
+** methods, into the table at `methods` (xfer_lua.c puts the whole metatable together). */
+void xl_tensor_meta(lua_State *L, int mt, int methods);
+/* The field (dtype, shape, device, ...) the string at `idx` names, pushed: 1; 0 for none. */
+int xl_tensor_field(lua_State *L, xfer_tensor *t, int idx);
 /* An empty tensor userdata pushed first (so that nothing leaks if Lua runs out of memory),
-** then given a new tensor whose reference it takes over. */
+** then given a new tensor whose reference it takes over. Raises when the state has no
+** xfer.Tensor metatable yet. */
 void *xl_new_tensor_box(lua_State *L);
 void xl_tensor_box_adopt(lua_State *L, void *box, xfer_tensor *t);
+/* A new reference to `t`, boxed and pushed. */
+void xl_push_tensor(lua_State *L, xfer_tensor *t);
 /* lua_wrap.c: xfer.wrap_address and t:address(), t:is_wrapped() */
 void xl_open_wrap(lua_State *L, int module, int methods);
-/* Drops the owners of wrapped memory the core has let go of (any thread), in this state. */
-void xl_drain_owners(lua_State *L);
 /* lua_view.c: views, elements, in-place writes (methods of xfer.Tensor, at `methods`) */
 void xl_view_methods(lua_State *L, int methods);
-/* t[i] and t[{...}]: the element or view an index names; 0 when `key` is no index */
-int xl_tensor_index(lua_State *L, xfer_tensor *t, int key);
-/* __newindex of xfer.Tensor: t[i] = v (lua_view.c); other keys are read-only */
-int xl_tensor_newindex(lua_State *L);
+/* xfer.Tensor's __index (methods, fields, t[i] and t[{...}]) and __newindex (t[i] = v; other
+** keys are read-only) into the metatable at `mt`. */
+void xl_tensor_access(lua_State *L, int mt, int methods);
 
 /* The {via=...} options of a move at `idx` (absent: the planner chooses). */
 void xl_transfer_opts(lua_State *L, int idx, const char *fname, xfer_transfer_opts *out);

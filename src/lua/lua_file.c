@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "xfer_files.h"
 
 #define XL_FILE "xfer.File"
 

@@ -29,7 +29,7 @@ static int job_wait(lua_State *L)
     lua_pushboolean(L, 1);
     return 1;
   }
-  xfer_lua_push_tensor(L, t);
+  xl_push_tensor(L, t);
   xfer_tensor_release(t); /* the userdata holds its own reference */
   return 1;
 }
@@ -121,7 +121,7 @@ static int l_wait_all(lua_State *L)
       failed = 1;
       continue;
     }
-    xfer_lua_push_tensor(L, t);
+    xl_push_tensor(L, t);
     xfer_tensor_release(t);
     lua_rawseti(L, results, i);
   }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "xfer_remote.h"
 
 #define XL_PEER "xfer.Peer"
 #define XL_LISTENER "xfer.Listener"

@@ -13,12 +13,18 @@ typedef struct tensor_box {
   xfer_tensor *t;
 } tensor_box;
 
+/* The metatable is xfer_lua.c's (put together from every part's methods when the module
+** opens, or when C pushes a tensor first: xfer_lua_push_tensor); a box without it would never
+** be collected, so none is made. */
 static tensor_box *new_box(lua_State *L)
 {
-  xl_tensor_metatable(L);
+  luaL_getmetatable(L, XL_TENSOR);
+  if (lua_isnil(L, -1))
+    xl_raise_code(L, XFER_E_INVALID, "tensor", "xfer.Tensor is not set up in this state: "
+                  "require \"xfer\" first");
   tensor_box *box = lua_newuserdata(L, sizeof *box);
   box->t = NULL;
-  luaL_getmetatable(L, XL_TENSOR);
+  lua_insert(L, -2);
   lua_setmetatable(L, -2);
   return box;
 }
@@ -35,7 +41,7 @@ static void box_adopt(lua_State *L, tensor_box *box, xfer_tensor *t)
 void *xl_new_tensor_box(lua_State *L) { return new_box(L); }
 void xl_tensor_box_adopt(lua_State *L, void *box, xfer_tensor *t) { box_adopt(L, box, t); }
 
-void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
+void xl_push_tensor(lua_State *L, xfer_tensor *t)
 {
   tensor_box *box = new_box(L);
   box->t = xfer_tensor_retain(t);
@@ -619,15 +625,9 @@ static int t_len(lua_State *L)
   return 1;
 }
 
-static int t_index(lua_State *L)
+int xl_tensor_field(lua_State *L, xfer_tensor *t, int idx)
 {
-  xfer_tensor *t = xl_check_tensor(L, 1, "index");
-  lua_pushvalue(L, 2);
-  lua_rawget(L, lua_upvalueindex(1)); /* methods */
-  if (!lua_isnil(L, -1)) return 1;
-  lua_pop(L, 1);
-  if (lua_type(L, 2) != LUA_TSTRING) return xl_tensor_index(L, t, 2); /* t[i], t[{...}] */
-  const char *key = lua_tostring(L, 2);
+  const char *key = lua_tostring(L, idx);
   if (!key) return 0;
   if (!strcmp(key, "freed")) {
     lua_pushboolean(L, xfer_tensor_is_freed(t));
@@ -672,37 +672,23 @@ static int t_index(lua_State *L)
   return 1;
 }
 
-/* Creates the xfer.Tensor metatable once per state; a tensor pushed from C before any
-** require "xfer" (xfer_lua_push_tensor) still gets its methods. */
-void xl_tensor_metatable(lua_State *L)
+void xl_tensor_meta(lua_State *L, int mt, int methods)
 {
-  static const luaL_Reg methods[] = {
+  static const luaL_Reg fns[] = {
     {"to", m_to}, {"to_dtype", m_to_dtype}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
     {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free}, {"summary", m_summary},
-    {"to_async", xl_to_async}, {NULL, NULL},
+    {NULL, NULL},
   };
-  if (!luaL_newmetatable(L, XL_TENSOR)) {
-    lua_pop(L, 1);
-    return;
-  }
   lua_pushcfunction(L, t_gc);
-  lua_setfield(L, -2, "__gc");
+  lua_setfield(L, mt, "__gc");
   lua_pushcfunction(L, t_tostring);
-  lua_setfield(L, -2, "__tostring");
+  lua_setfield(L, mt, "__tostring");
   lua_pushcfunction(L, t_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, xl_tensor_newindex);
-  lua_setfield(L, -2, "__newindex");
+  lua_setfield(L, mt, "__len");
   lua_pushliteral(L, XL_TENSOR);
-  lua_setfield(L, -2, "__name");
-  /* the methods are xfer.Tensor, so scripts can add their own (as torch users did) */
-  lua_newtable(L);
-  luaL_register(L, NULL, methods);
-  xl_view_methods(L, lua_gettop(L));
-  lua_pushvalue(L, -1);
-  lua_setfield(L, -3, "methods");
-  lua_pushcclosure(L, t_index, 1);
-  lua_setfield(L, -2, "__index");
+  lua_setfield(L, mt, "__name");
+  lua_pushvalue(L, methods);
+  luaL_register(L, NULL, fns);
   lua_pop(L, 1);
 }
 
@@ -718,11 +704,8 @@ void xl_open_tensor(lua_State *L, int module)
     {"tensor", l_tensor}, {"empty", l_empty}, {"zeros", l_zeros}, {"full", l_full},
     {"arange", l_arange}, {"plan", l_plan}, {"is_tensor", l_is_tensor}, {NULL, NULL},
   };
-  xl_tensor_metatable(L);
   luaL_getmetatable(L, XL_TENSOR);
   lua_getfield(L, -1, "methods");
-  xl_open_wrap(L, module, lua_gettop(L));
-  xl_open_batch(L, module, lua_gettop(L));
   lua_setfield(L, module, "Tensor");
   lua_pop(L, 1);
   lua_pushvalue(L, module);

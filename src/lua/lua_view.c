@@ -504,7 +504,7 @@ static int m_write(lua_State *L)
 
 /* -- t[...] ----------------------------------------------------------------------------------- */
 
-int xl_tensor_index(lua_State *L, xfer_tensor *t, int key)
+static int tensor_index(lua_State *L, xfer_tensor *t, int key)
 {
   if (lua_istable(L, key)) {
     live(L, 1, "index");
@@ -534,7 +534,7 @@ int xl_tensor_index(lua_State *L, xfer_tensor *t, int key)
 /* t[i] = v: element i of a vector, or every element of entry i of a larger tensor (a value
 ** filled in, or a tensor of that entry's shape copied in) -- so t[i][j] = v sets one element
 ** of a matrix. Other keys: fields are read-only. */
-int xl_tensor_newindex(lua_State *L)
+static int t_newindex(lua_State *L)
 {
   if (lua_type(L, 2) != LUA_TNUMBER) return xl_read_only(L);
   xfer_tensor *t = live(L, 1, "newindex");
@@ -583,4 +583,26 @@ void xl_view_methods(lua_State *L, int methods)
     lua_pushcfunction(L, f->func);
     lua_setfield(L, methods, f->name);
   }
+}
+
+/* xfer.Tensor's __index: a method (the upvalue: xfer.Tensor, where scripts add their own), a
+** field (lua_tensor.c), or the element or view an index names. */
+static int t_index(lua_State *L)
+{
+  xfer_tensor *t = xl_check_tensor(L, 1, "index");
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
+  if (!lua_isnil(L, -1)) return 1;
+  lua_pop(L, 1);
+  if (lua_type(L, 2) != LUA_TSTRING) return tensor_index(L, t, 2); /* t[i], t[{...}] */
+  return xl_tensor_field(L, t, 2);
+}
+
+void xl_tensor_access(lua_State *L, int mt, int methods)
+{
+  lua_pushcfunction(L, t_newindex);
+  lua_setfield(L, mt, "__newindex");
+  lua_pushvalue(L, methods);
+  lua_pushcclosure(L, t_index, 1);
+  lua_setfield(L, mt, "__index");
 }

@@ -6,7 +6,8 @@
 ** The `owner` option is held in the registry until the core lets go of the memory -- the
 ** tensor freed, or its last reference gone, which may be a view's or a move's still running
 ** on another thread. So the release only queues the reference, and the state drops it the
-** next time it runs xferlua's code (xl_drain_owners): no Lua call from another thread.
+** next time it runs xferlua's code (xl_drain_owners, lua_common.c): no Lua call from another
+** thread.
 */
 #include <pthread.h>
 #include <stdint.h>
@@ -14,52 +15,6 @@
 #include <string.h>
 
 #include "binding.h"
-
-typedef struct owner_ref {
-  const void *registry;         /* which state's registry holds it */
-  int ref;
-  struct owner_ref *next;
-} owner_ref;
-
-static pthread_mutex_t released_lock = PTHREAD_MUTEX_INITIALIZER;
-static owner_ref *released;     /* let go of by the core, not yet dropped (released_lock) */
-static int any_released;        /* (atomic) */
-
-static void owner_release(void *ud)
-{
-  owner_ref *o = ud;
-  pthread_mutex_lock(&released_lock);
-  o->next = released;
-  released = o;
-  __atomic_store_n(&any_released, 1, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&released_lock);
-}
-
-void xl_drain_owners(lua_State *L)
-{
-  if (!__atomic_load_n(&any_released, __ATOMIC_ACQUIRE)) return;
-  const void *registry = lua_topointer(L, LUA_REGISTRYINDEX);
-  owner_ref *mine = NULL;
-  pthread_mutex_lock(&released_lock);
-  for (owner_ref **p = &released; *p;) {
-    owner_ref *o = *p;
-    if (o->registry == registry) {
-      *p = o->next;
-      o->next = mine;
-      mine = o;
-    } else {
-      p = &o->next;
-    }
-  }
-  __atomic_store_n(&any_released, released != NULL, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&released_lock);
-  while (mine) {
-    owner_ref *next = mine->next;
-    luaL_unref(L, LUA_REGISTRYINDEX, mine->ref);
-    free(mine);
-    mine = next;
-  }
-}
 
 static int64_t whole_field(lua_State *L, int opts, const char *key, int64_t def)
 {
@@ -153,27 +108,14 @@ static int l_wrap_address(lua_State *L)
   mem.size = (size_t)whole_field(L, 2, "size", (int64_t)packed);
   xl_drain_owners(L);
   void *box = xl_new_tensor_box(L);
-  owner_ref *owner = NULL;
+  void *owner = NULL;
   lua_getfield(L, 2, "owner");
-  if (!lua_isnil(L, -1)) {
-    owner = malloc(sizeof *owner);
-    if (owner) {
-      owner->registry = lua_topointer(L, LUA_REGISTRYINDEX);
-      owner->ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops it */
-      owner->next = NULL;
-    } else {
-      xl_raise_code(L, XFER_E_ALLOC, "wrap", "%s", xfer_code_what(XFER_E_ALLOC));
-    }
-  } else {
-    lua_pop(L, 1);
-  }
+  if (!lua_isnil(L, -1)) owner = xl_owner_hold(L, "wrap"); /* pops it */
+  else lua_pop(L, 1);
   xfer_tensor *t;
   if (xfer_tensor_wrap(dev, &mem, dtype, &shape, has_strides ? strides : NULL,
-                       owner ? owner_release : NULL, owner, &t, &err)) {
-    if (owner) {
-      luaL_unref(L, LUA_REGISTRYINDEX, owner->ref);
-      free(owner);
-    }
+                       owner ? xl_owner_release : NULL, owner, &t, &err)) {
+    if (owner) xl_owner_drop(L, owner);
     xl_raise(L, &err);
   }
   xl_tensor_box_adopt(L, box, t);

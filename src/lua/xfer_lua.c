@@ -1,6 +1,8 @@
 /*
-** xfer_lua.c -- the `xfer` module: its context (one per Lua state, kept in the
-** registry), runtimes, fault injection, and the Lua files shipped inside the binding.
+** xfer_lua.c -- the `xfer` module, at the top of the binding: it opens every part (each
+** below it), puts xfer.Tensor's metatable together from theirs, and has the module's own
+** functions -- runtimes, stats, health, settings, fault injection -- and the Lua files shipped
+** inside the binding. The state's context is lua_common.c's.
 */
 #include <limits.h>
 #include <math.h>
@@ -9,104 +11,6 @@
 
 #include "binding.h"
 #include "embedded.h"
-
-#define CTX_KEY "xfer.context"
-
-/* -- The state's context ----------------------------------------------------------- */
-
-typedef struct ctx_box {
-  xfer_ctx *ctx;
-  int reclaims;                 /* the context's reclaimer is this binding's */
-} ctx_box;
-
-static int ctx_box_gc(lua_State *L)
-{
-  ctx_box *box = lua_touserdata(L, 1);
-  if (box->ctx && box->reclaims) xfer_set_reclaim(box->ctx, NULL, NULL);
-  if (box->ctx) xfer_ctx_release(box->ctx);
-  box->ctx = NULL;
-  return 0;
-}
-
-/* -- Helping the collector ------------------------------------------------------------- */
-
-/* The state allocating on this thread now: set only around core calls, so the reclaimer
-** never runs a collection from another thread, or after the call has returned. */
-static _Thread_local lua_State *allocating;
-
-void xl_alloc_begin(lua_State *L) { allocating = L; }
-
-xfer_code xl_alloc_end(xfer_code rc)
-{
-  allocating = NULL;
-  return rc;
-}
-
-/* The core's reclaimer: a driver refused memory. A full collection frees the tensors
-** nobody references; their blocks go back to the caches, which the core then empties. */
-static void reclaim(void *arg)
-{
-  lua_State *L = allocating;
-  if (!L) return; /* a worker thread, or no Lua call in flight */
-  allocating = NULL; /* finalizers allocate nothing, but never collect twice over */
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  xfer_gc_done(arg);
-  allocating = L;
-}
-
-void xl_gc_pressure(lua_State *L, xfer_tensor *made)
-{
-  xfer_ctx *ctx = xfer_device_ctx(xfer_tensor_device(made)); /* no registry lookup per tensor */
-  if (!xfer_gc_due(ctx)) return;
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  xfer_gc_done(ctx);
-}
-
-/* Pushes a new, empty box in the registry; the context is put in afterwards, so that
-** an error in between leaves a box that __gc can release safely. */
-static ctx_box *new_ctx_box(lua_State *L)
-{
-  ctx_box *box = lua_newuserdata(L, sizeof *box);
-  box->ctx = NULL;
-  box->reclaims = 0;
-  lua_newtable(L);
-  lua_pushcfunction(L, ctx_box_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, CTX_KEY);
-  lua_pop(L, 1);
-  return box;
-}
-
-static ctx_box *find_ctx_box(lua_State *L)
-{
-  lua_getfield(L, LUA_REGISTRYINDEX, CTX_KEY);
-  ctx_box *box = lua_touserdata(L, -1);
-  lua_pop(L, 1); /* the registry keeps it alive */
-  return box;
-}
-
-xfer_ctx *xl_ctx(lua_State *L)
-{
-  ctx_box *box = find_ctx_box(L);
-  if (box && box->ctx) return box->ctx;
-  if (!box) box = new_ctx_box(L);
-  xfer_error err;
-  if (xfer_ctx_open(&box->ctx, &err) != XFER_E_OK) xl_raise(L, &err);
-  xfer_set_reclaim(box->ctx, reclaim, box->ctx);
-  box->reclaims = 1;
-  return box->ctx;
-}
-
-int xfer_lua_set_context(lua_State *L, xfer_ctx *ctx)
-{
-  ctx_box *box = find_ctx_box(L);
-  if (box && box->ctx) return -1;
-  if (!box) box = new_ctx_box(L);
-  box->ctx = xfer_ctx_retain(ctx);
-  return 0;
-}
 
 /* -- Runtimes -------------------------------------------------------------- */
 
@@ -173,16 +77,6 @@ static int l_empty_cache(lua_State *L)
   xfer_device *dev = lua_isnoneornil(L, 1) ? NULL : xl_check_device(L, 1, "empty_cache");
   xfer_empty_cache(xl_ctx(L), dev);
   return 0;
-}
-
-void xl_set_move(lua_State *L, const char *from, const char *to, xfer_path path)
-{
-  lua_pushstring(L, from);
-  lua_setfield(L, -2, "from");
-  lua_pushstring(L, to);
-  lua_setfield(L, -2, "to");
-  lua_pushstring(L, xfer_path_name(path));
-  lua_setfield(L, -2, "path");
 }
 
 /* xfer.health(): what the planner set aside ({from, to, path, failures, injected, when,
@@ -478,6 +372,37 @@ static void open_faults(lua_State *L, int module)
   lua_setfield(L, module, "faults");
 }
 
+/* -- xfer.Tensor ------------------------------------------------------------------------ */
+
+/* Its metatable, once per state, from every part's methods: lua_tensor.c's (moves, values),
+** lua_view.c's (views, elements, t[i]) and lua_job.c's to_async; the module adds the wrap and
+** batch methods when it opens. A tensor pushed from C before any require "xfer"
+** (xfer_lua_push_tensor) gets it too. The methods are xfer.Tensor, so scripts can add their
+** own (as torch users did). */
+static void tensor_type(lua_State *L)
+{
+  if (!luaL_newmetatable(L, XL_TENSOR)) {
+    lua_pop(L, 1);
+    return;
+  }
+  int mt = lua_gettop(L);
+  lua_newtable(L);
+  int methods = lua_gettop(L);
+  xl_tensor_meta(L, mt, methods);
+  xl_view_methods(L, methods);
+  lua_pushcfunction(L, xl_to_async);
+  lua_setfield(L, methods, "to_async");
+  xl_tensor_access(L, mt, methods);
+  lua_setfield(L, mt, "methods");
+  lua_pop(L, 1);
+}
+
+void xfer_lua_push_tensor(lua_State *L, xfer_tensor *t)
+{
+  tensor_type(L);
+  xl_push_tensor(L, t);
+}
+
 /* -- The module ------------------------------------------------------------------------ */
 
 /* Embedded files that add to `xfer` itself: run with the module table as argument. */
@@ -544,7 +469,13 @@ int luaopen_xfer(lua_State *L)
   }
   lua_setfield(L, module, "paths");
   xl_open_device(L, module);
+  tensor_type(L);
   xl_open_tensor(L, module);
+  luaL_getmetatable(L, XL_TENSOR);
+  lua_getfield(L, -1, "methods");
+  xl_open_wrap(L, module, lua_gettop(L));
+  xl_open_batch(L, module, lua_gettop(L));
+  lua_pop(L, 2);
   xl_open_job(L, module);
   xl_open_file(L, module);
   xl_open_costs(L, module);

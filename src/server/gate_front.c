@@ -5,7 +5,7 @@
 */
 #include "gate_front.h"
 
-#include "../backends/remote/wire.h"
+#include "../transport/ucx/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

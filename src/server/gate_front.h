@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "../backends/remote/gate.h"
+#include "../transport/ucx/gate.h"
 
 #define GATE_KNOCKING_MAX 64   /* connections still knocking, at most (the oldest goes first) */
 #define GATE_KNOCK_SECONDS 2.0 /* a knock is whole within this, or the connection is closed */

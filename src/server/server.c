@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../backends/remote/ucx_api.h"
-#include "../backends/remote/wire.h"
+#include "../transport/ucx/ucx_api.h"
+#include "../transport/ucx/wire.h"
 #include "door_filter.h"
 #include "gate_front.h"
 #include "memory_left.h"

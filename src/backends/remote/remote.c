@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gate.h"
-#include "ucx_api.h"
-#include "wire.h"
+#include "../../core/backend.h"
+#include "../../core/backend_call.h"
+#include "../../transport/ucx/gate.h"
+#include "../../transport/ucx/ucx_api.h"
+#include "../../transport/ucx/wire.h"
 
 #define RESERVED_DEVICES 128 /* remote devices a context may gain after it opened */
 /* Requests a move keeps in flight to one peer: the next chunk is on its way while the server

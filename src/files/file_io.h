@@ -7,7 +7,8 @@
 #ifndef XFER_FILE_IO_H
 #define XFER_FILE_IO_H
 
-#include "faults.h"
+#include "../core/faults.h"
+#include "xfer_files.h"
 
 /* O_DIRECT wants the buffer, the offset and the length aligned to the logical block; 4096
 ** covers every device the machines have (512 and 4096). */

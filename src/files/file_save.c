@@ -23,7 +23,6 @@
 #include "file_numpy.h"
 #include "file_safetensors.h"
 #include "file_route.h"
-#include "tensor.h"
 
 /* What the stream holds, in order: bytes of a header (or zip record) or a tensor's. */
 typedef struct {

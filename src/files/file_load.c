@@ -18,7 +18,6 @@
 
 #include "file_format.h"
 #include "file_route.h"
-#include "tensor.h"
 
 struct xfer_file {
   xfer_ctx *ctx;

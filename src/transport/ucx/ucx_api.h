@@ -1,7 +1,8 @@
 /*
 ** ucx_api.h -- UCX's UCP, opened with dlopen (libucp.so.0): the calls the remote runtime
 ** makes, a context and worker of its own per peer or listener, and waiting with a deadline.
-** Only the remote backend and its server (src/server/) include this.
+** The transport below the remote runtime (src/backends/remote/) and the server
+** (src/server/): only they include this.
 */
 #ifndef XFER_UCX_API_H
 #define XFER_UCX_API_H
@@ -9,8 +10,8 @@
 #include <stdio.h>
 #include <ucp/api/ucp.h>
 
-#include "../../core/backend.h"
-#include "../../core/backend_call.h"
+#include "../../core/memory.h"
+#include "xfer_remote.h"
 
 typedef struct ucx_api {
   void *lib, *ucs;

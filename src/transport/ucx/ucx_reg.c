@@ -11,6 +11,7 @@
 */
 #include <string.h>
 
+#include "../../core/faults.h"
 #include "ucx_api.h"
 
 /* Undoes a mapping and uncounts it. Runs under the host allocator's lock when the segment

@@ -1,0 +1,115 @@
+/*
+** xfer_files.h -- files as endpoints: safetensors, NumPy's .npy and .npz read into tensors on
+** any device and written from them. Built on xfer.h's API alone (src/files/, a layer above
+** the core): a program that moves tensors without files needs only xfer.h.
+*/
+#ifndef XFER_FILES_H
+#define XFER_FILES_H
+
+#include "xfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* -- Files as endpoints ----------------------------------------------------------- */
+
+/* A tensor file opened for reading: safetensors, NumPy's .npy or .npz (stored or deflated
+** members), known by its first bytes. Opening reads and checks the header only (dtypes
+** known, shapes matching their bytes, every tensor inside the file, none overlapping):
+** XFER_E_INVALID (or XFER_E_UNSUPPORTED for a dtype or feature xferlua has not) naming the
+** file, the tensor and the byte (err->file, err->tensor, err->offset). */
+typedef struct xfer_file xfer_file;
+
+typedef struct xfer_file_info {
+  const char *name;       /* the tensor's name ("" for an .npy file's one array); the file's */
+  xfer_dtype dtype;
+  xfer_shape shape;
+  uint64_t offset;        /* the first element's byte in the file */
+  uint64_t nbytes;        /* the elements' bytes */
+  int deflated;           /* an .npz member stored compressed */
+  int fortran;            /* an .npy array in column-major order (loaded as row-major) */
+} xfer_file_info;
+
+xfer_code xfer_file_open(xfer_ctx *ctx, const char *path, xfer_file **out, xfer_error *err);
+void xfer_file_close(xfer_file *file);
+/* "safetensors", "npy" or "npz" */
+const char *xfer_file_format(const xfer_file *file);
+const char *xfer_file_path(const xfer_file *file);
+uint64_t xfer_file_size(const xfer_file *file);
+size_t xfer_file_count(const xfer_file *file);
+/* Entry i (from 0) in the file's order; XFER_E_INVALID past the end. */
+xfer_code xfer_file_entry(const xfer_file *file, size_t i, xfer_file_info *out, xfer_error *err);
+/* The entry named `name`, or -1. */
+long xfer_file_find(const xfer_file *file, const char *name);
+/* safetensors' "__metadata__": key/value pair i, or 0 past the end. */
+size_t xfer_file_metadata_count(const xfer_file *file);
+int xfer_file_metadata(const xfer_file *file, size_t i, const char **key, const char **value);
+
+/* How a file is read or written: each setting 0 lets the planner choose. */
+typedef struct xfer_file_opts {
+  int direct;             /* 0 choose, 1 O_DIRECT (falls back, saying so, where refused), -1 not */
+  int engine;             /* 0 choose, 1 io_uring, 2 threads */
+  size_t chunk;           /* bytes a request (a multiple of 4096), 0: 16 MiB */
+  int depth;              /* requests in flight, 0: chosen (2..64) */
+  int sync;               /* saves: 0 fdatasync before the rename (the default), -1 not */
+  /* called with the bytes done and the total after each chunk; non-zero aborts (as moves) */
+  int (*progress)(void *ud, uint64_t done, uint64_t total);
+  void *progress_ud;
+} xfer_file_opts;
+
+/* What the planner chose and why (xfer_file_plan, and each load's/save's). */
+typedef struct xfer_file_route {
+  int direct;             /* 1: O_DIRECT reads/writes through aligned chunks */
+  int engine;             /* 1 io_uring, 2 threads */
+  size_t chunk;
+  int depth, threads;
+  double cached;          /* the share of the file's pages in the page cache (0..1) */
+  char reason[512];
+  /* loads onto CUDA devices: whether GPUDirect Storage (cuFile) reads into them, and why not
+  ** ("" for loads that have no CUDA target) */
+  int gds;
+  char gds_reason[320];
+} xfer_file_route;
+
+/* One tensor to load: entry `entry` onto `dev`, converted to `dtype` when convert is 1. */
+typedef struct xfer_load_item {
+  size_t entry;
+  xfer_device *dev;
+  int convert;
+  xfer_dtype dtype;
+} xfer_load_item;
+
+/* Loads the items at once: every target allocated first, then the file read in large
+** requests (several in flight) into host chunks that are scattered to the devices as one
+** batch each, reading the next chunks while one is scattered. out[i] gets a new tensor for
+** item i. On failure nothing stays allocated and err names the file, the tensor, the byte. */
+xfer_code xfer_file_load(xfer_file *file, const xfer_load_item *items, size_t n,
+                         const xfer_file_opts *opts, xfer_tensor **out, xfer_error *err);
+/* The route a load of these items would take (nothing read). */
+xfer_code xfer_file_plan(xfer_file *file, const xfer_load_item *items, size_t n,
+                         const xfer_file_opts *opts, xfer_file_route *out, xfer_error *err);
+/* The route of the last load or save on this thread (its reason said what ran). */
+const xfer_file_route *xfer_file_last_route(void);
+
+/* Saves tensors to `path` in `format` ("safetensors", "npy": one tensor, "npz"; NULL: by
+** the path's extension, safetensors otherwise). Views are saved as their elements, in
+** row-major order. Written to a temporary file beside it, synced, then renamed over `path`:
+** a failed save leaves `path` as it was and no temporary behind. */
+xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format,
+                         const char *const *names, xfer_tensor *const *tensors, size_t n,
+                         const char *const *meta_keys, const char *const *meta_values,
+                         size_t nmeta, const xfer_file_opts *opts, xfer_error *err);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
