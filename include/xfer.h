@@ -129,6 +129,7 @@ typedef struct xfer_runtime_info {
   const char *reason;    /* why not available ("" when available) */
   size_t device_count;
   uint64_t objects;      /* driver objects it holds now for tensors, segments and pins */
+  const char *alias;     /* another name its devices are found by ("cpu" for "host"), or "" */
 } xfer_runtime_info;
 
 size_t xfer_runtime_count(const xfer_ctx *ctx);
@@ -164,8 +165,16 @@ typedef struct xfer_device_info {
   uint64_t max_import;   /* the largest buffer shared with another runtime by import, bytes
                          ** (0: no limit): larger tensors are the driver's own, and move
                          ** between runtimes by staging (NVIDIA's OpenCL: 256 MiB) */
+  int external_kind;     /* the xfer_external_kind a wrap of its memory takes (XFER_EXTERNAL_NONE:
+                         ** its runtime wraps nothing) */
+  int dlpack_device_type; /* DLPack's device type of its memory (1 kDLCPU, 2 kDLCUDA), -1: none */
+  int remote;            /* another machine's device (the remote runtime's) */
 } xfer_device_info;
 
+/* "host", "cuda:0", "nodeB/cuda:0": the name it is found by. */
+const char *xfer_device_name(const xfer_device *dev);
+/* 1 for the context's host device (host memory). */
+int xfer_device_is_host(const xfer_device *dev);
 /* What the device is, as found when it opened: no driver call (it does not fail). */
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err);
 /* The device's free memory in bytes, asked of the driver now: XFER_E_UNSUPPORTED where the
@@ -258,6 +267,7 @@ size_t xfer_shape_format(xfer_dtype dtype, const xfer_shape *shape, char *buf, s
 /* Memory the application owns, wrapped as a tensor without a copy. xferlua never frees it:
 ** it calls `release(release_ud)` once, when the tensor is freed or its last reference goes. */
 typedef enum {
+  XFER_EXTERNAL_NONE = -1, /* (a device info's external_kind: its runtime wraps nothing) */
   XFER_EXTERNAL_HOST,     /* ptr: host memory */
   XFER_EXTERNAL_CUDA,     /* ptr: a CUdeviceptr, as (void *)(uintptr_t) */
   XFER_EXTERNAL_VULKAN,   /* vk_buffer, vk_memory: a VkBuffer and the VkDeviceMemory bound to it */
@@ -294,6 +304,9 @@ int xfer_tensor_is_wrapped(const xfer_tensor *t);
 xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *out,
                                    xfer_error *err);
 xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_error *err);
+/* The DLPack device (__dlpack_device__) to_dlpack would lend `t` as: type 1 kDLCPU or 2 kDLCUDA
+** and its ordinal; type -1 for a tensor it does not lend (freed, or of another runtime). */
+void xfer_tensor_dlpack_device(const xfer_tensor *t, int *type, int *id);
 xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, xfer_tensor **out,
                                   xfer_error *err);
 

@@ -106,7 +106,7 @@ local cases = {
   -- functions that take nothing say so, instead of ignoring what they were given
   { "stats with an argument", function() xfer.stats("json") end, "stats takes no arguments (got 1)" },
   { "devices with an unknown runtime", function() xfer.devices("gpu") end,
-    "devices: unknown runtime 'gpu' (runtimes: host, cuda, vulkan, opencl, remote, or cpu)" },
+    "devices: unknown runtime 'gpu' (runtimes: host (or cpu), cuda, vulkan, opencl, remote)" },
   { "devices with two arguments", function() xfer.devices("cuda", 1) end, "devices takes at most one argument (got 2)" },
   { "runtimes with an argument", function() xfer.runtimes(1) end, "runtimes takes no arguments (got 1)" },
   { "describe with an argument", function() xfer.describe(true) end, "describe takes no arguments (got 1)" },

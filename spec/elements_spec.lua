@@ -167,7 +167,7 @@ describe("devices", function()
   end)
 
   it("refuses unknown filters", function()
-    assert.are.equal("devices: unknown runtime 'gpu' (runtimes: host, cuda, vulkan, opencl, remote, or cpu)",
+    assert.are.equal("devices: unknown runtime 'gpu' (runtimes: host (or cpu), cuda, vulkan, opencl, remote)",
                      h.raises("invalid", xfer.devices, "gpu").message)
     assert.are.equal("devices: unknown option 'kind' (known: runtime, unified)",
                      h.raises("invalid", xfer.devices, { kind = "gpu" }).message)

@@ -232,7 +232,7 @@ static void test_wrap(xfer_ctx *ctx)
   xfer_external cuda_mem = mem;
   cuda_mem.kind = XFER_EXTERNAL_CUDA;
   CHECK(xfer_tensor_wrap(host, &cuda_mem, XFER_F32, &shape, NULL, NULL, NULL, &u, &err) == XFER_E_INVALID);
-  CHECK_STR(err.message, "wrap: cuda memory cannot be a tensor of host");
+  CHECK_STR(err.message, "wrap: a CUdeviceptr cannot be a tensor of host (it takes host memory)");
   CHECK(releases == 0);
   CHECK(xfer_tensor_free(t, &err) == 0 && releases == 1);
   xfer_tensor_release(t);

@@ -10,18 +10,12 @@
 #include "faults.h"
 #include "runtime.h"
 
-extern const xfer_backend xfer_backend_host;
-#ifdef XFER_WITH_OPENCL
-extern const xfer_backend xfer_backend_opencl;
-#endif
-#ifdef XFER_WITH_VULKAN
-extern const xfer_backend xfer_backend_vulkan;
-#endif
-#ifdef XFER_WITH_CUDA
-extern const xfer_backend xfer_backend_cuda;
-#endif
-#ifdef XFER_WITH_UCX
-extern const xfer_backend xfer_backend_remote;
-#endif
+/* Every runtime's table (runtimes.h), weak: one whose folder this build left out (its
+** headers were missing) has none, and its address is NULL -- the context lists it
+** unavailable. */
+#define XFER_RUNTIME_TABLE(name, missing) extern const xfer_backend xfer_backend_##name \
+    __attribute__((weak));
+XFER_RUNTIME_LIST(XFER_RUNTIME_TABLE)
+#undef XFER_RUNTIME_TABLE
 
 #endif

@@ -45,6 +45,28 @@ static inline xfer_code xfer_rt_check_config(const xfer_runtime *rt, const xfer_
   return r && r->check_config ? r->check_config(config, err) : XFER_E_OK;
 }
 
+/* A transport's runtime (the remote one): its devices come with a connection, not at open. */
+static inline int xfer_rt_devices_later(const xfer_runtime *rt)
+{
+  return rt->backend && rt->backend->transport != NULL;
+}
+
+/* Its other name ("cpu"), or NULL. */
+static inline const char *xfer_rt_alias(const xfer_runtime *rt)
+{
+  return rt->backend ? rt->backend->alias : NULL;
+}
+
+static inline xfer_external_kind xfer_be_external_kind(const xfer_device *dev)
+{
+  return xfer_be(dev)->external_kind;
+}
+
+static inline int xfer_be_dlpack_type(const xfer_device *dev)
+{
+  return xfer_be(dev)->dlpack_device_type;
+}
+
 static inline int xfer_rt_has_peer(const xfer_runtime *rt)
 {
   return rt->backend && rt->backend->copy->peer;

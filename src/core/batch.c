@@ -46,6 +46,8 @@ struct xfer_batch {
   xfer_ctx *ctx;
   size_t n, bytes;
   xfer_batch_item *items;       /* the tensors retained */
+  xfer_tensor **tensors;        /* every element's source and target (2n): busy from a claim
+                                ** to the run's end */
   unsigned char *done;          /* per element, in the last run */
   size_t *order;                /* element indexes grouped */
   size_t *idle, nidle;          /* elements that move nothing (0 bytes, or bytes onto
@@ -409,8 +411,10 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   free(gr->pieces); /* a try before, with another runner */
   gr->pieces = malloc((gr->count ? gr->count : 1) * sizeof *gr->pieces);
   if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  xfer_device *devs[6], *held[6];
-  int nheld = gr->imports ? xfer_device_lock_all(devs, group_devices(gr, devs), held) : 0;
+  xfer_device *devs[6];
+  xfer_hold h;
+  xfer_code rc = xfer_hold_take(&h, devs, gr->imports ? group_devices(gr, devs) : 0, NULL, 0, err);
+  if (rc) return rc;
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
     xfer_piece *p = &gr->pieces[k];
@@ -424,7 +428,7 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
       break;
     }
   }
-  xfer_device_unlock_all(held, nheld);
+  xfer_hold_drop(&h);
   return XFER_E_OK;
 }
 
@@ -561,10 +565,17 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
     xfer_batch_release(b);
     return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
+  b->tensors = malloc((n ? 2 * n : 1) * sizeof *b->tensors);
+  if (!b->tensors) {
+    xfer_batch_release(b);
+    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  }
   for (size_t i = 0; i < n; i++) {
     b->items[i] = items[i];
     xfer_tensor_retain(items[i].dst);
     xfer_tensor_retain(items[i].src);
+    b->tensors[2 * i] = items[i].src;
+    b->tensors[2 * i + 1] = items[i].dst;
     b->bytes += length_of(&items[i]);
   }
   b->ctx = n ? xfer_ctx_retain(items[0].src->dev->ctx) : NULL;
@@ -579,26 +590,13 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
 
 /* -- Running ----------------------------------------------------------------------------- */
 
-static void mark_busy(xfer_batch *b, const group *g, int delta)
-{
-  pthread_mutex_lock(&b->ctx->lock);
-  for (size_t k = 0; k < g->count; k++) {
-    const xfer_batch_item *it = &b->items[b->order[g->first + k]];
-    it->src->busy += delta;
-    it->dst->busy += delta;
-  }
-  if (delta < 0) pthread_cond_broadcast(&b->ctx->idle);
-  pthread_mutex_unlock(&b->ctx->lock);
-}
-
 /* One group: its devices held, its tensors checked, then at once or one by one. */
 static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
 {
-  xfer_device *devs[6], *held[6];
-  int nheld = xfer_device_lock_all(devs, group_devices(g, devs), held);
-  mark_busy(b, g, 1);
-  xfer_code rc = XFER_E_OK;
-  size_t bad = 0;
+  xfer_device *devs[6];
+  xfer_hold h; /* its tensors are busy already: the run's claim marked every element's */
+  size_t bad = b->order[g->first];
+  xfer_code rc = xfer_hold_take(&h, devs, group_devices(g, devs), NULL, 0, err);
   for (size_t k = 0; k < g->count && !rc; k++) {
     const xfer_batch_item *it = &b->items[b->order[g->first + k]];
     rc = xfer_tensor_check(it->dst, "batch", err);
@@ -650,8 +648,7 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     bad = i;
   }
 out:
-  mark_busy(b, g, -1);
-  xfer_device_unlock_all(held, nheld);
+  xfer_hold_drop(&h);
   return element_error(err, bad, b->n, rc);
 }
 
@@ -662,15 +659,12 @@ out:
 static int run_begin(xfer_batch *b, int by)
 {
   if (!b || !b->ctx) return 1; /* empty: nothing is shared */
+  if (by < 0) xfer_tensors_busy(b->tensors, 2 * b->n, by);
   pthread_mutex_lock(&b->ctx->lock);
   int ok = by < 0 || !b->running;
   b->running += ok ? by : 0;
-  for (size_t i = 0; ok && i < b->n; i++) {
-    b->items[i].src->busy += by;
-    b->items[i].dst->busy += by;
-  }
-  if (by < 0) pthread_cond_broadcast(&b->ctx->idle);
   pthread_mutex_unlock(&b->ctx->lock);
+  if (ok && by > 0) xfer_tensors_busy(b->tensors, 2 * b->n, by);
   return ok;
 }
 
@@ -773,6 +767,7 @@ void xfer_batch_release(xfer_batch *b)
   free(b->order);
   free(b->idle);
   free(b->items);
+  free(b->tensors);
   free(b->done);
   if (b->ctx) xfer_ctx_release(b->ctx);
   free(b);

@@ -13,41 +13,17 @@
 #include "backend_call.h"
 #include "ledger.h"
 
-#ifdef XFER_WITH_OPENCL
-#define OPENCL_BACKEND &xfer_backend_opencl
-#else
-#define OPENCL_BACKEND NULL
-#endif
-#ifdef XFER_WITH_VULKAN
-#define VULKAN_BACKEND &xfer_backend_vulkan
-#else
-#define VULKAN_BACKEND NULL
-#endif
-#ifdef XFER_WITH_CUDA
-#define CUDA_BACKEND &xfer_backend_cuda
-#else
-#define CUDA_BACKEND NULL
-#endif
-#ifdef XFER_WITH_UCX
-#define REMOTE_BACKEND &xfer_backend_remote
-#else
-#define REMOTE_BACKEND NULL
-#endif
-
-/* The runtimes in the order xfer.runtimes() lists them. A NULL backend is a runtime
-** this build does not include (its headers were missing when it was built); it is
+/* The runtimes in the order xfer.runtimes() lists them (runtimes.h). A NULL backend is a
+** runtime this build does not include (its headers were missing when it was built); it is
 ** listed as unavailable with that reason. */
 static const struct {
   const char *name;
   const xfer_backend *backend;
   const char *missing; /* why a NULL backend is missing */
 } runtime_table[XFER_RUNTIMES] = {
-  {"host", &xfer_backend_host, NULL},
-  {"cuda", CUDA_BACKEND, "built without cuda.h (install the CUDA Toolkit and rebuild)"},
-  {"vulkan", VULKAN_BACKEND, "built without Vulkan headers (install libvulkan-dev and rebuild)"},
-  {"opencl", OPENCL_BACKEND, "built without OpenCL headers (install opencl-headers and rebuild)"},
-  /* last: its devices come with xfer_connect, after every other runtime's */
-  {"remote", REMOTE_BACKEND, "built without UCX headers (install libucx-dev and rebuild)"},
+#define XFER_RUNTIME_ROW(name, missing) {#name, &xfer_backend_##name, missing},
+  XFER_RUNTIME_LIST(XFER_RUNTIME_ROW)
+#undef XFER_RUNTIME_ROW
 };
 
 static void open_runtime(xfer_ctx *ctx, size_t i)
@@ -82,8 +58,9 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
   }
   rt->opened = 1;
   rt->ndevices = ctx->ndevices - rt->first_device;
-  /* the remote runtime's devices come later, with xfer_connect: it works with none yet */
-  rt->available = rt->ndevices > 0 || rt->backend == REMOTE_BACKEND;
+  /* a transport's devices (the remote runtime's) come later, with xfer_connect: it works
+  ** with none yet */
+  rt->available = rt->ndevices > 0 || xfer_rt_devices_later(rt);
   if (!rt->available) snprintf(rt->reason, sizeof rt->reason, "no %s device found", rt->name);
   else if (!rt->ndevices)
     snprintf(rt->reason, sizeof rt->reason, "no peer connected (xfer.connect, xferlua --serve)");
@@ -165,7 +142,9 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
                            xfer_error *err)
 {
   *out = NULL;
-  if (!strcmp(name, "cpu")) name = "host"; /* what PyTorch users call it */
+  for (size_t r = 0; r < ctx->nruntimes; r++) /* another name ("cpu": what PyTorch users say) */
+    if (xfer_rt_alias(&ctx->runtimes[r]) && !strcmp(name, xfer_rt_alias(&ctx->runtimes[r])))
+      name = ctx->runtimes[r].name;
   /* A listed device first (a peer connected again, or another server of the same name, lists
   ** its devices anew, in a place a closed peer gave back or after the lost ones); else the
   ** last lost one of that name, whose calls say it was lost. */

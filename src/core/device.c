@@ -33,35 +33,22 @@ void xfer_device_unlock(xfer_device *dev)
   if (!xfer_is_host(dev)) pthread_mutex_unlock(&dev->lock);
 }
 
-/* Both, always in one order (by address), so two moves between the same pair in opposite
-** directions cannot each hold one lock and wait for the other. */
-void xfer_device_lock_pair(xfer_device *a, xfer_device *b)
-{
-  if (a == b) {
-    xfer_device_lock(a);
-    return;
-  }
-  if ((uintptr_t)a > (uintptr_t)b) {
-    xfer_device *t = a;
-    a = b;
-    b = t;
-  }
-  xfer_device_lock(a);
-  xfer_device_lock(b);
-}
-
-void xfer_device_unlock_pair(xfer_device *a, xfer_device *b)
-{
-  xfer_device_unlock(a);
-  if (a != b) xfer_device_unlock(b);
-}
-
 size_t xfer_device_count(const xfer_ctx *ctx) { return ctx->ndevices; }
 
 xfer_device *xfer_device_at(xfer_ctx *ctx, size_t index)
 {
   return index < ctx->ndevices ? ctx->devices[index] : NULL;
 }
+
+int xfer_same_gpu(const xfer_device *a, const xfer_device *b)
+{
+  return !xfer_be_shares_nothing(a) && !xfer_be_shares_nothing(b) && a->has_uuid && b->has_uuid &&
+         !memcmp(a->uuid, b->uuid, sizeof a->uuid);
+}
+
+const char *xfer_device_name(const xfer_device *dev) { return dev->name; }
+
+int xfer_device_is_host(const xfer_device *dev) { return xfer_is_host(dev); }
 
 xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_error *err)
 {
@@ -85,6 +72,9 @@ xfer_code xfer_device_get_info(xfer_device *dev, xfer_device_info *out, xfer_err
   memcpy(out->driver_uuid, dev->driver_uuid, sizeof out->driver_uuid);
   out->backing = dev->backing ? dev->backing->name : "";
   out->closed = xfer_device_is_closed(dev);
+  out->external_kind = xfer_be_external_kind(dev);
+  out->dlpack_device_type = xfer_be_dlpack_type(dev);
+  out->remote = xfer_be_shares_nothing(dev);
   (void)err;
   return XFER_E_OK;
 }
@@ -110,26 +100,3 @@ int xfer_device_is_closed(const xfer_device *dev)
   return __atomic_load_n(&dev->closed, __ATOMIC_ACQUIRE);
 }
 
-int xfer_device_lock_all(xfer_device *const *devs, int n, xfer_device *held[4])
-{
-  int nheld = 0;
-  for (int i = 0; i < n && i < 4; i++) { /* unique, sorted by address: one order for everyone */
-    if (!devs[i]) continue;
-    int seen = 0;
-    for (int j = 0; j < nheld; j++) seen |= held[j] == devs[i];
-    if (seen) continue;
-    int at = nheld++;
-    while (at > 0 && (uintptr_t)held[at - 1] > (uintptr_t)devs[i]) {
-      held[at] = held[at - 1];
-      at--;
-    }
-    held[at] = devs[i];
-  }
-  for (int i = 0; i < nheld; i++) xfer_device_lock(held[i]);
-  return nheld;
-}
-
-void xfer_device_unlock_all(xfer_device *const *held, int n)
-{
-  for (int i = n; i-- > 0;) xfer_device_unlock(held[i]);
-}

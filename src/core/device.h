@@ -7,19 +7,15 @@
 
 #include "util.h"
 
-/* One move at a time uses a device's driver state (the host needs no lock). */
+/* One move at a time uses a device's driver state (the host needs no lock). A move takes
+** its devices through a hold (hold.h), which locks them in one order. */
 void xfer_device_lock(xfer_device *dev);
 void xfer_device_unlock(xfer_device *dev);
-/* Both, always in one order (by address), so two moves between the same pair in opposite
-** directions cannot each hold one lock and wait for the other. */
-void xfer_device_lock_pair(xfer_device *a, xfer_device *b);
-void xfer_device_unlock_pair(xfer_device *a, xfer_device *b);
+/* Whether a and b are one physical GPU of this machine (equal device UUIDs; a device that
+** shares nothing here -- another machine's, even this very GPU served back over the network --
+** is on no GPU of ours). The one test of it: interop, backing and the routes ask it. */
+int xfer_same_gpu(const xfer_device *a, const xfer_device *b);
 /* A lost device's error, for op: its code and "device X was lost[: why]". */
 xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error *err);
-/* Locks up to four devices (NULLs and repeats skipped) in the one global order, by address,
-** so that two moves sharing devices never each hold one and wait for the other: the devices
-** locked, sorted, in held (how many returned). */
-int xfer_device_lock_all(xfer_device *const *devs, int n, xfer_device *held[4]);
-void xfer_device_unlock_all(xfer_device *const *held, int n);
 
 #endif

@@ -71,6 +71,33 @@ static void lent_free(lent *l)
 static void delete_plain(dl_managed *self) { lent_free((lent *)self); }
 static void delete_versioned(dl_versioned *self) { lent_free((lent *)self); }
 
+/* The DLPack device a tensor is lent as, and its data's address: a runtime whose table names
+** a DLPack device type (the host's kDLCPU, CUDA's kDLCUDA), its device memory at hand; 0 for
+** a tensor that is not lent. DLPack names a device by its ordinal: the runtime's own index. */
+static int lent_device(const xfer_tensor *t, dl_device *device, void **data)
+{
+  int type = xfer_be_dlpack_type(t->dev);
+  if (type == DL_CPU && xfer_be_addressable(t->dev)) {
+    *device = (dl_device){DL_CPU, 0};
+    *data = xfer_be_host_address(t->dev, t->buf, t->offset);
+    return 1;
+  }
+  void *native = type == DL_CUDA ? xfer_be_native(t->dev, t->buf) : NULL;
+  if (!native) return 0;
+  *device = (dl_device){type, t->dev->index};
+  *data = (char *)native + t->offset;
+  return 1;
+}
+
+void xfer_tensor_dlpack_device(const xfer_tensor *t, int *type, int *id)
+{
+  dl_device device = {-1, 0};
+  void *data;
+  if (!t || xfer_tensor_is_freed(t) || !lent_device(t, &device, &data)) device = (dl_device){-1, 0};
+  *type = device.device_type;
+  *id = device.device_id;
+}
+
 xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_error *err)
 {
   *out = NULL;
@@ -78,17 +105,9 @@ xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_
   if (rc) return rc;
   dl_device device;
   void *data = NULL;
-  if (xfer_is_host(t->dev)) {
-    device = (dl_device){DL_CPU, 0};
-    data = xfer_be_host_address(t->dev, t->buf, t->offset);
-  } else if (xfer_be_memory_kind(t->dev) == XFER_MEMORY_CUDA && xfer_be_native(t->dev, t->buf)) {
-    /* DLPack names CUDA memory by the CUDA device's ordinal: the runtime's own index */
-    device = (dl_device){DL_CUDA, t->dev->index};
-    data = (char *)xfer_be_native(t->dev, t->buf) + t->offset;
-  } else {
+  if (!lent_device(t, &device, &data))
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "dlpack: %s tensors are not lent "
                         "through DLPack (host and CUDA are; move it there first)", t->dev->name);
-  }
   lent *l = calloc(1, sizeof *l);
   if (!l) return xfer_err_code_in(err, XFER_E_ALLOC, "dlpack");
   dl_tensor *d = versioned ? &l->m.versioned.dl_tensor : &l->m.plain.dl_tensor;
@@ -157,14 +176,20 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   } else {
     d = &((const dl_managed *)managed)->dl_tensor;
   }
-  const char *name = d->device.device_type == DL_CPU || d->device.device_type == DL_CUDA_HOST
-                       ? "host" : d->device.device_type == DL_CUDA ? "cuda" : NULL;
-  if (!name)
+  /* the runtime whose table names the device type (pinned host memory is host memory) */
+  int type = d->device.device_type == DL_CUDA_HOST ? DL_CPU : d->device.device_type;
+  const xfer_runtime *rt = NULL;
+  for (size_t r = 0; r < ctx->nruntimes && !rt; r++)
+    if (ctx->runtimes[r].backend && ctx->runtimes[r].backend->dlpack_device_type == type)
+      rt = &ctx->runtimes[r];
+  if (!rt || type < 0)
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: device type %d (CPU, "
                         "CUDA and CUDA host memory are read)", (int)d->device.device_type);
-  char dev_name[32];
-  snprintf(dev_name, sizeof dev_name, !strcmp(name, "cuda") ? "cuda:%d" : "host",
-           (int)d->device.device_id);
+  char dev_name[48];
+  if (type == DL_CPU || d->device.device_id == 0)
+    snprintf(dev_name, sizeof dev_name, "%s", rt->name); /* its first device */
+  else
+    snprintf(dev_name, sizeof dev_name, "%s:%d", rt->name, (int)d->device.device_id);
   xfer_device *dev;
   xfer_code rc = xfer_device_find(ctx, dev_name, &dev, err);
   if (rc) return rc;
@@ -198,7 +223,7 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   b->managed = managed;
   b->versioned = versioned;
   xfer_external mem = {
-    .kind = !strcmp(name, "cuda") ? XFER_EXTERNAL_CUDA : XFER_EXTERNAL_HOST,
+    .kind = xfer_be_external_kind(dev),
     .ptr = (char *)d->data + d->byte_offset,
     .size = (size_t)xfer_layout_extent(&shape, strides) * xfer_dtype_size(dtype),
   };

@@ -69,14 +69,7 @@ static void job_unref(xfer_job *job)
 
 /* The source is busy from the start call until the move has ended, so freeing it waits
 ** for the move even when the thread has not taken its hold yet. */
-static void mark_busy(xfer_tensor *t, int by)
-{
-  xfer_ctx *ctx = t->dev->ctx;
-  pthread_mutex_lock(&ctx->lock);
-  t->busy += by;
-  if (by < 0) pthread_cond_broadcast(&ctx->idle);
-  pthread_mutex_unlock(&ctx->lock);
-}
+static void mark_busy(xfer_tensor *t, int by) { xfer_tensors_busy(&t, 1, by); }
 
 static void jobs_running(xfer_ctx *ctx, int by)
 {

@@ -674,8 +674,7 @@ void xfer_mem_link_backing(xfer_ctx *ctx)
     if (!dev->can_import || dev->unified || !dev->has_uuid || !xfer_be_has_import(dev)) continue;
     for (size_t s = 0; s < ctx->ndevices && !dev->backing; s++) {
       xfer_device *sharer = ctx->devices[s];
-      if (sharer->rt != dev->rt && xfer_be_can_share(sharer) && sharer->has_uuid &&
-          !memcmp(sharer->uuid, dev->uuid, sizeof dev->uuid))
+      if (sharer->rt != dev->rt && xfer_be_can_share(sharer) && xfer_same_gpu(sharer, dev))
         dev->backing = sharer;
     }
   }

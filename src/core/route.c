@@ -15,20 +15,12 @@
 
 /* -- Interop: how two devices share memory ---------------------------------------------- */
 
-static int same_gpu(const xfer_device *a, const xfer_device *b)
-{
-  /* a device that shares nothing here (another machine's, even this very GPU served back over
-  ** the network) is on no GPU of ours */
-  return !xfer_be_shares_nothing(a) && !xfer_be_shares_nothing(b) && a->has_uuid && b->has_uuid &&
-         !memcmp(a->uuid, b->uuid, sizeof a->uuid);
-}
-
 /* An exporting device on the same GPU as `dev`, for a move between two importers. */
 static xfer_device *exporter_for(const xfer_device *dev)
 {
   xfer_ctx *ctx = dev->ctx;
   for (size_t d = 0; d < ctx->ndevices; d++)
-    if (ctx->devices[d]->can_export && !ctx->devices[d]->lost && same_gpu(ctx->devices[d], dev))
+    if (ctx->devices[d]->can_export && !ctx->devices[d]->lost && xfer_same_gpu(ctx->devices[d], dev))
       return ctx->devices[d];
   return NULL;
 }
@@ -43,7 +35,7 @@ static xfer_device *peer_alias(const xfer_device *dev, const xfer_runtime *rt)
   xfer_ctx *ctx = dev->ctx;
   for (size_t d = 0; d < ctx->ndevices; d++) {
     xfer_device *alias = ctx->devices[d];
-    if (alias->rt == rt && alias->can_import && !alias->lost && same_gpu(alias, dev)) return alias;
+    if (alias->rt == rt && alias->can_import && !alias->lost && xfer_same_gpu(alias, dev)) return alias;
   }
   return NULL;
 }
@@ -57,7 +49,7 @@ xfer_device *xfer_route_many_importer(const xfer_device *dev)
   for (size_t d = 0; d < ctx->ndevices; d++) {
     xfer_device *alias = ctx->devices[d];
     if (alias->rt != dev->rt && alias->can_import && !alias->lost && !alias->closed &&
-        xfer_be_has_many(alias) && same_gpu(alias, dev))
+        xfer_be_has_many(alias) && xfer_same_gpu(alias, dev))
       return alias;
   }
   return NULL;
@@ -68,7 +60,7 @@ xfer_device *xfer_route_many_importer(const xfer_device *dev)
 static int peer_share(const xfer_device *src, const xfer_device *dst, xfer_route *r)
 {
   if (src == dst || (src->rt == dst->rt && xfer_be_peer_joins(src, dst)) || !src->has_uuid ||
-      !dst->has_uuid || same_gpu(src, dst))
+      !dst->has_uuid || xfer_same_gpu(src, dst))
     return 0; /* a runtime's copy between its own devices is same_runtime's */
   xfer_ctx *ctx = src->ctx;
   for (size_t i = 0; i < ctx->nruntimes; i++) {
@@ -94,7 +86,7 @@ static xfer_share share_for(const xfer_device *src, const xfer_device *dst, xfer
   r->nhelpers = 0;
   r->helpers[0] = r->helpers[1] = NULL;
   if (peer_share(src, dst, r)) return r->share;
-  if (src->rt == dst->rt || !same_gpu(src, dst)) return XFER_SHARE_NONE;
+  if (src->rt == dst->rt || !xfer_same_gpu(src, dst)) return XFER_SHARE_NONE;
   if (dst->backing == src && !src->lost) return r->share = XFER_SHARE_INTO_BACKED;
   if (src->backing == dst && !dst->lost) return r->share = XFER_SHARE_OUT_OF_BACKED;
   if (src->can_export && dst->can_import) return r->share = XFER_SHARE_SRC_EXPORTS;
@@ -158,8 +150,7 @@ static const char *refuse(char *why, size_t cap, const char *fmt, ...)
 static const char *interop_refused(const xfer_device *src, const xfer_device *dst, char *why,
                                    size_t cap)
 {
-  if (!src->has_uuid || !dst->has_uuid || memcmp(src->uuid, dst->uuid, sizeof src->uuid) ||
-      src->rt == dst->rt)
+  if (!xfer_same_gpu(src, dst) || src->rt == dst->rt)
     return refuse(why, cap, "interop needs two runtimes on one physical GPU (equal device "
                   "UUIDs), or two GPUs that CUDA joins, each end CUDA's or exported to it; "
                   "%s and %s are neither", src->name, dst->name);

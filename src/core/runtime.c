@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_call.h"
 #include "runtime.h"
 
 /* A new device of rt at place `slot` of the context's list (not stored there yet). */
@@ -82,5 +83,6 @@ xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info 
   for (size_t d = rt->first_device; d < rt->first_device + rt->ndevices; d++)
     out->device_count += (size_t)xfer_device_listed(ctx->devices[d]);
   out->objects = __atomic_load_n(&rt->objects, __ATOMIC_RELAXED);
+  out->alias = xfer_rt_alias(rt) ? xfer_rt_alias(rt) : "";
   return XFER_E_OK;
 }

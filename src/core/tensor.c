@@ -348,10 +348,12 @@ static xfer_code host_view(xfer_tensor *t, size_t off, size_t n, char *scratch,
 xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_error *err)
 {
   *equal = 0;
-  xfer_device_lock_pair(a->dev, b->dev);
-  xfer_code rc = xfer_tensor_check(a, "equals", err);
+  xfer_device *devs[2] = {a->dev, b->dev};
+  xfer_hold h;
+  xfer_code rc = xfer_hold_take(&h, devs, 2, NULL, 0, err);
+  if (!rc) rc = xfer_tensor_check(a, "equals", err);
   if (!rc) rc = xfer_tensor_check(b, "equals", err);
-  xfer_device_unlock_pair(a->dev, b->dev);
+  xfer_hold_drop(&h);
   if (rc) return rc;
   if (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim ||
       memcmp(a->shape.dims, b->shape.dims, sizeof a->shape.dims[0] * (size_t)a->shape.ndim))
@@ -373,7 +375,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
   char *scratch = malloc(2 * CHUNK_BYTES);
   if (!scratch) return xfer_err_code_in(err, XFER_E_ALLOC, "equals");
   int same = 1;
-  xfer_device_lock_pair(a->dev, b->dev);
+  rc = xfer_hold_take(&h, devs, 2, NULL, 0, err);
   for (size_t off = 0; off < a->nbytes && same && !rc; off += CHUNK_BYTES) {
     size_t n = a->nbytes - off < CHUNK_BYTES ? a->nbytes - off : CHUNK_BYTES;
     const char *va, *vb;
@@ -381,7 +383,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     if (!rc) rc = host_view(b, off, n, scratch + CHUNK_BYTES, &vb, err);
     if (!rc) same = memcmp(va, vb, n) == 0;
   }
-  xfer_device_unlock_pair(a->dev, b->dev);
+  xfer_hold_drop(&h);
   free(scratch);
   *equal = !rc && same;
   return rc;

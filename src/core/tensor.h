@@ -8,6 +8,7 @@
 #define XFER_TENSOR_H
 
 #include "backend_call.h"
+#include "hold.h"
 #include "memory.h"
 
 /* -- view_io.c ------------------------------------------------------------------------- */

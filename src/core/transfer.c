@@ -19,35 +19,21 @@
 ** marked busy (free() waits for them). Taken after the route is chosen: the route names the
 ** devices. */
 typedef struct hold {
-  xfer_device *devs[4];
-  int ndevs;
+  xfer_hold held;
   xfer_tensor *tensors[2];
 } hold;
 
-static void hold_take(hold *h, const xfer_route *route, xfer_tensor *src, xfer_tensor *dst)
+static xfer_code hold_take(hold *h, const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                           xfer_error *err)
 {
   xfer_device *devs[4];
   int n = xfer_route_devices(route, devs);
-  h->ndevs = xfer_device_lock_all(devs, n, h->devs);
-  xfer_ctx *ctx = src->dev->ctx;
   h->tensors[0] = src;
   h->tensors[1] = dst;
-  pthread_mutex_lock(&ctx->lock);
-  for (int i = 0; i < 2; i++)
-    if (h->tensors[i]) h->tensors[i]->busy++;
-  pthread_mutex_unlock(&ctx->lock);
+  return xfer_hold_take(&h->held, devs, n, h->tensors, 2, err);
 }
 
-static void hold_drop(hold *h)
-{
-  xfer_ctx *ctx = h->tensors[0]->dev->ctx;
-  pthread_mutex_lock(&ctx->lock);
-  for (int i = 0; i < 2; i++)
-    if (h->tensors[i]) h->tensors[i]->busy--;
-  pthread_cond_broadcast(&ctx->idle);
-  pthread_mutex_unlock(&ctx->lock);
-  xfer_device_unlock_all(h->devs, h->ndevs);
-}
+static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
 
 
 
@@ -192,8 +178,8 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
                       .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes,
                       .helpers = {importer, NULL}, .nhelpers = importer != NULL};
   hold h;
-  hold_take(&h, &route, view, packed);
-  xfer_code rc = xfer_tensor_check(view, "copy", err);
+  xfer_code rc = hold_take(&h, &route, view, packed, err);
+  if (!rc) rc = xfer_tensor_check(view, "copy", err);
   if (!rc) rc = xfer_tensor_check(packed, "copy", err);
   double start = xfer_now();
   const xfer_transfer_opts *outer = xfer_progress_install(opts);
@@ -380,9 +366,9 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   xfer_error planning;
   xfer_code planned = xfer_route_make(src, dst_dev, NULL, opts, &route, NULL, 0, &planning);
   hold h;
-  hold_take(&h, &route, src, NULL);
   xfer_tensor *dst = NULL;
-  xfer_code rc = xfer_tensor_check(src, "plan", err);
+  xfer_code rc = hold_take(&h, &route, src, NULL, err);
+  if (!rc) rc = xfer_tensor_check(src, "plan", err);
   if (!rc) rc = planned_error(planned, &planning, err);
   if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
   const xfer_transfer_opts *outer = xfer_progress_install(opts);
@@ -464,8 +450,8 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
                                  : xfer_route_make(src, dst->dev, dst, opts, &route, NULL, 0, &planning);
   if (dst == src) route = (xfer_route){.path = XFER_PATH_SAME_DEVICE, .from = src->dev, .to = src->dev};
   hold h;
-  hold_take(&h, &route, src, dst);
-  xfer_code rc = xfer_tensor_check(dst, "copy", err);
+  xfer_code rc = hold_take(&h, &route, src, dst, err);
+  if (!rc) rc = xfer_tensor_check(dst, "copy", err);
   if (!rc) rc = xfer_tensor_check(src, "copy", err);
   if (!rc) rc = check_same_shape(dst, src, err);
   if (!rc) rc = planned_error(planned, &planning, err);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 
+#include "runtimes.h"
 #include "xfer.h"
 
 typedef struct xfer_runtime xfer_runtime;
@@ -26,7 +27,7 @@ typedef struct xfer_runtime xfer_runtime;
 ** one host copy with a direction (was read + write, and their _rows and _start twins), ops
 ** as xfer_op; 8: a runtime checks its own settings (runtime->check_config); 9: copy->many
 ** (a batch of copies in one submission) */
-#define XFER_BACKEND_VERSION 9
+#define XFER_BACKEND_VERSION 10
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -168,6 +169,13 @@ typedef struct xfer_transport_ops {
 typedef struct xfer_backend {
   int version;                         /* XFER_BACKEND_VERSION it was built against */
   const char *name;
+  /* What the rest of xferlua knows of the runtime, so that nothing outside its folder names
+  ** it: another name a device may be asked for by ("cpu" for the host; NULL: none), the
+  ** memory a wrap of its device memory takes (xfer_tensor_wrap), and the DLPack device type
+  ** of that memory (-1: none lent or taken through DLPack). */
+  const char *alias;
+  xfer_external_kind external_kind;
+  int dlpack_device_type;
   const xfer_runtime_ops *runtime;
   const xfer_memory_ops *memory;
   const xfer_copy_ops *copy;
@@ -227,7 +235,13 @@ struct xfer_device {
   pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
 };
 
-#define XFER_RUNTIMES 5
+/* How many runtimes runtimes.h lists. */
+enum {
+#define XFER_RUNTIME_INDEX(name, missing) XFER_RUNTIME_##name,
+  XFER_RUNTIME_LIST(XFER_RUNTIME_INDEX)
+#undef XFER_RUNTIME_INDEX
+  XFER_RUNTIMES
+};
 #define XFER_MAX_FAULTS 32
 
 typedef struct xfer_fault_rule {

@@ -9,9 +9,10 @@
 
 #include "tensor.h"
 
-static const char *const kind_runtime[] = {
-  [XFER_EXTERNAL_HOST] = "host", [XFER_EXTERNAL_CUDA] = "cuda",
-  [XFER_EXTERNAL_VULKAN] = "vulkan", [XFER_EXTERNAL_OPENCL] = "opencl",
+/* What each kind of memory is, in its API's words (a device's table says which it takes). */
+static const char *const kind_words[] = {
+  [XFER_EXTERNAL_HOST] = "host memory", [XFER_EXTERNAL_CUDA] = "a CUdeviceptr",
+  [XFER_EXTERNAL_VULKAN] = "a VkBuffer", [XFER_EXTERNAL_OPENCL] = "a cl_mem",
 };
 
 xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtype dtype,
@@ -22,10 +23,16 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
   *out = NULL;
   if (!dev || !mem || !shape)
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a device, the memory and a shape are needed");
-  if ((unsigned)mem->kind > XFER_EXTERNAL_OPENCL || strcmp(kind_runtime[mem->kind], dev->rt->name))
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s memory cannot be a tensor of %s",
-                        (unsigned)mem->kind > XFER_EXTERNAL_OPENCL ? "unknown" : kind_runtime[mem->kind],
-                        dev->name);
+  int known = (unsigned)mem->kind <= XFER_EXTERNAL_OPENCL;
+  xfer_external_kind takes = xfer_be_external_kind(dev);
+  if (!known || mem->kind != takes) {
+    const char *what = known ? kind_words[mem->kind] : "memory of an unknown kind";
+    if (takes == XFER_EXTERNAL_NONE)
+      return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s cannot be a tensor of %s (its "
+                          "runtime wraps nothing)", what, dev->name);
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s cannot be a tensor of %s (it "
+                        "takes %s)", what, dev->name, kind_words[takes]);
+  }
   if (xfer_device_is_closed(dev))
     return xfer_err_set(err, XFER_E_CLOSED, "wrap", "device %s is closed", dev->name);
   if (mem->pin && mem->kind != XFER_EXTERNAL_HOST)

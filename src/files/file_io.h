@@ -7,7 +7,7 @@
 #ifndef XFER_FILE_IO_H
 #define XFER_FILE_IO_H
 
-#include "../core/faults.h"
+#include "../core/service.h"
 #include "xfer_files.h"
 
 /* O_DIRECT wants the buffer, the offset and the length aligned to the logical block; 4096

@@ -291,7 +291,7 @@ static const char *item_name(const loading *l, size_t item)
 
 static const char *device_name(xfer_tensor *t)
 {
-  return t && xfer_tensor_device(t) ? xfer_tensor_device(t)->name : NULL;
+  return t && xfer_tensor_device(t) ? xfer_device_name(xfer_tensor_device(t)) : NULL;
 }
 
 static void submit(loading *l, size_t r)
@@ -432,7 +432,7 @@ static xfer_code allocate(loading *l, size_t i, xfer_device *host, xfer_error *e
   int later = it->convert || e->fortran;
   xfer_device *dev = later ? host : it->dev;
   xfer_code code = xfer_tensor_empty(dev, e->dtype, &shape, &l->targets[i], err);
-  return code ? frame(err, l->f, e->name, (long long)e->offset, it->dev->name)
+  return code ? frame(err, l->f, e->name, (long long)e->offset, xfer_device_name(it->dev))
               : XFER_E_OK;
 }
 
@@ -455,7 +455,7 @@ static xfer_code finish_item(loading *l, size_t i, xfer_error *err)
   xfer_tensor *moved = NULL;
   if (!code) code = xfer_transfer_to(view ? view : src, it->dev, &topts, &moved, err);
   xfer_tensor_release(view);
-  if (code) return frame(err, l->f, e->name, (long long)e->offset, it->dev->name);
+  if (code) return frame(err, l->f, e->name, (long long)e->offset, xfer_device_name(it->dev));
   xfer_tensor_release(src);
   l->targets[i] = moved;
   return XFER_E_OK;
@@ -493,9 +493,10 @@ xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
   if (code) return code;
   int devices = 0, cuda = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *name = items[i].dev ? items[i].dev->name : "host"; /* checked above */
-    devices |= strcmp(name, "host") != 0;
-    cuda |= !strncmp(name, "cuda", 4);
+    const xfer_device *dev = items[i].dev; /* checked above; NULL: the host */
+    devices |= dev && !xfer_device_is_host(dev);
+    /* GPUDirect Storage reads into CUDA memory: a device whose memory is CUDA's */
+    cuda |= dev && xfer_device_memory_kind(dev) == XFER_MEMORY_CUDA;
   }
   code = xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, devices, opts,
                               out, err);

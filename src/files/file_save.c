@@ -87,7 +87,7 @@ static xfer_code frame(xfer_error *err, const saving *s, size_t index, long long
   err->offset = offset;
   xfer_copy_text(err->to, sizeof err->to, "file");
   if (index < s->n && xfer_tensor_device(s->packed[index]))
-    xfer_copy_text(err->from, sizeof err->from, xfer_tensor_device(s->packed[index])->name);
+    xfer_copy_text(err->from, sizeof err->from, xfer_device_name(xfer_tensor_device(s->packed[index])));
   char head[sizeof err->message];
   if (offset < 0 && name) /* no byte of the file yet: the tensor itself (a view packed) */
     snprintf(head, sizeof head, "Failed to save tensor '%s' to %s: ", name, s->path);

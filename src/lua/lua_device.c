@@ -186,7 +186,7 @@ static int device_index(lua_State *L)
   return 1;
 }
 
-/* The runtime a devices() filter names ("cpu" is the host's): an unknown one is refused,
+/* The runtime a devices() filter names, or its alias ("cpu" is the host's): an unknown one is refused,
 ** naming those there are. */
 static const char *filter_runtime(lua_State *L, int idx)
 {
@@ -194,19 +194,20 @@ static const char *filter_runtime(lua_State *L, int idx)
   const char *name = lua_tolstring(L, idx, &len);
   if (strlen(name) != len)
     xl_raise_code(L, XFER_E_INVALID, "devices", "devices: a runtime name with a NUL byte");
-  if (!strcmp(name, "cpu")) return "host";
   xfer_ctx *ctx = xl_ctx(L);
-  char known[128] = "";
+  char known[160] = "";
   size_t used = 0;
   for (size_t r = 0; r < xfer_runtime_count(ctx); r++) {
     xfer_runtime_info info;
     xfer_error err;
     if (xfer_runtime_get(ctx, r, &info, &err)) continue;
-    if (!strcmp(info.name, name)) return info.name;
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", r ? ", " : "", info.name);
+    if (!strcmp(info.name, name) || (info.alias[0] && !strcmp(info.alias, name))) return info.name;
+    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s%s%s%s", r ? ", " : "",
+                             info.name, info.alias[0] ? " (or " : "", info.alias,
+                             info.alias[0] ? ")" : "");
     if (used >= sizeof known) used = sizeof known - 1;
   }
-  xl_raise_code(L, XFER_E_INVALID, "devices", "devices: unknown runtime '%s' (runtimes: %s, or cpu)",
+  xl_raise_code(L, XFER_E_INVALID, "devices", "devices: unknown runtime '%s' (runtimes: %s)",
                 name, known);
 }
 

@@ -66,9 +66,7 @@ static int l_wrap_address(lua_State *L)
   if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
   xfer_external mem;
   memset(&mem, 0, sizeof mem);
-  mem.kind = !strcmp(info.runtime, "cuda") ? XFER_EXTERNAL_CUDA
-             : !strcmp(info.runtime, "vulkan") ? XFER_EXTERNAL_VULKAN
-             : !strcmp(info.runtime, "opencl") ? XFER_EXTERNAL_OPENCL : XFER_EXTERNAL_HOST;
+  mem.kind = (xfer_external_kind)info.external_kind; /* what the device's runtime wraps */
   mem.ptr = address;
   mem.offset = (size_t)whole_field(L, 2, "offset", 0);
   mem.vk_buffer = (uint64_t)whole_field(L, 2, "vk_buffer", 0);

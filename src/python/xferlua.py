@@ -104,6 +104,7 @@ _sig("xfer_device_get_info", ctypes.c_int, _V, ctypes.POINTER(_DeviceInfo), _ERR
 _sig("xfer_tensor_from_bytes", ctypes.c_int, _V, ctypes.c_int, ctypes.POINTER(_Shape), _V, ctypes.c_size_t, _V, _ERRP)
 _sig("xfer_tensor_to_dlpack", ctypes.c_int, _V, ctypes.c_int, _V, _ERRP)
 _sig("xfer_tensor_from_dlpack", ctypes.c_int, _V, _V, ctypes.c_int, _V, _ERRP)
+_sig("xfer_tensor_dlpack_device", None, _V, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
 _sig("xfer_transfer_to", ctypes.c_int, _V, _V, _V, _V, _ERRP)
 _sig("xfer_tensor_release", None, _V)
 _sig("xfer_tensor_free", ctypes.c_int, _V, _ERRP)
@@ -226,12 +227,10 @@ class Tensor:
         return _api.PyCapsule_New(managed, b"dltensor", ctypes.cast(_capsule_deleter, _V))
 
     def __dlpack_device__(self):
-        name = self.device
-        if name == "host":
-            return (1, 0)  # kDLCPU
-        if name.startswith("cuda:"):
-            return (2, int(name[5:]))  # kDLCUDA, the ordinal
-        return (-1, 0)  # not lent: __dlpack__ says why
+        """(1, 0) kDLCPU, (2, ordinal) kDLCUDA: the core says (-1: not lent, __dlpack__ says why)."""
+        kind, ordinal = ctypes.c_int(), ctypes.c_int()
+        _lib.xfer_tensor_dlpack_device(self._live(), ctypes.byref(kind), ctypes.byref(ordinal))
+        return (kind.value, ordinal.value)
 
 
 @_DELETER
@@ -329,6 +328,6 @@ def to_torch(t):
     """A PyTorch tensor over a host or CUDA tensor's memory, no copy (another device's tensor is
     moved to the host first)."""
     import torch.utils.dlpack
-    if not (t.device == "host" or t.device.startswith("cuda:")):
+    if t.__dlpack_device__()[0] < 0:  # a runtime DLPack does not lend
         t = t.to("host")
     return torch.utils.dlpack.from_dlpack(t)

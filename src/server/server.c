@@ -457,7 +457,7 @@ static size_t served_devices(xfer_listener *l, xfer_device **out, size_t cap)
   for (size_t d = 0; d < xfer_device_count(l->ctx) && n < cap; d++) {
     xfer_device *dev = xfer_device_at(l->ctx, d);
     xfer_device_info info;
-    if (xfer_device_get_info(dev, &info, NULL) || !strcmp(info.runtime, "remote")) continue;
+    if (xfer_device_get_info(dev, &info, NULL) || info.remote) continue;
     out[n++] = dev;
   }
   return n;

@@ -1,7 +1,7 @@
 /*
 ** cuda.c -- the CUDA runtime: devices on their primary contexts, tensors in cuMemAlloc
 ** memory, a stream per device, peer copies between devices; host memory moves in
-** cuda_host.c. Every call is checked; a sticky error loses the device for good.
+** cuda_host.c. Every call is checked (cuda_call.c); a sticky error loses the device for good.
 */
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,69 +10,6 @@
 #include <unistd.h>
 
 #include "cuda_host.h"
-
-/* -- The checked wrapper ----------------------------------------------------------- */
-
-/* Errors after which the context is unusable: every later call fails the same way. */
-static int is_sticky(CUresult r)
-{
-  switch (r) {
-  case CUDA_ERROR_ILLEGAL_ADDRESS: case CUDA_ERROR_LAUNCH_FAILED:
-  case CUDA_ERROR_HARDWARE_STACK_ERROR: case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-  case CUDA_ERROR_MISALIGNED_ADDRESS: case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-  case CUDA_ERROR_INVALID_PC: case CUDA_ERROR_ECC_UNCORRECTABLE: case CUDA_ERROR_ASSERT:
-  case CUDA_ERROR_CONTEXT_IS_DESTROYED: case CUDA_ERROR_ILLEGAL_STATE:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-xfer_code xfer_cu_fail(xfer_device *dev, xfer_op op, const char *fn, CUresult r, int injected,
-                       xfer_error *err)
-{
-  const char *name, *text;
-  xfer_cu_describe(cu_api_of(dev), r, &name, &text);
-  xfer_code code = xfer_op_failure(op);
-  if (is_sticky(r)) { /* the context is gone: so is the device, for this process */
-    dev->lost = 1;
-    code = XFER_E_DEVICE_LOST;
-  }
-  char what[200];
-  snprintf(what, sizeof what, "%s: %s", fn, text);
-  int retryable = r == CUDA_ERROR_OUT_OF_MEMORY;
-  return xfer_err_native(err, code, op, r, name, what, retryable, injected);
-}
-
-xfer_code xfer_cu_check(xfer_device *dev, xfer_op op, const char *fn, CUresult r,
-                        xfer_error *err)
-{
-  return r == CUDA_SUCCESS ? XFER_E_OK : xfer_cu_fail(dev, op, fn, r, 0, err);
-}
-
-/* per thread: moves on two devices may fail at once */
-static _Thread_local CUresult injected_code;
-
-CUresult xfer_cu_injected_code(void) { return injected_code; }
-
-int xfer_cu_injected(xfer_device *dev, xfer_op op)
-{
-  long long native;
-  if (!xfer_fault_hit(dev->ctx, "cuda", op, &native)) return 0;
-  injected_code = native ? (CUresult)native
-                  : op == XFER_OP_ALLOC ? CUDA_ERROR_OUT_OF_MEMORY
-                                         : CUDA_ERROR_UNKNOWN;
-  return 1;
-}
-
-/* Every call below runs in the device's primary context. */
-xfer_code xfer_cu_enter(xfer_device *dev, xfer_op op, xfer_error *err)
-{
-  /* checked, but not a fault-injection point: a fault aimed at an op should hit the
-  ** call that does the op's work */
-  return xfer_cu_check(dev, op, "cuCtxSetCurrent",
-                       cu_api_of(dev)->cuCtxSetCurrent(cu_of(dev)->context), err);
-}
 
 /* -- Devices ----------------------------------------------------------------------------- */
 
@@ -425,6 +362,9 @@ static const xfer_share_ops cuda_share = {
 const xfer_backend xfer_backend_cuda = {
   .version = XFER_BACKEND_VERSION,
   .name = "cuda",
+  .alias = NULL,
+  .external_kind = XFER_EXTERNAL_CUDA,
+  .dlpack_device_type = 2 /* kDLCUDA */,
   .runtime = &cuda_runtime,
   .memory = &cuda_memory_ops,
   .copy = &cuda_copies,

@@ -11,103 +11,6 @@
 
 #include "opencl_call.h"
 
-/* -- The checked wrapper (opencl_call.h) ------------------------------------------ */
-
-xfer_code xfer_cl_fail(xfer_op op, const char *fn, cl_int rc, int injected, xfer_error *err)
-{
-  char what[64];
-  snprintf(what, sizeof what, "%s failed", fn);
-  /* out of memory may pass once memory is freed; CL_OUT_OF_RESOURCES is often a device
-  ** that stopped working (NVIDIA reports a crashed context so) */
-  int retryable = rc == CL_OUT_OF_HOST_MEMORY || rc == CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  return xfer_err_native(err, xfer_op_failure(op), op, rc, xfer_cl_error_name(rc), what, retryable,
-                         injected);
-}
-
-int xfer_cl_injected(xfer_device *dev, xfer_op op, cl_int *rc)
-{
-  long long native;
-  if (!xfer_fault_hit(dev->ctx, "opencl", op, &native)) return 0;
-  *rc = native ? (cl_int)native
-        : op == XFER_OP_ALLOC ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
-  return 1;
-}
-
-/* -- Buffers other runtimes own (cl_khr_external_memory) ------------------------------ */
-
-static void externals_add(cl_dev *cd, cl_mem mem)
-{
-  pthread_mutex_lock(&cd->externals_lock);
-  if (cd->nexternals == cd->externals_cap) {
-    size_t cap = cd->externals_cap ? cd->externals_cap * 2 : 16;
-    cl_mem *grown = realloc(cd->externals, cap * sizeof *grown);
-    if (grown) {
-      cd->externals = grown;
-      cd->externals_cap = cap;
-    }
-  }
-  if (cd->nexternals < cd->externals_cap) cd->externals[cd->nexternals++] = mem;
-  pthread_mutex_unlock(&cd->externals_lock);
-}
-
-static void externals_remove(cl_dev *cd, cl_mem mem)
-{
-  pthread_mutex_lock(&cd->externals_lock);
-  for (size_t i = 0; i < cd->nexternals; i++)
-    if (cd->externals[i] == mem) {
-      cd->externals[i] = cd->externals[--cd->nexternals];
-      break;
-    }
-  pthread_mutex_unlock(&cd->externals_lock);
-}
-
-/* The imported buffers among mems[0..n) (each once), into out; how many. */
-static cl_uint externals_of(cl_dev *cd, const cl_mem *mems, cl_uint n, cl_mem *out)
-{
-  cl_uint found = 0;
-  pthread_mutex_lock(&cd->externals_lock);
-  for (cl_uint m = 0; m < n; m++) {
-    int known = 0, seen = 0;
-    for (size_t i = 0; i < cd->nexternals && !known; i++) known = cd->externals[i] == mems[m];
-    for (cl_uint j = 0; j < found; j++) seen |= out[j] == mems[m];
-    if (known && !seen) out[found++] = mems[m];
-  }
-  pthread_mutex_unlock(&cd->externals_lock);
-  return found;
-}
-
-int xfer_cl_is_external(xfer_device *dev, void *buf)
-{
-  cl_mem mem = buf, out[1] = {NULL};
-  return externals_of(cl_of(dev), &mem, 1, out) > 0;
-}
-
-/* Hands imported buffers to OpenCL for an op (nothing to do for none). */
-static xfer_code externals_acquire(xfer_device *dev, const cl_mem *list, cl_uint n, xfer_error *err)
-{
-  cl_dev *cd = cl_of(dev);
-  if (!n) return XFER_E_OK;
-  cl_int rc = CL_SUCCESS;
-  int injected = xfer_cl_injected(dev, XFER_OP_SYNC, &rc);
-  if (!injected) rc = cd->acquire(cd->queue, n, list, 0, NULL, NULL);
-  return rc == CL_SUCCESS ? XFER_E_OK
-                          : xfer_cl_fail(XFER_OP_SYNC, "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
-}
-
-/* ... and back when it has been queued, waiting for the queue when asked (or when there were
-** any: the other runtime may use them as soon as the move returns). Keeps `code` first. */
-static xfer_code externals_release(xfer_device *dev, const cl_mem *list, cl_uint n, int finish,
-                                   xfer_code code, xfer_error *err)
-{
-  cl_dev *cd = cl_of(dev);
-  cl_int released = n ? cd->release(cd->queue, n, list, 0, NULL, NULL) : CL_SUCCESS;
-  cl_int finished = n || finish ? api_of(dev)->clFinish(cd->queue) : CL_SUCCESS;
-  if (!code && released != CL_SUCCESS)
-    code = xfer_cl_fail(XFER_OP_SYNC, "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
-  if (!code && finished != CL_SUCCESS) code = xfer_cl_fail(XFER_OP_SYNC, "clFinish", finished, 0, err);
-  return code;
-}
-
 /* -- Opening: platforms and devices -------------------------------------------------- */
 
 static void info_string(cl_api *api, cl_device_id id, cl_device_info what, char *out, size_t cap)
@@ -386,12 +289,12 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
     return mapped_copy(dev, buf, offset, (void *)src, n, 1, XFER_OP_WRITE, err);
   xfer_cl_pin(dev, src, n);
   cl_mem mem = buf, ext[1] = {NULL};
-  cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
-  xfer_code code = externals_acquire(dev, ext, next, err);
+  cl_uint next = xfer_cl_externals_of(cl_of(dev), &mem, 1, ext);
+  xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
   CL_STEP(code, dev, XFER_OP_WRITE, err, clEnqueueWriteBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset,
           n, src, 0, NULL, NULL);
-  return externals_release(dev, ext, next, 0, code, err);
+  return xfer_cl_externals_release(dev, ext, next, 0, code, err);
 }
 
 static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *dst, size_t n,
@@ -400,12 +303,12 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
   if (dev->unified && n >= MAP_MIN) return mapped_copy(dev, buf, offset, dst, n, 0, XFER_OP_READ, err);
   xfer_cl_pin(dev, dst, n);
   cl_mem mem = buf, ext[1] = {NULL};
-  cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
-  xfer_code code = externals_acquire(dev, ext, next, err);
+  cl_uint next = xfer_cl_externals_of(cl_of(dev), &mem, 1, ext);
+  xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
   CL_STEP(code, dev, XFER_OP_READ, err, clEnqueueReadBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset, n,
           dst, 0, NULL, NULL);
-  return externals_release(dev, ext, next, 0, code, err);
+  return xfer_cl_externals_release(dev, ext, next, 0, code, err);
 }
 
 /* A view's rows in one rectangle copy: clEnqueue{Read,Write}BufferRect with the buffer's rows
@@ -416,8 +319,8 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   xfer_op op = to_device ? XFER_OP_WRITE : XFER_OP_READ;
   xfer_cl_pin(dev, host, run * rows);
   cl_mem mem = buf, ext[1] = {NULL};
-  cl_uint next = externals_of(cl_of(dev), &mem, 1, ext);
-  xfer_code code = externals_acquire(dev, ext, next, err);
+  cl_uint next = xfer_cl_externals_of(cl_of(dev), &mem, 1, ext);
+  xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
   const size_t origin[3] = {offset % pitch, offset / pitch, 0}, at_host[3] = {0, 0, 0};
   const size_t region[3] = {run, rows, 1};
@@ -427,7 +330,7 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   else
     CL_STEP(code, dev, op, err, clEnqueueReadBufferRect, cl_of(dev)->queue, mem, CL_TRUE, origin,
             at_host, region, pitch, 0, run, 0, host, 0, NULL, NULL);
-  return externals_release(dev, ext, next, 0, code, err);
+  return xfer_cl_externals_release(dev, ext, next, 0, code, err);
 }
 
 
@@ -445,7 +348,7 @@ static xfer_code queue_move(xfer_device *dev, void *buf, size_t offset, void *ho
   cl_dev *cd = cl_of(dev);
   cl_mem mem = buf, ext[1] = {NULL};
   /* an imported buffer is moved in full: the other runtime may use it once the move ends */
-  if (dev->unified || externals_of(cd, &mem, 1, ext))
+  if (dev->unified || xfer_cl_externals_of(cd, &mem, 1, ext))
     return to_device ? opencl_write(dev, mem, offset, host, n, err)
                      : opencl_read(dev, mem, offset, host, n, err);
   cl_event done = NULL;
@@ -484,12 +387,12 @@ static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
                              size_t src_offset, size_t n, xfer_error *err)
 {
   cl_mem mems[2] = {src, dst}, ext[2] = {NULL, NULL};
-  cl_uint next = externals_of(cl_of(dev), mems, 2, ext);
-  xfer_code code = externals_acquire(dev, ext, next, err);
+  cl_uint next = xfer_cl_externals_of(cl_of(dev), mems, 2, ext);
+  xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
   CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
           src_offset, dst_offset, n, 0, NULL, NULL);
-  return externals_release(dev, ext, next, 1, code, err);
+  return xfer_cl_externals_release(dev, ext, next, 1, code, err);
 }
 
 /* A view's rows within the device: one clEnqueueCopyBufferRect. */
@@ -498,8 +401,8 @@ static xfer_code opencl_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
                                   size_t rows, xfer_error *err)
 {
   cl_mem mems[2] = {src, dst}, ext[2] = {NULL, NULL};
-  cl_uint next = externals_of(cl_of(dev), mems, 2, ext);
-  xfer_code code = externals_acquire(dev, ext, next, err);
+  cl_uint next = xfer_cl_externals_of(cl_of(dev), mems, 2, ext);
+  xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
   if (mems[0] != mems[1]) {
     const size_t from[3] = {src_offset % src_pitch, src_offset / src_pitch, 0};
@@ -514,7 +417,7 @@ static xfer_code opencl_copy_rows(xfer_device *dev, void *dst, size_t dst_offset
       CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cl_of(dev)->queue, mems[0], mems[1],
               src_offset + i * src_pitch, dst_offset + i * dst_pitch, run, 0, NULL, NULL);
   }
-  return externals_release(dev, ext, next, 1, code, err);
+  return xfer_cl_externals_release(dev, ext, next, 1, code, err);
 }
 
 /* -- Interop: memory another runtime exported (cl_khr_external_memory_opaque_fd) ------- */
@@ -559,7 +462,7 @@ static xfer_code opencl_import_fd(xfer_device *dev, int fd, uint64_t memory_size
   }
   im->fd = fcntl(given, F_GETFD) == -1 ? -1 : given; /* a driver that took it closed it */
   close(fd);
-  externals_add(cd, mem);
+  xfer_cl_externals_add(cd, mem);
   xfer_objects(dev, 1);
   *buf = mem;
   *handle = im;
@@ -570,7 +473,7 @@ static void opencl_release_import(xfer_device *dev, void *buf, void *handle)
 {
   cl_import *im = handle;
   xfer_objects(dev, -1);
-  externals_remove(cl_of(dev), (cl_mem)buf);
+  xfer_cl_externals_remove(cl_of(dev), (cl_mem)buf);
   api_of(dev)->clReleaseMemObject((cl_mem)buf);
   if (im && im->fd >= 0) close(im->fd);
   free(im);
@@ -584,8 +487,8 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset
   cl_mem mems[2] = {imported, buf}, ext[2] = {NULL, NULL};
   /* the acquire/release pair hands the memory between OpenCL and the exporter; the
   ** device's own buffer too, where it was imported as well */
-  cl_uint next = externals_of(cd, mems, 2, ext);
-  xfer_code code = externals_acquire(dev, ext, next, err);
+  cl_uint next = xfer_cl_externals_of(cd, mems, 2, ext);
+  xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
   if (into_imported)
     CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cd->queue, mems[1], mems[0], offset,
@@ -593,7 +496,7 @@ static xfer_code opencl_copy_imported(xfer_device *dev, void *buf, size_t offset
   else
     CL_STEP(code, dev, XFER_OP_COPY, err, clEnqueueCopyBuffer, cd->queue, mems[0], mems[1],
             imported_offset, offset, n, 0, NULL, NULL);
-  return externals_release(dev, ext, next, 1, code, err);
+  return xfer_cl_externals_release(dev, ext, next, 1, code, err);
 }
 
 /* A cl_mem the application owns (of this device's context) is the buffer every op takes. */
@@ -640,6 +543,9 @@ static const xfer_share_ops opencl_share = {
 const xfer_backend xfer_backend_opencl = {
   .version = XFER_BACKEND_VERSION,
   .name = "opencl",
+  .alias = NULL,
+  .external_kind = XFER_EXTERNAL_OPENCL,
+  .dlpack_device_type = -1,
   .runtime = &opencl_runtime,
   .memory = &opencl_memory_ops,
   .copy = &opencl_copies,

@@ -47,6 +47,17 @@ int xfer_cl_injected(xfer_device *dev, xfer_op op, cl_int *rc);
 
 /* Whether a buffer was imported from another runtime (acquired and released around use). */
 int xfer_cl_is_external(xfer_device *dev, void *buf);
+/* The list of buffers imported from other runtimes (a device's, under its lock). */
+void xfer_cl_externals_add(cl_dev *cd, cl_mem mem);
+void xfer_cl_externals_remove(cl_dev *cd, cl_mem mem);
+/* The imported buffers among mems[0..n) (each once), into out; how many. */
+cl_uint xfer_cl_externals_of(cl_dev *cd, const cl_mem *mems, cl_uint n, cl_mem *out);
+/* Hands imported buffers to OpenCL for an op (nothing to do for none) ... */
+xfer_code xfer_cl_externals_acquire(xfer_device *dev, const cl_mem *list, cl_uint n, xfer_error *err);
+/* ... and back when it has been queued, waiting for the queue when asked (or when there were
+** any: the other runtime may use them as soon as the move returns). Keeps `code` first. */
+xfer_code xfer_cl_externals_release(xfer_device *dev, const cl_mem *list, cl_uint n, int finish,
+                                    xfer_code code, xfer_error *err);
 /* opencl_many.c: a batch of copies (xfer_copy_ops.many) */
 xfer_code xfer_cl_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);
 

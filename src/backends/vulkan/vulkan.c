@@ -15,84 +15,6 @@
 /* Staging chunk size, and the smallest move worth importing host pages for. */
 #define STAGING_CHUNK (8u << 20)
 #define IMPORT_MIN (1u << 20)
-/* How long a wait polls its fence before it sleeps. */
-#define SPIN_SECONDS 0.002
-
-/* -- The checked wrapper (vulkan_call.h) ------------------------------------------------- */
-
-xfer_code xfer_vk_fail(xfer_device *dev, xfer_op op, const char *fn, VkResult r, int injected,
-                       xfer_error *err)
-{
-  xfer_code code = xfer_op_failure(op);
-  if (r == VK_ERROR_DEVICE_LOST) { /* for good: every later use raises device_lost */
-    dev->lost = 1;
-    code = XFER_E_DEVICE_LOST;
-  }
-  char what[64];
-  snprintf(what, sizeof what, "%s failed", fn);
-  int retryable = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY;
-  return xfer_err_native(err, code, op, r, xfer_vk_result_name(r), what, retryable, injected);
-}
-
-xfer_code xfer_vk_check(xfer_device *dev, xfer_op op, const char *fn, VkResult r, xfer_error *err)
-{
-  return r < 0 ? xfer_vk_fail(dev, op, fn, r, 0, err) : XFER_E_OK;
-}
-
-int xfer_vk_injected(xfer_device *dev, xfer_op op)
-{
-  long long native;
-  if (!xfer_fault_hit(dev->ctx, "vulkan", op, &native)) return 0;
-  vk_of(dev)->injected = native ? native
-                         : op == XFER_OP_ALLOC ? VK_ERROR_OUT_OF_DEVICE_MEMORY
-                                                : VK_ERROR_UNKNOWN;
-  return 1;
-}
-
-/* -- Buffers ------------------------------------------------------------------------- */
-
-static void destroy_buffer(vk_dev *vd, vk_buf *b)
-{
-  if (b->buffer) vd->vkDestroyBuffer(vd->device, b->buffer, NULL);
-  if (b->memory) vd->vkFreeMemory(vd->device, b->memory, NULL); /* unmaps too */
-  memset(b, 0, sizeof *b);
-}
-
-/* A buffer of `n` bytes bound to new memory of a type in `types`; `buffer_next` and
-** `memory_next` extend the create infos (external memory). */
-static xfer_code create_buffer(xfer_device *dev, xfer_op op, VkDeviceSize n,
-                               VkBufferUsageFlags usage, uint32_t types, const void *buffer_next,
-                               const void *memory_next, vk_buf *b, xfer_error *err)
-{
-  vk_dev *vd = vk_of(dev);
-  memset(b, 0, sizeof *b);
-  VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                             .pNext = buffer_next,
-                             .size = n,
-                             .usage = usage,
-                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-  xfer_code rc = VK(dev, op, err, vkCreateBuffer, vd->device, &info, NULL, &b->buffer);
-  if (rc) return rc;
-  VkMemoryRequirements req;
-  vd->vkGetBufferMemoryRequirements(vd->device, b->buffer, &req);
-  uint32_t usable = req.memoryTypeBits & types;
-  if (!usable) {
-    destroy_buffer(vd, b);
-    return xfer_vk_fail(dev, op, "vkGetBufferMemoryRequirements", VK_ERROR_FORMAT_NOT_SUPPORTED, 0,
-                   err);
-  }
-  uint32_t type = 0;
-  while (!(usable & (1u << type))) type++;
-  VkMemoryAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                                .pNext = memory_next,
-                                .allocationSize = req.size,
-                                .memoryTypeIndex = type};
-  b->memory_size = req.size;
-  rc = VK(dev, op, err, vkAllocateMemory, vd->device, &alloc, NULL, &b->memory);
-  if (!rc) rc = VK(dev, op, err, vkBindBufferMemory, vd->device, b->buffer, b->memory, 0);
-  if (rc) destroy_buffer(vd, b);
-  return rc;
-}
 
 static VkBufferUsageFlags tensor_usage(void)
 {
@@ -120,13 +42,13 @@ static xfer_code vulkan_alloc(xfer_device *dev, size_t nbytes, void **out, xfer_
     .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT};
   int exportable = dev->can_export;
-  xfer_code rc = create_buffer(dev, XFER_OP_ALLOC, nbytes, tensor_usage(), 1u << vd->tensor_type,
+  xfer_code rc = xfer_vk_create_buffer(dev, XFER_OP_ALLOC, nbytes, tensor_usage(), 1u << vd->tensor_type,
                                exportable ? &external : NULL, exportable ? &exported : NULL, b,
                                err);
   if (!rc && vd->tensor_mapped)
     rc = VK(dev, XFER_OP_ALLOC, err, vkMapMemory, vd->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
   if (rc) {
-    destroy_buffer(vd, b);
+    xfer_vk_destroy_buffer(vd, b);
     free(b);
     return rc;
   }
@@ -139,34 +61,11 @@ static void vulkan_free(xfer_device *dev, void *buf, size_t nbytes)
 {
   (void)nbytes;
   xfer_objects(dev, -1);
-  destroy_buffer(vk_of(dev), buf);
+  xfer_vk_destroy_buffer(vk_of(dev), buf);
   free(buf);
 }
 
 /* -- Submission ------------------------------------------------------------------------ */
-
-xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cmd,
-                                const vk_copy *copies, size_t ncopies, VkFence fence,
-                                xfer_error *err)
-{
-  vk_dev *vd = vk_of(dev);
-  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  xfer_code rc = VK(dev, op, err, vkBeginCommandBuffer, cmd, &begin);
-  if (rc) return rc;
-  for (size_t c = 0; c < ncopies; c++)
-    vd->vkCmdCopyBuffer(cmd, copies[c].src, copies[c].dst, copies[c].count, copies[c].regions);
-  rc = VK(dev, op, err, vkEndCommandBuffer, cmd);
-  if (!rc) rc = VK(dev, op, err, vkResetFences, vd->device, 1, &fence);
-  VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-                         .commandBufferCount = 1,
-                         .pCommandBuffers = &cmd};
-  if (!rc) rc = VK(dev, op, err, vkQueueSubmit, vd->queue, 1, &submit, fence);
-  /* begun but not submitted: back to the initial state, or the next begin finds it still
-  ** recording (the validation layer's VUID-vkBeginCommandBuffer-commandBuffer-00049) */
-  if (rc) vd->vkResetCommandBuffer(cmd, 0);
-  return rc;
-}
 
 /* Records the copy of `count` regions from src to dst and submits it behind `fence`. */
 static xfer_code record_regions(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, VkBuffer src,
@@ -183,29 +82,6 @@ static xfer_code record_copy(xfer_device *dev, xfer_op op, VkCommandBuffer cmd, 
 {
   VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = n};
   return record_regions(dev, op, cmd, src, dst, &region, 1, fence, err);
-}
-
-/* Waits for a submitted copy. On a GPU the fence is polled for a while first:
-** vkWaitForFences sleeps, and NVIDIA's wakes it late enough to starve the staged pipeline,
-** which waits once per chunk (measured in the note of issue 6). An injected failure still
-** waits: the host memory of the copy is the caller's again only once it has landed. */
-xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err)
-{
-  vk_dev *vd = vk_of(dev);
-  int injected = xfer_vk_injected(dev, op);
-  VkResult r = VK_NOT_READY;
-  const char *fn = "vkGetFenceStatus";
-  if (!dev->unified) { /* a CPU device needs the core we would spin on */
-    double until = xfer_now() + SPIN_SECONDS;
-    while ((r = vd->vkGetFenceStatus(vd->device, fence)) == VK_NOT_READY && xfer_now() < until)
-      sched_yield();
-  }
-  if (r == VK_NOT_READY) {
-    fn = "vkWaitForFences";
-    r = vd->vkWaitForFences(vd->device, 1, &fence, VK_TRUE, UINT64_MAX);
-  }
-  if (injected) return xfer_vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
-  return xfer_vk_check(dev, op, fn, r, err);
 }
 
 /* One copy on the device's queue, waited for. */
@@ -248,7 +124,7 @@ static xfer_code staging_ready(xfer_device *dev, xfer_op op, int with_buffers, x
     vk_buf b;
     if (!st->fence[s]) rc = VK(dev, op, err, vkCreateFence, vd->device, &fence, NULL, &st->fence[s]);
     if (!rc && with_buffers && !st->buffer[s])
-      rc = create_buffer(dev, op, st->chunk,
+      rc = xfer_vk_create_buffer(dev, op, st->chunk,
                          VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                          cached ? cached : types, NULL, NULL, &b, err);
     if (!rc && with_buffers && !st->buffer[s]) {
@@ -289,57 +165,6 @@ static xfer_code drain(xfer_device *dev, xfer_op op, const int *in_flight, xfer_
 }
 
 /* -- Host memory imported in place (VK_EXT_external_memory_host) ------------------------- */
-
-/* The imported host segment holding [ptr, ptr+n), importing it on first use, or NULL.
-** Only segments xferlua owns are imported; the import is kept with the segment, which
-** undoes it (host_unpin) before it goes back to the system. A failed import is no error --
-** the caller stages instead. */
-const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n, size_t min)
-{
-  vk_dev *vd = vk_of(dev);
-  VkDeviceSize align = vd->import_alignment;
-  xfer_host_span span;
-  if (!vd->host_import || vd->tensor_mapped || n < min || !align ||
-      !xfer_host_span_of(dev->ctx, ptr, n, &span) || (uintptr_t)span.base % align)
-    return NULL;
-  const vk_import *known = xfer_host_pin(dev->ctx, span.base, dev);
-  if (known) return known;
-  /* whole pages: the last page of a mapping is mapped to its end */
-  VkDeviceSize size = (span.size + align - 1) / align * align;
-  const VkExternalMemoryHandleTypeFlagBits type =
-      VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
-  VkMemoryHostPointerPropertiesEXT props = {
-    .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
-  xfer_error ignored;
-  if (VK(dev, XFER_OP_IMPORT, &ignored, vkGetMemoryHostPointerPropertiesEXT, vd->device, type,
-         span.base, &props))
-    return NULL;
-  VkExternalMemoryBufferCreateInfo external = {
-    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO, .handleTypes = type};
-  VkImportMemoryHostPointerInfoEXT import = {
-    .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
-    .handleType = type,
-    .pHostPointer = span.base};
-  vk_import *im = malloc(sizeof *im);
-  vk_buf b;
-  if (!im || create_buffer(dev, XFER_OP_IMPORT, size,
-                           VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                           props.memoryTypeBits, &external, &import, &b, &ignored)) {
-    free(im);
-    return NULL;
-  }
-  im->base = span.base;
-  im->size = span.size;
-  im->buffer = b.buffer;
-  im->memory = b.memory;
-  if (xfer_host_pin_keep(dev->ctx, span.base, dev, im)) {
-    xfer_objects(dev, 1);
-    return im;
-  }
-  destroy_buffer(vd, &b); /* another move imported it a moment ago, or no room to keep it */
-  free(im);
-  return NULL;
-}
 
 /* Moves below IMPORT_MIN are staged: a small copy through a chunk costs less than looking
 ** the segment up (and importing it, the first time). */
@@ -775,6 +600,9 @@ static const xfer_share_ops vulkan_share = {
 const xfer_backend xfer_backend_vulkan = {
   .version = XFER_BACKEND_VERSION,
   .name = "vulkan",
+  .alias = NULL,
+  .external_kind = XFER_EXTERNAL_VULKAN,
+  .dlpack_device_type = -1,
   .runtime = &vulkan_runtime,
   .memory = &vulkan_memory_ops,
   .copy = &vulkan_copies,

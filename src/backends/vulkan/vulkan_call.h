@@ -1,7 +1,8 @@
 /*
 ** vulkan_call.h -- what the Vulkan backend's files share: the device's state, the checked
 ** wrapper every vk* call of a device op goes through (a failure, or an injected one, becomes an
-** error record naming the call and its VkResult), submission, waiting and host imports.
+** error record naming the call and its VkResult), buffers, submission, waiting and host
+** imports (vulkan_call.c).
 */
 #ifndef XFER_VULKAN_CALL_H
 #define XFER_VULKAN_CALL_H
@@ -24,6 +25,13 @@ int xfer_vk_injected(xfer_device *dev, xfer_op op);
   (xfer_vk_injected((dev), (op))                                                           \
        ? xfer_vk_fail((dev), (op), #fn, (VkResult)vk_of(dev)->injected, 1, (err))         \
        : xfer_vk_check((dev), (op), #fn, vk_of(dev)->fn(__VA_ARGS__), (err)))
+
+void xfer_vk_destroy_buffer(vk_dev *vd, vk_buf *b);
+/* A buffer of `n` bytes bound to new memory of a type in `types`; `buffer_next` and
+** `memory_next` extend the create infos (external memory). */
+xfer_code xfer_vk_create_buffer(xfer_device *dev, xfer_op op, VkDeviceSize n,
+                                VkBufferUsageFlags usage, uint32_t types, const void *buffer_next,
+                                const void *memory_next, vk_buf *b, xfer_error *err);
 
 /* One vkCmdCopyBuffer: `count` regions from src to dst. */
 typedef struct vk_copy {

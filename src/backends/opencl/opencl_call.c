@@ -1,0 +1,108 @@
+/*
+** opencl_call.c -- the OpenCL runtime's checked calls (opencl_call.h's CL()): a failure as an
+** error naming the call and OpenCL's code, fault injection before each call; and the buffers
+** other runtimes own (cl_khr_external_memory), acquired and released around the ops that use
+** them. Below the runtime's other files, which call these; these call only opencl_load.c.
+*/
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "opencl_call.h"
+
+/* -- The checked wrapper (opencl_call.h) ------------------------------------------ */
+
+xfer_code xfer_cl_fail(xfer_op op, const char *fn, cl_int rc, int injected, xfer_error *err)
+{
+  char what[64];
+  snprintf(what, sizeof what, "%s failed", fn);
+  /* out of memory may pass once memory is freed; CL_OUT_OF_RESOURCES is often a device
+  ** that stopped working (NVIDIA reports a crashed context so) */
+  int retryable = rc == CL_OUT_OF_HOST_MEMORY || rc == CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  return xfer_err_native(err, xfer_op_failure(op), op, rc, xfer_cl_error_name(rc), what, retryable,
+                         injected);
+}
+
+int xfer_cl_injected(xfer_device *dev, xfer_op op, cl_int *rc)
+{
+  long long native;
+  if (!xfer_fault_hit(dev->ctx, "opencl", op, &native)) return 0;
+  *rc = native ? (cl_int)native
+        : op == XFER_OP_ALLOC ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CL_OUT_OF_RESOURCES;
+  return 1;
+}
+
+/* -- Buffers other runtimes own (cl_khr_external_memory) ------------------------------ */
+
+void xfer_cl_externals_add(cl_dev *cd, cl_mem mem)
+{
+  pthread_mutex_lock(&cd->externals_lock);
+  if (cd->nexternals == cd->externals_cap) {
+    size_t cap = cd->externals_cap ? cd->externals_cap * 2 : 16;
+    cl_mem *grown = realloc(cd->externals, cap * sizeof *grown);
+    if (grown) {
+      cd->externals = grown;
+      cd->externals_cap = cap;
+    }
+  }
+  if (cd->nexternals < cd->externals_cap) cd->externals[cd->nexternals++] = mem;
+  pthread_mutex_unlock(&cd->externals_lock);
+}
+
+void xfer_cl_externals_remove(cl_dev *cd, cl_mem mem)
+{
+  pthread_mutex_lock(&cd->externals_lock);
+  for (size_t i = 0; i < cd->nexternals; i++)
+    if (cd->externals[i] == mem) {
+      cd->externals[i] = cd->externals[--cd->nexternals];
+      break;
+    }
+  pthread_mutex_unlock(&cd->externals_lock);
+}
+
+/* The imported buffers among mems[0..n) (each once), into out; how many. */
+cl_uint xfer_cl_externals_of(cl_dev *cd, const cl_mem *mems, cl_uint n, cl_mem *out)
+{
+  cl_uint found = 0;
+  pthread_mutex_lock(&cd->externals_lock);
+  for (cl_uint m = 0; m < n; m++) {
+    int known = 0, seen = 0;
+    for (size_t i = 0; i < cd->nexternals && !known; i++) known = cd->externals[i] == mems[m];
+    for (cl_uint j = 0; j < found; j++) seen |= out[j] == mems[m];
+    if (known && !seen) out[found++] = mems[m];
+  }
+  pthread_mutex_unlock(&cd->externals_lock);
+  return found;
+}
+
+int xfer_cl_is_external(xfer_device *dev, void *buf)
+{
+  cl_mem mem = buf, out[1] = {NULL};
+  return xfer_cl_externals_of(cl_of(dev), &mem, 1, out) > 0;
+}
+
+/* Hands imported buffers to OpenCL for an op (nothing to do for none). */
+xfer_code xfer_cl_externals_acquire(xfer_device *dev, const cl_mem *list, cl_uint n, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  if (!n) return XFER_E_OK;
+  cl_int rc = CL_SUCCESS;
+  int injected = xfer_cl_injected(dev, XFER_OP_SYNC, &rc);
+  if (!injected) rc = cd->acquire(cd->queue, n, list, 0, NULL, NULL);
+  return rc == CL_SUCCESS ? XFER_E_OK
+                          : xfer_cl_fail(XFER_OP_SYNC, "clEnqueueAcquireExternalMemObjectsKHR", rc, injected, err);
+}
+
+/* ... and back when it has been queued, waiting for the queue when asked (or when there were
+** any: the other runtime may use them as soon as the move returns). Keeps `code` first. */
+xfer_code xfer_cl_externals_release(xfer_device *dev, const cl_mem *list, cl_uint n, int finish,
+                                   xfer_code code, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  cl_int released = n ? cd->release(cd->queue, n, list, 0, NULL, NULL) : CL_SUCCESS;
+  cl_int finished = n || finish ? api_of(dev)->clFinish(cd->queue) : CL_SUCCESS;
+  if (!code && released != CL_SUCCESS)
+    code = xfer_cl_fail(XFER_OP_SYNC, "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
+  if (!code && finished != CL_SUCCESS) code = xfer_cl_fail(XFER_OP_SYNC, "clFinish", finished, 0, err);
+  return code;
+}

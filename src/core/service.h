@@ -1,0 +1,73 @@
+/*
+** service.h -- what the core offers the layers above it (src/files, src/server) and every layer
+** of its own, on xfer.h's types alone (no internal structure): error records (error.c),
+** on/off switches from the environment and the clock (env.c), opening a driver library
+** (driver_library.c), the arithmetic of layouts (layout.c), and asking the fault rules before a
+** fallible call (faults.c). Layer 1 of docs/architecture.md.
+*/
+#ifndef XFER_SERVICE_H
+#define XFER_SERVICE_H
+
+#include "xfer.h"
+
+/* -- error.c ---------------------------------------------------------------------- */
+
+/* Copies text into dst of cap bytes, cut short to fit, always terminated. */
+void xfer_copy_text(char *dst, size_t cap, const char *src);
+/* dst = a then b, cut short to fit cap bytes. */
+void xfer_err_join(char *dst, size_t cap, const char *a, const char *b);
+/* Sets code, op and a formatted message; clears the rest. Returns code. */
+xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* The same for one of the XFER_OPS (a driver call's phase, a step of a move). */
+xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* The code's own words from the error table as the cause ("out of host memory" for
+** XFER_E_ALLOC): for failures the core meets itself, where no driver has more to say. The
+** second form names an API call instead of one of the XFER_OPS. */
+xfer_code xfer_err_code(xfer_error *err, xfer_code code, xfer_op op);
+xfer_code xfer_err_code_in(xfer_error *err, xfer_code code, const char *call);
+/* A driver call failed: records its native code, name and text as the cause. */
+xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,
+                          const char *native_name, const char *native_text, int retryable,
+                          int injected);
+/* Puts a backend's cause into words naming both ends of the movement. */
+void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device *to,
+                    size_t nbytes);
+
+/* -- env.c ---------------------------------------------------------------------------- */
+
+/* An on/off switch from the environment (XFER_TRACE, XFER_CACHE, XFER_SHARED_MEMORY,
+** XFER_VULKAN_NO_MAP, ...): its default when unset, else 1 for "1". */
+int xfer_env_flag(const char *name);
+/* Seconds on the monotonic clock. */
+double xfer_now(void);
+
+/* -- driver_library.c ----------------------------------------------------------------- */
+
+/* dlopen()s `library`, or the one the environment variable `env` names; NULL with an
+** unavailable error naming `what` ("the CUDA driver") otherwise. *path: the name used. */
+void *xfer_driver_open(const char *env, const char *library, const char *what, const char **path,
+                       xfer_error *err);
+
+/* -- layout.c --------------------------------------------------------------------------- */
+
+/* Packed (row-major) strides for a shape, and whether strides are packed. */
+void xfer_packed_strides(const xfer_shape *shape, int64_t *strides);
+int xfer_strides_packed(const xfer_shape *shape, const int64_t *strides);
+/* The elements, from the first, that a layout reaches: [0, extent) (0 when it is empty). */
+int64_t xfer_layout_extent(const xfer_shape *shape, const int64_t *strides);
+
+/* -- faults.c: a fallible call asks first ----------------------------------------------------- */
+
+/* Called by a backend's checked wrapper before each driver call: 1 means fail it, with
+** *native the code the rule asks for (0: the backend's usual code for op). */
+int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, xfer_op op, long long *native);
+
+#endif
