@@ -50,10 +50,22 @@ long xfer_file_find(const xfer_file *file, const char *name);
 size_t xfer_file_metadata_count(const xfer_file *file);
 int xfer_file_metadata(const xfer_file *file, size_t i, const char **key, const char **value);
 
+/* Whether a file is read and written around the page cache (O_DIRECT), and by what. */
+typedef enum {
+  XFER_FILE_DIRECT_OFF = -1,  /* through the page cache */
+  XFER_FILE_DIRECT_CHOOSE = 0,
+  XFER_FILE_DIRECT_ON = 1     /* O_DIRECT (falls back, saying so, where refused) */
+} xfer_file_direct;
+typedef enum {
+  XFER_FILE_ENGINE_CHOOSE = 0,
+  XFER_FILE_ENGINE_URING = 1, /* io_uring */
+  XFER_FILE_ENGINE_THREADS = 2
+} xfer_file_engine;
+
 /* How a file is read or written: each setting 0 lets the planner choose. */
 typedef struct xfer_file_opts {
-  int direct;             /* 0 choose, 1 O_DIRECT (falls back, saying so, where refused), -1 not */
-  int engine;             /* 0 choose, 1 io_uring, 2 threads */
+  int direct;             /* an xfer_file_direct */
+  int engine;             /* an xfer_file_engine */
   size_t chunk;           /* bytes a request (a multiple of 4096), 0: 16 MiB */
   int depth;              /* requests in flight, 0: chosen (2..64) */
   int sync;               /* saves: 0 fdatasync before the rename (the default), -1 not */
@@ -65,7 +77,7 @@ typedef struct xfer_file_opts {
 /* What the planner chose and why (xfer_file_plan, and each load's/save's). */
 typedef struct xfer_file_route {
   int direct;             /* 1: O_DIRECT reads/writes through aligned chunks */
-  int engine;             /* 1 io_uring, 2 threads */
+  int engine;             /* XFER_FILE_ENGINE_URING or _THREADS */
   size_t chunk;
   int depth, threads;
   double cached;          /* the share of the file's pages in the page cache (0..1) */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor.h"
+#include "view_io.h"
 
 /* A read or write of one run at a time costs a driver call each: below this run size the
 ** covering span is moved whole when it is not much larger than the view. */

@@ -41,6 +41,11 @@ xfer_code xfer_fio_error(xfer_error *err, xfer_code code, xfer_op op, int native
 /* -- requests in flight --------------------------------------------------------------- */
 
 typedef enum { XFER_FIO_THREADS = 0, XFER_FIO_URING } xfer_fio_engine;
+/* The queue a route's engine (XFER_FILE_ENGINE_*) takes. */
+static inline xfer_fio_engine xfer_fio_engine_of(int engine)
+{
+  return engine == XFER_FILE_ENGINE_URING ? XFER_FIO_URING : XFER_FIO_THREADS;
+}
 
 typedef struct xfer_fio_queue xfer_fio_queue;
 

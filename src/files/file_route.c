@@ -126,7 +126,8 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   if (opts->depth && (opts->depth < 2 || opts->depth > 64))
     return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_PLAN, 0, path, -1,
                           "depth %d: 2 to 64 requests in flight", opts->depth);
-  if (opts->direct < -1 || opts->direct > 1 || opts->engine < 0 || opts->engine > 2)
+  if (opts->direct < XFER_FILE_DIRECT_OFF || opts->direct > XFER_FILE_DIRECT_ON ||
+      opts->engine < XFER_FILE_ENGINE_CHOOSE || opts->engine > XFER_FILE_ENGINE_THREADS)
     return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_PLAN, 0, path, -1,
                           "direct is -1, 0 or 1 and engine 0, 1 (io_uring) or 2 (threads)");
   out->chunk = chunk;
@@ -134,7 +135,7 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   char why[200];
   int direct;
   if (opts->direct) {
-    direct = opts->direct > 0;
+    direct = opts->direct == XFER_FILE_DIRECT_ON;
     snprintf(why, sizeof why, "%s as asked", direct ? "O_DIRECT" : "the page cache");
   } else if (!writing && out->cached >= 0.5) {
     direct = 0;
@@ -166,22 +167,22 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   if (!engine) {
     char uwhy[160];
     if (!direct) {
-      engine = 2;
+      engine = XFER_FILE_ENGINE_THREADS;
       snprintf(ewhy, sizeof ewhy, "%d threads (page-cache reads are copies the reading thread "
                "makes)", threads);
     } else if (xfer_fio_uring_usable(uwhy, sizeof uwhy)) {
-      engine = 1;
+      engine = XFER_FILE_ENGINE_URING;
       snprintf(ewhy, sizeof ewhy, "io_uring");
     } else {
-      engine = 2;
+      engine = XFER_FILE_ENGINE_THREADS;
       snprintf(ewhy, sizeof ewhy, "%d threads (io_uring: %s)", threads, uwhy);
     }
   } else {
-    snprintf(ewhy, sizeof ewhy, "%s as asked", engine == 1 ? "io_uring" : "threads");
+    snprintf(ewhy, sizeof ewhy, "%s as asked", engine == XFER_FILE_ENGINE_URING ? "io_uring" : "threads");
   }
   out->engine = engine;
-  out->threads = engine == 2 ? threads : 0;
-  int depth = opts->depth ? opts->depth : engine == 2 ? 2 * threads : 8;
+  out->threads = engine == XFER_FILE_ENGINE_THREADS ? threads : 0;
+  int depth = opts->depth ? opts->depth : engine == XFER_FILE_ENGINE_THREADS ? 2 * threads : 8;
   if (depth < 2) depth = 2;
   if (depth > 64) depth = 64;
   out->depth = depth;

@@ -388,9 +388,9 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
   for (int k = 0; k < slots && !code; k++) code = xfer_tensor_empty(host, XFER_U8, &cs, &bufs[k], err);
   xfer_fio_queue *q = NULL;
   if (!code)
-    code = xfer_fio_queue_open(io, route->engine == 1 ? XFER_FIO_URING : XFER_FIO_THREADS, slots,
+    code = xfer_fio_queue_open(io, xfer_fio_engine_of(route->engine), slots,
                                route->threads ? route->threads : 2, &q, err);
-  if (code == XFER_E_UNAVAILABLE && route->engine == 1)
+  if (code == XFER_E_UNAVAILABLE && route->engine == XFER_FILE_ENGINE_URING)
     code = xfer_fio_queue_open(io, XFER_FIO_THREADS, slots, 2, &q, err);
   size_t k = 0;
   for (; k < nchunks && !code; k++) {

@@ -82,11 +82,13 @@ void xl_open_device(lua_State *L, int module);
 /* lua_tensor.c */
 xfer_tensor *xl_check_tensor(lua_State *L, int idx, const char *fname);
 void xl_open_tensor(lua_State *L, int module);
-/* xfer.Tensor's own part of its metatable `mt` (collection, tostring, length, name) and its
-** methods, into the table at `methods` (xfer_lua.c puts the whole metatable together). */
+/* xfer.Tensor's own part of its metatable `mt` (collection, tostring, length, name, the
+** fields' table) and its methods, into the table at `methods` (xfer_lua.c puts the whole
+** metatable together; xl_tensor_access needs `fields` set first). */
 void xl_tensor_meta(lua_State *L, int mt, int methods);
-/* The field (dtype, shape, device, ...) the string at `idx` names, pushed: 1; 0 for none. */
-int xl_tensor_field(lua_State *L, xfer_tensor *t, int idx);
+/* Field number `which` (the metatable's `fields` maps each name -- dtype, shape, device, ...
+** -- to its number) of the tensor at stack index 1, pushed: 1; 0 for no such number. */
+int xl_tensor_field(lua_State *L, xfer_tensor *t, int which);
 /* An empty tensor userdata pushed first (so that nothing leaks if Lua runs out of memory),
 ** then given a new tensor whose reference it takes over. Raises when the state has no
 ** xfer.Tensor metatable yet. */

@@ -172,10 +172,13 @@ void xl_drain_owners(lua_State *L)
 void *xl_owner_hold(lua_State *L, const char *fname)
 {
   owner_ref *owner = malloc(sizeof *owner);
-  if (!owner) xl_raise_code(L, XFER_E_ALLOC, fname, "%s", xfer_code_what(XFER_E_ALLOC));
-  owner->registry = lua_topointer(L, LUA_REGISTRYINDEX);
-  owner->ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops it */
-  owner->next = NULL;
+  if (owner) {
+    owner->registry = lua_topointer(L, LUA_REGISTRYINDEX);
+    owner->ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops it */
+    owner->next = NULL;
+  } else {
+    xl_raise_code(L, XFER_E_ALLOC, fname, "%s", xfer_code_what(XFER_E_ALLOC));
+  }
   return owner;
 }
 

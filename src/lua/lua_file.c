@@ -55,7 +55,7 @@ static void push_route(lua_State *L, const xfer_file_route *r)
   lua_createtable(L, 0, 8);
   lua_pushboolean(L, r->direct);
   lua_setfield(L, -2, "direct");
-  lua_pushstring(L, r->engine == 1 ? "io_uring" : "threads");
+  lua_pushstring(L, r->engine == XFER_FILE_ENGINE_URING ? "io_uring" : "threads");
   lua_setfield(L, -2, "engine");
   lua_pushnumber(L, (lua_Number)r->chunk);
   lua_setfield(L, -2, "chunk");
@@ -85,13 +85,13 @@ static void io_opts(lua_State *L, int idx, const char *fname, xfer_file_opts *o)
     if (!lua_isboolean(L, -1))
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: direct is true or false, not a %s", fname,
                     luaL_typename(L, -1));
-    o->direct = lua_toboolean(L, -1) ? 1 : -1;
+    o->direct = lua_toboolean(L, -1) ? XFER_FILE_DIRECT_ON : XFER_FILE_DIRECT_OFF;
   }
   lua_pop(L, 1);
   const char *engine = xl_opt_string(L, idx, fname, "engine", NULL);
   if (engine) {
-    if (!strcmp(engine, "io_uring")) o->engine = 1;
-    else if (!strcmp(engine, "threads")) o->engine = 2;
+    if (!strcmp(engine, "io_uring")) o->engine = XFER_FILE_ENGINE_URING;
+    else if (!strcmp(engine, "threads")) o->engine = XFER_FILE_ENGINE_THREADS;
     else xl_raise_code(L, XFER_E_INVALID, fname, "%s: engine is \"io_uring\" or \"threads\", not "
                        "\"%s\"", fname, engine);
   }

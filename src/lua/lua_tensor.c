@@ -625,50 +625,50 @@ static int t_len(lua_State *L)
   return 1;
 }
 
-int xl_tensor_field(lua_State *L, xfer_tensor *t, int idx)
+/* -- Fields: a getter each, found by name in one table lookup (no strcmp ladder) ------------ */
+
+static void push_dims(lua_State *L, const int64_t *v, int n)
 {
-  const char *key = lua_tostring(L, idx);
-  if (!key) return 0;
-  if (!strcmp(key, "freed")) {
-    lua_pushboolean(L, xfer_tensor_is_freed(t));
-    return 1;
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushnumber(L, (lua_Number)v[i]);
+    lua_rawseti(L, -2, i + 1);
   }
-  if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "ndim") &&
-      strcmp(key, "numel") && strcmp(key, "nbytes") && strcmp(key, "device") &&
-      strcmp(key, "strides") && strcmp(key, "offset"))
-    return 0;
-  check_live(L, 1, key);
-  const xfer_shape *shape = xfer_tensor_shape(t);
-  if (!strcmp(key, "strides")) { /* in elements, as torch counts them */
-    const int64_t *strides = xfer_tensor_strides(t);
-    lua_createtable(L, shape->ndim, 0);
-    for (int i = 0; i < shape->ndim; i++) {
-      lua_pushnumber(L, (lua_Number)strides[i]);
-      lua_rawseti(L, -2, i + 1);
-    }
-    return 1;
-  }
-  if (!strcmp(key, "offset")) { /* the first element within the memory it shares */
-    lua_pushnumber(L, (lua_Number)xfer_tensor_first(t));
-    return 1;
-  }
-  if (!strcmp(key, "dtype"))
-    lua_pushstring(L, xfer_dtype_name(xfer_tensor_dtype(t)));
-  else if (!strcmp(key, "ndim"))
-    lua_pushinteger(L, shape->ndim);
-  else if (!strcmp(key, "numel"))
-    lua_pushnumber(L, (lua_Number)xfer_tensor_numel(t));
-  else if (!strcmp(key, "nbytes"))
-    lua_pushnumber(L, (lua_Number)xfer_tensor_nbytes(t));
-  else if (!strcmp(key, "device"))
-    xl_push_device(L, xfer_tensor_device(t));
-  else {
-    lua_createtable(L, shape->ndim, 0);
-    for (int i = 0; i < shape->ndim; i++) {
-      lua_pushnumber(L, (lua_Number)shape->dims[i]);
-      lua_rawseti(L, -2, i + 1);
-    }
-  }
+}
+
+static void f_freed(lua_State *L, xfer_tensor *t) { lua_pushboolean(L, xfer_tensor_is_freed(t)); }
+static void f_dtype(lua_State *L, xfer_tensor *t) { lua_pushstring(L, xfer_dtype_name(xfer_tensor_dtype(t))); }
+static void f_shape(lua_State *L, xfer_tensor *t)
+{
+  push_dims(L, xfer_tensor_shape(t)->dims, xfer_tensor_shape(t)->ndim);
+}
+static void f_ndim(lua_State *L, xfer_tensor *t) { lua_pushinteger(L, xfer_tensor_shape(t)->ndim); }
+static void f_numel(lua_State *L, xfer_tensor *t) { lua_pushnumber(L, (lua_Number)xfer_tensor_numel(t)); }
+static void f_nbytes(lua_State *L, xfer_tensor *t) { lua_pushnumber(L, (lua_Number)xfer_tensor_nbytes(t)); }
+static void f_device(lua_State *L, xfer_tensor *t) { xl_push_device(L, xfer_tensor_device(t)); }
+/* in elements, as torch counts them */
+static void f_strides(lua_State *L, xfer_tensor *t)
+{
+  push_dims(L, xfer_tensor_strides(t), xfer_tensor_shape(t)->ndim);
+}
+/* the first element within the memory it shares */
+static void f_offset(lua_State *L, xfer_tensor *t) { lua_pushnumber(L, (lua_Number)xfer_tensor_first(t)); }
+
+static const struct {
+  const char *key;
+  void (*get)(lua_State *L, xfer_tensor *t);
+  int live; /* a freed tensor's, or a lost device's, raises */
+} fields[] = {
+  {"freed", f_freed, 0}, {"dtype", f_dtype, 1}, {"shape", f_shape, 1}, {"ndim", f_ndim, 1},
+  {"numel", f_numel, 1}, {"nbytes", f_nbytes, 1}, {"device", f_device, 1},
+  {"strides", f_strides, 1}, {"offset", f_offset, 1},
+};
+
+int xl_tensor_field(lua_State *L, xfer_tensor *t, int which)
+{
+  if (which < 0 || (size_t)which >= sizeof fields / sizeof fields[0]) return 0;
+  if (fields[which].live) check_live(L, 1, fields[which].key);
+  fields[which].get(L, t);
   return 1;
 }
 
@@ -687,6 +687,12 @@ void xl_tensor_meta(lua_State *L, int mt, int methods)
   lua_setfield(L, mt, "__len");
   lua_pushliteral(L, XL_TENSOR);
   lua_setfield(L, mt, "__name");
+  lua_createtable(L, 0, (int)(sizeof fields / sizeof fields[0])); /* name -> getter's number */
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    lua_pushinteger(L, (lua_Integer)i);
+    lua_setfield(L, -2, fields[i].key);
+  }
+  lua_setfield(L, mt, "fields");
   lua_pushvalue(L, methods);
   luaL_register(L, NULL, fns);
   lua_pop(L, 1);

@@ -585,8 +585,9 @@ void xl_view_methods(lua_State *L, int methods)
   }
 }
 
-/* xfer.Tensor's __index: a method (the upvalue: xfer.Tensor, where scripts add their own), a
-** field (lua_tensor.c), or the element or view an index names. */
+/* xfer.Tensor's __index: a method (upvalue 1: xfer.Tensor, where scripts add their own), a
+** field (upvalue 2: its getter's number, lua_tensor.c), or the element or view an index
+** names. */
 static int t_index(lua_State *L)
 {
   xfer_tensor *t = xl_check_tensor(L, 1, "index");
@@ -595,7 +596,10 @@ static int t_index(lua_State *L)
   if (!lua_isnil(L, -1)) return 1;
   lua_pop(L, 1);
   if (lua_type(L, 2) != LUA_TSTRING) return tensor_index(L, t, 2); /* t[i], t[{...}] */
-  return xl_tensor_field(L, t, 2);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(2));
+  if (lua_isnil(L, -1)) return 0;
+  return xl_tensor_field(L, t, (int)lua_tointeger(L, -1));
 }
 
 void xl_tensor_access(lua_State *L, int mt, int methods)
@@ -603,6 +607,7 @@ void xl_tensor_access(lua_State *L, int mt, int methods)
   lua_pushcfunction(L, t_newindex);
   lua_setfield(L, mt, "__newindex");
   lua_pushvalue(L, methods);
-  lua_pushcclosure(L, t_index, 1);
+  lua_getfield(L, mt, "fields");
+  lua_pushcclosure(L, t_index, 2);
   lua_setfield(L, mt, "__index");
 }

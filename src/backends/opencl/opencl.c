@@ -269,6 +269,8 @@ static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *
   cl_map_flags flags = to_device ? CL_MAP_WRITE_INVALIDATE_REGION : CL_MAP_READ;
   CL_CREATE(dev, op, err, mapped, clEnqueueMapBuffer, q, mem, CL_TRUE, flags, offset, n, 0, NULL,
             NULL);
+  if (!mapped) /* success without a pointer: a driver's bug, not a crash here */
+    return xfer_cl_fail(op, "clEnqueueMapBuffer", CL_MAP_FAILURE, 0, err);
   if (to_device)
     memcpy(mapped, host, n);
   else
