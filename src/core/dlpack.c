@@ -158,6 +158,27 @@ static void give_back(void *ud)
   free(b);
 }
 
+/* The device a DLPack device names: a device of the runtime whose table names its type (pinned
+** host memory is host memory), by its ordinal. */
+static xfer_code dlpack_device(xfer_ctx *ctx, const dl_device *device, xfer_device **out,
+                               xfer_error *err)
+{
+  int type = device->device_type == DL_CUDA_HOST ? DL_CPU : device->device_type;
+  const xfer_runtime *rt = NULL;
+  for (size_t r = 0; r < ctx->nruntimes && !rt; r++)
+    if (ctx->runtimes[r].backend && ctx->runtimes[r].backend->dlpack_device_type == type)
+      rt = &ctx->runtimes[r];
+  if (!rt || type < 0)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: device type %d (CPU, "
+                        "CUDA and CUDA host memory are read)", (int)device->device_type);
+  char name[48];
+  if (type == DL_CPU || device->device_id == 0)
+    snprintf(name, sizeof name, "%s", rt->name); /* its first device */
+  else
+    snprintf(name, sizeof name, "%s:%d", rt->name, (int)device->device_id);
+  return xfer_device_find(ctx, name, out, err);
+}
+
 xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, xfer_tensor **out,
                                   xfer_error *err)
 {
@@ -176,22 +197,8 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   } else {
     d = &((const dl_managed *)managed)->dl_tensor;
   }
-  /* the runtime whose table names the device type (pinned host memory is host memory) */
-  int type = d->device.device_type == DL_CUDA_HOST ? DL_CPU : d->device.device_type;
-  const xfer_runtime *rt = NULL;
-  for (size_t r = 0; r < ctx->nruntimes && !rt; r++)
-    if (ctx->runtimes[r].backend && ctx->runtimes[r].backend->dlpack_device_type == type)
-      rt = &ctx->runtimes[r];
-  if (!rt || type < 0)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: device type %d (CPU, "
-                        "CUDA and CUDA host memory are read)", (int)d->device.device_type);
-  char dev_name[48];
-  if (type == DL_CPU || d->device.device_id == 0)
-    snprintf(dev_name, sizeof dev_name, "%s", rt->name); /* its first device */
-  else
-    snprintf(dev_name, sizeof dev_name, "%s:%d", rt->name, (int)d->device.device_id);
   xfer_device *dev;
-  xfer_code rc = xfer_device_find(ctx, dev_name, &dev, err);
+  xfer_code rc = dlpack_device(ctx, &d->device, &dev, err);
   if (rc) return rc;
   xfer_dtype dtype = XFER_DTYPE__COUNT;
   for (size_t i = 0; i < sizeof dl_types / sizeof dl_types[0]; i++)
