@@ -130,64 +130,118 @@ static int l_close(lua_State *L)
   return 0;
 }
 
-static int device_index(lua_State *L)
+/* -- Fields: a getter each, found by name in one table lookup --------------------------------- */
+
+/* Each pushes the field of the device at stack index 1 (1), or nothing for nil (0). */
+typedef int (*device_getter)(lua_State *L, xfer_device *dev, const xfer_device_info *info);
+
+/* A field the info holds as it is pushed: a string, a whole number, a flag. */
+#define INFO_FIELD(field, push)                                                            \
+  static int g_##field(lua_State *L, xfer_device *d, const xfer_device_info *i)             \
+  {                                                                                         \
+    (void)d;                                                                                \
+    push(L, i->field);                                                                      \
+    return 1;                                                                               \
+  }
+INFO_FIELD(name, lua_pushstring)
+INFO_FIELD(runtime, lua_pushstring)
+INFO_FIELD(index, lua_pushinteger)
+INFO_FIELD(label, lua_pushstring)
+INFO_FIELD(platform, lua_pushstring)
+INFO_FIELD(pci_bus_id, lua_pushstring)
+INFO_FIELD(vendor, lua_pushstring)
+INFO_FIELD(unified, lua_pushboolean)
+INFO_FIELD(closed, lua_pushboolean)
+#undef INFO_FIELD
+static int g_total_memory(lua_State *L, xfer_device *d, const xfer_device_info *i)
 {
-  xfer_device *dev = xl_check_device(L, 1, "index");
-  const char *key = lua_tostring(L, 2);
-  xfer_device_info info;
+  (void)d;
+  lua_pushnumber(L, (lua_Number)i->total_memory);
+  return 1;
+}
+static int g_max_alloc(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)d;
+  lua_pushnumber(L, (lua_Number)i->max_alloc);
+  return 1;
+}
+static int g_max_import(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)d;
+  if (!i->max_import) return 0; /* nil: no limit */
+  lua_pushnumber(L, (lua_Number)i->max_import);
+  return 1;
+}
+static int g_free_memory(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)i;
+  uint64_t free_bytes;
   xfer_error err;
-  if (!key) return 0;
-  if (!strcmp(key, "memory")) { /* method: dev:memory() == xfer.memory(dev) */
-    lua_pushcfunction(L, l_memory);
-    return 1;
-  }
-  if (!strcmp(key, "close")) {
-    lua_pushcfunction(L, l_close);
-    return 1;
-  }
-  if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
-  if (!strcmp(key, "name")) lua_pushstring(L, info.name);
-  else if (!strcmp(key, "runtime")) lua_pushstring(L, info.runtime);
-  else if (!strcmp(key, "index")) lua_pushinteger(L, info.index);
-  else if (!strcmp(key, "label")) lua_pushstring(L, info.label);
-  else if (!strcmp(key, "total_memory")) lua_pushnumber(L, (lua_Number)info.total_memory);
-  else if (!strcmp(key, "free_memory")) {
-    uint64_t free_bytes;
-    xfer_code rc = xfer_device_free_memory(dev, &free_bytes, &err);
-    if (rc == XFER_E_UNSUPPORTED) return 0; /* the driver cannot tell */
-    if (rc) xl_raise(L, &err);
-    lua_pushnumber(L, (lua_Number)free_bytes);
-  } else if (!strcmp(key, "max_alloc")) lua_pushnumber(L, (lua_Number)info.max_alloc);
-  else if (!strcmp(key, "max_import")) {
-    if (!info.max_import) return 0; /* nil: no limit */
-    lua_pushnumber(L, (lua_Number)info.max_import);
-  }
-  else if (!strcmp(key, "platform")) lua_pushstring(L, info.platform);
-  else if (!strcmp(key, "pci_bus_id")) lua_pushstring(L, info.pci_bus_id);
-  else if (!strcmp(key, "backing")) {
-    if (!info.backing[0]) return 0;
-    lua_pushstring(L, info.backing);
-  }
-  else if (!strcmp(key, "compute_capability")) {
-    if (!info.cc_major) return 0;
-    lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);
-  }
-  else if (!strcmp(key, "vendor")) lua_pushstring(L, info.vendor);
-  else if (!strcmp(key, "unified")) lua_pushboolean(L, info.unified);
-  else if (!strcmp(key, "closed")) lua_pushboolean(L, info.closed);
-  else if (!strcmp(key, "uuid")) {
-    if (!info.has_uuid) return 0;
-    push_uuid(L, info.uuid);
-  } else if (!strcmp(key, "driver_uuid")) {
-    if (!info.has_driver_uuid) return 0;
-    push_uuid(L, info.driver_uuid);
-  } else
-    return 0;
+  xfer_code rc = xfer_device_free_memory(d, &free_bytes, &err);
+  if (rc == XFER_E_UNSUPPORTED) return 0; /* the driver cannot tell */
+  if (rc) xl_raise(L, &err);
+  lua_pushnumber(L, (lua_Number)free_bytes);
+  return 1;
+}
+static int g_backing(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)d;
+  if (!i->backing[0]) return 0;
+  lua_pushstring(L, i->backing);
+  return 1;
+}
+static int g_compute_capability(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)d;
+  if (!i->cc_major) return 0;
+  lua_pushfstring(L, "%d.%d", i->cc_major, i->cc_minor);
+  return 1;
+}
+static int g_uuid(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)d;
+  if (!i->has_uuid) return 0;
+  push_uuid(L, i->uuid);
+  return 1;
+}
+static int g_driver_uuid(lua_State *L, xfer_device *d, const xfer_device_info *i)
+{
+  (void)d;
+  if (!i->has_driver_uuid) return 0;
+  push_uuid(L, i->driver_uuid);
   return 1;
 }
 
-/* The runtime a devices() filter names, or its alias ("cpu" is the host's): an unknown one is refused,
-** naming those there are. */
+static const struct {
+  const char *key;
+  device_getter get;
+} device_fields[] = {
+  {"name", g_name}, {"runtime", g_runtime}, {"index", g_index}, {"label", g_label},
+  {"total_memory", g_total_memory}, {"free_memory", g_free_memory}, {"max_alloc", g_max_alloc},
+  {"max_import", g_max_import}, {"platform", g_platform}, {"pci_bus_id", g_pci_bus_id},
+  {"backing", g_backing}, {"compute_capability", g_compute_capability}, {"vendor", g_vendor},
+  {"unified", g_unified}, {"closed", g_closed}, {"uuid", g_uuid}, {"driver_uuid", g_driver_uuid},
+};
+
+/* __index: a method (memory, close) or a field, by the upvalue's table: name -> the method, or
+** the field's getter number. */
+static int device_index(lua_State *L)
+{
+  xfer_device *dev = xl_check_device(L, 1, "index");
+  if (lua_type(L, 2) != LUA_TSTRING) return 0;
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
+  if (lua_isfunction(L, -1)) return 1; /* a method: dev:memory() == xfer.memory(dev) */
+  if (!lua_isnumber(L, -1)) return 0;
+  size_t which = (size_t)lua_tointeger(L, -1);
+  xfer_device_info info;
+  xfer_error err;
+  if (xfer_device_get_info(dev, &info, &err)) xl_raise(L, &err);
+  return device_fields[which].get(L, dev, &info);
+}
+
+/* The runtime a devices() filter names, or its alias ("cpu" is the host's): an unknown one is
+** refused, naming those there are. */
 static const char *filter_runtime(lua_State *L, int idx)
 {
   size_t len;
@@ -276,7 +330,16 @@ static void device_metatable(lua_State *L)
   lua_setfield(L, -2, "__eq");
   lua_pushcfunction(L, device_tostring);
   lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, device_index);
+  lua_createtable(L, 0, (int)(sizeof device_fields / sizeof device_fields[0]) + 2);
+  for (size_t i = 0; i < sizeof device_fields / sizeof device_fields[0]; i++) {
+    lua_pushinteger(L, (lua_Integer)i);
+    lua_setfield(L, -2, device_fields[i].key);
+  }
+  lua_pushcfunction(L, l_memory);
+  lua_setfield(L, -2, "memory");
+  lua_pushcfunction(L, l_close);
+  lua_setfield(L, -2, "close");
+  lua_pushcclosure(L, device_index, 1);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, xl_read_only);
   lua_setfield(L, -2, "__newindex");
