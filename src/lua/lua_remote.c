@@ -71,6 +71,71 @@ static int l_connect(lua_State *L)
   return 1;
 }
 
+/* -- A peer's fields: a getter each, found by name in one table lookup ------------------------- */
+
+static void p_name(lua_State *L, xfer_peer *p) { lua_pushstring(L, xfer_peer_name(p)); }
+static void p_timeout(lua_State *L, xfer_peer *p) { lua_pushnumber(L, xfer_peer_timeout(p)); }
+static void p_lost(lua_State *L, xfer_peer *p) { lua_pushboolean(L, xfer_peer_is_lost(p)); }
+
+static void p_registered(lua_State *L, xfer_peer *p)
+{
+  xfer_registered r;
+  xfer_peer_registered(p, &r);
+  push_registered(L, &r);
+}
+
+/* {here = {"host", "cuda"}, there = {"host"}} */
+static void p_memory(lua_State *L, xfer_peer *p)
+{
+  char sides[2][32];
+  xfer_peer_memory(p, sides[0], sides[1], sizeof sides[0]);
+  lua_createtable(L, 0, 2);
+  for (int side = 0; side < 2; side++) {
+    lua_newtable(L);
+    int i = 0;
+    char *save = NULL;
+    for (char *word = strtok_r(sides[side], " ", &save); word; word = strtok_r(NULL, " ", &save)) {
+      lua_pushstring(L, word);
+      lua_rawseti(L, -2, ++i);
+    }
+    lua_setfield(L, -2, side ? "there" : "here");
+  }
+}
+
+static void p_transports(lua_State *L, xfer_peer *p)
+{
+  char lines[2048];
+  xfer_peer_transports(p, lines, sizeof lines);
+  lua_newtable(L);
+  int i = 0;
+  for (char *line = lines, *end; *line; line = end + 1) {
+    end = strchr(line, '\n');
+    if (!end) break;
+    lua_pushlstring(L, line, (size_t)(end - line));
+    lua_rawseti(L, -2, ++i);
+  }
+}
+
+static void p_devices(lua_State *L, xfer_peer *p)
+{
+  size_t n = xfer_peer_device_count(p);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    xl_push_device(L, xfer_peer_device(p, i));
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+}
+
+static const struct {
+  const char *key;
+  void (*get)(lua_State *L, xfer_peer *p);
+} peer_fields[] = {
+  {"name", p_name}, {"timeout", p_timeout}, {"lost", p_lost}, {"registered", p_registered},
+  {"memory", p_memory}, {"transports", p_transports}, {"devices", p_devices},
+};
+
+/* __index: a method of the metatable (close, set_timeout), else a field by the upvalue's table
+** (name -> getter number). A closed peer is lost, and has no other field. */
 static int peer_index(lua_State *L)
 {
   peer_box *b = luaL_checkudata(L, 1, XL_PEER);
@@ -87,51 +152,10 @@ static int peer_index(lua_State *L)
     }
     xl_raise_code(L, XFER_E_PEER_LOST, "peer", "the peer was closed");
   }
-  if (!strcmp(key, "name")) {
-    lua_pushstring(L, xfer_peer_name(b->peer));
-  } else if (!strcmp(key, "timeout")) {
-    lua_pushnumber(L, xfer_peer_timeout(b->peer));
-  } else if (!strcmp(key, "lost")) {
-    lua_pushboolean(L, xfer_peer_is_lost(b->peer));
-  } else if (!strcmp(key, "registered")) {
-    xfer_registered r;
-    xfer_peer_registered(b->peer, &r);
-    push_registered(L, &r);
-  } else if (!strcmp(key, "memory")) { /* {here = {"host", "cuda"}, there = {"host"}} */
-    char sides[2][32];
-    xfer_peer_memory(b->peer, sides[0], sides[1], sizeof sides[0]);
-    lua_createtable(L, 0, 2);
-    for (int side = 0; side < 2; side++) {
-      lua_newtable(L);
-      int i = 0;
-      char *save = NULL;
-      for (char *word = strtok_r(sides[side], " ", &save); word; word = strtok_r(NULL, " ", &save)) {
-        lua_pushstring(L, word);
-        lua_rawseti(L, -2, ++i);
-      }
-      lua_setfield(L, -2, side ? "there" : "here");
-    }
-  } else if (!strcmp(key, "transports")) {
-    char lines[2048];
-    xfer_peer_transports(b->peer, lines, sizeof lines);
-    lua_newtable(L);
-    int i = 0;
-    for (char *line = lines, *end; *line; line = end + 1) {
-      end = strchr(line, '\n');
-      if (!end) break;
-      lua_pushlstring(L, line, (size_t)(end - line));
-      lua_rawseti(L, -2, ++i);
-    }
-  } else if (!strcmp(key, "devices")) {
-    size_t n = xfer_peer_device_count(b->peer);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-      xl_push_device(L, xfer_peer_device(b->peer, i));
-      lua_rawseti(L, -2, (int)i + 1);
-    }
-  } else {
-    return 0;
-  }
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
+  if (!lua_isnumber(L, -1)) return 0;
+  peer_fields[lua_tointeger(L, -1)].get(L, b->peer);
   return 1;
 }
 
@@ -278,7 +302,12 @@ static int listener_index(lua_State *L)
 void xl_open_remote(lua_State *L, int module)
 {
   if (luaL_newmetatable(L, XL_PEER)) {
-    lua_pushcfunction(L, peer_index);
+    lua_createtable(L, 0, (int)(sizeof peer_fields / sizeof peer_fields[0]));
+    for (size_t i = 0; i < sizeof peer_fields / sizeof peer_fields[0]; i++) {
+      lua_pushinteger(L, (lua_Integer)i);
+      lua_setfield(L, -2, peer_fields[i].key);
+    }
+    lua_pushcclosure(L, peer_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, xl_read_only);
     lua_setfield(L, -2, "__newindex");
