@@ -15,14 +15,9 @@ static const char *const kind_words[] = {
   [XFER_EXTERNAL_VULKAN] = "a VkBuffer", [XFER_EXTERNAL_OPENCL] = "a cl_mem",
 };
 
-xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtype dtype,
-                           const xfer_shape *shape, const int64_t *strides,
-                           void (*release)(void *ud), void *release_ud, xfer_tensor **out,
-                           xfer_error *err)
+/* The memory must be of the kind the device's runtime wraps (its table says which). */
+static xfer_code check_kind(const xfer_device *dev, const xfer_external *mem, xfer_error *err)
 {
-  *out = NULL;
-  if (!dev || !mem || !shape)
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a device, the memory and a shape are needed");
   int known = (unsigned)mem->kind <= XFER_EXTERNAL_OPENCL;
   xfer_external_kind takes = xfer_be_external_kind(dev);
   if (!known || mem->kind != takes) {
@@ -33,6 +28,19 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
     return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s cannot be a tensor of %s (it "
                         "takes %s)", what, dev->name, kind_words[takes]);
   }
+  return XFER_E_OK;
+}
+
+xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtype dtype,
+                           const xfer_shape *shape, const int64_t *strides,
+                           void (*release)(void *ud), void *release_ud, xfer_tensor **out,
+                           xfer_error *err)
+{
+  *out = NULL;
+  if (!dev || !mem || !shape)
+    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a device, the memory and a shape are needed");
+  xfer_code rc = check_kind(dev, mem, err);
+  if (rc) return rc;
   if (xfer_device_is_closed(dev))
     return xfer_err_set(err, XFER_E_CLOSED, "wrap", "device %s is closed", dev->name);
   if (mem->pin && mem->kind != XFER_EXTERNAL_HOST)
@@ -59,7 +67,7 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
     return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: %s cannot wrap memory", dev->name);
   xfer_tensor *t = calloc(1, sizeof *t);
   if (!t) return xfer_err_code_in(err, XFER_E_ALLOC, "wrap");
-  xfer_code rc = xfer_be_wrap(dev, mem, &t->buf, err);
+  rc = xfer_be_wrap(dev, mem, &t->buf, err);
   if (rc) {
     free(t);
     return rc;
