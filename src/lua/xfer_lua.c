@@ -5,6 +5,7 @@
 ** inside the binding. The state's context is lua_common.c's.
 */
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -151,85 +152,121 @@ static int l_trace(lua_State *L)
   return 0;
 }
 
-/* A whole number >= 0 at the top of the stack, for config key `key`. */
-static lua_Number config_number(lua_State *L, const char *key)
+/* -- xfer.config: the settings, as a table of what each is -------------------------------- */
+
+typedef enum {
+  SETTING_BYTES,    /* a whole number >= 0 in a size_t or uint64_t */
+  SETTING_COUNT,    /* a whole number >= 0 in an int */
+  SETTING_FLAG,     /* a boolean in an int */
+  SETTING_SECONDS   /* a number in a double */
+} setting_kind;
+
+#define SETTING(field, kind) {#field, kind, offsetof(xfer_config, field), sizeof(((xfer_config *)0)->field)}
+static const struct {
+  const char *key;
+  setting_kind kind;
+  size_t at, size;  /* the field in xfer_config */
+} settings[] = {
+  SETTING(staging_chunk, SETTING_BYTES), SETTING(staging_depth, SETTING_COUNT),
+  SETTING(cache, SETTING_FLAG), SETTING(cache_limit, SETTING_BYTES),
+  SETTING(setaside_after, SETTING_COUNT), SETTING(remote_timeout, SETTING_SECONDS),
+  SETTING(remote_chunk, SETTING_BYTES), SETTING(remote_depth, SETTING_COUNT),
+  SETTING(remote_device_chunk, SETTING_BYTES),
+};
+#undef SETTING
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+
+/* The value at the top of the stack into setting i of cfg, or raises saying what it takes (the
+** core checks the ranges). */
+static void setting_store(lua_State *L, size_t i, xfer_config *cfg)
 {
+  char *field = (char *)cfg + settings[i].at;
+  const char *key = settings[i].key;
   lua_Number v = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int64_t)v || v < 0)
-    xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a whole number", key);
-  return v;
+  if (settings[i].kind == SETTING_FLAG) {
+    if (!lua_isboolean(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a boolean, not %s", key,
+                    luaL_typename(L, -1));
+    int flag = lua_toboolean(L, -1);
+    memcpy(field, &flag, sizeof flag);
+  } else if (settings[i].kind == SETTING_SECONDS) {
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a number of seconds, not %s",
+                    key, luaL_typename(L, -1));
+    double seconds = v;
+    memcpy(field, &seconds, sizeof seconds);
+  } else {
+    if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int64_t)v || v < 0)
+      xl_raise_code(L, XFER_E_INVALID, "config", "config: '%s' must be a whole number", key);
+    if (settings[i].kind == SETTING_COUNT) {
+      int count = v > 10000000 ? 10000000 : (int)v; /* the core refuses it, saying its range */
+      memcpy(field, &count, sizeof count);
+    } else if (settings[i].size == sizeof(size_t)) {
+      size_t bytes = (size_t)v;
+      memcpy(field, &bytes, sizeof bytes);
+    } else {
+      uint64_t bytes = (uint64_t)v;
+      memcpy(field, &bytes, sizeof bytes);
+    }
+  }
 }
 
-/* config_number's, as an int no larger than `most`. */
-static int config_int(lua_State *L, const char *key, int most)
+static void setting_push(lua_State *L, size_t i, const xfer_config *cfg)
 {
-  lua_Number v = config_number(L, key);
-  return v > most ? most : (int)v;
+  const char *field = (const char *)cfg + settings[i].at;
+  int whole;
+  double seconds;
+  size_t bytes;
+  uint64_t wide;
+  switch (settings[i].kind) {
+  case SETTING_FLAG:
+    memcpy(&whole, field, sizeof whole);
+    lua_pushboolean(L, whole);
+    break;
+  case SETTING_COUNT:
+    memcpy(&whole, field, sizeof whole);
+    lua_pushinteger(L, whole);
+    break;
+  case SETTING_SECONDS:
+    memcpy(&seconds, field, sizeof seconds);
+    lua_pushnumber(L, seconds);
+    break;
+  default:
+    if (settings[i].size == sizeof(size_t)) {
+      memcpy(&bytes, field, sizeof bytes);
+      lua_pushnumber(L, (lua_Number)bytes);
+    } else {
+      memcpy(&wide, field, sizeof wide);
+      lua_pushnumber(L, (lua_Number)wide);
+    }
+  }
 }
 
-/* xfer.config{staging_chunk=, staging_depth=, cache=, cache_limit=} sets what it names;
-** returns the settings. */
+/* xfer.config{staging_chunk=, ..., remote_device_chunk=} sets what it names; returns the
+** settings. */
 static int l_config(lua_State *L)
 {
-  static const char *const keys[] = {"staging_chunk", "staging_depth", "cache", "cache_limit",
-                                     "setaside_after", "remote_timeout", "remote_chunk", "remote_depth",
-                                     "remote_device_chunk", NULL};
+  const char *keys[NSETTINGS + 1];
+  for (size_t i = 0; i < NSETTINGS; i++) keys[i] = settings[i].key;
+  keys[NSETTINGS] = NULL;
   xfer_ctx *ctx = xl_ctx(L);
   xfer_config cfg;
   xfer_config_get(ctx, &cfg);
   if (!lua_isnoneornil(L, 1)) {
     xl_check_options(L, 1, "config", keys);
-    lua_getfield(L, 1, "staging_chunk");
-    if (!lua_isnil(L, -1)) cfg.staging_chunk = (size_t)config_number(L, "staging_chunk");
-    lua_getfield(L, 1, "staging_depth");
-    if (!lua_isnil(L, -1)) cfg.staging_depth = config_int(L, "staging_depth", 1000000);
-    lua_getfield(L, 1, "cache_limit");
-    if (!lua_isnil(L, -1)) cfg.cache_limit = (uint64_t)config_number(L, "cache_limit");
-    lua_getfield(L, 1, "setaside_after");
-    if (!lua_isnil(L, -1)) cfg.setaside_after = config_int(L, "setaside_after", 10000000);
-    lua_getfield(L, 1, "cache");
-    if (!lua_isnil(L, -1)) {
-      if (!lua_isboolean(L, -1))
-        xl_raise_code(L, XFER_E_INVALID, "config", "config: 'cache' must be a boolean, not %s",
-                      luaL_typename(L, -1));
-      cfg.cache = lua_toboolean(L, -1);
+    for (size_t i = 0; i < NSETTINGS; i++) {
+      lua_getfield(L, 1, settings[i].key);
+      if (!lua_isnil(L, -1)) setting_store(L, i, &cfg);
+      lua_pop(L, 1);
     }
-    lua_getfield(L, 1, "remote_timeout");
-    if (!lua_isnil(L, -1)) {
-      if (lua_type(L, -1) != LUA_TNUMBER)
-        xl_raise_code(L, XFER_E_INVALID, "config", "config: 'remote_timeout' must be a number of "
-                      "seconds, not %s", luaL_typename(L, -1));
-      cfg.remote_timeout = lua_tonumber(L, -1);
-    }
-    lua_getfield(L, 1, "remote_chunk");
-    if (!lua_isnil(L, -1)) cfg.remote_chunk = (size_t)config_number(L, "remote_chunk");
-    lua_getfield(L, 1, "remote_depth");
-    if (!lua_isnil(L, -1)) cfg.remote_depth = config_int(L, "remote_depth", 1000000);
-    lua_getfield(L, 1, "remote_device_chunk");
-    if (!lua_isnil(L, -1)) cfg.remote_device_chunk = (size_t)config_number(L, "remote_device_chunk");
-    lua_pop(L, 9);
     xfer_error err;
     if (xfer_config_set(ctx, &cfg, &err)) xl_raise(L, &err);
   }
-  lua_createtable(L, 0, 4);
-  lua_pushnumber(L, (lua_Number)cfg.staging_chunk);
-  lua_setfield(L, -2, "staging_chunk");
-  lua_pushinteger(L, cfg.staging_depth);
-  lua_setfield(L, -2, "staging_depth");
-  lua_pushboolean(L, cfg.cache);
-  lua_setfield(L, -2, "cache");
-  lua_pushnumber(L, (lua_Number)cfg.cache_limit);
-  lua_setfield(L, -2, "cache_limit");
-  lua_pushinteger(L, cfg.setaside_after);
-  lua_setfield(L, -2, "setaside_after");
-  lua_pushnumber(L, cfg.remote_timeout);
-  lua_setfield(L, -2, "remote_timeout");
-  lua_pushnumber(L, (lua_Number)cfg.remote_chunk);
-  lua_setfield(L, -2, "remote_chunk");
-  lua_pushinteger(L, cfg.remote_depth);
-  lua_setfield(L, -2, "remote_depth");
-  lua_pushnumber(L, (lua_Number)cfg.remote_device_chunk);
-  lua_setfield(L, -2, "remote_device_chunk");
+  lua_createtable(L, 0, (int)NSETTINGS);
+  for (size_t i = 0; i < NSETTINGS; i++) {
+    setting_push(L, i, &cfg);
+    lua_setfield(L, -2, settings[i].key);
+  }
   return 1;
 }
 
