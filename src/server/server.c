@@ -281,6 +281,26 @@ static ucs_status_t enqueue(xfer_listener *l, message *m)
   return UCS_OK;
 }
 
+/* Where a WRITE's payload lands without a copy, or NULL (it is staged). A WRITE into a host
+** buffer lands straight in the buffer, unless a FREE of this client's waits in the queue before
+** it (it might be this buffer's; what comes after the WRITE waits for it). A client's pipelined
+** WRITEs each land in place. So does one into device memory UCX writes in place, when it comes
+** by rendezvous (an eager one is in host memory already: it is staged and written as before);
+** *device then says which memory. */
+static char *write_in_place(conn *c, const wire_header *h, size_t len,
+                            const ucp_am_recv_param_t *param, xfer_memory *device)
+{
+  if (h->type != WIRE_WRITE || !len || !c->authorized || c->frees_waiting) return NULL;
+  buffer_entry *b = buffer_of(c, h->handle);
+  if (!b || h->offset + len > xfer_tensor_nbytes(b->t)) return NULL;
+  char *host = xfer_tensor_host_data(b->t);
+  if (host) return host + h->offset;
+  if (c->cuda && (h->flags & WIRE_FLAG_DEVICE) && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
+      !xfer_tensor_device_memory(b->t, h->offset, device, NULL))
+    return device->address;
+  return NULL;
+}
+
 static ucs_status_t on_message(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
@@ -297,23 +317,8 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     len = 0;
   }
   if (c->queued + len > MAX_QUEUED) return discard(c); /* more than its share */
-  /* A WRITE into a host buffer lands straight in the buffer, no copy, unless a FREE of this
-  ** client's waits in the queue before it (it might be this buffer's; what comes after the
-  ** WRITE waits for it). A client's pipelined WRITEs each land in place. So does one into
-  ** device memory UCX writes in place, when it comes by rendezvous (an eager one is in host
-  ** memory already: it is staged and written as before). */
-  char *direct = NULL;
   xfer_memory device = {NULL, XFER_MEMORY_HOST};
-  if (h.type == WIRE_WRITE && len && c->authorized && !c->frees_waiting) {
-    buffer_entry *b = buffer_of(c, h.handle);
-    char *host = b ? xfer_tensor_host_data(b->t) : NULL;
-    if (b && h.offset + len <= xfer_tensor_nbytes(b->t)) {
-      if (host) direct = host + h.offset;
-      else if (c->cuda && (h.flags & WIRE_FLAG_DEVICE) && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
-               !xfer_tensor_device_memory(b->t, h.offset, &device, NULL))
-        direct = device.address;
-    }
-  }
+  char *direct = write_in_place(c, &h, len, param, &device);
   message *m = calloc(1, sizeof *m);
   xfer_tensor *staging = NULL;
   char *copy = m && len && !direct ? staging_for(l, len, &staging) : NULL;
