@@ -472,124 +472,174 @@ static xfer_code check_input(xfer_ctx *ctx, const char *path, int format,
   return XFER_E_OK;
 }
 
-xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_name,
-                         const char *const *names, xfer_tensor *const *tensors, size_t n,
-                         const char *const *meta_keys, const char *const *meta_values,
-                         size_t nmeta, const xfer_file_opts *opts, xfer_error *err)
+/* The format a save writes: the one named, else the path's extension's, else safetensors. */
+static xfer_code format_of(const char *path, const char *format_name, int *format, xfer_error *err)
 {
-  if (!path || !*path) return xfer_err_set(err, XFER_E_INVALID, "save", "no file name");
-  int format = xfer_format_of_path(path);
+  *format = xfer_format_of_path(path);
   if (format_name) {
-    format = -1;
+    *format = -1;
     for (int f = XFER_FORMAT_SAFETENSORS; f <= XFER_FORMAT_NPZ; f++)
-      if (!strcmp(format_name, xfer_format_name((xfer_format_kind)f))) format = f;
-    if (format < 0)
+      if (!strcmp(format_name, xfer_format_name((xfer_format_kind)f))) *format = f;
+    if (*format < 0)
       return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_WRITE, 0, path, -1,
                             "unknown format '%s' (safetensors, npy or npz)", format_name);
   }
-  if (format < 0) format = XFER_FORMAT_SAFETENSORS;
-  xfer_code code = check_input(ctx, path, format, names, tensors, n, err);
-  if (code) return code;
-  saving s = { .ctx = ctx, .path = path, .names = names, .n = n };
-  s.packed = calloc(n ? n : 1, sizeof *s.packed);
-  if (!s.packed) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
-  /* views saved as their elements: packed on their own device first */
-  for (size_t i = 0; i < n && !code; i++) {
-    if (xfer_tensor_is_contiguous(tensors[i])) s.packed[i] = xfer_tensor_retain(tensors[i]);
+  if (*format < 0) *format = XFER_FORMAT_SAFETENSORS;
+  return XFER_E_OK;
+}
+
+/* Views are saved as their elements: packed on their own device first (s->packed[i] holds a
+** reference to each tensor saved, packed or itself). */
+static xfer_code pack_views(saving *s, xfer_tensor *const *tensors, xfer_error *err)
+{
+  xfer_code code = XFER_E_OK;
+  for (size_t i = 0; i < s->n && !code; i++) {
+    if (xfer_tensor_is_contiguous(tensors[i])) s->packed[i] = xfer_tensor_retain(tensors[i]);
     else if ((code = xfer_transfer_to(tensors[i], xfer_tensor_device(tensors[i]), NULL,
-                                      &s.packed[i], err)))
-      code = frame(err, &s, i, -1);
+                                      &s->packed[i], err)))
+      code = frame(err, s, i, -1);
   }
-  if (!code)
-    code = format == XFER_FORMAT_SAFETENSORS ? layout_safetensors(&s, meta_keys, meta_values, nmeta, err)
-           : format == XFER_FORMAT_NPY       ? layout_npy(&s, err)
-                                             : layout_npz(&s, err);
-  /* the temporary beside the path: the rename stays within one file system */
-  char *dir_copy = strdup(path), *base_copy = strdup(path);
-  char *tmp = NULL;
-  int fd = -1, dfd = -1;
-  if (!code && (!dir_copy || !base_copy)) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
-  const char *dir = dir_copy ? dirname(dir_copy) : ".";
-  if (!code) {
-    size_t cap = strlen(path) + 48;
-    tmp = malloc(cap);
-    if (!tmp) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
-    else snprintf(tmp, cap, "%s/.%s.xfer-%ld-XXXXXX", dir, basename(base_copy), (long)getpid());
-  }
-  if (!code && tmp) remove_stale(dir, basename(base_copy));
-  if (!code && tmp && (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+  return code;
+}
+
+/* The temporary beside the path (the rename stays within one file system), created: its name
+** in *tmp (the caller frees it), its descriptor in *fd, with the mode a new file gets here. */
+static xfer_code create_temporary(const char *path, const char *dir, const char *base, char **tmp,
+                                  int *fd, xfer_error *err)
+{
+  size_t cap = strlen(path) + 48;
+  *tmp = malloc(cap);
+  if (!*tmp) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  snprintf(*tmp, cap, "%s/.%s.xfer-%ld-XXXXXX", dir, base, (long)getpid());
+  remove_stale(dir, base);
+  if ((*fd = mkostemp(*tmp, O_CLOEXEC)) < 0) {
     int e = errno;
-    free(tmp);
-    tmp = NULL;
-    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_OPEN, e, path, -1,
+    free(*tmp);
+    *tmp = NULL;
+    return xfer_fio_error(err, XFER_E_WRITE, XFER_OP_OPEN, e, path, -1,
                           "cannot create a file in %s: %s", dir, strerror(e));
   }
-  /* mkostemp makes it 0600; the file it becomes gets the mode a new file gets here */
-  if (!code && fd >= 0) (void)fchmod(fd, 0666 & ~current_umask());
-  xfer_file_route route;
-  memset(&route, 0, sizeof route);
-  int devices = 0;
-  for (size_t i = 0; i < n; i++) devices |= xfer_tensor_host_data(s.packed[i]) == NULL;
-  if (!code) code = xfer_file_route_make(path, fd, 0, s.total, 1, devices, opts, &route, err);
-  xfer_fio plain = { ctx, fd, 0, path }, io = plain;
-  if (!code && route.direct && format != XFER_FORMAT_NPZ) {
-    char why[160];
-    dfd = xfer_file_open_direct(tmp, 1, why, sizeof why);
-    if (dfd >= 0) {
-      io.fd = dfd;
-      io.direct = 1;
-    } else {
-      route.direct = 0;
-      size_t at = strlen(route.reason);
-      snprintf(route.reason + at, sizeof route.reason - at, "; then the page cache: %s", why);
-    }
-  } else if (!code && route.direct) {
-    route.direct = 0; /* .npz: its CRCs are patched in afterwards, through the page cache */
+  /* mkostemp makes it 0600 */
+  (void)fchmod(*fd, 0666 & ~current_umask());
+  return XFER_E_OK;
+}
+
+/* O_DIRECT writes where the route chose them and the file system takes them (else the page
+** cache, the route's reason saying why); never for .npz, whose CRCs are patched in afterwards
+** through the page cache. *dfd: the direct descriptor, or -1. */
+static void open_direct(const char *tmp, int format, xfer_file_route *route, xfer_fio *io, int *dfd)
+{
+  *dfd = -1;
+  if (!route->direct) return;
+  if (format == XFER_FORMAT_NPZ) {
+    route->direct = 0;
+    return;
   }
-  if (!code) code = stream(&s, &io, &route, opts, err);
-  if (!code && s.crc) {
-    char *trailer = NULL;
-    size_t tlen = 0;
-    code = npz_trailer(&s, &trailer, &tlen, err);
-    if (!code) {
-      code = xfer_fio_write(&plain, trailer, tlen, s.total, err);
-      if (code) code = frame(err, &s, n, (long long)s.total);
-      free(trailer);
-    }
-    if (!code) code = patch_crcs(&s, &plain, err);
+  char why[160];
+  *dfd = xfer_file_open_direct(tmp, 1, why, sizeof why);
+  if (*dfd >= 0) {
+    io->fd = *dfd;
+    io->direct = 1;
+    return;
   }
-  if (!code && io.direct && ftruncate(fd, (off_t)s.total) != 0) {
+  route->direct = 0;
+  size_t at = strlen(route->reason);
+  snprintf(route->reason + at, sizeof route->reason - at, "; then the page cache: %s", why);
+}
+
+/* An .npz's end: its central directory after the members, then the members' CRCs patched in. */
+static xfer_code finish_npz(saving *s, xfer_fio *plain, xfer_error *err)
+{
+  char *trailer = NULL;
+  size_t tlen = 0;
+  xfer_code code = npz_trailer(s, &trailer, &tlen, err);
+  if (!code) {
+    code = xfer_fio_write(plain, trailer, tlen, s->total, err);
+    if (code) code = frame(err, s, s->n, (long long)s->total);
+    free(trailer);
+  }
+  return code ? code : patch_crcs(s, plain, err);
+}
+
+/* The written temporary made the file: renamed over the path, the rename made durable when
+** the save syncs. */
+static xfer_code rename_into_place(const char *tmp, const char *path, const char *dir, int sync,
+                                   xfer_error *err)
+{
+  if (rename(tmp, path) != 0) {
     int e = errno;
-    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, (long long)s.total,
-                          "ftruncate: %s", strerror(e));
-  }
-  if (!code && (!opts || opts->sync >= 0) && (code = xfer_fio_sync(&plain, err)))
-    code = frame(err, &s, n, -1);
-  if (dfd >= 0) close(dfd);
-  if (fd >= 0) close(fd);
-  if (!code && rename(tmp, path) != 0) {
-    int e = errno;
-    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, -1, "rename %s over %s: %s",
+    return xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, -1, "rename %s over %s: %s",
                           tmp, path, strerror(e));
   }
-  if (!code && (!opts || opts->sync >= 0)) { /* the rename itself, durable */
+  if (sync) {
     int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dirfd >= 0) {
       fsync(dirfd);
       close(dirfd);
     }
   }
+  return XFER_E_OK;
+}
+
+static void saving_free(saving *s)
+{
+  for (size_t i = 0; i < s->n; i++) xfer_tensor_release(s->packed[i]);
+  free(s->packed);
+  for (size_t i = 0; i < s->nowned; i++) free(s->owned[i]);
+  free(s->owned);
+  free(s->segs);
+  free(s->crc);
+  free(s->local_at);
+}
+
+xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_name,
+                         const char *const *names, xfer_tensor *const *tensors, size_t n,
+                         const char *const *meta_keys, const char *const *meta_values,
+                         size_t nmeta, const xfer_file_opts *opts, xfer_error *err)
+{
+  if (!path || !*path) return xfer_err_set(err, XFER_E_INVALID, "save", "no file name");
+  int format;
+  xfer_code code = format_of(path, format_name, &format, err);
+  if (!code) code = check_input(ctx, path, format, names, tensors, n, err);
+  if (code) return code;
+  saving s = { .ctx = ctx, .path = path, .names = names, .n = n };
+  s.packed = calloc(n ? n : 1, sizeof *s.packed);
+  if (!s.packed) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  code = pack_views(&s, tensors, err);
+  if (!code)
+    code = format == XFER_FORMAT_SAFETENSORS ? layout_safetensors(&s, meta_keys, meta_values, nmeta, err)
+           : format == XFER_FORMAT_NPY       ? layout_npy(&s, err)
+                                             : layout_npz(&s, err);
+  char *dir_copy = strdup(path), *base_copy = strdup(path);
+  char *tmp = NULL;
+  int fd = -1, dfd = -1;
+  if (!code && (!dir_copy || !base_copy)) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  const char *dir = dir_copy ? dirname(dir_copy) : ".";
+  if (!code) code = create_temporary(path, dir, basename(base_copy), &tmp, &fd, err);
+  xfer_file_route route;
+  memset(&route, 0, sizeof route);
+  int devices = 0;
+  for (size_t i = 0; i < n; i++) devices |= xfer_tensor_host_data(s.packed[i]) == NULL;
+  if (!code) code = xfer_file_route_make(path, fd, 0, s.total, 1, devices, opts, &route, err);
+  xfer_fio plain = { ctx, fd, 0, path }, io = plain;
+  if (!code) open_direct(tmp, format, &route, &io, &dfd);
+  if (!code) code = stream(&s, &io, &route, opts, err);
+  if (!code && s.crc) code = finish_npz(&s, &plain, err);
+  if (!code && io.direct && ftruncate(fd, (off_t)s.total) != 0) {
+    int e = errno;
+    code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, (long long)s.total,
+                          "ftruncate: %s", strerror(e));
+  }
+  int sync = !opts || opts->sync >= 0;
+  if (!code && sync && (code = xfer_fio_sync(&plain, err))) code = frame(err, &s, n, -1);
+  if (dfd >= 0) close(dfd);
+  if (fd >= 0) close(fd);
+  if (!code) code = rename_into_place(tmp, path, dir, sync, err);
   if (code && tmp) unlink(tmp);
   xfer_file_route_taken(&route);
   free(tmp);
   free(dir_copy);
   free(base_copy);
-  for (size_t i = 0; i < n; i++) xfer_tensor_release(s.packed[i]);
-  free(s.packed);
-  for (size_t i = 0; i < s.nowned; i++) free(s.owned[i]);
-  free(s.owned);
-  free(s.segs);
-  free(s.crc);
-  free(s.local_at);
+  saving_free(&s);
   return code;
 }
