@@ -979,6 +979,63 @@ static xfer_code knock(const char *url, struct sockaddr_storage *addr, socklen_t
   return XFER_E_OK;
 }
 
+/* The endpoint to the server, from the port the knock named (the door lets no other in:
+** gate.h); the port is held until now, and let go of here. */
+static xfer_code open_endpoint(xfer_peer *p, const char *url, const struct sockaddr_storage *addr,
+                               socklen_t addr_len, gate_reply *door, xfer_error *err)
+{
+  ucp_ep_params_t ep;
+  memset(&ep, 0, sizeof ep);
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = (const struct sockaddr *)addr;
+  ep.sockaddr.addrlen = addr_len;
+  ep.local_sockaddr.addr = (const struct sockaddr *)&door->from;
+  ep.local_sockaddr.addrlen = door->from_len;
+  gate_release(door);
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = on_ep_error;
+  ep.err_handler.arg = p;
+  ucs_status_t s = p->node.api->ucp_ep_create(p->node.worker, &ep, &p->ep);
+  if (s == UCS_OK) return XFER_E_OK;
+  char what[320];
+  snprintf(what, sizeof what, "connect: cannot reach %.200s", url);
+  return xfer_ucx_fail(p->node.api, XFER_E_UNREACHABLE, XFER_OP_CONNECT, s, what, err);
+}
+
+/* HELLO (the version in the header, the token as the payload), the WELCOME, and the server's
+** devices listed; a failure loses the peer. */
+static xfer_code say_hello(xfer_peer *p, xfer_runtime *rt, const char *url, const char *token,
+                           xfer_error *err)
+{
+  pthread_mutex_lock(&p->lock);
+  wire_header h = wire_make(WIRE_HELLO, 0);
+  xfer_code rc = request(p, NULL, h, token, strlen(token), NULL, XFER_OP_CONNECT, err);
+  if (rc == XFER_E_PEER_LOST && err && !p->bad_answer) { /* no connection came up */
+    char what[448];
+    snprintf(what, sizeof what, "connect: cannot reach %.200s: %.200s", url, err->message);
+    xfer_error cause = *err; /* its UCX status, and whether a fault was injected, stay */
+    xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "%s", what);
+    err->native = cause.native;
+    memcpy(err->native_name, cause.native_name, sizeof err->native_name);
+    err->injected = cause.injected;
+    rc = XFER_E_UNREACHABLE;
+  }
+  if (!rc && p->answer.type != WIRE_WELCOME)
+    rc = xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s answered HELLO with no welcome", url);
+  if (!rc) {
+    p->generation = p->answer.handle;
+    p->direct_cuda = xfer_ucx_ep_moves_cuda(&p->node, p->ep); /* its lanes are up now */
+    pthread_mutex_lock(&listing); /* two connects at once: one edits the list at a time */
+    rc = add_devices(p, rt, err);
+    pthread_mutex_unlock(&listing);
+  }
+  if (rc) lose(p, "the connection failed");
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
 xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,
                        xfer_peer **out, xfer_error *err)
 {
@@ -1017,54 +1074,8 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   pthread_mutex_init(&p->lock, NULL);
   rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, XFER_OP_CONNECT, err);
   if (rc) gate_release(&door);
-  if (!rc) {
-    ucp_ep_params_t ep;
-    memset(&ep, 0, sizeof ep);
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = (const struct sockaddr *)&addr;
-    ep.sockaddr.addrlen = addr_len;
-    /* from the port the knock named: the door lets no other in (gate.h); held until now */
-    ep.local_sockaddr.addr = (const struct sockaddr *)&door.from;
-    ep.local_sockaddr.addrlen = door.from_len;
-    gate_release(&door);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_ep_error;
-    ep.err_handler.arg = p;
-    ucs_status_t s = p->node.api->ucp_ep_create(p->node.worker, &ep, &p->ep);
-    if (s != UCS_OK) {
-      char what[320];
-      snprintf(what, sizeof what, "connect: cannot reach %.200s", url);
-      rc = xfer_ucx_fail(p->node.api, XFER_E_UNREACHABLE, XFER_OP_CONNECT, s, what, err);
-    }
-  }
-  if (!rc) { /* HELLO: the version in the header, the token as the payload */
-    pthread_mutex_lock(&p->lock);
-    wire_header h = wire_make(WIRE_HELLO, 0);
-    rc = request(p, NULL, h, token, strlen(token), NULL, XFER_OP_CONNECT, err);
-    if (rc == XFER_E_PEER_LOST && err && !p->bad_answer) { /* no connection came up */
-      char what[448];
-      snprintf(what, sizeof what, "connect: cannot reach %.200s: %.200s", url, err->message);
-      xfer_error cause = *err; /* its UCX status, and whether a fault was injected, stay */
-      xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "%s", what);
-      err->native = cause.native;
-      memcpy(err->native_name, cause.native_name, sizeof err->native_name);
-      err->injected = cause.injected;
-      rc = XFER_E_UNREACHABLE;
-    }
-    if (!rc && p->answer.type != WIRE_WELCOME)
-      rc = xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s answered HELLO with no welcome", url);
-    if (!rc) {
-      p->generation = p->answer.handle;
-      p->direct_cuda = xfer_ucx_ep_moves_cuda(&p->node, p->ep); /* its lanes are up now */
-      pthread_mutex_lock(&listing); /* two connects at once: one edits the list at a time */
-      rc = add_devices(p, rt, err);
-      pthread_mutex_unlock(&listing);
-    }
-    if (rc) lose(p, "the connection failed");
-    pthread_mutex_unlock(&p->lock);
-  }
+  if (!rc) rc = open_endpoint(p, url, &addr, addr_len, &door, err);
+  if (!rc) rc = say_hello(p, rt, url, token, err);
   if (rc) {
     if (p->ndevices) { /* devices already listed stay, lost; they hold the peer */
       p->closed = 1; /* (no one has it) */
