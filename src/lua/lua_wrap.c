@@ -31,23 +31,53 @@ static int64_t whole_field(lua_State *L, int opts, const char *key, int64_t def)
   return v;
 }
 
+/* The address argument: a number (a whole one >= 0), a light userdata, or nil (a Vulkan
+** buffer needs none). */
+static void *address_arg(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) == LUA_TLIGHTUSERDATA) return lua_touserdata(L, idx);
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    lua_Number n = lua_tonumber(L, idx);
+    if (n < 0 || n != (lua_Number)(uint64_t)n)
+      xl_raise_code(L, XFER_E_INVALID, "wrap", "wrap: an address must be a whole number >= 0");
+    return (void *)(uintptr_t)n;
+  }
+  if (!lua_isnil(L, idx)) xl_arg_error(L, idx, "wrap", "address (number, light userdata or FFI pointer)");
+  return NULL;
+}
+
+/* Option `strides` of the options at `opts`, one whole number >= 0 per dimension: 1 with them
+** in `strides`, 0 when absent (packed). */
+static int strides_option(lua_State *L, int opts, const xfer_shape *shape, int64_t *strides)
+{
+  lua_getfield(L, opts, "strides");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  if (!lua_istable(L, -1) || (int)lua_objlen(L, -1) != shape->ndim)
+    xl_raise_code(L, XFER_E_INVALID, "wrap", "wrap: option 'strides' must list %d strides",
+                  shape->ndim);
+  for (int i = 0; i < shape->ndim; i++) {
+    lua_rawgeti(L, -1, i + 1);
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || n < 0 || n != (lua_Number)(int64_t)n)
+      xl_raise_code(L, XFER_E_INVALID, "wrap", "wrap: stride %d must be a whole number >= 0",
+                    i + 1);
+    strides[i] = (int64_t)n;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return 1;
+}
+
 /* xfer.wrap_address(address, {dtype, shape, strides, device, size, offset, owner,
 ** vk_buffer, vk_memory}) */
 static int l_wrap_address(lua_State *L)
 {
   static const char *const keys[] = {"dtype", "shape", "strides", "device", "size", "offset",
                                      "owner", "vk_buffer", "vk_memory", "pin", NULL};
-  void *address = NULL;
-  if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) {
-    address = lua_touserdata(L, 1);
-  } else if (lua_type(L, 1) == LUA_TNUMBER) {
-    lua_Number n = lua_tonumber(L, 1);
-    if (n < 0 || n != (lua_Number)(uint64_t)n)
-      xl_raise_code(L, XFER_E_INVALID, "wrap", "wrap: an address must be a whole number >= 0");
-    address = (void *)(uintptr_t)n;
-  } else if (!lua_isnil(L, 1)) {
-    xl_arg_error(L, 1, "wrap", "address (number, light userdata or FFI pointer)");
-  }
+  void *address = address_arg(L, 1);
   if (!lua_istable(L, 2)) xl_arg_error(L, 2, "wrap", "options table");
   xl_check_options(L, 2, "wrap", keys);
   xfer_dtype dtype;
@@ -83,24 +113,7 @@ static int l_wrap_address(lua_State *L)
   xl_check_shape(L, lua_gettop(L), "wrap", &shape);
   lua_pop(L, 1);
   int64_t strides[XFER_MAX_DIMS] = {0};
-  int has_strides = 0;
-  lua_getfield(L, 2, "strides");
-  if (!lua_isnil(L, -1)) {
-    if (!lua_istable(L, -1) || (int)lua_objlen(L, -1) != shape.ndim)
-      xl_raise_code(L, XFER_E_INVALID, "wrap", "wrap: option 'strides' must list %d strides",
-                    shape.ndim);
-    for (int i = 0; i < shape.ndim; i++) {
-      lua_rawgeti(L, -1, i + 1);
-      lua_Number n = lua_tonumber(L, -1);
-      if (lua_type(L, -1) != LUA_TNUMBER || n < 0 || n != (lua_Number)(int64_t)n)
-        xl_raise_code(L, XFER_E_INVALID, "wrap", "wrap: stride %d must be a whole number >= 0",
-                      i + 1);
-      strides[i] = (int64_t)n;
-      lua_pop(L, 1);
-    }
-    has_strides = 1;
-  }
-  lua_pop(L, 1);
+  int has_strides = strides_option(L, 2, &shape, strides);
   size_t packed = xfer_dtype_size(dtype);
   for (int i = 0; i < shape.ndim; i++) packed *= (size_t)shape.dims[i];
   mem.size = (size_t)whole_field(L, 2, "size", (int64_t)packed);
