@@ -179,6 +179,38 @@ static xfer_code dlpack_device(xfer_ctx *ctx, const dl_device *device, xfer_devi
   return xfer_device_find(ctx, name, out, err);
 }
 
+/* A DLPack tensor's dtype, shape and strides as xferlua's (numel: its elements), or
+** XFER_E_UNSUPPORTED for what xferlua has not (lanes, more dimensions, negative strides). */
+static xfer_code dlpack_layout(const dl_tensor *d, xfer_dtype *dtype, xfer_shape *shape,
+                               int64_t *strides, size_t *numel, xfer_error *err)
+{
+  *dtype = XFER_DTYPE__COUNT;
+  for (size_t i = 0; i < sizeof dl_types / sizeof dl_types[0]; i++)
+    if (dl_types[i].code == d->dtype.code && dl_types[i].bits == d->dtype.bits)
+      *dtype = dl_types[i].dtype;
+  if (*dtype == XFER_DTYPE__COUNT || d->dtype.lanes != 1)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: dtype code %d, %d "
+                        "bits, %d lanes has no xferlua dtype", d->dtype.code, d->dtype.bits,
+                        d->dtype.lanes);
+  if (d->ndim < 0 || d->ndim > XFER_MAX_DIMS)
+    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: %d dimensions (at "
+                        "most %d)", (int)d->ndim, XFER_MAX_DIMS);
+  *shape = (xfer_shape){d->ndim, {0}};
+  *numel = 1;
+  for (int i = 0; i < d->ndim; i++) {
+    shape->dims[i] = d->shape[i];
+    *numel *= (size_t)(d->shape[i] > 0 ? d->shape[i] : 0);
+  }
+  xfer_packed_strides(shape, strides);
+  for (int i = 0; i < d->ndim; i++) {
+    if (d->strides) strides[i] = d->strides[i];
+    if (strides[i] < 0)
+      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a negative stride "
+                          "(dimension %d)", i + 1);
+  }
+  return XFER_E_OK;
+}
+
 xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, xfer_tensor **out,
                                   xfer_error *err)
 {
@@ -200,31 +232,12 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   xfer_device *dev;
   xfer_code rc = dlpack_device(ctx, &d->device, &dev, err);
   if (rc) return rc;
-  xfer_dtype dtype = XFER_DTYPE__COUNT;
-  for (size_t i = 0; i < sizeof dl_types / sizeof dl_types[0]; i++)
-    if (dl_types[i].code == d->dtype.code && dl_types[i].bits == d->dtype.bits)
-      dtype = dl_types[i].dtype;
-  if (dtype == XFER_DTYPE__COUNT || d->dtype.lanes != 1)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: dtype code %d, %d "
-                        "bits, %d lanes has no xferlua dtype", d->dtype.code, d->dtype.bits,
-                        d->dtype.lanes);
-  if (d->ndim < 0 || d->ndim > XFER_MAX_DIMS)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: %d dimensions (at "
-                        "most %d)", (int)d->ndim, XFER_MAX_DIMS);
-  xfer_shape shape = {d->ndim, {0}};
+  xfer_dtype dtype;
+  xfer_shape shape;
   int64_t strides[XFER_MAX_DIMS];
-  size_t numel = 1;
-  for (int i = 0; i < d->ndim; i++) {
-    shape.dims[i] = d->shape[i];
-    numel *= (size_t)(d->shape[i] > 0 ? d->shape[i] : 0);
-  }
-  xfer_packed_strides(&shape, strides);
-  for (int i = 0; i < d->ndim; i++) {
-    if (d->strides) strides[i] = d->strides[i];
-    if (strides[i] < 0)
-      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a negative stride "
-                          "(dimension %d)", i + 1);
-  }
+  size_t numel = 0;
+  rc = dlpack_layout(d, &dtype, &shape, strides, &numel, err);
+  if (rc) return rc;
   borrowed *b = malloc(sizeof *b);
   if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "dlpack");
   b->managed = managed;
