@@ -229,9 +229,10 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   } else {
     d = &((const dl_managed *)managed)->dl_tensor;
   }
-  xfer_device *dev;
+  xfer_device *dev = NULL;
   xfer_code rc = dlpack_device(ctx, &d->device, &dev, err);
   if (rc) return rc;
+  if (!dev) return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: no such device");
   xfer_dtype dtype;
   xfer_shape shape;
   int64_t strides[XFER_MAX_DIMS];
