@@ -153,6 +153,7 @@ typedef struct {
   uint64_t offset;
   int result;     /* 0, an errno, or -1 (ended early) */
   int injected;
+  int stalled;    /* failed by the stall guard: no completion came in stall_ms */
 } fio_slot;
 
 struct xfer_fio_queue {
@@ -168,7 +169,9 @@ struct xfer_fio_queue {
   int nworkers, stopping;
 #ifdef XFER_WITH_URING
   struct io_uring ring;
-  int inflight;
+  int inflight;   /* reads and writes the kernel holds (the cancel is not counted) */
+  int cancelling; /* a cancel of everything in flight is on the ring */
+  int stall_ms;
 #endif
 };
 
@@ -232,7 +235,7 @@ int xfer_fio_uring_usable(char *why, size_t cap)
 }
 
 xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slots, int threads,
-                              xfer_fio_queue **out, xfer_error *err)
+                              int stall_ms, xfer_fio_queue **out, xfer_error *err)
 {
   *out = NULL;
   xfer_fio_queue *q = calloc(1, sizeof *q);
@@ -251,7 +254,9 @@ xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slo
   pthread_cond_init(&q->finished, NULL);
   if (engine == XFER_FIO_URING) {
 #ifdef XFER_WITH_URING
-    int e = io_uring_queue_init((unsigned)slots, &q->ring, 0);
+    q->stall_ms = stall_ms;
+    /* one entry more than the slots: the stall guard's cancel always finds room */
+    int e = io_uring_queue_init((unsigned)slots + 1, &q->ring, 0);
     if (e == 0) {
       *out = q;
       return XFER_E_OK;
@@ -300,29 +305,56 @@ static void uring_queue(xfer_fio_queue *q, int s)
   q->inflight++;
 }
 
-/* Reaps one completion: a short transfer is queued again for its rest. */
-static void uring_reap(xfer_fio_queue *q)
+/* Marks every running request failed: the ring broke (`result` its errno) or the guard gave
+** a lost request up (`stalled`). */
+static void uring_fail_running(xfer_fio_queue *q, int result, int stalled)
 {
-  struct io_uring_cqe *cqe = NULL;
-  int e;
-  do {
-    io_uring_submit(&q->ring);
-    e = io_uring_wait_cqe(&q->ring, &cqe);
-  } while (e == -EINTR);
-  if (e < 0) { /* the ring itself failed: every request in flight fails with it */
-    for (int s = 0; s < q->nslots; s++)
-      if (q->slots[s].state == SLOT_RUNNING) {
-        q->slots[s].state = SLOT_DONE;
-        q->slots[s].result = -e;
-      }
-    q->inflight = 0;
-    return;
-  }
-  int s = (int)io_uring_cqe_get_data64(cqe);
-  int res = cqe->res;
-  io_uring_cqe_seen(&q->ring, cqe);
+  for (int s = 0; s < q->nslots; s++)
+    if (q->slots[s].state == SLOT_RUNNING) {
+      q->slots[s].state = SLOT_DONE;
+      q->slots[s].result = result;
+      q->slots[s].stalled = stalled;
+    }
+  q->inflight = 0;
+}
+
+/* The cancel's tag: a slot number never reaches it, and liburing keeps UINT64_MAX for the
+** timeouts it queues itself on kernels without IORING_FEAT_EXT_ARG. */
+#define CANCEL_TAG (UINT64_MAX - 1)
+
+/* The stall guard: no completion came in stall_ms, so everything in flight is cancelled. A
+** request the kernel lost comes back as the cancel finding nothing (-ENOENT) and fails; one
+** it can cancel comes back -ECANCELED; one already running in the kernel (-EALREADY) is
+** waited for, as a blocking read would be, and cancelled again at the next stall. */
+static void uring_cancel_all(xfer_fio_queue *q)
+{
+  if (q->cancelling) return;
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+  if (!sqe) return; /* never: the ring has an entry more than the slots */
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
+  io_uring_sqe_set_data64(sqe, CANCEL_TAG);
+  q->cancelling = 1;
+}
+
+/* The cancel's own completion: -ENOENT while requests are counted in flight means the kernel
+** holds none of them, so their completions are lost and they fail. */
+static void uring_cancel_done(xfer_fio_queue *q, int res)
+{
+  q->cancelling = 0;
+  if (res == -ENOENT && q->inflight > 0) uring_fail_running(q, ETIMEDOUT, 1);
+}
+
+/* Applies one completion to its slot: a short transfer is queued again for its rest. */
+static void uring_complete(xfer_fio_queue *q, int s, int res)
+{
   q->inflight--;
   fio_slot *slot = &q->slots[s];
+  if (res == -ECANCELED) { /* only the stall guard cancels */
+    slot->result = ETIMEDOUT;
+    slot->stalled = 1;
+    slot->state = SLOT_DONE;
+    return;
+  }
   if (res == -EINTR || res == -EAGAIN) {
     uring_queue(q, s);
     return;
@@ -339,6 +371,38 @@ static void uring_reap(xfer_fio_queue *q)
   }
   slot->result = slot->done >= slot->need ? 0 : slot->write ? EIO : -1;
   slot->state = SLOT_DONE;
+}
+
+/* Submits what is queued and reaps one completion, waiting at most stall_ms for it. A slot
+** counted running with nothing in flight fails at once: a wait on it would never end. */
+static void uring_reap(xfer_fio_queue *q)
+{
+  if (q->inflight <= 0) {
+    uring_fail_running(q, EIO, 1);
+    return;
+  }
+  struct io_uring_cqe *cqe = NULL;
+  struct __kernel_timespec stall = { .tv_sec = q->stall_ms / 1000,
+                                     .tv_nsec = (long long)(q->stall_ms % 1000) * 1000000 };
+  int e;
+  do e = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &stall, NULL);
+  while (e == -EINTR);
+  if (e == -ETIME) {
+    uring_cancel_all(q);
+    return;
+  }
+  if (e >= 0 && !cqe) return;
+  if (e < 0) { /* the ring itself failed: every request in flight fails with it */
+    uring_fail_running(q, -e, 0);
+    return;
+  }
+  uint64_t tag = io_uring_cqe_get_data64(cqe);
+  int res = cqe->res;
+  io_uring_cqe_seen(&q->ring, cqe);
+  if (tag == CANCEL_TAG)
+    uring_cancel_done(q, res);
+  else
+    uring_complete(q, (int)tag, res);
 }
 #endif
 
@@ -370,6 +434,16 @@ void xfer_fio_submit(xfer_fio_queue *q, int slot_index, int write, void *buf, si
   pthread_mutex_unlock(&q->lock);
 }
 
+static int stall_ms_of(const xfer_fio_queue *q)
+{
+#ifdef XFER_WITH_URING
+  return q->stall_ms;
+#else
+  (void)q;
+  return 0;
+#endif
+}
+
 xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
 {
   fio_slot *slot = &q->slots[slot_index];
@@ -385,6 +459,13 @@ xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
   }
   slot->state = SLOT_FREE;
   if (!slot->result) return XFER_E_OK;
+  if (slot->stalled)
+    return xfer_fio_error(err, xfer_op_failure(slot->write ? XFER_OP_WRITE : XFER_OP_READ),
+                          slot->write ? XFER_OP_WRITE : XFER_OP_READ, slot->result,
+                          q->file.path, (long long)slot->offset,
+                          "%s of %zu bytes at byte %llu: io_uring gave no completion in %d ms "
+                          "(the request was cancelled or lost)", slot->write ? "write" : "read",
+                          slot->len, (unsigned long long)slot->offset, stall_ms_of(q));
   if (slot->injected)
     return injected_error(&q->file, slot->write ? XFER_OP_WRITE : XFER_OP_READ, slot->result,
                           slot->len, (long long)slot->offset, err);

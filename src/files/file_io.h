@@ -49,11 +49,17 @@ static inline xfer_fio_engine xfer_fio_engine_of(int engine)
 
 typedef struct xfer_fio_queue xfer_fio_queue;
 
+/* The stall guard of an io_uring queue: a local read or write completes in milliseconds, so
+** a minute with requests in flight and no completion is a lost completion or a stuck device;
+** the wait then cancels them and they fail (op read/write, ETIMEDOUT), never hang. */
+#define XFER_FIO_STALL_MS 60000
+
 /* A queue of at most `slots` requests in flight over `f` (its fd stays the caller's):
-** io_uring with that depth, or `threads` workers. An io_uring that cannot be set up (old
+** io_uring with that depth and stall guard (`stall_ms`, XFER_FIO_STALL_MS), or `threads`
+** workers (a read of theirs blocks as pread does). An io_uring that cannot be set up (old
 ** kernel, a seccomp filter, a build without liburing) is XFER_E_UNAVAILABLE saying why. */
 xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slots, int threads,
-                              xfer_fio_queue **out, xfer_error *err);
+                              int stall_ms, xfer_fio_queue **out, xfer_error *err);
 /* Starts a read (write = 0) or write of `len` bytes at `offset` into/from `buf` on `slot`
 ** (free: never submitted, or waited for). `need` bytes must arrive: a read may stop at the end
 ** of the file past them (O_DIRECT reads whole blocks). */

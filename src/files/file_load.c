@@ -543,11 +543,13 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
       code = xfer_tensor_empty(host, XFER_U8, &cs, &l.chunks[s], err);
     if (!code) {
       code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
-                                 l.route.threads ? l.route.threads : 2, &l.queue, err);
+                                 l.route.threads ? l.route.threads : 2,
+                                 XFER_FIO_STALL_MS, &l.queue, err);
       if (code == XFER_E_UNAVAILABLE && l.route.engine == XFER_FILE_ENGINE_URING) { /* io_uring refused at setup */
         l.route.engine = XFER_FILE_ENGINE_THREADS;
         l.route.threads = 2;
-        code = xfer_fio_queue_open(&l.io, XFER_FIO_THREADS, l.nslots, 2, &l.queue, err);
+        code = xfer_fio_queue_open(&l.io, XFER_FIO_THREADS, l.nslots, 2,
+                                 XFER_FIO_STALL_MS, &l.queue, err);
       }
     }
     if (!code) code = run_requests(&l, err);

@@ -389,9 +389,11 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
   xfer_fio_queue *q = NULL;
   if (!code)
     code = xfer_fio_queue_open(io, xfer_fio_engine_of(route->engine), slots,
-                               route->threads ? route->threads : 2, &q, err);
+                               route->threads ? route->threads : 2,
+                               XFER_FIO_STALL_MS, &q, err);
   if (code == XFER_E_UNAVAILABLE && route->engine == XFER_FILE_ENGINE_URING)
-    code = xfer_fio_queue_open(io, XFER_FIO_THREADS, slots, 2, &q, err);
+    code = xfer_fio_queue_open(io, XFER_FIO_THREADS, slots, 2,
+                               XFER_FIO_STALL_MS, &q, err);
   size_t k = 0;
   for (; k < nchunks && !code; k++) {
     int slot = (int)(k % (size_t)slots);
