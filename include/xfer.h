@@ -385,9 +385,17 @@ typedef struct xfer_plan {
     int measured;        /* 0: no figure yet (seconds is 0) */
     double seconds;
   } estimates[XFER_PATH__COUNT];
+  /* the moves it will make, in order, as the ledger (xfer_stats) will record them: a view's
+  ** pack on its device or a conversion on the host records none */
+  int nmoves;
+  struct {
+    char from[32], to[32];
+    xfer_path path;
+  } moves[4];
 } xfer_plan;
 
-/* Which path moving `src` to `dst_dev` takes, and why. A forced path that does not
+/* What moving `src` to `dst_dev` will do, and why: every step (a view packed or its runs
+** moved at once, a dtype converted, the contiguous move's path). A forced path that does not
 ** apply is XFER_E_UNSUPPORTED saying why. */
 xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst_dev,
                              const xfer_transfer_opts *opts, xfer_plan *out, xfer_error *err);

@@ -256,10 +256,19 @@ xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xf
                           const xfer_transfer_opts *opts, xfer_route *r, char *aside,
                           size_t aside_cap, xfer_error *err)
 {
+  return xfer_route_make_from(src->dev, src->nbytes, src, dst_dev, dst_t, opts, r, aside,
+                              aside_cap, err);
+}
+
+xfer_code xfer_route_make_from(xfer_device *from, size_t nbytes, const xfer_tensor *src,
+                               xfer_device *dst_dev, const xfer_tensor *dst_t,
+                               const xfer_transfer_opts *opts, xfer_route *r, char *aside,
+                               size_t aside_cap, xfer_error *err)
+{
   memset(r, 0, sizeof *r);
-  r->from = src->dev;
+  r->from = from;
   r->to = dst_dev;
-  r->nbytes = src->nbytes;
+  r->nbytes = nbytes;
   if (aside && aside_cap) aside[0] = '\0';
   if (dst_dev->lost) return xfer_device_lost_error(dst_dev, XFER_OP_PLAN, err);
   if (xfer_device_is_closed(dst_dev))
@@ -279,7 +288,7 @@ xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xf
   }
   /* the first that applies and is not set aside for this pair -- or a later one whose
   ** measured cost for this size is clearly lower (the ledger) */
-  xfer_ctx *ctx = src->dev->ctx;
+  xfer_ctx *ctx = from->ctx;
   xfer_path usable[XFER_PATH__COUNT];
   int n = 0;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++) {
@@ -312,12 +321,7 @@ int xfer_route_devices(const xfer_route *r, xfer_device *out[4])
 
 /* -- The route in words (xfer.plan) ------------------------------------------------------- */
 
-static void step(xfer_plan *plan, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void step(xfer_plan *plan, const char *fmt, ...)
+void xfer_plan_say(xfer_plan *plan, const char *fmt, ...)
 {
   if (plan->nsteps == XFER_PLAN_MAX_STEPS) return;
   va_list ap;
@@ -332,10 +336,10 @@ static int describe_alias(xfer_plan *plan, const xfer_device *dev, const xfer_de
 {
   if (dev == alias) return 1;
   if (dev->backing == alias) {
-    step(plan, "%s's memory is %s's, imported into %s", dev->name, alias->name, dev->name);
+    xfer_plan_say(plan, "%s's memory is %s's, imported into %s", dev->name, alias->name, dev->name);
     return 1;
   }
-  step(plan, "export %s's buffer, import it into %s once", dev->name, alias->name);
+  xfer_plan_say(plan, "export %s's buffer, import it into %s once", dev->name, alias->name);
   return 0;
 }
 
@@ -350,8 +354,8 @@ static void describe_interop(const xfer_route *r, xfer_plan *plan)
     int src_own = describe_alias(plan, r->from, r->helpers[0]);
     int dst_own = describe_alias(plan, r->to, r->helpers[1]);
     if (!src_own && !dst_own)
-      step(plan, "copy %zu bytes on %s into scratch memory of its own", n, r->helpers[0]->name);
-    step(plan, "peer copy of %zu bytes from %s to %s", n, r->helpers[0]->name, r->helpers[1]->name);
+      xfer_plan_say(plan, "copy %zu bytes on %s into scratch memory of its own", n, r->helpers[0]->name);
+    xfer_plan_say(plan, "peer copy of %zu bytes from %s to %s", n, r->helpers[0]->name, r->helpers[1]->name);
     return;
   }
   snprintf(plan->reason, sizeof plan->reason,
@@ -361,19 +365,19 @@ static void describe_interop(const xfer_route *r, xfer_plan *plan)
   case XFER_SHARE_OUT_OF_BACKED: {
     const xfer_device *owner = r->share == XFER_SHARE_INTO_BACKED ? r->from : r->to;
     const xfer_device *backed = owner == r->from ? r->to : r->from;
-    step(plan, "%s's memory is %s's, imported into %s", backed->name, owner->name, backed->name);
-    step(plan, "copy %zu bytes on %s", n, owner->name);
+    xfer_plan_say(plan, "%s's memory is %s's, imported into %s", backed->name, owner->name, backed->name);
+    xfer_plan_say(plan, "copy %zu bytes on %s", n, owner->name);
     break;
   }
   case XFER_SHARE_SRC_EXPORTS:
-    step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", from, to, n);
+    xfer_plan_say(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", from, to, n);
     break;
   case XFER_SHARE_DST_EXPORTS:
-    step(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", to, from, n);
+    xfer_plan_say(plan, "export %s's buffer, import it into %s once, copy %zu bytes there", to, from, n);
     break;
   default:
-    step(plan, "copy %zu bytes on %s into exported memory both import once", n, from);
-    step(plan, "copy them on %s out of it", to);
+    xfer_plan_say(plan, "copy %zu bytes on %s into exported memory both import once", n, from);
+    xfer_plan_say(plan, "copy them on %s out of it", to);
     break;
   }
 }
@@ -392,12 +396,12 @@ static void describe_host(const xfer_route *r, xfer_plan *plan)
   else
     snprintf(plan->reason, sizeof plan->reason, "through host memory between %s and %s", from, to);
   if (xfer_be_addressable(dst))
-    step(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from, to);
+    xfer_plan_say(plan, "read %zu bytes off %s straight into the target's memory on %s", n, from, to);
   else if (xfer_be_addressable(src))
-    step(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to, from);
+    xfer_plan_say(plan, "write %zu bytes to %s straight from the source's memory on %s", n, to, from);
   else {
-    step(plan, "read %zu bytes off %s into host staging", n, from);
-    step(plan, "write %zu bytes from host staging to %s", n, to);
+    xfer_plan_say(plan, "read %zu bytes off %s into host staging", n, from);
+    xfer_plan_say(plan, "write %zu bytes from host staging to %s", n, to);
   }
 }
 
@@ -409,18 +413,18 @@ static void describe(const xfer_route *r, xfer_plan *plan)
   switch (r->path) {
   case XFER_PATH_SAME_DEVICE:
     snprintf(plan->reason, sizeof plan->reason, "source and target are both %s", from);
-    step(plan, "copy %zu bytes within %s", n, from);
+    xfer_plan_say(plan, "copy %zu bytes within %s", n, from);
     break;
   case XFER_PATH_SAME_RUNTIME:
     if (xfer_be_shares_nothing(r->from)) {
       snprintf(plan->reason, sizeof plan->reason, "%s and %s are devices of one server: it "
                "moves the bytes between them, nothing crosses the network", from, to);
-      step(plan, "the server copies %zu bytes from %s to %s", n, from, to);
+      xfer_plan_say(plan, "the server copies %zu bytes from %s to %s", n, from, to);
       return;
     }
     snprintf(plan->reason, sizeof plan->reason, "%s copies between its own devices",
              r->from->rt->name);
-    step(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
+    xfer_plan_say(plan, "peer copy of %zu bytes from %s to %s", n, from, to);
     break;
   case XFER_PATH_INTEROP:
     describe_interop(r, plan);
@@ -431,17 +435,17 @@ static void describe(const xfer_route *r, xfer_plan *plan)
     snprintf(plan->reason, sizeof plan->reason, "%s's transport moves %s's memory in place: no "
              "host staging on this side", far->name, near->name);
     if (into_far)
-      step(plan, "send %zu bytes from %s's memory to %s", n, from, to);
+      xfer_plan_say(plan, "send %zu bytes from %s's memory to %s", n, from, to);
     else
-      step(plan, "receive %zu bytes from %s into %s's memory", n, from, to);
+      xfer_plan_say(plan, "receive %zu bytes from %s into %s's memory", n, from, to);
     break;
   }
   case XFER_PATH_STAGED:
     snprintf(plan->reason, sizeof plan->reason,
              "%s and %s share no memory: pipelined through %d host chunk%s of %zu bytes", from, to,
              r->depth, r->depth == 1 ? "" : "s", r->chunk);
-    step(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
-    step(plan, "write each chunk to %s while the next is read", to);
+    xfer_plan_say(plan, "read %zu bytes off %s, a chunk at a time, into host chunks", n, from);
+    xfer_plan_say(plan, "write each chunk to %s while the next is read", to);
     break;
   default:
     describe_host(r, plan);
@@ -451,32 +455,32 @@ static void describe(const xfer_route *r, xfer_plan *plan)
   const xfer_device *ends[2] = {r->from, r->to};
   for (int i = 0; i < 2; i++)
     if (xfer_be_shares_nothing(ends[i]) && (i == 0 || ends[1] != ends[0]))
-      step(plan, "%s: across the network, in chunks (%s)", ends[i]->name, ends[i]->platform);
+      xfer_plan_say(plan, "%s: across the network, in chunks (%s)", ends[i]->name, ends[i]->platform);
 }
 
-xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
-                             xfer_plan *plan, xfer_error *err)
+void xfer_route_words(const xfer_route *r, const xfer_tensor *src, const char *aside,
+                      xfer_plan *plan)
 {
-  memset(plan, 0, sizeof *plan);
-  xfer_code rc = xfer_tensor_check(src, "plan", err);
-  if (rc) return rc;
-  xfer_route r;
-  char aside[sizeof plan->reason];
-  rc = xfer_route_make(src, dst, NULL, opts, &r, aside, sizeof aside, err);
-  if (rc) return rc;
-  describe(&r, plan);
-  xfer_route each = {.from = r.from, .to = r.to, .nbytes = r.nbytes}; /* each path, asked anew */
+  plan->path = r->path;
+  char reason[sizeof plan->reason];
+  memcpy(reason, plan->reason, sizeof reason); /* what the plan said before the route */
+  plan->reason[0] = '\0';
+  describe(r, plan);
+  if (reason[0] || (aside && aside[0])) { /* what was passed over, or done first, comes first */
+    char route_reason[sizeof plan->reason];
+    memcpy(route_reason, plan->reason, sizeof route_reason);
+    snprintf(plan->reason, sizeof plan->reason, "%.150s%s%.150s%s%.200s", reason,
+             reason[0] ? "; then " : "", aside ? aside : "", aside && aside[0] ? "; so: " : "",
+             route_reason);
+  }
+  xfer_route each = {.from = r->from, .to = r->to, .nbytes = r->nbytes}; /* each path, asked anew */
+  plan->nestimates = 0;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH__COUNT; p++) {
     if (inapplicable((xfer_path)p, &each, src, NULL, NULL, 0)) continue;
     int i = plan->nestimates++;
     plan->estimates[i].path = (xfer_path)p;
-    plan->estimates[i].measured = xfer_ledger_estimate(src->dev->ctx, r.from, r.to, (xfer_path)p,
-                                                       r.nbytes, &plan->estimates[i].seconds);
+    plan->estimates[i].measured = xfer_ledger_estimate(r->from->ctx, r->from, r->to,
+                                                       (xfer_path)p, r->nbytes,
+                                                       &plan->estimates[i].seconds);
   }
-  if (aside[0]) { /* what was passed over comes first */
-    char reason[sizeof plan->reason];
-    snprintf(reason, sizeof reason, "%.250s; so: %.200s", aside, plan->reason);
-    memcpy(plan->reason, reason, sizeof plan->reason);
-  }
-  return XFER_E_OK;
 }

@@ -39,6 +39,12 @@ typedef struct xfer_route {
 xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xfer_tensor *dst_t,
                           const xfer_transfer_opts *opts, xfer_route *route, char *aside,
                           size_t aside_cap, xfer_error *err);
+/* The same for a move of nbytes from device `from`, whose source tensor (src) the move makes
+** on its way (NULL: a new tensor of xferlua's own, as a pack or a conversion makes). */
+xfer_code xfer_route_make_from(xfer_device *from, size_t nbytes, const xfer_tensor *src,
+                               xfer_device *dst_dev, const xfer_tensor *dst_t,
+                               const xfer_transfer_opts *opts, xfer_route *route, char *aside,
+                               size_t aside_cap, xfer_error *err);
 /* The route, made for another move between the same tensors' devices, sized for a move of
 ** nbytes: its chunks planned again (a batch group's route serves elements of every size; a
 ** 16-byte element's single chunk once staged a 100 kB one, past the chunk's end). */
@@ -49,5 +55,17 @@ void xfer_route_resize(xfer_route *route, size_t nbytes);
 xfer_device *xfer_route_many_importer(const xfer_device *dev);
 /* The devices a move on this route uses, both ends first: how many (at most 4). */
 int xfer_route_devices(const xfer_route *route, xfer_device *out[4]);
+
+/* The route in words for xfer.plan: its path, its reason (after what plan->reason said already,
+** the steps before it, and `aside`: why a path was passed over), its steps appended, and the
+** estimates of each path that applies. */
+void xfer_route_words(const xfer_route *route, const xfer_tensor *src, const char *aside,
+                      xfer_plan *plan);
+/* A step of a plan in words (at most XFER_PLAN_MAX_STEPS; more are dropped). */
+void xfer_plan_say(xfer_plan *plan, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ledger.h"
+#include "plan.h"
 #include "transfer.h"
 
 /* -- Executing ------------------------------------------------------------------------- */
@@ -156,29 +157,45 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   return rc;
 }
 
-/* A view and a contiguous tensor of as many elements, one of them on the host and the other
-** on a device whose runtime takes batches (or both on one device): the view's runs moved in
-** one submission (xfer_view_many), no pack on the CPU -- every other row of a pinned host
-** matrix reaches a CUDA device at the link's speed. XFER_E_UNSUPPORTED, nothing said, when
-** the runtime takes no such batch: the caller packs instead. */
-static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_packed,
-                              const xfer_transfer_opts *opts, xfer_error *err)
+/* -- The steps of a plan (plan.h) ----------------------------------------------------------- */
+
+/* What a plan's run holds: its tensors by slot, which of them it made, the move's shape and
+** the caller's options. */
+typedef struct run {
+  xfer_tensor *slot[XFER_SLOTS];
+  int made[XFER_SLOTS];
+  const xfer_transfer_opts *opts;
+} run;
+
+static const xfer_transfer_opts *opts_of(const run *r, const xfer_step *s)
 {
-  if (opts && opts->via != XFER_PATH_AUTO && opts->via != XFER_PATH_HOST) return XFER_E_UNSUPPORTED;
-  /* host <-> a device whose memory another runtime of its GPU imports and runs batches over
-  ** (Vulkan on NVIDIA: CUDA's kernel, where Vulkan's copy engine pays per run), as batch
-  ** groups do */
-  int view_on_host = xfer_is_host(view->dev), packed_on_host = xfer_is_host(packed->dev);
-  xfer_device *dev_end = view_on_host == packed_on_host ? NULL : view_on_host ? packed->dev : view->dev;
-  xfer_device *importer = dev_end ? xfer_route_many_importer(dev_end) : NULL;
-  if (!importer && !xfer_many_runner(view->dev, packed->dev)) return XFER_E_UNSUPPORTED;
-  xfer_route route = {.path = view->dev == packed->dev ? XFER_PATH_SAME_DEVICE
-                          : dev_end ? XFER_PATH_HOST : XFER_PATH_INTEROP,
-                      .from = to_packed ? view->dev : packed->dev,
-                      .to = to_packed ? packed->dev : view->dev, .nbytes = view->nbytes,
-                      .helpers = {importer, NULL}, .nhelpers = importer != NULL};
+  return s->with_opts ? r->opts : NULL;
+}
+
+/* A new tensor of the source's shape on `dev` for slot `out` (of `dtype`). */
+static xfer_code make_slot(run *r, int out, xfer_device *dev, xfer_dtype dtype, xfer_error *err)
+{
+  xfer_tensor *src = r->slot[XFER_SLOT_SRC];
+  xfer_code rc = xfer_tensor_alloc(dev, dtype, &src->shape, src->dev, &r->slot[out], err);
+  r->made[out] = !rc;
+  return rc;
+}
+
+static void drop_slot(run *r, int at)
+{
+  if (!r->made[at]) return;
+  xfer_tensor_release(r->slot[at]);
+  r->slot[at] = NULL;
+  r->made[at] = 0;
+}
+
+/* A view's runs in one submission: by the importer over the device end's memory, else the
+** devices' own runtime's batch; XFER_E_UNSUPPORTED, nothing said, when both refuse. */
+static xfer_code run_at_once(const xfer_step *s, xfer_tensor *view, xfer_tensor *packed,
+                             const xfer_transfer_opts *opts, xfer_error *err)
+{
   hold h;
-  xfer_code rc = hold_take(&h, &route, view, packed, err);
+  xfer_code rc = hold_take(&h, &s->route, view, packed, err);
   if (!rc) rc = xfer_tensor_check(view, "copy", err);
   if (!rc) rc = xfer_tensor_check(packed, "copy", err);
   double start = xfer_now();
@@ -186,18 +203,17 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
   if (!rc) rc = xfer_progress(0, view->nbytes, err);
   if (!rc) {
     rc = XFER_E_UNSUPPORTED;
-    xfer_error ignored; /* an import refused: the device's own batch, or a pack */
-    const xfer_tensor *far = dev_end == view->dev ? view : packed;
-    xfer_many_via via = {importer, xfer_tensor_block(far), NULL};
-    if (importer && via.imported && !xfer_interop_view(far, importer, &via.view, &ignored))
-      rc = xfer_view_many_via(view, packed, to_packed, &via, err);
-    if (rc == XFER_E_UNSUPPORTED && xfer_many_runner(view->dev, packed->dev))
-      rc = xfer_view_many(view, packed, to_packed, err);
+    xfer_error ignored; /* an import refused: the device's own batch, or the fallback */
+    const xfer_tensor *far = s->view_at_device_end ? view : packed;
+    xfer_many_via via = {s->importer, xfer_tensor_block(far), NULL};
+    if (s->importer && via.imported && !xfer_interop_view(far, s->importer, &via.view, &ignored))
+      rc = xfer_view_many_via(view, packed, s->to_packed, &via, err);
+    if (rc == XFER_E_UNSUPPORTED && s->runner) rc = xfer_view_many(view, packed, s->to_packed, err);
     if (rc != XFER_E_UNSUPPORTED) {
       if (!rc) rc = xfer_progress(view->nbytes, view->nbytes, err);
-      if (rc) xfer_err_frame(err, route.from, route.to, view->nbytes);
-      xfer_ledger_record(view->dev->ctx, route.from, route.to, route.path, view->nbytes,
-                         xfer_now() - start, rc, err);
+      if (rc) xfer_err_frame(err, s->route.from, s->route.to, view->nbytes);
+      xfer_ledger_record(view->dev->ctx, s->route.from, s->route.to, s->route.path,
+                         view->nbytes, xfer_now() - start, rc, err);
     }
   }
   xfer_progress_restore(outer);
@@ -207,257 +223,167 @@ static xfer_code view_at_once(xfer_tensor *view, xfer_tensor *packed, int to_pac
 
 /* A non-contiguous view packed into a new host tensor (its rows read by the backend's
 ** rectangle copies, or its span, or its runs). */
-static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor **out, xfer_error *err)
+static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor *out, xfer_error *err)
 {
-  xfer_device *host = xfer_host_of(src->dev->ctx);
-  xfer_code rc = xfer_tensor_alloc(host, src->dtype, &src->shape, src->dev, out, err);
-  if (rc) return rc;
-  void *bytes = xfer_be_host_address(host, (*out)->buf, (*out)->offset);
-  if (src->nbytes) rc = xfer_tensor_read(src, bytes, src->nbytes, err);
-  if (rc) {
-    xfer_tensor_release(*out);
-    *out = NULL;
-  }
-  return rc;
+  void *bytes = xfer_be_host_address(out->dev, out->buf, out->offset);
+  return src->nbytes ? xfer_tensor_read(src, bytes, src->nbytes, err) : XFER_E_OK;
 }
 
 /* A non-contiguous view packed into a new tensor on its own device, by the backend's copies
 ** of rows (nothing leaves the device). */
-static xfer_code pack_on_device(xfer_tensor *src, xfer_tensor **out, xfer_error *err)
+static xfer_code pack_on_device(xfer_tensor *src, xfer_tensor *out, xfer_error *err)
 {
-  xfer_code rc = xfer_tensor_alloc(src->dev, src->dtype, &src->shape, src->dev, out, err);
-  if (rc) return rc;
   xfer_device_lock(src->dev);
-  rc = xfer_tensor_check(src, "copy", err);
-  if (!rc) rc = xfer_view_device_move(src, *out, 1, err);
+  xfer_code rc = xfer_tensor_check(src, "copy", err);
+  if (!rc) rc = xfer_view_device_move(src, out, 1, err);
   xfer_device_unlock(src->dev);
-  if (rc) {
-    xfer_tensor_release(*out);
-    *out = NULL;
-  }
   return rc;
 }
 
-/* A view packed where its move to `to` is cheapest: on the host when it goes there (the
-** backend's rectangle reads: one pass), else on its own device when the backend copies rows
-** there (then one contiguous move, on any path), else on the host. */
-static xfer_code pack(xfer_tensor *src, const xfer_device *to, xfer_tensor **out, xfer_error *err)
+/* in's elements (checked), converted element by element into `out` (host tensors both). */
+static xfer_code convert_into(xfer_tensor *in, xfer_tensor *out, xfer_error *err)
 {
-  if (!xfer_is_host(to) && xfer_view_on_device(src)) return pack_on_device(src, out, err);
-  return pack_on_host(src, out, err);
+  if (!in->numel) return XFER_E_OK;
+  const void *from = xfer_be_host_address(in->dev, in->buf, in->offset);
+  void *to = xfer_be_host_address(out->dev, out->buf, out->offset);
+  return xfer_convert(out->dtype, to, in->dtype, from, in->numel, err);
 }
 
-/* `from` (contiguous, any device) scattered into the view `dst` on dst's device: `from` moved
-** there first when it lives elsewhere, then the backend's copies of rows. */
-static xfer_code scatter_on_device(xfer_tensor *dst, xfer_tensor *from, xfer_error *err)
+/* A contiguous move on the step's route, into `dst`, or into a new tensor on the route's end
+** made under the hold (slot `out`). */
+static xfer_code run_move(run *r, const xfer_step *s, xfer_tensor *src, xfer_error *err)
 {
-  xfer_tensor *there = NULL;
+  xfer_tensor *dst = r->slot[s->out];
+  hold h;
+  xfer_code rc = hold_take(&h, &s->route, src, dst, err);
+  if (!rc && dst) rc = xfer_tensor_check(dst, "copy", err);
+  if (!rc) rc = xfer_tensor_check(src, dst ? "copy" : "plan", err);
+  if (!rc && dst && s->out == XFER_SLOT_DST && src == r->slot[XFER_SLOT_SRC])
+    rc = xfer_plan_shapes_agree(dst, src, err);
+  if (!rc) rc = planned_error(s->planned, &s->planning, err);
+  if (!rc && !dst && !(rc = xfer_tensor_alloc(s->at, src->dtype, &src->shape, src->dev, &dst, err))) {
+    r->slot[s->out] = dst;
+    r->made[s->out] = 1;
+  }
+  const xfer_transfer_opts *outer = xfer_progress_install(opts_of(r, s));
+  if (!rc && dst != src) rc = xfer_transfer_run(&s->route, src, dst, err);
+  xfer_progress_restore(outer);
+  hold_drop(&h);
+  return rc;
+}
+
+/* `from` (contiguous) written into the view dst: by dst's device's row copies (from lies
+** there), or by the rectangle writes from host memory (from's bytes in place, or read packed
+** into a scratch buffer). */
+static xfer_code run_scatter(const xfer_step *s, xfer_tensor *from, xfer_tensor *dst,
+                             xfer_error *err)
+{
   xfer_code rc = XFER_E_OK;
-  if (from->dev != dst->dev) rc = xfer_transfer_to(from, dst->dev, NULL, &there, err);
-  xfer_tensor *packed = there ? there : from;
-  if (!rc) {
+  if (!xfer_is_host(s->at)) {
     xfer_device_lock(dst->dev);
     rc = xfer_tensor_check(dst, "copy", err);
-    if (!rc) rc = xfer_tensor_check(packed, "copy", err);
-    if (!rc) rc = xfer_view_device_move(dst, packed, 0, err);
+    if (!rc) rc = xfer_tensor_check(from, "copy", err);
+    if (!rc) rc = xfer_view_device_move(dst, from, 0, err);
     xfer_device_unlock(dst->dev);
+    return rc;
   }
-  xfer_tensor_release(there);
+  if (!from->nbytes) return XFER_E_OK;
+  void *bytes = xfer_be_host_address(from->dev, from->buf, from->offset);
+  char *scratch = NULL;
+  if (!bytes) { /* a contiguous device source: read it packed first */
+    bytes = scratch = malloc(from->nbytes);
+    rc = scratch ? xfer_tensor_read(from, scratch, from->nbytes, err)
+                 : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
+  }
+  if (!rc) rc = xfer_tensor_write(dst, bytes, from->nbytes, err);
+  free(scratch);
   return rc;
 }
 
-/* A new host tensor holding src's elements as `dtype`: src read packed to the host (in place
-** when it lies there), converted element by element. */
-static xfer_code convert_on_host(xfer_tensor *src, xfer_dtype dtype, xfer_tensor **out,
-                                 xfer_error *err)
+static xfer_code run_step(run *r, const xfer_step *s, xfer_error *err)
 {
-  xfer_device *host = xfer_host_of(src->dev->ctx);
-  xfer_tensor *packed = NULL;
-  xfer_code rc = XFER_E_OK;
-  if (!xfer_is_host(src->dev) || !src->contiguous) rc = pack_on_host(src, &packed, err);
-  xfer_tensor *from = packed ? packed : src;
-  if (!rc) rc = xfer_tensor_check(from, "convert", err);
-  if (!rc) rc = xfer_tensor_alloc(host, dtype, &src->shape, src->dev, out, err);
-  if (!rc && src->numel) {
-    const void *in = xfer_be_host_address(host, from->buf, from->offset);
-    void *converted = xfer_be_host_address(host, (*out)->buf, (*out)->offset);
-    rc = xfer_convert(dtype, converted, src->dtype, in, src->numel, err);
-    if (rc) {
-      xfer_tensor_release(*out);
-      *out = NULL;
-    }
+  xfer_tensor *in = r->slot[s->in];
+  xfer_code rc;
+  switch (s->kind) {
+  case XFER_STEP_PACK:
+    if ((rc = make_slot(r, s->out, s->at, in->dtype, err))) return rc;
+    return xfer_is_host(s->at) ? pack_on_host(in, r->slot[s->out], err)
+                               : pack_on_device(in, r->slot[s->out], err);
+  case XFER_STEP_CONVERT:
+    if ((rc = xfer_tensor_check(in, "convert", err))) return rc;
+    if ((rc = make_slot(r, s->out, s->at, s->dtype, err))) return rc;
+    return convert_into(in, r->slot[s->out], err);
+  case XFER_STEP_AT_ONCE: {
+    if (!r->slot[s->out] && (rc = make_slot(r, s->out, s->at, in->dtype, err))) return rc;
+    xfer_tensor *other = r->slot[s->out];
+    return s->to_packed ? run_at_once(s, in, other, opts_of(r, s), err)
+                        : run_at_once(s, other, in, opts_of(r, s), err);
   }
-  xfer_tensor_release(packed);
-  return rc;
+  case XFER_STEP_MOVE:
+    return run_move(r, s, in, err);
+  default:
+    return run_scatter(s, in, r->slot[s->out], err);
+  }
 }
 
-/* The ends of a converting or packing move on its error: a conversion's own error is framed
+/* Runs `steps`; an AT_ONCE refused gives way to the fallback steps. */
+static xfer_code run_steps(run *r, const xfer_move_plan *p, const xfer_step *steps, int n,
+                           xfer_error *err)
+{
+  for (int i = 0; i < n; i++) {
+    xfer_code rc = run_step(r, &steps[i], err);
+    if (rc == XFER_E_UNSUPPORTED && steps[i].kind == XFER_STEP_AT_ONCE && p->nfallback) {
+      drop_slot(r, steps[i].out);
+      return run_steps(r, p, p->fallback, p->nfallback, err);
+    }
+    if (rc) return rc;
+  }
+  return XFER_E_OK;
+}
+
+/* The ends of a move of several steps on its error: a conversion's own error is framed
 ** ("Failed to convert a tensor from a to b: f32 to u8: element 3: ..."); a read or write on
-** the way (through the host) already says what failed, and only gets the move's ends. */
-static xfer_code convert_failed(xfer_code rc, xfer_error *err, const xfer_device *from,
-                                const xfer_device *to, size_t nbytes)
+** the way already says what failed, and only gets the move's ends. */
+static xfer_code frame_steps(xfer_code rc, xfer_error *err, const xfer_move_plan *p)
 {
   if (!err) return rc;
   if (err->op_id == XFER_OP_CONVERT) {
-    xfer_err_frame(err, from, to, nbytes);
+    xfer_err_frame(err, p->from, p->to, p->nbytes);
   } else {
-    snprintf(err->from, sizeof err->from, "%s", from->name);
-    snprintf(err->to, sizeof err->to, "%s", to->name);
+    snprintf(err->from, sizeof err->from, "%s", p->from->name);
+    snprintf(err->to, sizeof err->to, "%s", p->to->name);
   }
   return rc;
 }
 
-/* A dtype change passes the host: only the host path (or the planner's choice) allows it. */
-static xfer_code check_convert_path(const xfer_transfer_opts *opts, const char *op, xfer_error *err)
+/* The one runner: every move's plan, step by step; what it made on the way released, the
+** target too when it made it and the move failed. */
+static xfer_code run_plan(const xfer_move_plan *p, xfer_tensor *src, xfer_tensor *dst,
+                          const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err)
 {
-  if (!opts || opts->via == XFER_PATH_AUTO || opts->via == XFER_PATH_HOST) return XFER_E_OK;
-  return xfer_err_set(err, XFER_E_UNSUPPORTED, op, "a dtype change is made on the host: the move "
-                      "passes the host, which via = \"%s\" forbids (via = \"host\", or none)",
-                      xfer_path_name(opts->via));
+  run r = {.slot = {src, dst}, .opts = opts};
+  xfer_code rc = run_steps(&r, p, p->steps, p->nsteps, err);
+  for (int i = XFER_SLOT_A; i < XFER_SLOTS; i++) drop_slot(&r, i);
+  if (rc) drop_slot(&r, XFER_SLOT_DST);
+  if (!rc && out) *out = r.slot[XFER_SLOT_DST];
+  return rc && p->framed ? frame_steps(rc, err, p) : rc;
 }
 
 xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
                            xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
-  if (!src) return xfer_tensor_check(src, "plan", err); /* before src->dev is touched */
-  if (opts && opts->convert && opts->dtype != src->dtype) {
-    if ((unsigned)opts->dtype >= XFER_DTYPE__COUNT)
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "unknown dtype %d", (int)opts->dtype);
-    xfer_tensor *converted;
-    xfer_code rc = check_convert_path(opts, "plan", err);
-    if (!rc) rc = convert_on_host(src, opts->dtype, &converted, err);
-    if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
-    if (xfer_is_host(dst_dev)) {
-      *out = converted;
-      return XFER_E_OK;
-    }
-    rc = xfer_transfer_to(converted, dst_dev, NULL, out, err);
-    xfer_tensor_release(converted);
-    return rc ? convert_failed(rc, err, src->dev, dst_dev, src->nbytes) : rc;
-  }
-  if (!src->contiguous) { /* a view's layout never changes: no lock to read it */
-    xfer_tensor *packed = NULL;
-    /* a host view to a device whose runtime takes batches, or a device view to the host where
-    ** another runtime reaches the device's memory (a Vulkan view read by CUDA's kernel; a
-    ** device's own rectangle reads serve the rest) */
-    if ((xfer_is_host(src->dev) && !xfer_is_host(dst_dev) && xfer_many_runner(src->dev, dst_dev)) ||
-        (xfer_is_host(dst_dev) && !xfer_is_host(src->dev) && xfer_route_many_importer(src->dev))) {
-      xfer_code rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &packed, err);
-      if (!rc) rc = view_at_once(src, packed, 1, opts, err);
-      if (!rc) {
-        *out = packed;
-        return XFER_E_OK;
-      }
-      if (packed) xfer_tensor_release(packed);
-      if (rc != XFER_E_UNSUPPORTED) return rc;
-    }
-    xfer_code rc = pack(src, dst_dev, &packed, err); /* checks src under its device's lock */
-    if (rc) return convert_failed(rc, err, src->dev, dst_dev, src->nbytes);
-    if (packed->dev == dst_dev && (!opts || opts->via == XFER_PATH_AUTO)) {
-      *out = packed; /* packed where it was to go: that is the move */
-      return XFER_E_OK;
-    }
-    rc = xfer_transfer_to(packed, dst_dev, opts, out, err);
-    xfer_tensor_release(packed);
-    return rc ? convert_failed(rc, err, src->dev, dst_dev, src->nbytes) : rc;
-  }
-  xfer_route route;
-  xfer_error planning;
-  xfer_code planned = xfer_route_make(src, dst_dev, NULL, opts, &route, NULL, 0, &planning);
-  hold h;
-  xfer_tensor *dst = NULL;
-  xfer_code rc = hold_take(&h, &route, src, NULL, err);
-  if (!rc) rc = xfer_tensor_check(src, "plan", err);
-  if (!rc) rc = planned_error(planned, &planning, err);
-  if (!rc) rc = xfer_tensor_alloc(dst_dev, src->dtype, &src->shape, src->dev, &dst, err);
-  const xfer_transfer_opts *outer = xfer_progress_install(opts);
-  if (!rc) rc = xfer_transfer_run(&route, src, dst, err);
-  xfer_progress_restore(outer);
-  hold_drop(&h);
-  if (rc) {
-    xfer_tensor_release(dst);
-    return rc;
-  }
-  *out = dst;
-  return XFER_E_OK;
+  xfer_move_plan plan;
+  xfer_code rc = xfer_plan_to(src, dst_dev, opts, &plan, err);
+  if (rc) return rc;
+  return run_plan(&plan, src, NULL, opts, out, err);
 }
-
-static xfer_code check_same_shape(const xfer_tensor *dst, const xfer_tensor *src,
-                                  xfer_error *err)
-{
-  if (dst->shape.ndim == src->shape.ndim &&
-      !memcmp(dst->shape.dims, src->shape.dims, sizeof dst->shape.dims[0] * (size_t)dst->shape.ndim))
-    return XFER_E_OK;
-  char want[96], got[96];
-  xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
-  xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
-  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY,
-                      "copy_from needs one shape at both ends: target %s, source %s", want, got);
-}
-
 
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                              xfer_error *err)
 {
-  if (!src || !dst) return xfer_tensor_check(NULL, "copy", err); /* before either is touched */
-  if (src->dtype != dst->dtype) { /* converted on the host, then copied */
-    xfer_tensor *converted;
-    xfer_code rc = check_same_shape(dst, src, err);
-    if (!rc) rc = check_convert_path(opts, "copy", err);
-    if (!rc) rc = convert_on_host(src, dst->dtype, &converted, err);
-    if (rc) return convert_failed(rc, err, src->dev, dst->dev, src->nbytes);
-    rc = xfer_transfer_copy(dst, converted, NULL, err);
-    xfer_tensor_release(converted);
-    return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
-  }
-  if (!src->contiguous || !dst->contiguous) {
-    /* views: the source packed on the host (or read packed), scattered into the target (the
-    ** reads and writes check both under their devices' locks) */
-    xfer_code rc = check_same_shape(dst, src, err);
-    if (rc) return rc;
-    if (src->contiguous != dst->contiguous) { /* one view: its runs at once where it can */
-      rc = src->contiguous ? view_at_once(dst, src, 0, opts, err) : view_at_once(src, dst, 1, opts, err);
-      if (rc != XFER_E_UNSUPPORTED) return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
-      rc = XFER_E_OK;
-    }
-    xfer_tensor *packed = NULL;
-    if (!src->contiguous) rc = pack(src, dst->dev, &packed, err);
-    if (!rc && dst->contiguous) rc = xfer_transfer_copy(dst, packed, opts, err);
-    xfer_tensor *from = packed ? packed : src;
-    if (!rc && !dst->contiguous && !xfer_is_host(from->dev) && xfer_view_on_device(dst)) {
-      /* from a device: moved to dst's device whole, scattered there (host data is scattered
-      ** straight from the host, by the rectangle writes) */
-      rc = scatter_on_device(dst, from, err);
-    } else if (!rc && !dst->contiguous) {
-      void *bytes = from->nbytes ? xfer_be_host_address(from->dev, from->buf, from->offset) : NULL;
-      char *scratch = NULL;
-      if (!bytes && from->nbytes) { /* a contiguous device source: read it packed first */
-        bytes = scratch = malloc(from->nbytes);
-        rc = scratch ? xfer_tensor_read(from, scratch, from->nbytes, err)
-                     : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
-      }
-      if (!rc && from->nbytes) rc = xfer_tensor_write(dst, bytes, from->nbytes, err);
-      free(scratch);
-    }
-    xfer_tensor_release(packed);
-    return rc ? convert_failed(rc, err, src->dev, dst->dev, src->nbytes) : rc;
-  }
-  /* checked under the locks: another thread may be freeing either tensor */
-  xfer_route route;
-  xfer_error planning;
-  xfer_code planned = dst == src ? XFER_E_OK
-                                 : xfer_route_make(src, dst->dev, dst, opts, &route, NULL, 0, &planning);
-  if (dst == src) route = (xfer_route){.path = XFER_PATH_SAME_DEVICE, .from = src->dev, .to = src->dev};
-  hold h;
-  xfer_code rc = hold_take(&h, &route, src, dst, err);
-  if (!rc) rc = xfer_tensor_check(dst, "copy", err);
-  if (!rc) rc = xfer_tensor_check(src, "copy", err);
-  if (!rc) rc = check_same_shape(dst, src, err);
-  if (!rc) rc = planned_error(planned, &planning, err);
-  const xfer_transfer_opts *outer = xfer_progress_install(opts);
-  if (!rc && dst != src) rc = xfer_transfer_run(&route, src, dst, err);
-  xfer_progress_restore(outer);
-  hold_drop(&h);
-  return rc;
+  xfer_move_plan plan;
+  xfer_code rc = xfer_plan_copy(dst, src, opts, &plan, err);
+  if (rc) return rc;
+  return run_plan(&plan, src, dst, opts, NULL, err);
 }

@@ -461,7 +461,7 @@ static int l_plan(lua_State *L)
   xfer_plan plan;
   xfer_error err;
   if (xfer_transfer_plan(t, dev, &opts, &plan, &err)) xl_raise(L, &err);
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 5);
   lua_pushstring(L, xfer_path_name(plan.path));
   lua_setfield(L, -2, "path");
   lua_pushstring(L, plan.reason);
@@ -486,6 +486,18 @@ static int l_plan(lua_State *L)
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "estimates");
+  lua_createtable(L, plan.nmoves, 0); /* {from =, to =, path =}: as xfer.stats() records them */
+  for (int i = 0; i < plan.nmoves; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, plan.moves[i].from);
+    lua_setfield(L, -2, "from");
+    lua_pushstring(L, plan.moves[i].to);
+    lua_setfield(L, -2, "to");
+    lua_pushstring(L, xfer_path_name(plan.moves[i].path));
+    lua_setfield(L, -2, "path");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "moves");
   return 1;
 }
 
