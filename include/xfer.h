@@ -386,12 +386,14 @@ typedef struct xfer_plan {
     double seconds;
   } estimates[XFER_PATH__COUNT];
   /* the moves it will make, in order, as the ledger (xfer_stats) will record them: a view's
-  ** pack on its device or a conversion on the host records none */
+  ** pack on its device or a conversion on the host records none; then, marked `fallback`,
+  ** those made instead when the driver refuses a view's runs at once */
   int nmoves;
   struct {
     char from[32], to[32];
     xfer_path path;
-  } moves[4];
+    int fallback;
+  } moves[6];
 } xfer_plan;
 
 /* What moving `src` to `dst_dev` will do, and why: every step (a view packed or its runs
@@ -438,6 +440,12 @@ size_t xfer_batch_bytes(const xfer_batch *batch);
 int xfer_batch_done(const xfer_batch *batch, size_t i);
 /* How many groups the batch has, and how many of them a runtime takes at once. */
 void xfer_batch_groups(const xfer_batch *batch, size_t *groups, size_t *submitted_at_once);
+/* Group `index` (from 0) of a prepared batch in words (b:plan()): how its elements move -- in
+** one submission (by which device, importing what), through host chunks (packed by, scattered
+** by), one at a time on its route, or, for a view or dtype element, its whole plan as
+** xfer_transfer_plan says it; `moves` as the ledger records them. A group whose route could
+** not be made: its error. */
+xfer_code xfer_batch_plan(const xfer_batch *batch, size_t index, xfer_plan *out, xfer_error *err);
 void xfer_batch_release(xfer_batch *batch);
 /* prepare, run, release */
 xfer_code xfer_transfer_batch(const xfer_batch_item *items, size_t n,

@@ -25,7 +25,8 @@ typedef struct group {
   xfer_route route;             /* made once, at prepare */
   xfer_code planned;            /* its error, reported when the group runs */
   xfer_error planning;
-  int general;                  /* one element moved as xfer_transfer_copy moves it */
+  int general;                  /* one element moved as xfer_transfer_copy moves it, by */
+  xfer_move_plan *plan;         /* ... its plan, made once at prepare (planned: its error) */
   xfer_device *many;            /* the device that takes the group at once, or NULL */
   xfer_piece *pieces;           /* ... and its pieces, in the group's order */
   xfer_device *through;         /* a group through host memory in two submissions: the device
@@ -366,8 +367,14 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, const made_rou
     b->groups = more;
     *cap *= 2;
   }
-  group *gr = &b->groups[b->ngroups++];
+  group *gr = &b->groups[b->ngroups];
   *gr = (group){.from = it->src->dev, .to = it->dst->dev, .general = is_general(it)};
+  if (gr->general) { /* a view or a dtype change: the whole plan of its copy, kept */
+    if (!(gr->plan = malloc(sizeof *gr->plan))) return NULL;
+    gr->planned = xfer_plan_copy(it->dst, it->src, b->has_opts ? &b->opts : NULL, gr->plan,
+                                 &gr->planning);
+  }
+  b->ngroups++;
   if (!gr->general && r) {
     gr->route = r->route;
     gr->planned = r->code;
@@ -717,6 +724,16 @@ static xfer_code run_idle(xfer_batch *b, xfer_error *err)
   return element_error(err, bad, b->n, rc);
 }
 
+/* A general element whose plan could not be made: its error once its tensors check out (a
+** freed tensor is said first, as a copy says it). */
+static xfer_code planned_copy_error(const group *gr, const xfer_batch_item *it, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_check(it->dst, "copy", err);
+  if (!rc) rc = xfer_tensor_check(it->src, "copy", err);
+  if (!rc && err) *err = gr->planning;
+  return rc ? rc : gr->planned;
+}
+
 static xfer_code run_all(xfer_batch *b, xfer_error *err)
 {
   if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
@@ -728,7 +745,9 @@ static xfer_code run_all(xfer_batch *b, xfer_error *err)
     const xfer_batch_item *it = &b->items[b->order[gr->first]];
     xfer_code rc;
     if (gr->general) {
-      rc = xfer_transfer_copy(it->dst, it->src, b->has_opts ? &b->opts : NULL, err);
+      rc = gr->planned ? planned_copy_error(gr, it, err)
+                       : xfer_plan_run(gr->plan, it->src, it->dst, b->has_opts ? &b->opts : NULL,
+                                       NULL, err);
       if (!rc) b->done[b->order[gr->first]] = 1;
       rc = element_error(err, b->order[gr->first], b->n, rc);
     } else {
@@ -752,6 +771,61 @@ void xfer_batch_groups(const xfer_batch *b, size_t *groups, size_t *submitted_at
   if (submitted_at_once) *submitted_at_once = at_once;
 }
 
+/* A group that moves contiguous bytes, in words: at once (by whom, over whose memory),
+** through host chunks, or one element at a time on its route. */
+static void group_words(const group *g, xfer_plan *words)
+{
+  const char *from = g->from->name, *to = g->to->name;
+  words->path = g->route.path;
+  if (g->through) {
+    snprintf(words->reason, sizeof words->reason, "%zu element%s (%zu bytes) from %s to %s "
+             "through host chunks: packed by one submission, scattered by another", g->count,
+             g->count == 1 ? "" : "s", g->bytes, from, to);
+    xfer_plan_say(words, "pack the sources into host chunks, a batch by %s", g->through->name);
+    xfer_plan_say(words, "scatter each chunk into the targets, a batch by %s", g->many->name);
+  } else if (g->many) {
+    snprintf(words->reason, sizeof words->reason, "%zu element%s (%zu bytes) from %s to %s in "
+             "one submission of %s", g->count, g->count == 1 ? "" : "s", g->bytes, from, to,
+             g->many->name);
+    if (g->imports)
+      xfer_plan_say(words, "%s imports the memory of the other runtime's tensors, once each",
+                    g->many->name);
+    xfer_plan_say(words, "one batch of %zu cop%s by %s", g->count, g->count == 1 ? "y" : "ies",
+                  g->many->name);
+  } else {
+    snprintf(words->reason, sizeof words->reason, "%zu element%s (%zu bytes) from %s to %s one "
+             "at a time on the group's route", g->count, g->count == 1 ? "" : "s", g->bytes, from,
+             to);
+    xfer_route r = g->route;
+    xfer_plan words_of_route;
+    memset(&words_of_route, 0, sizeof words_of_route);
+    xfer_route_words(&r, NULL, NULL, &words_of_route);
+    for (int i = 0; i < words_of_route.nsteps; i++)
+      xfer_plan_say(words, "each element: %s", words_of_route.steps[i]);
+  }
+  words->nmoves = 1;
+  snprintf(words->moves[0].from, sizeof words->moves[0].from, "%s", from);
+  snprintf(words->moves[0].to, sizeof words->moves[0].to, "%s", to);
+  words->moves[0].path = g->route.path;
+}
+
+xfer_code xfer_batch_plan(const xfer_batch *b, size_t index, xfer_plan *words, xfer_error *err)
+{
+  memset(words, 0, sizeof *words);
+  if (!b || index >= b->ngroups)
+    return xfer_err_set(err, XFER_E_INVALID, "plan", "batch: no group %zu (it has %zu)", index + 1,
+                        b ? b->ngroups : 0);
+  const group *g = &b->groups[index];
+  const xfer_batch_item *it = &b->items[b->order[g->first]];
+  if (g->planned) {
+    if (err) *err = g->planning;
+    return g->planned;
+  }
+  if (g->general) return xfer_plan_words(g->plan, it->src, words, err);
+  group_words(g, words);
+  return XFER_E_OK;
+}
+
 void xfer_batch_release(xfer_batch *b)
 {
   if (!b || __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
@@ -761,6 +835,7 @@ void xfer_batch_release(xfer_batch *b)
   }
   for (size_t g = 0; b->groups && g < b->ngroups; g++) {
     free(b->groups[g].pieces);
+    free(b->groups[g].plan);
     xfer_through_free(&b->groups[g].staged);
   }
   free(b->groups);

@@ -62,6 +62,7 @@ static int at_once_applies(const xfer_tensor *view, xfer_device *other,
                            const xfer_transfer_opts *opts, xfer_step *s)
 {
   if (opts && opts->via != XFER_PATH_AUTO && opts->via != XFER_PATH_HOST) return 0;
+  if (!xfer_view_many_worth(view)) return 0;
   int view_on_host = xfer_is_host(view->dev), other_on_host = xfer_is_host(other);
   xfer_device *dev_end = view_on_host == other_on_host ? NULL : view_on_host ? other : view->dev;
   s->importer = dev_end ? xfer_route_many_importer(dev_end) : NULL;
@@ -276,19 +277,20 @@ xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer
 /* -- The plan in words (xfer.plan) --------------------------------------------------------- */
 
 /* A move the ledger will record: its ends and path. */
-static void say_move(xfer_plan *words, const xfer_route *r)
+static void say_move(xfer_plan *words, const xfer_route *r, int fallback)
 {
   if (words->nmoves == (int)(sizeof words->moves / sizeof words->moves[0])) return;
   int i = words->nmoves++;
   snprintf(words->moves[i].from, sizeof words->moves[i].from, "%s", r->from->name);
   snprintf(words->moves[i].to, sizeof words->moves[i].to, "%s", r->to->name);
   words->moves[i].path = r->path;
+  words->moves[i].fallback = fallback;
 }
 
 static void say_step(xfer_plan *words, const xfer_step *s, const xfer_tensor *src)
 {
   const char *dev = src->dev->name;
-  if (s->kind == XFER_STEP_MOVE || s->kind == XFER_STEP_AT_ONCE) say_move(words, &s->route);
+  if (s->kind == XFER_STEP_MOVE || s->kind == XFER_STEP_AT_ONCE) say_move(words, &s->route, 0);
   switch (s->kind) {
   case XFER_STEP_PACK:
     if (xfer_is_host(s->at))
@@ -338,6 +340,27 @@ static void say_reason(xfer_plan *words, const xfer_move_plan *p, const xfer_ten
   }
 }
 
+xfer_code xfer_plan_words(const xfer_move_plan *p, const xfer_tensor *src, xfer_plan *words,
+                          xfer_error *err)
+{
+  memset(words, 0, sizeof *words);
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].kind == XFER_STEP_MOVE && p->steps[i].planned) {
+      if (err) *err = p->steps[i].planning;
+      return p->steps[i].planned;
+    }
+  say_reason(words, p, src);
+  for (int i = 0; i < p->nsteps; i++) say_step(words, &p->steps[i], src);
+  for (int i = 0; i < p->nfallback; i++)
+    if (p->fallback[i].kind == XFER_STEP_MOVE) say_move(words, &p->fallback[i].route, 1);
+  if (p->steps[p->nsteps - 1].kind == XFER_STEP_MOVE) return XFER_E_OK;
+  /* a plan without a contiguous move (packed where it goes; converted for the host): the one
+  ** path its last step takes */
+  if (p->steps[0].kind != XFER_STEP_AT_ONCE)
+    words->path = p->from == p->to ? XFER_PATH_SAME_DEVICE : XFER_PATH_HOST;
+  return XFER_E_OK;
+}
+
 xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_transfer_opts *opts,
                              xfer_plan *words, xfer_error *err)
 {
@@ -345,18 +368,5 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
   xfer_code rc = xfer_tensor_check(src, "plan", err);
   xfer_move_plan p;
   if (!rc) rc = xfer_plan_to(src, dst, opts, &p, err);
-  if (rc) return rc;
-  for (int i = 0; i < p.nsteps; i++)
-    if (p.steps[i].kind == XFER_STEP_MOVE && p.steps[i].planned) {
-      if (err) *err = p.steps[i].planning;
-      return p.steps[i].planned;
-    }
-  say_reason(words, &p, src);
-  for (int i = 0; i < p.nsteps; i++) say_step(words, &p.steps[i], src);
-  if (p.steps[p.nsteps - 1].kind == XFER_STEP_MOVE) return XFER_E_OK;
-  /* a plan without a contiguous move (packed where it goes; converted for the host): the one
-  ** path its last step takes, its estimates those of a move between its ends */
-  if (p.steps[0].kind != XFER_STEP_AT_ONCE)
-    words->path = p.from == p.to ? XFER_PATH_SAME_DEVICE : XFER_PATH_HOST;
-  return XFER_E_OK;
+  return rc ? rc : xfer_plan_words(&p, src, words, err);
 }

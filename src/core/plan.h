@@ -66,6 +66,10 @@ xfer_code xfer_plan_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transf
 ** contiguous ends the runner asks xfer_plan_shapes_agree under its locks). */
 xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                          xfer_move_plan *plan, xfer_error *err);
+/* The plan in words (xfer.plan, b:plan()): its reason, every step, its moves as the ledger
+** will record them; a route that could not be made is its error. */
+xfer_code xfer_plan_words(const xfer_move_plan *plan, const xfer_tensor *src, xfer_plan *words,
+                          xfer_error *err);
 xfer_code xfer_plan_shapes_agree(const xfer_tensor *dst, const xfer_tensor *src, xfer_error *err);
 
 #endif

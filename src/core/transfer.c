@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "ledger.h"
-#include "plan.h"
 #include "transfer.h"
 
 /* -- Executing ------------------------------------------------------------------------- */
@@ -356,10 +355,10 @@ static xfer_code frame_steps(xfer_code rc, xfer_error *err, const xfer_move_plan
   return rc;
 }
 
-/* The one runner: every move's plan, step by step; what it made on the way released, the
+/* The one runner (transfer.h): every move's plan, step by step; what it made on the way released, the
 ** target too when it made it and the move failed. */
-static xfer_code run_plan(const xfer_move_plan *p, xfer_tensor *src, xfer_tensor *dst,
-                          const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err)
+xfer_code xfer_plan_run(const xfer_move_plan *p, xfer_tensor *src, xfer_tensor *dst,
+                        const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err)
 {
   run r = {.slot = {src, dst}, .opts = opts};
   xfer_code rc = run_steps(&r, p, p->steps, p->nsteps, err);
@@ -376,7 +375,7 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   xfer_move_plan plan;
   xfer_code rc = xfer_plan_to(src, dst_dev, opts, &plan, err);
   if (rc) return rc;
-  return run_plan(&plan, src, NULL, opts, out, err);
+  return xfer_plan_run(&plan, src, NULL, opts, out, err);
 }
 
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
@@ -385,5 +384,5 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   xfer_move_plan plan;
   xfer_code rc = xfer_plan_copy(dst, src, opts, &plan, err);
   if (rc) return rc;
-  return run_plan(&plan, src, dst, opts, NULL, err);
+  return xfer_plan_run(&plan, src, dst, opts, NULL, err);
 }

@@ -7,6 +7,7 @@
 #define XFER_TRANSFER_H
 
 #include "paths.h"
+#include "plan.h"
 
 /* Moves src's bytes into dst (both contiguous, same length) by the route, the route's devices
 ** held and both tensors checked by the caller; frames an error with both ends and tells the
@@ -14,5 +15,12 @@
 ** (dev, buf, offset, nbytes are what a path reads), never retained or released. */
 xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
                             xfer_error *err);
+
+/* Runs a move's plan (plan.h) from src into dst (copy_from's plan), or into a new tensor in
+** *out (to's: dst NULL): every step, a refused one's fallback, what it made on the way
+** released, a failure framed with the move's ends. The one runner of to, copy_from and a
+** batch's views and dtype changes. */
+xfer_code xfer_plan_run(const xfer_move_plan *plan, xfer_tensor *src, xfer_tensor *dst,
+                        const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err);
 
 #endif

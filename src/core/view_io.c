@@ -239,6 +239,13 @@ static xfer_code piece_run(void *arg, size_t at, size_t k, xfer_error *err)
   return XFER_E_OK;
 }
 
+int xfer_view_many_worth(const xfer_tensor *view)
+{
+  size_t run;
+  each_run(view, &run, NULL, NULL, NULL); /* the run size only */
+  return run >= MANY_RUN_MIN && view->numel > 0;
+}
+
 xfer_code xfer_view_many_via(xfer_tensor *view, xfer_tensor *packed, int to_packed,
                              const xfer_many_via *via, xfer_error *err)
 {

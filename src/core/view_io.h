@@ -32,6 +32,9 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
 ** the CPU. XFER_E_UNSUPPORTED, nothing said, when that runtime takes no such batch (none,
 ** runs too short to be worth it, host memory it cannot reach). Devices locked, both checked. */
 xfer_code xfer_view_many(xfer_tensor *view, xfer_tensor *packed, int to_packed, xfer_error *err);
+/* Whether a view's runs are long enough for a batch of them (512 bytes; shorter, the pack on
+** the CPU is faster) and it has any: the plan asks (plan.c) before it plans one. */
+int xfer_view_many_worth(const xfer_tensor *view);
 /* The same run by `runner`, which reaches the tensor whose memory is block `imported` through
 ** `view`, that block's segment as the runner imported it (transfer.c: CUDA over Vulkan's
 ** memory). */

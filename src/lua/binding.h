@@ -55,6 +55,8 @@ const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *
 xfer_ctx *xl_ctx(lua_State *L);
 /* Sets `from`, `to` and `path` in the table on top of the stack (stats, health, costs). */
 void xl_set_move(lua_State *L, const char *from, const char *to, xfer_path path);
+/* A plan in words as xfer.plan returns it: {path, reason, steps, estimates, moves}. */
+void xl_push_plan(lua_State *L, const xfer_plan *plan);
 /* Around a core call that may allocate: when a driver refuses memory, the core's reclaimer
 ** may then run a full collection of this state (tensors nobody references give their
 ** blocks back), on this thread only. XL_ALLOCATING(L, call) is the call's result. */

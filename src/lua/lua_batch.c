@@ -311,6 +311,25 @@ static int b_done(lua_State *L)
   return 1;
 }
 
+/* b:plan(): one table a group, as xfer.plan's (path, reason, steps, moves): how the prepared
+** batch will move, planned once */
+static int b_plan(lua_State *L)
+{
+  xfer_batch *b = check_batch(L, 1, "plan")->batch;
+  xl_no_args_after(L, 1, "plan");
+  size_t groups = 0;
+  xfer_batch_groups(b, &groups, NULL);
+  lua_createtable(L, (int)groups, 0);
+  for (size_t g = 0; g < groups; g++) {
+    xfer_plan plan;
+    xfer_error err;
+    if (xfer_batch_plan(b, g, &plan, &err)) xl_raise(L, &err);
+    xl_push_plan(L, &plan);
+    lua_rawseti(L, -2, (int)g + 1);
+  }
+  return 1;
+}
+
 static int b_release(lua_State *L)
 {
   batch_box *box = xl_test_udata(L, 1, XL_BATCH);
@@ -381,6 +400,8 @@ void xl_open_batch(lua_State *L, int module, int methods)
   lua_setfield(L, -2, "run");
   lua_pushcfunction(L, b_done);
   lua_setfield(L, -2, "done");
+  lua_pushcfunction(L, b_plan);
+  lua_setfield(L, -2, "plan");
   lua_pushcfunction(L, b_run_async);
   lua_setfield(L, -2, "run_async");
   lua_pushcfunction(L, b_release);

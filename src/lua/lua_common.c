@@ -188,3 +188,48 @@ void xl_owner_drop(lua_State *L, void *ud)
   luaL_unref(L, LUA_REGISTRYINDEX, owner->ref);
   free(owner);
 }
+
+void xl_push_plan(lua_State *L, const xfer_plan *plan)
+{
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, xfer_path_name(plan->path));
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, plan->reason);
+  lua_setfield(L, -2, "reason");
+  lua_createtable(L, plan->nsteps, 0);
+  for (int i = 0; i < plan->nsteps; i++) {
+    lua_pushstring(L, plan->steps[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "steps");
+  lua_createtable(L, plan->nestimates, 0); /* {path =, seconds = (nil: no figure), measured =} */
+  for (int i = 0; i < plan->nestimates; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, xfer_path_name(plan->estimates[i].path));
+    lua_setfield(L, -2, "path");
+    lua_pushboolean(L, plan->estimates[i].measured);
+    lua_setfield(L, -2, "measured");
+    if (plan->estimates[i].measured) {
+      lua_pushnumber(L, plan->estimates[i].seconds);
+      lua_setfield(L, -2, "seconds");
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "estimates");
+  lua_createtable(L, plan->nmoves, 0); /* {from, to, path [, fallback]}: as xfer.stats() records them */
+  for (int i = 0; i < plan->nmoves; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, plan->moves[i].from);
+    lua_setfield(L, -2, "from");
+    lua_pushstring(L, plan->moves[i].to);
+    lua_setfield(L, -2, "to");
+    lua_pushstring(L, xfer_path_name(plan->moves[i].path));
+    lua_setfield(L, -2, "path");
+    if (plan->moves[i].fallback) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, "fallback");
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "moves");
+}
