@@ -71,74 +71,52 @@ static const struct { char kind; int size; xfer_dtype dtype; } npy_kinds[] = {
   { 'i', 2, XFER_I16 }, { 'i', 4, XFER_I32 }, { 'i', 8, XFER_I64 }, { 'u', 1, XFER_U8 },
   { 'u', 2, XFER_U16 }, { 'u', 4, XFER_U32 }, { 'u', 8, XFER_U64 }, { 'b', 1, XFER_BOOL } };
 
-/* The array's header at `at` (the magic's first byte), read through `rd` (`avail` bytes
-** there): the entry's dtype, shape, fortran flag and the data's offset from `at`. */
-static xfer_code parse_npy(xfer_format_reading *r, const char *name, const uint8_t *rd, size_t avail,
-                           long long at, xfer_format_entry *e, size_t *data_from)
+/* The .npy preamble after the magic: the header's length and where it starts (by version). */
+static xfer_code npy_preamble(xfer_format_reading *r, const char *name, const uint8_t *rd,
+                              size_t avail, long long at, size_t *hlen, size_t *hstart)
 {
-  if (avail < 10 || memcmp(rd, "\x93NUMPY", 6))
-    return xfer_format_bad(r, name, at, "not an .npy array (no \\x93NUMPY magic)");
   unsigned major = rd[6];
-  size_t hlen, hstart;
-  if (major == 1) { hlen = rd[8] | (size_t)rd[9] << 8; hstart = 10; }
+  if (major == 1) { *hlen = rd[8] | (size_t)rd[9] << 8; *hstart = 10; }
   else if (major == 2 || major == 3) {
     if (avail < 12) return xfer_format_bad(r, name, at, "the file is truncated inside the .npy preamble");
-    hlen = rd[8] | (size_t)rd[9] << 8 | (size_t)rd[10] << 16 | (size_t)rd[11] << 24;
-    hstart = 12;
+    *hlen = rd[8] | (size_t)rd[9] << 8 | (size_t)rd[10] << 16 | (size_t)rd[11] << 24;
+    *hstart = 12;
   } else {
     char what[60];
     snprintf(what, sizeof what, ".npy format version %u (xferlua reads 1, 2 and 3)", major);
     return xfer_format_unsupported(r, name, at, what);
   }
-  if (hlen > NPY_MAX_HEADER) return xfer_format_bad(r, name, at, "an .npy header of %zu bytes", hlen);
-  if (hstart + hlen > avail)
-    return xfer_format_bad(r, name, at, "the file is truncated inside the .npy header (%zu bytes)", hlen);
-  literal l = { (const char *)rd + hstart, hlen, 0 };
-  char key[32], descr[32] = "";
-  int have_descr = 0, have_order = 0, have_shape = 0;
-  if (!lit_char(&l, '{')) return xfer_format_bad(r, name, at + (long long)hstart, "the .npy header is not a dict");
-  while (!lit_char(&l, '}')) {
-    if (!lit_string(&l, key, sizeof key) || !lit_char(&l, ':'))
-      return xfer_format_bad(r, name, at + (long long)(hstart + l.pos), "bad key in the .npy header");
-    if (!strcmp(key, "descr")) {
-      if (!lit_string(&l, descr, sizeof descr))
-        return xfer_format_unsupported(r, name, at, "a structured dtype (xferlua reads plain arrays)");
-      have_descr = 1;
-    } else if (!strcmp(key, "fortran_order")) {
-      if (lit_word(&l, "True")) e->fortran = 1;
-      else if (!lit_word(&l, "False"))
-        return xfer_format_bad(r, name, at + (long long)(hstart + l.pos), "fortran_order is not True/False");
-      have_order = 1;
-    } else if (!strcmp(key, "shape")) {
-      if (!lit_char(&l, '(')) return xfer_format_bad(r, name, at, "shape is not a tuple");
-      while (!lit_char(&l, ')')) {
-        lit_space(&l);
-        uint64_t v = 0;
-        size_t digits = 0;
-        while (l.pos < l.len && l.s[l.pos] >= '0' && l.s[l.pos] <= '9') {
-          if (v > (UINT64_MAX / 2 - 9) / 10) return xfer_format_bad(r, name, at, "a dimension too large");
-          v = v * 10 + (uint64_t)(l.s[l.pos++] - '0');
-          digits++;
-        }
-        if (!digits) return xfer_format_bad(r, name, at, "shape holds something other than whole numbers");
-        if (e->shape.ndim == XFER_MAX_DIMS)
-          return xfer_format_unsupported(r, name, at, "more than 8 dimensions");
-        e->shape.dims[e->shape.ndim++] = (int64_t)v;
-        if (!lit_char(&l, ',') && !(lit_space(&l), l.pos < l.len && l.s[l.pos] == ')'))
-          return xfer_format_bad(r, name, at, "bad shape tuple");
-      }
-      have_shape = 1;
-    } else {
-      return xfer_format_bad(r, name, at, "unknown key '%s' in the .npy header", key);
+  return XFER_E_OK;
+}
+
+/* The shape tuple "(2, 3,)" at l's position into e->shape. */
+static xfer_code npy_shape(xfer_format_reading *r, const char *name, long long at, literal *lp,
+                       xfer_format_entry *e)
+{
+  if (!lit_char(lp, '(')) return xfer_format_bad(r, name, at, "shape is not a tuple");
+  while (!lit_char(lp, ')')) {
+    lit_space(lp);
+    uint64_t v = 0;
+    size_t digits = 0;
+    while (lp->pos < lp->len && lp->s[lp->pos] >= '0' && lp->s[lp->pos] <= '9') {
+      if (v > (UINT64_MAX / 2 - 9) / 10) return xfer_format_bad(r, name, at, "a dimension too large");
+      v = v * 10 + (uint64_t)(lp->s[lp->pos++] - '0');
+      digits++;
     }
-    if (!lit_char(&l, ',')) {
-      if (!lit_char(&l, '}')) return xfer_format_bad(r, name, at, "expected ',' or '}' in the .npy header");
-      break;
-    }
+    if (!digits) return xfer_format_bad(r, name, at, "shape holds something other than whole numbers");
+    if (e->shape.ndim == XFER_MAX_DIMS)
+      return xfer_format_unsupported(r, name, at, "more than 8 dimensions");
+    e->shape.dims[e->shape.ndim++] = (int64_t)v;
+    if (!lit_char(lp, ',') && !(lit_space(lp), lp->pos < lp->len && lp->s[lp->pos] == ')'))
+      return xfer_format_bad(r, name, at, "bad shape tuple");
   }
-  if (!have_descr || !have_order || !have_shape)
-    return xfer_format_bad(r, name, at, "the .npy header lacks %s", !have_descr ? "descr"
-                                                        : !have_order ? "fortran_order" : "shape");
+  return XFER_E_OK;
+}
+
+/* The descr ("<f4") as an xferlua dtype: little-endian (or single-byte) plain kinds only. */
+static xfer_code npy_dtype(xfer_format_reading *r, const char *name, long long at, const char *descr,
+                           xfer_format_entry *e)
+{
   char order = descr[0], kind = descr[1];
   char *size_end = NULL;
   long size_read = descr[0] && descr[1] ? strtol(descr + 2, &size_end, 10) : 0;
@@ -160,6 +138,55 @@ static xfer_code parse_npy(xfer_format_reading *r, const char *name, const uint8
              descr);
     return xfer_format_unsupported(r, name, at, what);
   }
+  return XFER_E_OK;
+}
+
+/* The array's header at `at` (the magic's first byte), read through `rd` (`avail` bytes
+** there): the entry's dtype, shape, fortran flag and the data's offset from `at`. */
+static xfer_code parse_npy(xfer_format_reading *r, const char *name, const uint8_t *rd, size_t avail,
+                           long long at, xfer_format_entry *e, size_t *data_from)
+{
+  if (avail < 10 || memcmp(rd, "\x93NUMPY", 6))
+    return xfer_format_bad(r, name, at, "not an .npy array (no \\x93NUMPY magic)");
+  size_t hlen = 0, hstart = 0;
+  xfer_code rc = npy_preamble(r, name, rd, avail, at, &hlen, &hstart);
+  if (rc) return rc;
+  if (hlen > NPY_MAX_HEADER) return xfer_format_bad(r, name, at, "an .npy header of %zu bytes", hlen);
+  if (hstart + hlen > avail)
+    return xfer_format_bad(r, name, at, "the file is truncated inside the .npy header (%zu bytes)", hlen);
+  literal l = { (const char *)rd + hstart, hlen, 0 };
+  char key[32], descr[32] = "";
+  int have_descr = 0, have_order = 0, have_shape = 0;
+  if (!lit_char(&l, '{')) return xfer_format_bad(r, name, at + (long long)hstart, "the .npy header is not a dict");
+  while (!lit_char(&l, '}')) {
+    if (!lit_string(&l, key, sizeof key) || !lit_char(&l, ':'))
+      return xfer_format_bad(r, name, at + (long long)(hstart + l.pos), "bad key in the .npy header");
+    if (!strcmp(key, "descr")) {
+      if (!lit_string(&l, descr, sizeof descr))
+        return xfer_format_unsupported(r, name, at, "a structured dtype (xferlua reads plain arrays)");
+      have_descr = 1;
+    } else if (!strcmp(key, "fortran_order")) {
+      if (lit_word(&l, "True")) e->fortran = 1;
+      else if (!lit_word(&l, "False"))
+        return xfer_format_bad(r, name, at + (long long)(hstart + l.pos), "fortran_order is not True/False");
+      have_order = 1;
+    } else if (!strcmp(key, "shape")) {
+      rc = npy_shape(r, name, at, &l, e);
+      if (rc) return rc;
+      have_shape = 1;
+    } else {
+      return xfer_format_bad(r, name, at, "unknown key '%s' in the .npy header", key);
+    }
+    if (!lit_char(&l, ',')) {
+      if (!lit_char(&l, '}')) return xfer_format_bad(r, name, at, "expected ',' or '}' in the .npy header");
+      break;
+    }
+  }
+  if (!have_descr || !have_order || !have_shape)
+    return xfer_format_bad(r, name, at, "the .npy header lacks %s", !have_descr ? "descr"
+                                                        : !have_order ? "fortran_order" : "shape");
+  rc = npy_dtype(r, name, at, descr, e);
+  if (rc) return rc;
   int over;
   e->nbytes = xfer_format_shape_bytes(&e->shape, e->dtype, &over);
   if (over) return xfer_format_bad(r, name, at, "its shape holds more than 2^64 bytes");

@@ -110,6 +110,31 @@ static int env_size(const char *name, size_t *out)
   return 1;
 }
 
+/* O_DIRECT or the page cache, and why in `why`: as asked; a read of a file mostly cached
+** already, or a small one, through the page cache; else O_DIRECT. */
+static int choose_direct(const xfer_file_opts *opts, int writing, uint64_t bytes, double cached,
+                         char *why, size_t cap)
+{
+  if (opts->direct) {
+    int direct = opts->direct == XFER_FILE_DIRECT_ON;
+    snprintf(why, cap, "%s as asked", direct ? "O_DIRECT" : "the page cache");
+    return direct;
+  }
+  if (!writing && cached >= 0.5) {
+    snprintf(why, cap, "the page cache: %.0f%% of the file is there already", cached * 100);
+    return 0;
+  }
+  if (bytes < SMALL_BYTES) {
+    snprintf(why, cap, "the page cache: %llu bytes are too few for O_DIRECT to pay",
+             (unsigned long long)bytes);
+    return 0;
+  }
+  if (writing) snprintf(why, cap, "O_DIRECT: a large write, past the page cache");
+  else snprintf(why, cap, "O_DIRECT: %.0f%% of the file is in the page cache",
+                cached < 0 ? 0 : cached * 100);
+  return 1;
+}
+
 xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t bytes,
                                int writing, int devices, const xfer_file_opts *opts,
                                xfer_file_route *out, xfer_error *err)
@@ -133,24 +158,7 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   out->chunk = chunk;
   out->cached = writing ? 0 : cached_share(fd, size);
   char why[200];
-  int direct;
-  if (opts->direct) {
-    direct = opts->direct == XFER_FILE_DIRECT_ON;
-    snprintf(why, sizeof why, "%s as asked", direct ? "O_DIRECT" : "the page cache");
-  } else if (!writing && out->cached >= 0.5) {
-    direct = 0;
-    snprintf(why, sizeof why, "the page cache: %.0f%% of the file is there already",
-             out->cached * 100);
-  } else if (bytes < SMALL_BYTES) {
-    direct = 0;
-    snprintf(why, sizeof why, "the page cache: %llu bytes are too few for O_DIRECT to pay",
-             (unsigned long long)bytes);
-  } else {
-    direct = 1;
-    if (writing) snprintf(why, sizeof why, "O_DIRECT: a large write, past the page cache");
-    else snprintf(why, sizeof why, "O_DIRECT: %.0f%% of the file is in the page cache",
-                  out->cached < 0 ? 0 : out->cached * 100);
-  }
+  int direct = choose_direct(opts, writing, bytes, out->cached, why, sizeof why);
   out->direct = direct;
   /* Page-cache reads are copies: a thread a core (up to 16) into host tensors, half the cores
   ** (up to 8) where chunks go on to devices (the scattering thread and the driver's want the
