@@ -2,8 +2,9 @@
 ** route.c -- the one place that decides how a move goes (DESIGN.md, "Transfers"): the first
 ** path that applies, unless the ledger set it aside for this pair or measured a later one
 ** clearly cheaper; for interop, which runtime exports, which imports and which helper devices
-** stand between; for staged, the chunks. transfer.c runs the route, interop.c and staged.c
-** carry out their parts of it, and xfer_transfer_plan puts it into words. Nothing here moves
+** stand between; for staged, the chunks. plan.c puts each contiguous move of a plan on a
+** route made here, transfer.c runs it, interop.c and staged.c carry out their parts of it, and
+** xfer_route_words puts it into words for xfer.plan. Nothing here moves
 ** a byte or takes a device lock: a move locks the devices its route names.
 */
 #include <stdarg.h>

@@ -1,9 +1,9 @@
 /*
-** transfer.c -- moving a tensor to another device: the route (route.c) says how, this file
-** runs it -- the devices it names held, the tensors checked under their locks, the path's
-** calls made, the ledger told -- and a failure leaves the source untouched and nothing
-** allocated. Views are packed or scattered around a move of their elements, dtypes converted
-** on the host around it.
+** transfer.c -- the one runner of a move's plan (plan.h): each step carried out as plan.c
+** decided it -- a view packed or its runs moved at once (a refusal running the fallback), a
+** dtype converted, a contiguous move on its route with the devices it names held, the tensors
+** checked under their locks, the path's calls made, the ledger told, a view target scattered
+** -- and a failure leaves the source untouched and nothing allocated. It decides nothing.
 */
 #include <stdarg.h>
 #include <stdio.h>
