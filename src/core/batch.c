@@ -796,10 +796,9 @@ static void group_words(const group *g, xfer_plan *words)
     snprintf(words->reason, sizeof words->reason, "%zu element%s (%zu bytes) from %s to %s one "
              "at a time on the group's route", g->count, g->count == 1 ? "" : "s", g->bytes, from,
              to);
-    xfer_route r = g->route;
     xfer_plan words_of_route;
     memset(&words_of_route, 0, sizeof words_of_route);
-    xfer_route_words(&r, NULL, NULL, &words_of_route);
+    xfer_route_words(&g->route, NULL, NULL, &words_of_route);
     for (int i = 0; i < words_of_route.nsteps; i++)
       xfer_plan_say(words, "each element: %s", words_of_route.steps[i]);
   }

@@ -334,7 +334,6 @@ static void say_reason(xfer_plan *words, const xfer_move_plan *p, const xfer_ten
                                                   p->steps[1].kind == XFER_STEP_CONVERT)) {
     snprintf(words->reason, sizeof words->reason, "a dtype change is made on the host");
   } else if (first->kind == XFER_STEP_PACK) {
-    words->path = first->at == p->to ? XFER_PATH_SAME_DEVICE : XFER_PATH_HOST;
     snprintf(words->reason, sizeof words->reason, "a view of %s: packed on %s first", src->dev->name,
              first->at->name);
   }
