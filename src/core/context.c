@@ -26,6 +26,21 @@ static const struct {
 #undef XFER_RUNTIME_ROW
 };
 
+/* "no NAME device found", before what the backend said of each device it left out (a
+** context it could not create, say), which a user needs to see more than the sentence. */
+static void say_none_found(xfer_runtime *rt)
+{
+  char prefix[64];
+  int n = snprintf(prefix, sizeof prefix, "no %s device found%s", rt->name,
+                   rt->reason[0] ? ": " : "");
+  size_t len = n > 0 && (size_t)n < sizeof prefix ? (size_t)n : 0;
+  size_t kept = strlen(rt->reason);
+  if (kept > sizeof rt->reason - 1 - len) kept = sizeof rt->reason - 1 - len;
+  memmove(rt->reason + len, rt->reason, kept);
+  memcpy(rt->reason, prefix, len);
+  rt->reason[len + kept] = '\0';
+}
+
 static void open_runtime(xfer_ctx *ctx, size_t i)
 {
   xfer_runtime *rt = &ctx->runtimes[i];
@@ -61,7 +76,7 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
   /* a transport's devices (the remote runtime's) come later, with xfer_connect: it works
   ** with none yet */
   rt->available = rt->ndevices > 0 || xfer_rt_devices_later(rt);
-  if (!rt->available) snprintf(rt->reason, sizeof rt->reason, "no %s device found", rt->name);
+  if (!rt->available) say_none_found(rt);
   else if (!rt->ndevices)
     snprintf(rt->reason, sizeof rt->reason, "no peer connected (xfer.connect, xferlua --serve)");
 }

@@ -5,6 +5,7 @@
 ** contiguous move's route (route.c). transfer.c runs the plan; xfer_transfer_plan says it.
 */
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "plan.h"
@@ -24,10 +25,22 @@ static operand of_tensor(xfer_tensor *t, int slot)
   return (operand){t->dev, t->nbytes, t->contiguous, t, slot};
 }
 
+/* An empty plan: its counts and ends; its steps are written as they are added. */
+static void plan_begin(xfer_move_plan *p)
+{
+  p->nsteps = p->nfallback = p->framed = 0;
+  p->from = p->to = NULL;
+  p->nbytes = 0;
+}
+
 static xfer_step *add(xfer_step *steps, int *n, xfer_step_kind kind, int in, int out)
 {
   xfer_step *s = &steps[(*n)++];
-  memset(s, 0, sizeof *s);
+  /* not the error and the words after it (1.3 KB of the step's 1.5): written where a route
+  ** is made, read only when it failed. Zeroing the whole plan per move was 3x the
+  ** instructions of a 4 KiB host copy (callgrind, 2026-12-03). */
+  memset(s, 0, offsetof(xfer_step, planning));
+  s->aside[0] = '\0';
   s->kind = kind;
   s->in = in;
   s->out = out;
@@ -150,7 +163,7 @@ static void plan_view_to(xfer_move_plan *p, xfer_tensor *src, xfer_device *dst_d
 xfer_code xfer_plan_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
                        xfer_move_plan *p, xfer_error *err)
 {
-  memset(p, 0, sizeof *p);
+  plan_begin(p);
   if (!src) return xfer_tensor_check(src, "plan", err); /* before src->dev is touched */
   p->from = src->dev, p->to = dst_dev, p->nbytes = src->nbytes;
   if (opts && opts->convert && opts->dtype != src->dtype) {
@@ -243,7 +256,7 @@ static void plan_views(xfer_move_plan *p, xfer_tensor *dst, const operand *from,
 xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
                          xfer_move_plan *p, xfer_error *err)
 {
-  memset(p, 0, sizeof *p);
+  plan_begin(p);
   if (!src || !dst) return xfer_tensor_check(NULL, "copy", err); /* before either is touched */
   p->from = src->dev, p->to = dst->dev, p->nbytes = src->nbytes;
   if (src->dtype != dst->dtype) { /* converted on the host, then copied */
@@ -343,6 +356,7 @@ xfer_code xfer_plan_words(const xfer_move_plan *p, const xfer_tensor *src, xfer_
                           xfer_error *err)
 {
   memset(words, 0, sizeof *words);
+  if (!p->nsteps) return XFER_E_OK; /* a made plan has a step: an unmade one says nothing */
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].kind == XFER_STEP_MOVE && p->steps[i].planned) {
       if (err) *err = p->steps[i].planning;

@@ -42,7 +42,8 @@ typedef struct xfer_step {
   xfer_route route;        /* MOVE, AT_ONCE: from, to, path, helpers (the ledger's key) */
   xfer_code planned;       /* MOVE: a route that could not be made, said when the move runs
                            ** (after its tensors are checked: a freed tensor is said first) */
-  xfer_error planning;
+  /* the last two, left unzeroed when a step is added: read only where a route was made */
+  xfer_error planning;     /* MOVE: why its route could not be made (planned) */
   char aside[256];         /* MOVE: why a path that applies was passed over, in words */
 } xfer_step;
 
