@@ -459,7 +459,7 @@ static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   if (gr->many) {
     gr->staged.packer = gr->through;
     gr->staged.scatterer = gr->many;
-    rc = xfer_through_make(&gr->staged, ends, gr->count, err);
+    rc = xfer_through_make(&gr->staged, ends, gr->count, xfer_route_through_chunk(), err);
   }
   free(ends);
   return rc;

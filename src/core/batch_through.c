@@ -1,6 +1,6 @@
 /*
 ** batch_through.c -- a batch group between two devices that share no memory, through host
-** memory: its pieces cut into chunks of at most THROUGH_CHUNK packed bytes, a helper thread
+** memory: its pieces cut into chunks of at most t->chunk packed bytes (route.c's staging policy), a helper thread
 ** packing chunk k+1 into one host chunk (one submission of the source's runtime) while the
 ** calling thread scatters chunk k out of the other (one submission of the target's) -- the
 ** staged path's pipeline, for many pieces at once. Two chunks of the host pool, whatever the
@@ -10,11 +10,6 @@
 #include <string.h>
 
 #include "batch_through.h"
-
-/* A chunk's packed bytes: large enough that a submission's fixed cost (a kernel launch, a
-** command buffer, a request) is small beside it, small enough that a 64 MiB batch (4096 KV
-** blocks of 16 KiB) is four chunks, overlapped. */
-#define THROUGH_CHUNK ((size_t)16 << 20)
 
 /* Adds part [off, off+len) of one element's ends as chunk `c`'s next pieces. */
 static void add_part(xfer_through *t, const xfer_piece_end *dst, const xfer_piece_end *src,
@@ -28,16 +23,19 @@ static void add_part(xfer_through *t, const xfer_piece_end *dst, const xfer_piec
   t->scattering[k] = (xfer_piece){d, packed, len};
 }
 
-xfer_code xfer_through_make(xfer_through *t, const xfer_piece *ends, size_t n, xfer_error *err)
+xfer_code xfer_through_make(xfer_through *t, const xfer_piece *ends, size_t n, size_t chunk_bytes,
+                            xfer_error *err)
 {
+  const size_t cut = chunk_bytes ? chunk_bytes : 1; /* a chunk's packed bytes */
+  t->chunk = cut;
   size_t parts = 0, bytes = 0;
   for (size_t i = 0; i < n; i++) {
     /* the chunks a piece spans, from where the bytes before it end */
-    size_t start = bytes % THROUGH_CHUNK, len = ends[i].n;
-    parts += len ? (start + len + THROUGH_CHUNK - 1) / THROUGH_CHUNK : 0;
+    size_t start = bytes % cut, len = ends[i].n;
+    parts += len ? (start + len + cut - 1) / cut : 0;
     bytes += len;
   }
-  t->nchunks = (bytes + THROUGH_CHUNK - 1) / THROUGH_CHUNK;
+  t->nchunks = (bytes + cut - 1) / cut;
   t->packing = malloc((parts ? parts : 1) * sizeof *t->packing);
   t->scattering = malloc((parts ? parts : 1) * sizeof *t->scattering);
   t->first = malloc((t->nchunks + 1) * sizeof *t->first);
@@ -48,12 +46,12 @@ xfer_code xfer_through_make(xfer_through *t, const xfer_piece *ends, size_t n, x
   t->first[0] = 0;
   for (size_t i = 0; i < n; i++)
     for (size_t off = 0; off < ends[i].n;) {
-      size_t room = THROUGH_CHUNK - at % THROUGH_CHUNK;
+      size_t room = cut - at % cut;
       size_t len = ends[i].n - off < room ? ends[i].n - off : room;
-      add_part(t, &ends[i].dst, &ends[i].src, off, len, at % THROUGH_CHUNK);
+      add_part(t, &ends[i].dst, &ends[i].src, off, len, at % cut);
       off += len;
       at += len;
-      if (at % THROUGH_CHUNK == 0 && at < bytes) t->first[++chunk] = t->npieces;
+      if (at % cut == 0 && at < bytes) t->first[++chunk] = t->npieces;
     }
   t->first[t->nchunks] = t->npieces;
   return XFER_E_OK;
@@ -179,7 +177,7 @@ xfer_code xfer_through_run(xfer_through *t, xfer_ctx *ctx, xfer_error *err)
 {
   if (!t->nchunks) return XFER_E_OK;
   xfer_device *host = xfer_host_of(ctx);
-  size_t chunk = t->bytes < THROUGH_CHUNK ? t->bytes : THROUGH_CHUNK;
+  size_t chunk = t->bytes < t->chunk ? t->bytes : t->chunk;
   int slots = t->nchunks > 1 ? 2 : 1;
   xfer_block *block[2] = {NULL, NULL};
   run_state r;

@@ -233,6 +233,28 @@ static const char *inapplicable(xfer_path path, xfer_route *r, const xfer_tensor
   }
 }
 
+/* -- The staging policy: how every move's bytes are cut, here alone -------------------------
+** A staged move: in chunks of xfer.config's staging_chunk, staging_depth of them in a ring (a
+** setting: the best chunk depends on the pair's links). A batch group through host memory: in
+** THROUGH_CHUNK packed bytes (batch_through.c runs it), large enough that a submission's fixed
+** cost (a kernel launch, a command buffer) is small beside it, small enough that a 64 MiB batch
+** (4096 KV blocks of 16 KiB) is four chunks, overlapped. A single-call path told of its
+** progress (a device's own copy, a peer copy, interop's one copy, the host round-trip) goes in
+** steps, telling each, where it would otherwise say nothing between the start and the end:
+** TOLD_STEP_HOST over a host link (16 MiB: 0.3 ms at 50 GB/s, so a step's synchronous calls,
+** ~10 us, cost ~3%, and a move of tens of MiB is told on its way; with 64 MiB steps a 40 MiB
+** move said only its start and end), TOLD_STEP_DEVICE within a GPU (2 TB/s: 0.13 ms a step).
+** Without a callback they stay one call. The file layer cuts its reads itself (file_route.c:
+** its chunk is the disk's, not a link's). */
+#define THROUGH_CHUNK ((size_t)16 << 20)
+#define TOLD_STEP_HOST ((size_t)16 << 20)
+#define TOLD_STEP_DEVICE ((size_t)256 << 20)
+
+size_t xfer_route_through_chunk(void)
+{
+  return THROUGH_CHUNK;
+}
+
 /* The chunks a staged move of n bytes takes: how many (at most the depth), and their size (at
 ** most the setting, no more than the move needs). */
 static void staging_plan(const xfer_ctx *ctx, xfer_route *r)
@@ -251,6 +273,11 @@ static void settle_on(xfer_route *r, xfer_path path)
   if (path == XFER_PATH_INTEROP) share_for(r->from, r->to, r);
   else r->share = XFER_SHARE_NONE, r->nhelpers = 0, r->helpers[0] = r->helpers[1] = NULL;
   if (path == XFER_PATH_STAGED) staging_plan(r->from->ctx, r);
+  r->told_step = path == XFER_PATH_HOST ? TOLD_STEP_HOST
+                 : path == XFER_PATH_SAME_DEVICE || path == XFER_PATH_SAME_RUNTIME ||
+                         path == XFER_PATH_INTEROP
+                   ? TOLD_STEP_DEVICE
+                   : 0;
 }
 
 xfer_code xfer_route_make(const xfer_tensor *src, xfer_device *dst_dev, const xfer_tensor *dst_t,

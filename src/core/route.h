@@ -30,7 +30,13 @@ typedef struct xfer_route {
   int nhelpers;
   size_t chunk;            /* staged: the chunk size and how many chunks in the ring */
   int depth;
+  size_t told_step;        /* a single-call path told of its progress: the bytes of each step
+                           ** (0: one call whatever is told; staged: its chunks tell) */
 } xfer_route;
+
+/* The packed bytes of each chunk a batch group moving through host memory stages (the staging
+** policy's: route.c cuts every move's bytes). */
+size_t xfer_route_through_chunk(void);
 
 /* The route moving src's bytes to dst_dev (dst_t: the target tensor when there is one, whose
 ** memory may rule interop out). The tensors are not checked (a move checks them under its

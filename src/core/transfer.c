@@ -40,15 +40,12 @@ static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
 
 /* -- Moves told in steps ------------------------------------------------------------------- */
 
-/* A move with a progress callback goes in steps of this many bytes, telling each: the
-** single-call paths (a device's own copy, a peer copy, interop's one copy, the host
-** round-trip) would otherwise say nothing between the start and the end. Without a callback
-** they stay one call. 16 MiB: 0.3 ms of a host link at 50 GB/s, so a step's synchronous calls
-** (~10 us) cost ~3% there, and a move of tens of MiB is told on its way too (with 64 MiB steps a
-** 40 MiB move said only its start and its end); device-local copies (2 TB/s: 0.13 ms a step)
-** in 256 MiB steps. */
-#define PROGRESS_STEP ((size_t)16 << 20)
-#define PROGRESS_STEP_DEVICE ((size_t)256 << 20)
+/* A move with a progress callback goes in the route's told steps, telling each (their size
+** is the staging policy's, route.c); without one, in one call. */
+static size_t step_of(const xfer_route *route, size_t n)
+{
+  return xfer_progress_wanted() && route->told_step && n > route->told_step ? route->told_step : n;
+}
 
 /* The host round-trip of n bytes from byte `at` of both tensors, through `bytes` (a host
 ** buffer of n bytes at least) unless one end is host memory already: then one copy. */
@@ -63,11 +60,12 @@ static xfer_code host_roundtrip_range(xfer_tensor *src, xfer_tensor *dst, size_t
   return rc ? rc : xfer_be_write(dst->dev, dst->buf, dst->offset + at, bytes, n, err);
 }
 
-static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+static xfer_code run_host_roundtrip(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                                    xfer_error *err)
 {
   size_t n = src->nbytes;
   /* a move told in steps stages a step at a time (and so needs a step's host memory) */
-  size_t step = xfer_progress_wanted() && n > PROGRESS_STEP ? PROGRESS_STEP : n;
+  size_t step = step_of(route, n);
   int one_copy = xfer_be_host_address(dst->dev, dst->buf, dst->offset) ||
                  xfer_be_host_address(src->dev, src->buf, src->offset);
   xfer_block *staging = NULL; /* from the host pool: pinned and imported once, then reused */
@@ -87,7 +85,7 @@ static xfer_code run_host_roundtrip(xfer_tensor *src, xfer_tensor *dst, xfer_err
 static xfer_code run_in_steps(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
 {
   size_t n = src->nbytes;
-  size_t step = xfer_progress_wanted() && n > PROGRESS_STEP_DEVICE ? PROGRESS_STEP_DEVICE : n;
+  size_t step = step_of(route, n);
   xfer_code rc = XFER_E_OK;
   for (size_t at = 0; !rc && at < n; at += step) {
     size_t len = n - at < step ? n - at : step;
@@ -145,7 +143,7 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     rc = xfer_staged_run(route, src, dst, err);
     break;
   default:
-    rc = run_host_roundtrip(src, dst, err);
+    rc = run_host_roundtrip(route, src, dst, err);
     break;
   }
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
