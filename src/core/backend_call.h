@@ -45,6 +45,13 @@ static inline xfer_code xfer_rt_check_config(const xfer_runtime *rt, const xfer_
   return r && r->check_config ? r->check_config(config, err) : XFER_E_OK;
 }
 
+/* The defaults of the settings the runtime owns, written into config (none: left as they are). */
+static inline void xfer_rt_config_defaults(const xfer_runtime *rt, xfer_config *config)
+{
+  const xfer_runtime_ops *r = rt->backend ? rt->backend->runtime : NULL;
+  if (r && r->config_defaults) r->config_defaults(config);
+}
+
 /* A transport's runtime (the remote one): its devices come with a connection, not at open. */
 static inline int xfer_rt_devices_later(const xfer_runtime *rt)
 {

@@ -1,16 +1,16 @@
 /*
 ** context.c -- the context: which runtimes this build has and which opened, finding a
 ** device by name, closing one, and the context's lifetime (reference counted, so tensors
-** outlive a closed binding). Layer 7 of docs/architecture.md: the one core file that names
+** outlive a closed binding). open.c opens a context with these. Layer 7 of docs/architecture.md: the one core file that names
 ** the backends' tables; it calls the layers below it, never a tensor or a move.
 */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "backend_call.h"
+#include "context.h"
 #include "ledger.h"
 
 /* The runtimes in the order xfer.runtimes() lists them (runtimes.h). A NULL backend is a
@@ -44,9 +44,6 @@ static void say_none_found(xfer_runtime *rt)
 static void open_runtime(xfer_ctx *ctx, size_t i)
 {
   xfer_runtime *rt = &ctx->runtimes[i];
-  rt->name = runtime_table[i].name;
-  rt->backend = runtime_table[i].backend;
-  rt->ctx = ctx;
   rt->first_device = ctx->ndevices;
   if (!rt->backend) {
     snprintf(rt->reason, sizeof rt->reason, "%s", runtime_table[i].missing);
@@ -81,52 +78,29 @@ static void open_runtime(xfer_ctx *ctx, size_t i)
     snprintf(rt->reason, sizeof rt->reason, "no peer connected (xfer.connect, xferlua --serve)");
 }
 
-xfer_code xfer_ctx_open(xfer_ctx **out, xfer_error *err)
+xfer_ctx *xfer_ctx_new(void)
 {
-  *out = NULL;
-  xfer_code bad = xfer_env_flags_check(err);
-  if (bad) return bad;
   xfer_ctx *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_OPEN);
+  if (!ctx) return NULL;
   ctx->refs = 1;
   pthread_mutex_init(&ctx->lock, NULL);
   pthread_cond_init(&ctx->idle, NULL);
-  xfer_mem_config_init(ctx);
   ctx->trace = xfer_env_flag("XFER_TRACE");
+  for (size_t i = 0; i < XFER_RUNTIMES; i++) { /* named, not opened: their settings are asked */
+    ctx->runtimes[i].name = runtime_table[i].name;
+    ctx->runtimes[i].backend = runtime_table[i].backend;
+    ctx->runtimes[i].ctx = ctx;
+  }
+  return ctx;
+}
+
+void xfer_ctx_open_runtimes(xfer_ctx *ctx)
+{
   for (size_t i = 0; i < XFER_RUNTIMES; i++) {
     ctx->nruntimes++;
     open_runtime(ctx, i);
   }
   xfer_mem_link_backing(ctx);
-  const char *at = getenv("XFER_FAIL_AT");
-  if (at && *at) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long k = strtoull(at, &end, 10);
-    if (*end || errno == ERANGE || at[0] == '-') {
-      xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN, "XFER_FAIL_AT must be a call number >= 0, not '%.40s'",
-                   at);
-      xfer_ctx_release(ctx);
-      return XFER_E_INVALID;
-    }
-    xfer_fault_fail_at(ctx, k);
-  }
-  const char *spec = getenv("XFER_FAULTS");
-  if (spec) {
-    xfer_code rc = xfer_fault_parse(ctx, spec, err);
-    if (rc) {
-      char why[sizeof err->message];
-      snprintf(why, sizeof why, "%s", err->message);
-      xfer_err_op(err, rc, XFER_OP_OPEN, "XFER_FAULTS: %s", why);
-      xfer_ctx_release(ctx);
-      return rc;
-    }
-  }
-  /* the measured figures of earlier calibrations: a cache that cannot be read is no reason to
-  ** refuse to open (the planner chooses as without it; xfer.costs_load says why) */
-  xfer_costs_load(ctx, NULL, NULL, NULL);
-  *out = ctx;
-  return XFER_E_OK;
 }
 
 xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx)

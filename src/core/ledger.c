@@ -631,3 +631,17 @@ void xfer_ledger_fini(xfer_ctx *ctx)
   ctx->ledger = NULL;
   ctx->nledger = ctx->ledger_cap = 0;
 }
+
+void xfer_ledger_config_defaults(xfer_config *config)
+{
+  config->setaside_after = 3;
+}
+
+xfer_code xfer_ledger_config_check(const xfer_config *config, xfer_error *err)
+{
+  if (config->setaside_after < 0 || config->setaside_after > 1000000)
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "setaside_after must be 0 (never) to 1000000, not %d",
+                        config->setaside_after);
+  return XFER_E_OK;
+}

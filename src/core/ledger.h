@@ -32,4 +32,8 @@ int xfer_costs_file(char *out, size_t cap);
 /* At close: everything the ledger holds. */
 void xfer_ledger_fini(xfer_ctx *ctx);
 
+/* The ledger's setting (setaside_after): its default and its range (open.c keeps it). */
+void xfer_ledger_config_defaults(xfer_config *config);
+xfer_code xfer_ledger_config_check(const xfer_config *config, xfer_error *err);
+
 #endif

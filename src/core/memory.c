@@ -736,66 +736,24 @@ void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out)
   out->objects = __atomic_load_n(&dev->objects, __ATOMIC_RELAXED);
 }
 
-/* -- Settings ------------------------------------------------------------------------------- */
+/* -- Its settings (open.c keeps them; these are memory's own) ------------------------------ */
 
-void xfer_mem_config_init(xfer_ctx *ctx)
+void xfer_mem_config_defaults(xfer_config *config)
 {
-  ctx->config.staging_chunk = (size_t)4 << 20;
-  ctx->config.staging_depth = 3;
-  ctx->config.cache = xfer_env_flag("XFER_CACHE");
-  ctx->config.cache_limit = 0;
-  ctx->config.setaside_after = 3;
-  ctx->config.remote_timeout = 10.0;
-  /* H200, 256 MiB host -> each remote device and back, tcp and shm, in turns: four 4 MiB
-  ** requests in flight were as fast as two of 16 MiB to the remote host and 5-20% faster to
-  ** its devices (the server's device writes pipelined finer); on a 2-core VM 10-15% faster */
-  ctx->config.remote_depth = 4;
-  ctx->config.remote_chunk = (size_t)4 << 20;
-  ctx->config.remote_device_chunk = (size_t)64 << 20;
+  config->cache = xfer_env_flag("XFER_CACHE");
+  config->cache_limit = 0;
 }
 
-void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
+xfer_code xfer_mem_config_check(const xfer_config *config, xfer_error *err)
 {
-  out->staging_chunk = __atomic_load_n(&ctx->config.staging_chunk, __ATOMIC_RELAXED);
-  out->staging_depth = __atomic_load_n(&ctx->config.staging_depth, __ATOMIC_RELAXED);
-  out->cache = caching(ctx);
-  out->cache_limit = cache_limit(ctx);
-  out->setaside_after = __atomic_load_n(&ctx->config.setaside_after, __ATOMIC_RELAXED);
-  out->remote_timeout = ctx->config.remote_timeout;
-  out->remote_chunk = __atomic_load_n(&ctx->config.remote_chunk, __ATOMIC_RELAXED);
-  out->remote_depth = __atomic_load_n(&ctx->config.remote_depth, __ATOMIC_RELAXED);
-  out->remote_device_chunk = __atomic_load_n(&ctx->config.remote_device_chunk, __ATOMIC_RELAXED);
-}
-
-xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
-{
-  if (config->staging_chunk < 4096 || config->staging_chunk > ((size_t)1 << 30))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "staging_chunk must be 4096 to 1073741824 bytes, not %zu",
-                        config->staging_chunk);
-  if (config->staging_depth < 2 || config->staging_depth > 16)
-    return xfer_err_set(err, XFER_E_INVALID, "config", "staging_depth must be 2 to 16, not %d",
-                        config->staging_depth);
   if (config->cache != 0 && config->cache != 1)
     return xfer_err_set(err, XFER_E_INVALID, "config", "cache must be 0 or 1, not %d",
                         config->cache);
-  if (config->setaside_after < 0 || config->setaside_after > 1000000)
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "setaside_after must be 0 (never) to 1000000, not %d",
-                        config->setaside_after);
-  for (size_t r = 0; r < XFER_RUNTIMES; r++) {
-    xfer_code refused = xfer_rt_check_config(&ctx->runtimes[r], config, err);
-    if (refused) return refused;
-  }
-  __atomic_store_n(&ctx->config.remote_chunk, config->remote_chunk, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->config.remote_depth, config->remote_depth, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->config.remote_device_chunk, config->remote_device_chunk, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->config.setaside_after, config->setaside_after, __ATOMIC_RELAXED);
-  ctx->config.remote_timeout = config->remote_timeout; /* read when a peer connects */
-  __atomic_store_n(&ctx->config.staging_chunk, config->staging_chunk, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->config.staging_depth, config->staging_depth, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->config.cache, config->cache, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->config.cache_limit, config->cache_limit, __ATOMIC_RELAXED);
+  return XFER_E_OK;
+}
+
+void xfer_mem_config_applied(xfer_ctx *ctx, const xfer_config *config)
+{
   /* what the new settings no longer allow goes back now */
   for (size_t d = 0; d < ctx->ndevices; d++) {
     xfer_allocator *a = ctx->devices[d]->alloc;
@@ -806,7 +764,6 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
       release_cached(a, config->cache_limit);
     pthread_mutex_unlock(&a->lock);
   }
-  return XFER_E_OK;
 }
 
 /* -- The host application's collector ---------------------------------------------------- */

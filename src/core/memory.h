@@ -29,8 +29,11 @@ void xfer_mem_device_fini(xfer_device *dev);
 void xfer_mem_link_backing(xfer_ctx *ctx);
 /* At close, before the runtimes: every cached segment back to its driver. */
 void xfer_mem_release_all(xfer_ctx *ctx);
-/* Reads XFER_CACHE; the defaults. */
-void xfer_mem_config_init(xfer_ctx *ctx);
+/* Memory's settings (cache, cache_limit): their defaults (XFER_CACHE read), their check, and
+** what a change gives back at once (open.c keeps every setting and asks). */
+void xfer_mem_config_defaults(xfer_config *config);
+xfer_code xfer_mem_config_check(const xfer_config *config, xfer_error *err);
+void xfer_mem_config_applied(xfer_ctx *ctx, const xfer_config *config);
 /* Tensor bytes made and dropped, for the GC pressure count. */
 void xfer_mem_tensor_made(xfer_ctx *ctx, size_t nbytes);
 void xfer_mem_tensor_dropped(xfer_ctx *ctx, size_t nbytes);

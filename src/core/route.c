@@ -255,15 +255,34 @@ size_t xfer_route_through_chunk(void)
   return THROUGH_CHUNK;
 }
 
+void xfer_route_config_defaults(xfer_config *config)
+{
+  config->staging_chunk = (size_t)4 << 20;
+  config->staging_depth = 3;
+}
+
+xfer_code xfer_route_config_check(const xfer_config *config, xfer_error *err)
+{
+  if (config->staging_chunk < 4096 || config->staging_chunk > ((size_t)1 << 30))
+    return xfer_err_set(err, XFER_E_INVALID, "config",
+                        "staging_chunk must be 4096 to 1073741824 bytes, not %zu",
+                        config->staging_chunk);
+  if (config->staging_depth < 2 || config->staging_depth > 16)
+    return xfer_err_set(err, XFER_E_INVALID, "config", "staging_depth must be 2 to 16, not %d",
+                        config->staging_depth);
+  return XFER_E_OK;
+}
+
 /* The chunks a staged move of n bytes takes: how many (at most the depth), and their size (at
 ** most the setting, no more than the move needs). */
 static void staging_plan(const xfer_ctx *ctx, xfer_route *r)
 {
-  xfer_config cfg;
-  xfer_config_get(ctx, &cfg);
-  r->chunk = r->nbytes < cfg.staging_chunk ? r->nbytes : cfg.staging_chunk;
+  /* this file's own settings, kept by open.c (xfer_config_set writes them atomically) */
+  size_t setting = __atomic_load_n(&ctx->config.staging_chunk, __ATOMIC_RELAXED);
+  int depth = __atomic_load_n(&ctx->config.staging_depth, __ATOMIC_RELAXED);
+  r->chunk = r->nbytes < setting ? r->nbytes : setting;
   size_t chunks = r->chunk ? (r->nbytes + r->chunk - 1) / r->chunk : 1;
-  r->depth = chunks < (size_t)cfg.staging_depth ? (int)chunks : cfg.staging_depth;
+  r->depth = chunks < (size_t)depth ? (int)chunks : depth;
 }
 
 /* The route on `path`, whose applying was checked: its interop share, its chunks. */

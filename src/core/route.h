@@ -34,6 +34,11 @@ typedef struct xfer_route {
                            ** (0: one call whatever is told; staged: its chunks tell) */
 } xfer_route;
 
+/* The staging policy's settings (staging_chunk, staging_depth): their defaults and ranges
+** (open.c keeps them). */
+void xfer_route_config_defaults(xfer_config *config);
+xfer_code xfer_route_config_check(const xfer_config *config, xfer_error *err);
+
 /* The packed bytes of each chunk a batch group moving through host memory stages (the staging
 ** policy's: route.c cuts every move's bytes). */
 size_t xfer_route_through_chunk(void);

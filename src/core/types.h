@@ -26,8 +26,9 @@ typedef struct xfer_runtime xfer_runtime;
 ** 6: device memory for a transport; 7: split into runtime/memory/copy/share/transport tables,
 ** one host copy with a direction (was read + write, and their _rows and _start twins), ops
 ** as xfer_op; 8: a runtime checks its own settings (runtime->check_config); 9: copy->many
-** (a batch of copies in one submission) */
-#define XFER_BACKEND_VERSION 10
+** (a batch of copies in one submission); 11: a runtime gives its settings' defaults
+** (runtime->config_defaults) */
+#define XFER_BACKEND_VERSION 11
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -43,6 +44,8 @@ typedef struct xfer_runtime_ops {
   void (*close)(xfer_runtime *rt); /* optional: releases devices and driver */
   /* optional: refuses settings of its own (xfer_config) out of range, before any is kept */
   xfer_code (*check_config)(const xfer_config *config, xfer_error *err);
+  /* optional: the defaults of its own settings */
+  void (*config_defaults)(xfer_config *config);
 } xfer_runtime_ops;
 
 /* A device's memory. */
