@@ -135,5 +135,29 @@ describe("plans", function()
       assert.are.equal(it[2]:to(xfer.device("host"), { dtype = it[1].dtype }):tobytes(), it[1]:tobytes(), "element " .. i)
     end
   end)
+
+  it("of a batch group say what runs when its way is refused, element by element last", function()
+    local devs, items = xfer.devices(), {}
+    for _, a in ipairs(devs) do
+      local t = xfer.zeros({ 4096 }, { dtype = "u8", device = a })
+      for _, b in ipairs(devs) do
+        local d = xfer.empty({ 4096 }, { dtype = "u8", device = b })
+        items[#items + 1] = { dst = d, src = t, dst_offset = 0, src_offset = 1024, nbytes = 1024 }
+        items[#items + 1] = { dst = d, src = t, dst_offset = 2048, src_offset = 0, nbytes = 1024 }
+      end
+    end
+    local at_once = 0
+    for _, g in ipairs(xfer.batch(items):plan()) do
+      local whole = g.reason:find("one submission", 1, true) or g.reason:find("through host chunks", 1, true)
+      local last = g.steps[#g.steps]
+      if whole then
+        at_once = at_once + 1
+        assert.are.equal("if refused: element by element on the group's route", last, g.reason)
+      else
+        for _, step in ipairs(g.steps) do assert.is_nil(step:find("if refused", 1, true), g.reason) end
+      end
+    end
+    assert.is_true(at_once > 0, "no group here runs at once (host -> host does)")
+  end)
 end)
 

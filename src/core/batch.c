@@ -18,6 +18,15 @@
 /* The tensors of another runtime whose memory one group reaches through imports. */
 #define VIEWS_MAX 8
 
+/* One way a group may run, all of it at once: `many` takes its pieces in one submission (over
+** imports of the other runtime's memory: imports), or `through` packs it into host chunks that
+** `many` scatters; `many` NULL: element by element on the group's route. */
+typedef struct group_way {
+  xfer_device *many, *through;
+  int imports;
+} group_way;
+#define GROUP_WAYS 3
+
 typedef struct group {
   xfer_device *from, *to;
   size_t first, count;          /* the group's elements: order[first .. first+count) */
@@ -27,6 +36,11 @@ typedef struct group {
   xfer_error planning;
   int general;                  /* one element moved as xfer_transfer_copy moves it, by */
   xfer_move_plan *plan;         /* ... its plan, made once at prepare (planned: its error) */
+  group_way ways[GROUP_WAYS];   /* the ways it may run, best first, decided at prepare; the
+                                ** last is element by element. A way whose memory a runner
+                                ** cannot reach, or that a driver refuses, gives way to the
+                                ** next, for good: */
+  int nways, way;               /* ... how many, and the one in use, whose parts follow */
   xfer_device *many;            /* the device that takes the group at once, or NULL */
   xfer_piece *pieces;           /* ... and its pieces, in the group's order */
   xfer_device *through;         /* a group through host memory in two submissions: the device
@@ -484,6 +498,54 @@ static xfer_code views_current(group *gr, xfer_error *err)
   return XFER_E_OK;
 }
 
+/* Adds a way unless it is the last one again (two choices that came to the same runner). */
+static void add_way(group *gr, xfer_device *many, xfer_device *through, int imports)
+{
+  if (!many) return;
+  const group_way *last = gr->nways ? &gr->ways[gr->nways - 1] : NULL;
+  if (last && last->many == many && last->through == through && last->imports == imports) return;
+  gr->ways[gr->nways++] = (group_way){many, through, imports};
+}
+
+/* The ways a group may run, best first, once: at once by the device many_device names (an
+** importer of the other runtime's memory, or the devices' own runner), then -- after an
+** importer -- by the device's own runtime (memory the importer cannot take: host memory CUDA
+** does not pin); or packed through host chunks by the runners of each end (those of a backing
+** device first, then the ends' own); and always, last, element by element. */
+static void group_ways(group *gr)
+{
+  gr->nways = 0;
+  int imports = 0;
+  xfer_device *many = many_device(gr, &imports);
+  if (many) {
+    add_way(gr, many, NULL, imports);
+    add_way(gr, own_runner(gr), NULL, 0);
+  } else {
+    xfer_device *packer = NULL;
+    xfer_device *scatterer = through_host(gr, &packer, 0);
+    add_way(gr, scatterer, packer, 0);
+    scatterer = through_host(gr, &packer, 1);
+    add_way(gr, scatterer, packer, 0);
+  }
+  gr->ways[gr->nways++] = (group_way){NULL, NULL, 0}; /* element by element */
+}
+
+/* The group's next way whose parts can be made (memory its runner reaches): the runner asks
+** this when a way is refused, and takes what the plan lists -- it chooses nothing itself. */
+static xfer_code next_way(const xfer_batch *b, group *gr, xfer_error *err)
+{
+  xfer_code rc = XFER_E_OK;
+  while (!rc && gr->way + 1 < gr->nways) {
+    const group_way *w = &gr->ways[++gr->way];
+    gr->many = w->many, gr->through = w->through, gr->imports = w->imports;
+    gr->nviews = 0;
+    if (!gr->many) break; /* element by element: nothing to make */
+    rc = gr->through ? staged_pieces(b, gr, err) : group_pieces(b, gr, err);
+    if (!rc && gr->many) break; /* its parts made (else memory it cannot reach: the next) */
+  }
+  return rc;
+}
+
 /* Elements grouped by (from, to, how they move), in the order groups first appear. */
 static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
 {
@@ -527,22 +589,9 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   for (size_t g = 0; !rc && g < b->ngroups; g++) {
     group *gr = &b->groups[g];
     if (gr->general) continue;
-    if ((gr->many = many_device(gr, &gr->imports))) {
-      xfer_device *tried = gr->many;
-      rc = group_pieces(b, gr, err);
-      /* memory the backing device does not hold: the group's own runner, unless that was the
-      ** one tried -- then the group stays one by one (its runner set again without pieces was
-      ** handed a NULL list: UBSan, an empty tensor in a batch) */
-      xfer_device *own = !rc && !gr->many && !gr->imports ? own_runner(gr) : NULL;
-      if (own && own != tried) {
-        gr->many = own;
-        rc = group_pieces(b, gr, err);
-      }
-    } else if ((gr->many = through_host(gr, &gr->through, 0))) {
-      rc = staged_pieces(b, gr, err);
-      if (!rc && !gr->many && (gr->many = through_host(gr, &gr->through, 1)))
-        rc = staged_pieces(b, gr, err);
-    }
+    group_ways(gr);
+    gr->way = -1;
+    rc = next_way(b, gr, err);
   }
   return rc;
 }
@@ -623,17 +672,13 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     else
       rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
                                                    : xfer_be_many(g->many, g->pieces, g->count, err);
-    if (rc == XFER_E_UNSUPPORTED && g->imports && (g->many = own_runner(g))) {
-      /* the importer could not take these pieces (host memory CUDA does not pin): the device's
-      ** own runtime, from now on */
-      g->imports = 0;
-      g->nviews = 0;
-      if (!group_pieces(b, g, err) && g->many) rc = xfer_be_many(g->many, g->pieces, g->count, err);
-    }
-    if (rc == XFER_E_UNSUPPORTED) {
-      g->many = g->through = NULL; /* not for these runtimes after all: one by one, now and on
-                                   ** every run */
-      rc = XFER_E_OK;
+    /* refused (an importer that cannot take these pieces, runtimes that will not take them
+    ** after all): the plan's next way, for this run and every later one */
+    while (rc == XFER_E_UNSUPPORTED && !(rc = next_way(b, g, err)) && g->many)
+      rc = g->through ? xfer_through_run(&g->staged, b->ctx, err)
+                      : xfer_be_many(g->many, g->pieces, g->count, err);
+    if (!rc && !g->many) {
+      rc = XFER_E_OK; /* element by element, below */
     } else {
       if (rc) xfer_err_frame(err, g->from, g->to, g->bytes);
       xfer_ledger_record(b->ctx, g->from, g->to, g->route.path, g->bytes, xfer_now() - start, rc, err);
@@ -801,6 +846,17 @@ static void group_words(const group *g, xfer_plan *words)
     xfer_route_words(&g->route, NULL, NULL, &words_of_route);
     for (int i = 0; i < words_of_route.nsteps; i++)
       xfer_plan_say(words, "each element: %s", words_of_route.steps[i]);
+  }
+  for (int w = g->way + 1; g->many && w < g->nways; w++) { /* what the runner tries next */
+    const group_way *next = &g->ways[w];
+    if (!next->many)
+      xfer_plan_say(words, "if refused: element by element on the group's route");
+    else if (next->through)
+      xfer_plan_say(words, "if refused: through host chunks, packed by %s, scattered by %s",
+                    next->through->name, next->many->name);
+    else
+      xfer_plan_say(words, "if refused: one batch by %s%s", next->many->name,
+                    next->imports ? " over imports" : "");
   }
   words->nmoves = 1;
   snprintf(words->moves[0].from, sizeof words->moves[0].from, "%s", from);
