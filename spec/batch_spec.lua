@@ -129,14 +129,17 @@ describe("batches", function()
       local dst = xfer.zeros({ 2048 }, { dtype = "u8", device = dev })
       local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 1 }, dst_blocks = { 7, 6 }, block_bytes = 256 })
       local job = b:run_async()
-      -- refused while the job runs (another batch of 4096 elements keeps a job busy long
-      -- enough to see it every time; this one may be through already: then the run is allowed)
-      local long_src = xfer.zeros({ 4096 * 4096 }, { dtype = "u8" })
-      local long_dst = xfer.zeros({ 4096 * 4096 }, { dtype = "u8", device = dev })
-      local long = xfer.batch({ dst = long_dst, src = long_src, src_blocks = { first = 0, count = 4096 },
-                                dst_blocks = { first = 0, count = 4096 }, block_bytes = 4096 })
-      -- (a thread descheduled for a millisecond sees the job through: tries enough for a
-      -- loaded two-core machine -- five were not, once, in a fresh-clone CI)
+      -- refused while the job runs (another batch, of 8192 elements and 128 MiB, keeps a job
+      -- busy long enough to see it every time; this one may be through already: then the run
+      -- is allowed)
+      local long_src = xfer.zeros({ 8192 * 16384 }, { dtype = "u8" })
+      local long_dst = xfer.zeros({ 8192 * 16384 }, { dtype = "u8", device = dev })
+      local long = xfer.batch({ dst = long_dst, src = long_src, src_blocks = { first = 0, count = 8192 },
+                                dst_blocks = { first = 0, count = 8192 }, block_bytes = 16384 })
+      -- (a thread descheduled for a millisecond sees the job through: the woken job thread
+      -- takes the caller's core on a loaded two-core machine, and 20 tries of a 16 MiB batch
+      -- all lost so in a fresh-clone CI with caching off on 2026-12-03; five tries of it lost
+      -- once before)
       local refused
       for _ = 1, 20 do
         local long_job = long:run_async()
