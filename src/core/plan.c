@@ -5,7 +5,6 @@
 ** contiguous move's route (route.c). transfer.c runs the plan; xfer_transfer_plan says it.
 */
 #include <stdio.h>
-#include <stddef.h>
 #include <string.h>
 
 #include "plan.h"
@@ -28,19 +27,19 @@ static operand of_tensor(xfer_tensor *t, int slot)
 /* An empty plan: its counts and ends; its steps are written as they are added. */
 static void plan_begin(xfer_move_plan *p)
 {
-  p->nsteps = p->nfallback = p->framed = 0;
+  p->primary.n = p->fallback.n = p->framed = 0;
+  p->primary.aside[0] = p->fallback.aside[0] = '\0';
   p->from = p->to = NULL;
   p->nbytes = 0;
 }
 
-static xfer_step *add(xfer_step *steps, int *n, xfer_step_kind kind, int in, int out)
+static xfer_step *add(xfer_steps *q, xfer_step_kind kind, int in, int out)
 {
-  xfer_step *s = &steps[(*n)++];
-  /* not the error and the words after it (1.3 KB of the step's 1.5): written where a route
-  ** is made, read only when it failed. Zeroing the whole plan per move was 3x the
-  ** instructions of a 4 KiB host copy (callgrind, 2026-12-03). */
-  memset(s, 0, offsetof(xfer_step, planning));
-  s->aside[0] = '\0';
+  xfer_step *s = &q->step[q->n++];
+  /* the step alone, not the sequence's error and words (written where a route is made, read
+  ** only when it failed): zeroing the whole plan per move was 3x the instructions of a 4 KiB
+  ** host copy (callgrind, 2026-12-03) */
+  memset(s, 0, sizeof *s);
   s->kind = kind;
   s->in = in;
   s->out = out;
@@ -48,14 +47,14 @@ static xfer_step *add(xfer_step *steps, int *n, xfer_step_kind kind, int in, int
 }
 
 /* A contiguous move of `from` to `to_dev` (into dst_t when the copy's target is the end). */
-static void add_move(xfer_step *steps, int *n, const operand *from, xfer_device *to_dev,
+static void add_move(xfer_steps *q, const operand *from, xfer_device *to_dev,
                      const xfer_tensor *dst_t, int out, const xfer_transfer_opts *opts)
 {
-  xfer_step *s = add(steps, n, XFER_STEP_MOVE, from->slot, out);
+  xfer_step *s = add(q, XFER_STEP_MOVE, from->slot, out);
   s->at = to_dev;
   s->with_opts = opts != NULL;
   s->planned = xfer_route_make_from(from->dev, from->nbytes, from->t, to_dev, dst_t, opts,
-                                    &s->route, s->aside, sizeof s->aside, &s->planning);
+                                    &s->route, q->aside, sizeof q->aside, &q->planning);
 }
 
 /* Where a view goes to `to` cheapest packed: on its own device when it goes to a device and
@@ -112,15 +111,15 @@ static xfer_code check_convert_path(const xfer_transfer_opts *opts, const char *
 
 /* src's elements converted on the host into a new host tensor (slot B): src packed to the host
 ** first unless it lies there contiguous. */
-static operand add_convert(xfer_step *steps, int *n, xfer_tensor *src, xfer_dtype dtype)
+static operand add_convert(xfer_steps *q, xfer_tensor *src, xfer_dtype dtype)
 {
   xfer_device *host = xfer_host_of(src->dev->ctx);
   int in = XFER_SLOT_SRC;
   if (!xfer_is_host(src->dev) || !src->contiguous) {
-    add(steps, n, XFER_STEP_PACK, XFER_SLOT_SRC, XFER_SLOT_A)->at = host;
+    add(q, XFER_STEP_PACK, XFER_SLOT_SRC, XFER_SLOT_A)->at = host;
     in = XFER_SLOT_A;
   }
-  xfer_step *s = add(steps, n, XFER_STEP_CONVERT, in, XFER_SLOT_B);
+  xfer_step *s = add(q, XFER_STEP_CONVERT, in, XFER_SLOT_B);
   s->at = host;
   s->dtype = dtype;
   return (operand){host, src->numel * xfer_dtype_size(dtype), 1, NULL, XFER_SLOT_B};
@@ -130,15 +129,15 @@ static operand add_convert(xfer_step *steps, int *n, xfer_tensor *src, xfer_dtyp
 
 /* A view to dst_dev packed (slot A, or the result itself when packed where it goes), then
 ** moved. */
-static void pack_then_move(xfer_step *steps, int *n, xfer_tensor *src, xfer_device *dst_dev,
+static void pack_then_move(xfer_steps *q, xfer_tensor *src, xfer_device *dst_dev,
                            const xfer_transfer_opts *opts)
 {
   xfer_device *site = pack_site(src, dst_dev);
   int done = site == dst_dev && (!opts || opts->via == XFER_PATH_AUTO);
-  add(steps, n, XFER_STEP_PACK, XFER_SLOT_SRC, done ? XFER_SLOT_DST : XFER_SLOT_A)->at = site;
+  add(q, XFER_STEP_PACK, XFER_SLOT_SRC, done ? XFER_SLOT_DST : XFER_SLOT_A)->at = site;
   if (done) return;
   operand packed = {site, src->nbytes, 1, NULL, XFER_SLOT_A};
-  add_move(steps, n, &packed, dst_dev, NULL, XFER_SLOT_DST, opts);
+  add_move(q, &packed, dst_dev, NULL, XFER_SLOT_DST, opts);
 }
 
 static void plan_view_to(xfer_move_plan *p, xfer_tensor *src, xfer_device *dst_dev,
@@ -151,13 +150,13 @@ static void plan_view_to(xfer_move_plan *p, xfer_tensor *src, xfer_device *dst_d
                 (xfer_is_host(dst_dev) && !xfer_is_host(src->dev) && xfer_route_many_importer(src->dev));
   xfer_step probe = {.kind = XFER_STEP_AT_ONCE, .to_packed = 1};
   if (at_once && at_once_applies(src, dst_dev, opts, &probe)) {
-    xfer_step *s = add(p->steps, &p->nsteps, XFER_STEP_AT_ONCE, XFER_SLOT_SRC, XFER_SLOT_DST);
+    xfer_step *s = add(&p->primary, XFER_STEP_AT_ONCE, XFER_SLOT_SRC, XFER_SLOT_DST);
     probe.in = s->in, probe.out = s->out, probe.at = dst_dev, probe.with_opts = 1;
     *s = probe;
-    pack_then_move(p->fallback, &p->nfallback, src, dst_dev, opts);
+    pack_then_move(&p->fallback, src, dst_dev, opts);
     return;
   }
-  pack_then_move(p->steps, &p->nsteps, src, dst_dev, opts);
+  pack_then_move(&p->primary, src, dst_dev, opts);
 }
 
 xfer_code xfer_plan_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
@@ -171,9 +170,9 @@ xfer_code xfer_plan_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transf
       return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "unknown dtype %d", (int)opts->dtype);
     xfer_code rc = ends(check_convert_path(opts, "plan", err), err, src->dev, dst_dev);
     if (rc) return rc;
-    operand converted = add_convert(p->steps, &p->nsteps, src, opts->dtype);
-    if (xfer_is_host(dst_dev)) p->steps[p->nsteps - 1].out = XFER_SLOT_DST;
-    else add_move(p->steps, &p->nsteps, &converted, dst_dev, NULL, XFER_SLOT_DST, NULL);
+    operand converted = add_convert(&p->primary, src, opts->dtype);
+    if (xfer_is_host(dst_dev)) p->primary.step[p->primary.n - 1].out = XFER_SLOT_DST;
+    else add_move(&p->primary, &converted, dst_dev, NULL, XFER_SLOT_DST, NULL);
     p->framed = 1;
     return XFER_E_OK;
   }
@@ -183,7 +182,7 @@ xfer_code xfer_plan_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transf
     return XFER_E_OK;
   }
   operand whole = of_tensor(src, XFER_SLOT_SRC);
-  add_move(p->steps, &p->nsteps, &whole, dst_dev, NULL, XFER_SLOT_DST, opts);
+  add_move(&p->primary, &whole, dst_dev, NULL, XFER_SLOT_DST, opts);
   return XFER_E_OK;
 }
 
@@ -204,33 +203,33 @@ xfer_code xfer_plan_shapes_agree(const xfer_tensor *dst, const xfer_tensor *src,
 /* `from` (contiguous) into the view dst: from a device, moved to dst's device whole (slot B
 ** there) and scattered by its row copies where dst's device has them; host data, or a device
 ** without them, by the rectangle writes from the host. */
-static void add_scatter(xfer_step *steps, int *n, xfer_tensor *dst, const operand *from)
+static void add_scatter(xfer_steps *q, xfer_tensor *dst, const operand *from)
 {
   if (!xfer_is_host(from->dev) && xfer_view_on_device(dst)) {
     int in = from->slot;
     if (from->dev != dst->dev) {
-      add_move(steps, n, from, dst->dev, NULL, XFER_SLOT_B, NULL);
+      add_move(q, from, dst->dev, NULL, XFER_SLOT_B, NULL);
       in = XFER_SLOT_B;
     }
-    add(steps, n, XFER_STEP_SCATTER, in, XFER_SLOT_DST)->at = dst->dev;
+    add(q, XFER_STEP_SCATTER, in, XFER_SLOT_DST)->at = dst->dev;
     return;
   }
-  add(steps, n, XFER_STEP_SCATTER, from->slot, XFER_SLOT_DST)->at = xfer_host_of(dst->dev->ctx);
+  add(q, XFER_STEP_SCATTER, from->slot, XFER_SLOT_DST)->at = xfer_host_of(dst->dev->ctx);
 }
 
 /* `from` into dst, one dtype: packed first when it is a view, then moved (a contiguous
 ** target) or scattered (a view). */
-static void pack_move_scatter(xfer_step *steps, int *n, xfer_tensor *dst, const operand *from,
+static void pack_move_scatter(xfer_steps *q, xfer_tensor *dst, const operand *from,
                               xfer_tensor *src, const xfer_transfer_opts *opts)
 {
   operand packed = *from;
   if (!from->contiguous) {
     xfer_device *site = pack_site(src, dst->dev);
-    add(steps, n, XFER_STEP_PACK, from->slot, XFER_SLOT_A)->at = site;
+    add(q, XFER_STEP_PACK, from->slot, XFER_SLOT_A)->at = site;
     packed = (operand){site, from->nbytes, 1, NULL, XFER_SLOT_A};
   }
-  if (dst->contiguous) add_move(steps, n, &packed, dst->dev, dst, XFER_SLOT_DST, opts);
-  else add_scatter(steps, n, dst, &packed);
+  if (dst->contiguous) add_move(q, &packed, dst->dev, dst, XFER_SLOT_DST, opts);
+  else add_scatter(q, dst, &packed);
 }
 
 /* `from` into dst: when one end is a view, its runs at once where that applies (the fallback
@@ -245,12 +244,12 @@ static void plan_views(xfer_move_plan *p, xfer_tensor *dst, const operand *from,
     if (at_once_applies(view, other, opts, &probe)) {
       probe.in = from->slot, probe.out = XFER_SLOT_DST, probe.at = dst->dev;
       probe.with_opts = opts != NULL;
-      p->steps[p->nsteps++] = probe;
-      pack_move_scatter(p->fallback, &p->nfallback, dst, from, src, opts);
+      p->primary.step[p->primary.n++] = probe;
+      pack_move_scatter(&p->fallback, dst, from, src, opts);
       return;
     }
   }
-  pack_move_scatter(p->steps, &p->nsteps, dst, from, src, opts);
+  pack_move_scatter(&p->primary, dst, from, src, opts);
 }
 
 xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
@@ -263,7 +262,7 @@ xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer
     xfer_code rc = ends(xfer_plan_shapes_agree(dst, src, err), err, src->dev, dst->dev);
     if (!rc) rc = ends(check_convert_path(opts, "copy", err), err, src->dev, dst->dev);
     if (rc) return rc;
-    operand converted = add_convert(p->steps, &p->nsteps, src, dst->dtype);
+    operand converted = add_convert(&p->primary, src, dst->dtype);
     plan_views(p, dst, &converted, src, NULL); /* a contiguous target: one move */
     p->framed = 1;
     return XFER_E_OK;
@@ -276,14 +275,14 @@ xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer
     p->framed = 1;
     return XFER_E_OK;
   }
-  xfer_step *s = add(p->steps, &p->nsteps, XFER_STEP_MOVE, XFER_SLOT_SRC, XFER_SLOT_DST);
+  xfer_step *s = add(&p->primary, XFER_STEP_MOVE, XFER_SLOT_SRC, XFER_SLOT_DST);
   s->at = dst->dev;
   s->with_opts = 1;
   if (dst == src) /* nothing moves; the tensors are still checked */
     s->route = (xfer_route){.path = XFER_PATH_SAME_DEVICE, .from = src->dev, .to = src->dev};
   else
-    s->planned = xfer_route_make(src, dst->dev, dst, opts, &s->route, s->aside, sizeof s->aside,
-                                 &s->planning);
+    s->planned = xfer_route_make(src, dst->dev, dst, opts, &s->route, p->primary.aside,
+                                 sizeof p->primary.aside, &p->primary.planning);
   return XFER_E_OK;
 }
 
@@ -300,7 +299,8 @@ static void say_move(xfer_plan *words, const xfer_route *r, int fallback)
   words->moves[i].fallback = fallback;
 }
 
-static void say_step(xfer_plan *words, const xfer_step *s, const xfer_tensor *src)
+static void say_step(xfer_plan *words, const xfer_steps *q, const xfer_step *s,
+                     const xfer_tensor *src)
 {
   const char *dev = src->dev->name;
   if (s->kind == XFER_STEP_MOVE || s->kind == XFER_STEP_AT_ONCE) say_move(words, &s->route, 0);
@@ -323,7 +323,7 @@ static void say_step(xfer_plan *words, const xfer_step *s, const xfer_tensor *sr
       xfer_plan_say(words, "the view's runs in one batch of %s's own", s->runner->name);
     break;
   case XFER_STEP_MOVE:
-    xfer_route_words(&s->route, s->in == XFER_SLOT_SRC ? src : NULL, s->aside, words);
+    xfer_route_words(&s->route, s->in == XFER_SLOT_SRC ? src : NULL, q->aside, words);
     break;
   default:
     if (xfer_is_host(s->at))
@@ -337,14 +337,14 @@ static void say_step(xfer_plan *words, const xfer_step *s, const xfer_tensor *sr
 /* Why the plan has the steps it has, before the route's reason. */
 static void say_reason(xfer_plan *words, const xfer_move_plan *p, const xfer_tensor *src)
 {
-  const xfer_step *first = &p->steps[0];
+  const xfer_step *first = &p->primary.step[0];
   if (first->kind == XFER_STEP_AT_ONCE) {
     words->path = first->route.path;
     snprintf(words->reason, sizeof words->reason, "a view between %s and %s: its runs cross in "
              "one submission, no pack on the CPU (refused, it is packed and moved instead)",
              first->route.from->name, first->route.to->name);
-  } else if (first->kind == XFER_STEP_CONVERT || (first->kind == XFER_STEP_PACK && p->nsteps > 1 &&
-                                                  p->steps[1].kind == XFER_STEP_CONVERT)) {
+  } else if (first->kind == XFER_STEP_CONVERT || (first->kind == XFER_STEP_PACK && p->primary.n > 1 &&
+                                                  p->primary.step[1].kind == XFER_STEP_CONVERT)) {
     snprintf(words->reason, sizeof words->reason, "a dtype change is made on the host");
   } else if (first->kind == XFER_STEP_PACK) {
     snprintf(words->reason, sizeof words->reason, "a view of %s: packed on %s first", src->dev->name,
@@ -356,20 +356,20 @@ xfer_code xfer_plan_words(const xfer_move_plan *p, const xfer_tensor *src, xfer_
                           xfer_error *err)
 {
   memset(words, 0, sizeof *words);
-  if (!p->nsteps) return XFER_E_OK; /* a made plan has a step: an unmade one says nothing */
-  for (int i = 0; i < p->nsteps; i++)
-    if (p->steps[i].kind == XFER_STEP_MOVE && p->steps[i].planned) {
-      if (err) *err = p->steps[i].planning;
-      return p->steps[i].planned;
+  if (!p->primary.n) return XFER_E_OK; /* a made plan has a step: an unmade one says nothing */
+  for (int i = 0; i < p->primary.n; i++)
+    if (p->primary.step[i].kind == XFER_STEP_MOVE && p->primary.step[i].planned) {
+      if (err) *err = p->primary.planning;
+      return p->primary.step[i].planned;
     }
   say_reason(words, p, src);
-  for (int i = 0; i < p->nsteps; i++) say_step(words, &p->steps[i], src);
-  for (int i = 0; i < p->nfallback; i++)
-    if (p->fallback[i].kind == XFER_STEP_MOVE) say_move(words, &p->fallback[i].route, 1);
-  if (p->steps[p->nsteps - 1].kind == XFER_STEP_MOVE) return XFER_E_OK;
+  for (int i = 0; i < p->primary.n; i++) say_step(words, &p->primary, &p->primary.step[i], src);
+  for (int i = 0; i < p->fallback.n; i++)
+    if (p->fallback.step[i].kind == XFER_STEP_MOVE) say_move(words, &p->fallback.step[i].route, 1);
+  if (p->primary.step[p->primary.n - 1].kind == XFER_STEP_MOVE) return XFER_E_OK;
   /* a plan without a contiguous move (packed where it goes; converted for the host): the one
   ** path its last step takes */
-  if (p->steps[0].kind != XFER_STEP_AT_ONCE)
+  if (p->primary.step[0].kind != XFER_STEP_AT_ONCE)
     words->path = p->from == p->to ? XFER_PATH_SAME_DEVICE : XFER_PATH_HOST;
   return XFER_E_OK;
 }

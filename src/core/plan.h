@@ -41,23 +41,29 @@ typedef struct xfer_step {
   int with_opts;           /* MOVE, AT_ONCE: the caller's progress callback and via apply */
   xfer_route route;        /* MOVE, AT_ONCE: from, to, path, helpers (the ledger's key) */
   xfer_code planned;       /* MOVE: a route that could not be made, said when the move runs
-                           ** (after its tensors are checked: a freed tensor is said first) */
-  /* the last two, left unzeroed when a step is added: read only where a route was made */
-  xfer_error planning;     /* MOVE: why its route could not be made (planned) */
-  char aside[256];         /* MOVE: why a path that applies was passed over, in words */
+                           ** (after its tensors are checked: a freed tensor is said first);
+                           ** its error and words are its sequence's (one MOVE a sequence) */
 } xfer_step;
 
 #define XFER_PLAN_MOST 4
+/* Steps run in order, and what their contiguous move (a sequence has one at most: a pack, a
+** conversion or a scatter around it) left in words: why its route could not be made, why a
+** path was passed over. Kept here, not in each step: a prepared batch keeps a plan per view or
+** dtype element, and a step's own error and words were 1.3 KB of its 1.5. */
+typedef struct xfer_steps {
+  int n;
+  xfer_step step[XFER_PLAN_MOST];
+  xfer_error planning;     /* its MOVE's error, when that step's planned is set */
+  char aside[256];         /* its MOVE's words: why a path that applies was passed over */
+} xfer_steps;
 typedef struct xfer_move_plan {
-  int nsteps, nfallback;
-  xfer_step steps[XFER_PLAN_MOST];
-  xfer_step fallback[XFER_PLAN_MOST]; /* run instead of the AT_ONCE step (and any after it)
-                                      ** when it is refused */
+  xfer_steps primary;
+  xfer_steps fallback;     /* run instead of primary's AT_ONCE step (and any after it) when it is
+                           ** refused */
   int framed;              /* more than one move's worth: a failure is framed with both ends */
   xfer_device *from, *to;  /* the move's ends, for that frame */
   size_t nbytes;
 } xfer_move_plan;
-
 /* The plan of src:to(dst_dev, opts): checked arguments (an unknown dtype, a dtype change
 ** on a path that does not pass the host) are errors; a route that cannot be made is the
 ** MOVE's (see planned). */

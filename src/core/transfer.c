@@ -248,7 +248,8 @@ static xfer_code convert_into(xfer_tensor *in, xfer_tensor *out, xfer_error *err
 
 /* A contiguous move on the step's route, into `dst`, or into a new tensor on the route's end
 ** made under the hold (slot `out`). */
-static xfer_code run_move(run *r, const xfer_step *s, xfer_tensor *src, xfer_error *err)
+static xfer_code run_move(run *r, const xfer_steps *q, const xfer_step *s, xfer_tensor *src,
+                          xfer_error *err)
 {
   xfer_tensor *dst = r->slot[s->out];
   hold h;
@@ -257,7 +258,7 @@ static xfer_code run_move(run *r, const xfer_step *s, xfer_tensor *src, xfer_err
   if (!rc) rc = xfer_tensor_check(src, dst ? "copy" : "plan", err);
   if (!rc && dst && s->out == XFER_SLOT_DST && src == r->slot[XFER_SLOT_SRC])
     rc = xfer_plan_shapes_agree(dst, src, err);
-  if (!rc) rc = planned_error(s->planned, &s->planning, err);
+  if (!rc) rc = planned_error(s->planned, &q->planning, err); /* the sequence's one move */
   if (!rc && !dst && !(rc = xfer_tensor_alloc(s->at, src->dtype, &src->shape, src->dev, &dst, err))) {
     r->slot[s->out] = dst;
     r->made[s->out] = 1;
@@ -297,7 +298,7 @@ static xfer_code run_scatter(const xfer_step *s, xfer_tensor *from, xfer_tensor 
   return rc;
 }
 
-static xfer_code run_step(run *r, const xfer_step *s, xfer_error *err)
+static xfer_code run_step(run *r, const xfer_steps *q, const xfer_step *s, xfer_error *err)
 {
   xfer_tensor *in = r->slot[s->in];
   xfer_code rc;
@@ -317,21 +318,20 @@ static xfer_code run_step(run *r, const xfer_step *s, xfer_error *err)
                         : run_at_once(s, other, in, opts_of(r, s), err);
   }
   case XFER_STEP_MOVE:
-    return run_move(r, s, in, err);
+    return run_move(r, q, s, in, err);
   default:
     return run_scatter(s, in, r->slot[s->out], err);
   }
 }
 
 /* Runs `steps`; an AT_ONCE refused gives way to the fallback steps. */
-static xfer_code run_steps(run *r, const xfer_move_plan *p, const xfer_step *steps, int n,
-                           xfer_error *err)
+static xfer_code run_steps(run *r, const xfer_move_plan *p, const xfer_steps *q, xfer_error *err)
 {
-  for (int i = 0; i < n; i++) {
-    xfer_code rc = run_step(r, &steps[i], err);
-    if (rc == XFER_E_UNSUPPORTED && steps[i].kind == XFER_STEP_AT_ONCE && p->nfallback) {
-      drop_slot(r, steps[i].out);
-      return run_steps(r, p, p->fallback, p->nfallback, err);
+  for (int i = 0; i < q->n; i++) {
+    xfer_code rc = run_step(r, q, &q->step[i], err);
+    if (rc == XFER_E_UNSUPPORTED && q->step[i].kind == XFER_STEP_AT_ONCE && p->fallback.n) {
+      drop_slot(r, q->step[i].out);
+      return run_steps(r, p, &p->fallback, err);
     }
     if (rc) return rc;
   }
@@ -359,7 +359,7 @@ xfer_code xfer_plan_run(const xfer_move_plan *p, xfer_tensor *src, xfer_tensor *
                         const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err)
 {
   run r = {.slot = {src, dst}, .opts = opts};
-  xfer_code rc = run_steps(&r, p, p->steps, p->nsteps, err);
+  xfer_code rc = run_steps(&r, p, &p->primary, err);
   for (int i = XFER_SLOT_A; i < XFER_SLOTS; i++) drop_slot(&r, i);
   if (rc) drop_slot(&r, XFER_SLOT_DST);
   if (!rc && out) *out = r.slot[XFER_SLOT_DST];
