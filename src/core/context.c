@@ -1,8 +1,9 @@
 /*
 ** context.c -- the context: which runtimes this build has and which opened, finding a
 ** device by name, closing one, and the context's lifetime (reference counted, so tensors
-** outlive a closed binding). open.c opens a context with these. Layer 7 of docs/architecture.md: the one core file that names
-** the backends' tables; it calls the layers below it, never a tensor or a move.
+** outlive a closed binding); open.c's xfer_ctx_open opens a context with these. Layer 7 of
+** docs/architecture.md: the one core file that names the backends' tables; it calls the
+** layers below it, never a tensor or a move.
 */
 #include <stdio.h>
 #include <stdlib.h>
