@@ -177,6 +177,8 @@ static int greedy(const char *host, const char *port, int reads, unsigned device
 
 int main(int argc, char **argv)
 {
+  /* a line at a time: a run stopped by timeout still says how far it got */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if ((argc != 4 && argc != 5) || strncmp(argv[1], "ucx://", 6)) {
     fprintf(stderr, "usage: wire_fuzz ucx://host:port SEED ROUNDS | ucx://host:port greedy READS DEVICE\n");
     return 2;
