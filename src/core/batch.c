@@ -646,6 +646,16 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
 
 /* -- Running ----------------------------------------------------------------------------- */
 
+/* The group at once in its way in use: through host chunks, or one submission of `many`
+** (over imports: an import no longer to be had refuses it, as a driver would). */
+static xfer_code run_way(xfer_batch *b, group *g, xfer_error *err)
+{
+  if (g->through) return xfer_through_run(&g->staged, b->ctx, err);
+  xfer_error ignored;
+  if (g->nviews && views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
+  return xfer_be_many(g->many, g->pieces, g->count, err);
+}
+
 /* One group: its devices held, its tensors checked, then at once or one by one. */
 static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
 {
@@ -666,17 +676,10 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   }
   double start = xfer_now();
   if (!rc && g->many) {
-    xfer_error ignored; /* an import no longer to be had: one by one, as below */
-    if (g->through)
-      rc = xfer_through_run(&g->staged, b->ctx, err);
-    else
-      rc = g->nviews && views_current(g, &ignored) ? XFER_E_UNSUPPORTED
-                                                   : xfer_be_many(g->many, g->pieces, g->count, err);
+    rc = run_way(b, g, err);
     /* refused (an importer that cannot take these pieces, runtimes that will not take them
     ** after all): the plan's next way, for this run and every later one */
-    while (rc == XFER_E_UNSUPPORTED && !(rc = next_way(b, g, err)) && g->many)
-      rc = g->through ? xfer_through_run(&g->staged, b->ctx, err)
-                      : xfer_be_many(g->many, g->pieces, g->count, err);
+    while (rc == XFER_E_UNSUPPORTED && !(rc = next_way(b, g, err)) && g->many) rc = run_way(b, g, err);
     if (!rc && !g->many) {
       rc = XFER_E_OK; /* element by element, below */
     } else {
