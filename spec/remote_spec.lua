@@ -764,7 +764,8 @@ describe("remote devices #remote", function()
     local r = xfer.arange(100):to(p.devices[1])
     for seed = 1, 3 do
       local out, code = h.run(("timeout 120 %s %s %d 100"):format(fuzz, server.url, seed))
-      assert.are.equal(0, code, out)
+      -- a run that hangs says where (its watchdog, at 100 s), and the server's log says why
+      assert.are.equal(0, code, out .. "\nserver's log:\n" .. read(server.log))
       assert.is_truthy(out:match("version %d+: version_mismatch"), out) -- another version: told so
       assert.is_truthy(out:find("fuzz: 100 connections", 1, true), out)
       assert.is_truthy(out:match("rendezvous junk %d+"), out) -- junk of up to 1 MiB, turned away

@@ -12,6 +12,7 @@
 */
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,14 +57,38 @@ static double now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void wait_for(void *request, double seconds)
+/* What the client is doing, for the watchdog's last words: a run that hangs says where. */
+static char doing[160] = "starting";
+static unsigned unfinished; /* sends given up on: still in flight when their time ran out */
+
+static void on_alarm(int sig)
+{
+  (void)sig;
+  static const char head[] = "wire_fuzz: STUCK (watchdog) while ";
+  ssize_t w = write(STDOUT_FILENO, head, sizeof head - 1);
+  w += write(STDOUT_FILENO, doing, strnlen(doing, sizeof doing));
+  w += write(STDOUT_FILENO, "\n", 1);
+  (void)w;
+  _exit(3);
+}
+
+/* Waits for a request up to `seconds`, then cancels it and waits up to a second more. A send
+** UCX cannot cancel (an active message sent eagerly or by rendezvous to a peer that does not
+** answer) is freed unfinished -- UCX releases it when it completes -- and counted: no wait here
+** is unbounded, so a silent server makes this client say so instead of hanging. Returns 0 when
+** the request completed. */
+static int wait_for(void *request, double seconds)
 {
   double until = now() + seconds;
-  if (request == NULL || UCS_PTR_IS_ERR(request)) return;
+  if (request == NULL || UCS_PTR_IS_ERR(request)) return 0;
   while (ucp_request_check_status(request) == UCS_INPROGRESS && now() < until) ucp_worker_progress(worker);
   if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker, request);
-  while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  until = now() + 1.0;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && now() < until) ucp_worker_progress(worker);
+  int left = ucp_request_check_status(request) == UCS_INPROGRESS;
+  unfinished += (unsigned)left;
   ucp_request_free(request);
+  return left;
 }
 
 /* Knocks at the gate (the right version, no token) and connects at the door it opens. */
@@ -160,9 +185,8 @@ static int greedy(const char *host, const char *port, int reads, unsigned device
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    void *r = ucp_am_send_nbx(ep, WIRE_AM_ID, &h, sizeof h, NULL, 0, &p);
-    while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
-    if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+    snprintf(doing, sizeof doing, "greedy: sending READ %d of %d", i + 1, reads);
+    wait_for(ucp_am_send_nbx(ep, WIRE_AM_ID, &h, sizeof h, NULL, 0, &p), 10.0);
   }
   sleep(3); /* reads nothing */
   until = now() + 3;
@@ -179,6 +203,9 @@ int main(int argc, char **argv)
 {
   /* a line at a time: a run stopped by timeout still says how far it got */
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* the spec stops a run after 120 s (timeout): before that, this says where it waits */
+  signal(SIGALRM, on_alarm);
+  alarm(100);
   if ((argc != 4 && argc != 5) || strncmp(argv[1], "ucx://", 6)) {
     fprintf(stderr, "usage: wire_fuzz ucx://host:port SEED ROUNDS | ucx://host:port greedy READS DEVICE\n");
     return 2;
@@ -244,6 +271,7 @@ int main(int argc, char **argv)
   static char junk[1 << 20];
   int kinds[11] = {0};
   for (int r = 0; r < rounds; r++) {
+    snprintf(doing, sizeof doing, "connecting, round %d", r + 1);
     ep = connect_to(host, port);
     if (!ep) return 1;
     int hello_first = rand() % 2;
@@ -255,6 +283,7 @@ int main(int argc, char **argv)
       for (size_t i = 0; i < (1 << 16); i++) junk[i] = (char)rand();
       int kind = rand() % 11;
       kinds[kind]++;
+      snprintf(doing, sizeof doing, "round %d, message %d of kind %d", r + 1, m + 1, kind);
       h = wire_make((wire_type)(1 + rand() % (WIRE__LAST - 1)), (uint64_t)rand());
       h.handle = (uint64_t)rand() % 4;
       h.offset = (uint64_t)rand();
@@ -298,8 +327,10 @@ int main(int argc, char **argv)
         break;
       }
     }
+    snprintf(doing, sizeof doing, "closing the endpoint of round %d", r + 1);
     close_ep(ep);
   }
+  if (unfinished) printf("fuzz: %u sends the server never took (given up on after their time)\n", unfinished);
   printf("fuzz: %d connections, messages by kind: random %d, cut %d, type %d, lying %d, huge alloc %d, "
          "wrapping read %d, unknown handle %d, server's %d, junk batch %d, lying batch %d, "
          "rendezvous junk %d\n",
