@@ -148,4 +148,66 @@ describe("cuda specifics #cuda", function()
       for _, t in ipairs({ host_src, on_dev, back, twin }) do t:free() end
     end)
   end)
+
+  -- From its second run on, a prepared batch's descriptor table stays on the device: a later
+  -- run must still move the bytes there are now, and must not read host memory that is no
+  -- longer pinned (the kernel would fault, losing the device).
+  local function blocks_hold(t, blocks, block, value)
+    local bytes, want = t:tobytes(), string.char(value):rep(block)
+    for k = 1, #blocks do
+      local at = blocks[k] * block
+      assert.are.equal(want, bytes:sub(at + 1, at + block), "block " .. blocks[k] .. " round " .. value)
+    end
+  end
+
+  it("a prepared batch's later runs move the bytes there are now", function()
+    each_device(function(dev)
+      local block, nblocks = 16384, 256 -- 4 MiB: pinned, so the kernel takes it
+      local host_src = xfer.zeros({ block * nblocks }, { dtype = "u8" })
+      local on_dev = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
+      local back = xfer.zeros({ block * nblocks }, { dtype = "u8" })
+      local sb, db = {}, {}
+      for i = 0, 99 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 61 + 5) % nblocks end
+      local up = xfer.batch({ dst = on_dev, src = host_src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+      local down = xfer.batch({ dst = back, src = on_dev, src_blocks = db, dst_blocks = sb, block_bytes = block })
+      for round = 1, 5 do -- the first run, the one that keeps the table, and runs over it
+        host_src:fill(round)
+        back:zero()
+        up:run()
+        down:run()
+        blocks_hold(back, sb, block, round)
+      end
+      assert.are.equal(1, up.at_once)
+      for _, t in ipairs({ host_src, on_dev, back }) do t:free() end
+    end)
+  end)
+
+  it("a prepared batch run after the host memory it reads was unpinned pins it again", function()
+    local vk = h.runtime("vulkan")
+    if not info.available then return pending("cuda is unavailable here: " .. info.reason) end
+    if not vk.available then return pending("vulkan is unavailable here: " .. vk.reason) end
+    local cuda, vulkan = xfer.device("cuda:0"), xfer.device("vulkan:0")
+    local block, nblocks = 16384, 256
+    local host_src = xfer.zeros({ block * nblocks }, { dtype = "u8" })
+    local on_vk = xfer.zeros({ block * nblocks }, { dtype = "u8", device = vulkan })
+    local sb, db = {}, {}
+    for i = 0, 99 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 61 + 5) % nblocks end
+    -- on one GPU, CUDA's kernel runs it over Vulkan's memory, reading the host's pinned by CUDA
+    local up = xfer.batch({ dst = on_vk, src = host_src, src_blocks = sb, dst_blocks = db, block_bytes = block })
+    for round = 1, 3 do
+      host_src:fill(round)
+      up:run()
+      blocks_hold(on_vk, db, block, round)
+    end
+    cuda:close() -- CUDA's registrations of host memory and its imports go with it
+    xfer.device("cuda:0") -- and it is open again, pinning nothing yet
+    for round = 4, 6 do
+      host_src:fill(round)
+      up:run()
+      blocks_hold(on_vk, db, block, round)
+    end
+    local probe = xfer.zeros({ 16 }, { dtype = "u8", device = cuda }) -- CUDA still works
+    probe:copy_from(xfer.zeros({ 16 }, { dtype = "u8" }))
+    for _, t in ipairs({ host_src, on_vk, probe }) do t:free() end
+  end)
 end)

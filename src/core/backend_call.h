@@ -198,14 +198,26 @@ static inline xfer_code xfer_be_copy(xfer_device *dev, void *dst, size_t dst_off
 static inline int xfer_be_has_many(const xfer_device *dev) { return xfer_be(dev)->copy->many != NULL; }
 
 static inline xfer_code xfer_be_many(xfer_device *dev, const xfer_piece *pieces, size_t n,
-                                     xfer_error *err)
+                                     uint64_t keep, xfer_error *err)
 {
-  for (size_t i = 0; i < n; i++) /* the batch plans none (types.h); a runtime may rely on it */
-    if (!pieces[i].n)
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu of %zu is 0 bytes: "
-                         "nothing to move reaches a runtime", i + 1, n);
-  xfer_code rc = xfer_be(dev)->copy->many(dev, pieces, n, err);
+  const xfer_copy_ops *copy = xfer_be(dev)->copy;
+  xfer_code rc;
+  if (keep && copy->many_again) { /* pieces given before: checked then */
+    rc = copy->many_again(dev, pieces, n, keep, err);
+  } else {
+    for (size_t i = 0; i < n; i++) /* the batch plans none (types.h); a runtime may rely on it */
+      if (!pieces[i].n)
+        return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu of %zu is 0 "
+                           "bytes: nothing to move reaches a runtime", i + 1, n);
+    rc = copy->many(dev, pieces, n, err);
+  }
   return rc == XFER_E_UNSUPPORTED ? rc : xfer_be_blame(dev, rc, err);
+}
+
+/* What the runtime kept of the pieces named `keep` is let go (their batch is going). */
+static inline void xfer_be_many_forget(xfer_device *dev, uint64_t keep)
+{
+  if (keep && xfer_be(dev)->copy->many_forget) xfer_be(dev)->copy->many_forget(dev, keep);
 }
 
 /* Whether the device copies rows within itself, and doing it. */

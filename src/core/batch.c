@@ -13,6 +13,7 @@
 
 #include "batch.h"
 #include "batch_through.h"
+#include "batch_uses.h"
 #include "ledger.h"
 
 /* The tensors of another runtime whose memory one group reaches through imports. */
@@ -46,6 +47,13 @@ typedef struct group {
   xfer_device *through;         /* a group through host memory in two submissions: the device
                                 ** that packs the sources into it (`many` then scatters it) */
   xfer_through staged;          /* ... and its parts, chunk by chunk (batch_through.c) */
+  uint64_t keep;                /* names the pieces to `many` from the second run on (a runtime
+                                ** may keep what it made of them: CUDA its descriptor table on
+                                ** the device); a new name whenever the pieces change */
+  unsigned runs;                /* runs at once in this way (the first passes no name: a batch
+                                ** made for one run keeps nothing) */
+  xfer_use *uses;               /* the group's tensors, each once, checked once per run */
+  size_t nuses;
   int imports;                  /* the runner reaches ends of another runtime through imports
                                 ** of their memory, one per tensor: */
   size_t nviews;
@@ -61,8 +69,9 @@ struct xfer_batch {
   xfer_ctx *ctx;
   size_t n, bytes;
   xfer_batch_item *items;       /* the tensors retained */
-  xfer_tensor **tensors;        /* every element's source and target (2n): busy from a claim
-                                ** to the run's end */
+  xfer_tensor **tensors;        /* the elements' tensors, each once: busy from a claim to the
+                                ** run's end */
+  size_t ntensors;
   unsigned char *done;          /* per element, in the last run */
   size_t *order;                /* element indexes grouped */
   size_t *idle, nidle;          /* elements that move nothing (0 bytes, or bytes onto
@@ -479,6 +488,14 @@ static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
   return rc;
 }
 
+/* What the group's runner kept of its pieces is let go: they are changing, or going. */
+static void forget_pieces(group *gr)
+{
+  if (gr->keep && gr->many) xfer_be_many_forget(gr->many, gr->keep);
+  gr->keep = 0;
+  gr->runs = 0;
+}
+
 /* Before a run over imports (devices held): an import the pieces were made with may have gone
 ** with its importer's close and been made anew -- the pieces then point at the new one. */
 static xfer_code views_current(group *gr, xfer_error *err)
@@ -488,6 +505,7 @@ static xfer_code views_current(group *gr, xfer_error *err)
     xfer_code rc = xfer_interop_view(gr->views[v].t, gr->many, &now, err);
     if (rc) return rc;
     if (now == then) continue;
+    forget_pieces(gr);
     for (size_t k = 0; k < gr->count; k++) {
       if (gr->pieces[k].dst.buf == then) gr->pieces[k].dst.buf = now;
       if (gr->pieces[k].src.buf == then) gr->pieces[k].src.buf = now;
@@ -535,6 +553,7 @@ static void group_ways(group *gr)
 static xfer_code next_way(const xfer_batch *b, group *gr, xfer_error *err)
 {
   xfer_code rc = XFER_E_OK;
+  forget_pieces(gr);
   while (!rc && gr->way + 1 < gr->nways) {
     const group_way *w = &gr->ways[++gr->way];
     gr->many = w->many, gr->through = w->through, gr->imports = w->imports;
@@ -589,6 +608,9 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   for (size_t g = 0; !rc && g < b->ngroups; g++) {
     group *gr = &b->groups[g];
     if (gr->general) continue;
+    gr->uses = xfer_batch_uses(b->items, &b->order[gr->first], gr->count, &gr->nuses);
+    if (!gr->uses) rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+    if (rc) break;
     group_ways(gr);
     gr->way = -1;
     rc = next_way(b, gr, err);
@@ -621,18 +643,19 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
     xfer_batch_release(b);
     return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
-  b->tensors = malloc((n ? 2 * n : 1) * sizeof *b->tensors);
-  if (!b->tensors) {
-    xfer_batch_release(b);
-    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  }
   for (size_t i = 0; i < n; i++) {
     b->items[i] = items[i];
     xfer_tensor_retain(items[i].dst);
     xfer_tensor_retain(items[i].src);
-    b->tensors[2 * i] = items[i].src;
-    b->tensors[2 * i + 1] = items[i].dst;
     b->bytes += length_of(&items[i]);
+  }
+  xfer_use *uses = xfer_batch_uses(items, NULL, n, &b->ntensors);
+  b->tensors = malloc((b->ntensors ? b->ntensors : 1) * sizeof *b->tensors);
+  for (size_t i = 0; uses && b->tensors && i < b->ntensors; i++) b->tensors[i] = uses[i].t;
+  free(uses);
+  if (!uses || !b->tensors) {
+    xfer_batch_release(b);
+    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
   b->ctx = n ? xfer_ctx_retain(items[0].src->dev->ctx) : NULL;
   rc = plan_groups(b, err);
@@ -653,7 +676,9 @@ static xfer_code run_way(xfer_batch *b, group *g, xfer_error *err)
   if (g->through) return xfer_through_run(&g->staged, b->ctx, err);
   xfer_error ignored;
   if (g->nviews && views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
-  return xfer_be_many(g->many, g->pieces, g->count, err);
+  static uint64_t names; /* of pieces, process-wide: never one name for two lists */
+  if (g->runs++ && !g->keep) g->keep = __atomic_add_fetch(&names, 1, __ATOMIC_RELAXED);
+  return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
 }
 
 /* One group: its devices held, its tensors checked, then at once or one by one. */
@@ -663,11 +688,9 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   xfer_hold h; /* its tensors are busy already: the run's claim marked every element's */
   size_t bad = b->order[g->first];
   xfer_code rc = xfer_hold_take(&h, devs, group_devices(g, devs), NULL, 0, err);
-  for (size_t k = 0; k < g->count && !rc; k++) {
-    const xfer_batch_item *it = &b->items[b->order[g->first + k]];
-    rc = xfer_tensor_check(it->dst, "batch", err);
-    if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
-    bad = b->order[g->first + k];
+  for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
+    rc = xfer_tensor_check(g->uses[u].t, "batch", err);
+    bad = b->order[g->first + g->uses[u].first / 2];
   }
   if (!rc && g->planned) {
     if (err) *err = g->planning;
@@ -714,12 +737,12 @@ out:
 static int run_begin(xfer_batch *b, int by)
 {
   if (!b || !b->ctx) return 1; /* empty: nothing is shared */
-  if (by < 0) xfer_tensors_busy(b->tensors, 2 * b->n, by);
+  if (by < 0) xfer_tensors_busy(b->tensors, b->ntensors, by);
   pthread_mutex_lock(&b->ctx->lock);
   int ok = by < 0 || !b->running;
   b->running += ok ? by : 0;
   pthread_mutex_unlock(&b->ctx->lock);
-  if (ok && by > 0) xfer_tensors_busy(b->tensors, 2 * b->n, by);
+  if (ok && by > 0) xfer_tensors_busy(b->tensors, b->ntensors, by);
   return ok;
 }
 
@@ -892,7 +915,9 @@ void xfer_batch_release(xfer_batch *b)
     xfer_tensor_release(b->items[i].src);
   }
   for (size_t g = 0; b->groups && g < b->ngroups; g++) {
+    forget_pieces(&b->groups[g]);
     free(b->groups[g].pieces);
+    free(b->groups[g].uses);
     free(b->groups[g].plan);
     xfer_through_free(&b->groups[g].staged);
   }

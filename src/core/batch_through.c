@@ -92,13 +92,15 @@ static void place(run_state *r, size_t c)
 static xfer_code pack_chunk(run_state *r, size_t c, xfer_error *err)
 {
   xfer_through *t = r->t;
-  return xfer_be_many(t->packer, &t->packing[t->first[c]], t->first[c + 1] - t->first[c], err);
+  return xfer_be_many(t->packer, &t->packing[t->first[c]], t->first[c + 1] - t->first[c], 0,
+                      err);
 }
 
 static xfer_code scatter_chunk(run_state *r, size_t c, xfer_error *err)
 {
   xfer_through *t = r->t;
-  return xfer_be_many(t->scatterer, &t->scattering[t->first[c]], t->first[c + 1] - t->first[c], err);
+  return xfer_be_many(t->scatterer, &t->scattering[t->first[c]], t->first[c + 1] - t->first[c], 0,
+                      err);
 }
 
 /* The helper thread: each chunk packed once its slot is free (the chunk two before it

@@ -301,9 +301,16 @@ int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void 
   return pin_keep(ctx, base, (xfer_pin){.key = owner, .pin = pin, .undo = undo});
 }
 
+/* Pins undone in this process, ever: what was found pinned before is pinned still while this
+** has not moved (xfer_host_pins_undone). */
+static uint64_t pins_undone;
+
+uint64_t xfer_host_pins_undone(void) { return __atomic_load_n(&pins_undone, __ATOMIC_ACQUIRE); }
+
 /* (a->lock held) What a pin made for the segment is undone. */
 static void pin_undo(const xfer_segment *seg, const xfer_pin *pin)
 {
+  __atomic_add_fetch(&pins_undone, 1, __ATOMIC_ACQ_REL); /* before: a reader then sees it */
   if (pin->undo)
     pin->undo(pin->key, seg->buf, seg->size, pin->pin);
   else

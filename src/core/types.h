@@ -117,6 +117,13 @@ typedef struct xfer_copy_ops {
   ** overlap). XFER_E_UNSUPPORTED without a word in err when these pieces are not for it
   ** (host memory it cannot reach in place): the core then makes them one by one. */
   xfer_code (*many)(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);
+  /* optional, the same pieces given again (a prepared batch's later runs), named by `keep`:
+  ** nonzero, and never again for other pieces. The runtime may keep what it made of them (CUDA:
+  ** the kernel's descriptor table, on the device) until many_forget(dev, keep), which may come
+  ** from any thread at any time but during a run of those pieces. Otherwise as many. */
+  xfer_code (*many_again)(xfer_device *dev, const xfer_piece *pieces, size_t n, uint64_t keep,
+                          xfer_error *err);
+  void (*many_forget)(xfer_device *dev, uint64_t keep);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);

@@ -262,7 +262,7 @@ xfer_code xfer_view_many_via(xfer_tensor *view, xfer_tensor *packed, int to_pack
     p.runner = runner = own;
     rc = each_run(view, &run, piece_run, &p, err);
   }
-  if (!rc) rc = xfer_be_many(runner, p.pieces, count, err);
+  if (!rc) rc = xfer_be_many(runner, p.pieces, count, 0, err);
   free(p.pieces);
   return rc;
 }

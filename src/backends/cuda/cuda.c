@@ -347,6 +347,8 @@ static const xfer_copy_ops cuda_copies = {
   .finish = xfer_cu_finish,
   .within = cuda_copy,
   .many = xfer_cu_many,
+  .many_again = xfer_cu_many_again,
+  .many_forget = xfer_cu_many_forget,
   .within_rows = cuda_copy_rows,
   .peer = cuda_peer,
 };

@@ -41,6 +41,8 @@ typedef struct cu_api {
 ** another; an event per chunk says when it is free again. */
 #define XFER_CU_STAGING_SLOTS 2
 #define XFER_CU_STAGING_CHUNK (4u << 20)
+/* Descriptor tables of prepared batches kept on a device at once. */
+#define XFER_CU_KEPT 8
 
 typedef struct cu_dev {
   CUdevice device;
@@ -57,6 +59,18 @@ typedef struct cu_dev {
   CUfunction many_fn;
   CUdeviceptr many_desc;
   size_t many_room;
+  /* ... and the descriptor tables of prepared batches, kept on the device between runs (the
+  ** least recently run goes when all are taken); kept_lock guards the list, not the runs */
+  struct cu_kept {
+    uint64_t keep;              /* the pieces' name (xfer_copy_ops.many_again), 0: free */
+    CUdeviceptr table;
+    size_t count;               /* descriptors in it */
+    uint64_t pins;              /* xfer_host_pins_undone() when it was made */
+    int made;                   /* the table holds the pieces' descriptors */
+    uint64_t used;              /* when last run (kept_clock) */
+  } kept[XFER_CU_KEPT];
+  uint64_t kept_clock;
+  int kept_lock;
 } cu_dev;
 
 /* cuda_load.c */

@@ -35,15 +35,16 @@ static xfer_device *registrar(const xfer_device *dev)
   return dev->ctx->devices[dev->rt->first_device];
 }
 
-/* 1 when [ptr, ptr+n) lies in a host segment that is registered now (registering it if need
-** be; the registration stays with the segment). A registration that fails is no error: the
-** move is staged instead. */
+/* Nonzero when [ptr, ptr+n) lies in a host segment that is registered now (registering it if
+** need be; the registration stays with the segment): 2 when the registration is kept with the
+** segment (it lasts while xfer_host_pins_undone() stays), 1 when someone else's. A
+** registration that fails is no error: the move is staged instead. */
 int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n)
 {
   xfer_host_span span;
   if (!xfer_host_span_of(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
   xfer_device *key = registrar(dev);
-  if (xfer_host_pin(dev->ctx, span.base, key)) return 1;
+  if (xfer_host_pin(dev->ctx, span.base, key)) return 2;
   xfer_error err;
   /* a staged pipeline's reader or writer thread may have no context current yet */
   if (xfer_cu_enter(dev, XFER_OP_REGISTER, &err)) return 0;
@@ -53,7 +54,7 @@ int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n)
     return err.native == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   if (xfer_host_pin_keep(dev->ctx, span.base, key, span.base)) {
     xfer_objects(key, 1); /* the registrar's: host_unpin is called on it */
-    return 1;
+    return 2;
   }
   cu_api_of(dev)->cuMemHostUnregister(span.base); /* no room to keep it: not kept at all */
   return 0;

@@ -43,10 +43,15 @@ xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, 
                         int to_device, int slot, int *queued, xfer_error *err);
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err);
 void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin);
-/* 1 when [ptr, ptr+n) lies in a host segment registered now (registering it if need be) */
+/* nonzero when [ptr, ptr+n) lies in a host segment registered now (registering it if need
+** be): 2 when the registration is ours, kept with the segment */
 int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n);
-/* cuda_many.c: a batch of copies as one kernel (xfer_copy_ops.many), and what it keeps */
+/* cuda_many.c: a batch of copies as one kernel (xfer_copy_ops.many, many_again, many_forget),
+** and what it keeps */
 xfer_code xfer_cu_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);
+xfer_code xfer_cu_many_again(xfer_device *dev, const xfer_piece *pieces, size_t n, uint64_t keep,
+                             xfer_error *err);
+void xfer_cu_many_forget(xfer_device *dev, uint64_t keep);
 void xfer_cu_many_release(cu_api *api, cu_dev *cd);
 /* cuda_shared.c: memory other runtimes of the GPU import (xfer_backend.alloc_shared) */
 void xfer_cu_shared_probe(xfer_device *dev);
