@@ -392,6 +392,7 @@ typedef struct xfer_plan {
   struct {
     char from[32], to[32];
     xfer_path path;
+    char runner[32];     /* the runtime that runs it where not the path's own (xfer_stat) */
     int fallback;
   } moves[6];
 } xfer_plan;
@@ -486,6 +487,9 @@ void xfer_synchronize(xfer_ctx *ctx);
 typedef struct xfer_stat {
   xfer_path path;
   char from[32], to[32];
+  char runner[32];       /* the device whose runtime ran these moves where not the path's own
+                         ** (a batch group in one submission: "cuda:0" over vulkan:0's memory);
+                         ** "" for the path's own */
   uint64_t count, bytes;
   double seconds;
 } xfer_stat;
@@ -524,6 +528,7 @@ typedef struct xfer_config {
 typedef struct xfer_health_info {
   char from[32], to[32];
   xfer_path path;
+  char runner[32];       /* as in xfer_stat: "" for the path's own */
   int failures;          /* in a row */
   int injected;          /* the last failure was an injected fault */
   int64_t when;          /* time() of setting aside */

@@ -379,4 +379,41 @@ describe("batches", function()
     assert.are.equal("copy", e.op)
     assert.are.same({ false, false }, b:done())
   end)
+
+  -- The ledger keys a group run at once by its runner too: its failures set aside that runner
+  -- for the pair and path, not the path every other move of the pair takes.
+  it("a group whose runner keeps failing is set aside for it and runs element by element", function()
+    local src, dst = pattern(256, host, 3), xfer.zeros({ 256 }, { dtype = "u8" })
+    local b = xfer.batch({ dst = dst, src = src, src_blocks = { 0, 1, 2 }, dst_blocks = { 3, 2, 1 }, block_bytes = 64 })
+    local move = b:plan()[1].moves[1]
+    assert.are.same({ from = "host", to = "host", path = "same_device", runner = "host" }, move)
+    local function rows(list)
+      local out = {}
+      for _, r in ipairs(list) do
+        if r.from == "host" and r.to == "host" then out[#out + 1] = (r.runner or "") .. ":" .. r.path end
+      end
+      table.sort(out)
+      return table.concat(out, " ")
+    end
+    -- one failure sets it aside where the error will not go away by itself, else setaside_after
+    for _ = 1, xfer.config().setaside_after do
+      xfer.faults.inject({ runtime = "host", op = "copy", count = 1 })
+      h.raises("write", b.run, b)
+      if #xfer.health().set_aside > 0 then break end
+    end
+    local aside = xfer.health().set_aside
+    assert.are.equal("host:same_device", rows(aside), "set aside: the runner, for this pair and path")
+    assert.is_truthy(aside[1].reason:match("injected"), aside[1].reason)
+    xfer.stats_reset()
+    b:run() -- the rule is used up; the runner is still set aside: one element at a time
+    assert.are.equal(":same_device", rows(xfer.stats()))
+    local want = src:tobytes()
+    assert.are.equal(want:sub(1, 64) .. want:sub(65, 128) .. want:sub(129, 192),
+                     dst:tobytes():sub(193, 256) .. dst:tobytes():sub(129, 192) .. dst:tobytes():sub(65, 128))
+    xfer.faults.clear() -- what injected faults set aside is over
+    xfer.stats_reset()
+    b:run()
+    assert.are.equal("host:same_device", rows(xfer.stats()))
+    assert.are.same({}, xfer.health().set_aside)
+  end)
 end)

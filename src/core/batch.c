@@ -698,7 +698,12 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
     bad = b->order[g->first];
   }
   double start = xfer_now();
-  if (!rc && g->many) {
+  /* its runner set aside for this pair and path (it kept failing, or failed for good): element
+  ** by element on the group's route, until the ledger forgets (faults cleared, or forgotten) */
+  int aside = !rc && g->many &&
+              xfer_ledger_set_aside(b->ctx, g->from, g->to, g->route.path, g->many, NULL, 0);
+  if (aside) xfer_ledger_note_decision(b->ctx);
+  if (!rc && g->many && !aside) {
     rc = run_way(b, g, err);
     /* refused (an importer that cannot take these pieces, runtimes that will not take them
     ** after all): the plan's next way, for this run and every later one */
@@ -707,7 +712,8 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
       rc = XFER_E_OK; /* element by element, below */
     } else {
       if (rc) xfer_err_frame(err, g->from, g->to, g->bytes);
-      xfer_ledger_record(b->ctx, g->from, g->to, g->route.path, g->bytes, xfer_now() - start, rc, err);
+      xfer_ledger_record(b->ctx, g->from, g->to, g->route.path, g->many, g->bytes,
+                         xfer_now() - start, rc, err);
       for (size_t k = 0; k < g->count && !rc; k++) b->done[b->order[g->first + k]] = 1;
       bad = b->order[g->first]; /* a submission fails whole: its first element is named */
       goto out;
@@ -873,8 +879,19 @@ static void group_words(const group *g, xfer_plan *words)
     for (int i = 0; i < words_of_route.nsteps; i++)
       xfer_plan_say(words, "each element: %s", words_of_route.steps[i]);
   }
+  words->nmoves = 1;
+  snprintf(words->moves[0].from, sizeof words->moves[0].from, "%s", from);
+  snprintf(words->moves[0].to, sizeof words->moves[0].to, "%s", to);
+  words->moves[0].path = g->route.path;
+  if (g->many) /* at once: recorded as its runner's (set aside there, element by element) */
+    snprintf(words->moves[0].runner, sizeof words->moves[0].runner, "%s", g->many->name);
   for (int w = g->way + 1; g->many && w < g->nways; w++) { /* what the runner tries next */
     const group_way *next = &g->ways[w];
+    int m = words->nmoves++; /* ... and how the ledger records it then */
+    words->moves[m] = words->moves[0];
+    words->moves[m].fallback = 1;
+    snprintf(words->moves[m].runner, sizeof words->moves[m].runner, "%s",
+             next->many ? next->many->name : "");
     if (!next->many)
       xfer_plan_say(words, "if refused: element by element on the group's route");
     else if (next->through)
@@ -884,10 +901,6 @@ static void group_words(const group *g, xfer_plan *words)
       xfer_plan_say(words, "if refused: one batch by %s%s", next->many->name,
                     next->imports ? " over imports" : "");
   }
-  words->nmoves = 1;
-  snprintf(words->moves[0].from, sizeof words->moves[0].from, "%s", from);
-  snprintf(words->moves[0].to, sizeof words->moves[0].to, "%s", to);
-  words->moves[0].path = g->route.path;
 }
 
 xfer_code xfer_batch_plan(const xfer_batch *b, size_t index, xfer_plan *words, xfer_error *err)

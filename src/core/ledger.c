@@ -41,6 +41,9 @@
 struct xfer_ledger_entry {
   const xfer_device *from, *to;
   xfer_path path;
+  const xfer_device *runner;    /* the device whose runtime ran it, where not the path's own (a
+                                ** batch group by one submission: CUDA's kernel over host or
+                                ** Vulkan memory); NULL: the path's own */
   /* moved */
   uint64_t count, bytes;
   double moving;                /* seconds */
@@ -89,14 +92,14 @@ static void settle(xfer_ctx *ctx, xfer_ledger_entry *e)
   e->failures = e->set_aside = e->injected = 0;
 }
 
-/* (ctx->lock held) The entry of (from, to, path), made when `make` (NULL when out of memory:
-** then the move is not counted, rather than failed). */
+/* (ctx->lock held) The entry of (from, to, path, runner), made when `make` (NULL when out of
+** memory: then the move is not counted, rather than failed). */
 static xfer_ledger_entry *entry_of(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                                   xfer_path path, int make)
+                                   xfer_path path, const xfer_device *runner, int make)
 {
   for (size_t i = 0; i < ctx->nledger; i++) {
     xfer_ledger_entry *e = &ctx->ledger[i];
-    if (e->from == from && e->to == to && e->path == path) {
+    if (e->from == from && e->to == to && e->path == path && e->runner == runner) {
       settle(ctx, e);
       return e;
     }
@@ -114,6 +117,7 @@ static xfer_ledger_entry *entry_of(xfer_ctx *ctx, const xfer_device *from, const
   e->from = from;
   e->to = to;
   e->path = path;
+  e->runner = runner;
   return e;
 }
 
@@ -134,15 +138,15 @@ static void count_failure(xfer_ctx *ctx, xfer_ledger_entry *e, xfer_code rc, con
 }
 
 void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                        xfer_path path, size_t bytes, double seconds, xfer_code rc,
-                        const xfer_error *err)
+                        xfer_path path, const xfer_device *runner, size_t bytes, double seconds,
+                        xfer_code rc, const xfer_error *err)
 {
   /* the caller stopped it (its progress callback): neither a move nor a failure */
   if (rc && err && err->op_id == XFER_OP_PROGRESS) return;
   /* the last resort is never set aside: its failures are not counted */
-  if (rc && path == XFER_PATH_HOST) return;
+  if (rc && path == XFER_PATH_HOST && !runner) return;
   pthread_mutex_lock(&ctx->lock);
-  xfer_ledger_entry *e = entry_of(ctx, from, to, path, 1);
+  xfer_ledger_entry *e = entry_of(ctx, from, to, path, runner, 1);
   if (e && !rc) {
     e->count++;
     e->bytes += bytes;
@@ -155,10 +159,13 @@ void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
   int trace = ctx->trace;
   pthread_mutex_unlock(&ctx->lock);
   if (trace && !rc)
-    fprintf(stderr, "xfer: %s -> %s  %-12s %zu bytes  %.3f ms  %.2f GB/s\n", from->name, to->name,
-            xfer_path_name(path), bytes, seconds * 1e3,
-            seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0);
+    fprintf(stderr, "xfer: %s -> %s  %-12s %zu bytes  %.3f ms  %.2f GB/s%s%s\n", from->name,
+            to->name, xfer_path_name(path), bytes, seconds * 1e3,
+            seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0, runner ? "  by " : "",
+            runner ? runner->name : "");
 }
+
+static const char *runner_name(const xfer_ledger_entry *e) { return e->runner ? e->runner->name : ""; }
 
 /* The first entry named as e is (a remote device replaced after a lost peer has the name of
 ** the one before): xfer_stats adds up the moves of one pair of names. */
@@ -166,7 +173,7 @@ static const xfer_ledger_entry *first_named(const xfer_ctx *ctx, const xfer_ledg
 {
   for (const xfer_ledger_entry *f = ctx->ledger; f <= e; f++)
     if (f->count && f->path == e->path && !strcmp(f->from->name, e->from->name) &&
-        !strcmp(f->to->name, e->to->name))
+        !strcmp(f->to->name, e->to->name) && !strcmp(runner_name(f), runner_name(e)))
       return f;
   return e;
 }
@@ -183,13 +190,14 @@ size_t xfer_stats(xfer_ctx *ctx, xfer_stat *out, size_t max)
     if (first != e) /* the row of its names, already out */
       for (at = 0; at < n && at < max; at++)
         if (out[at].path == e->path && !strcmp(out[at].from, e->from->name) &&
-            !strcmp(out[at].to, e->to->name))
+            !strcmp(out[at].to, e->to->name) && !strcmp(out[at].runner, runner_name(e)))
           break;
     if (at == n) {
       if (n < max) {
         out[n] = (xfer_stat){.path = e->path};
         xfer_copy_text(out[n].from, sizeof out[n].from, e->from->name);
         xfer_copy_text(out[n].to, sizeof out[n].to, e->to->name);
+        xfer_copy_text(out[n].runner, sizeof out[n].runner, runner_name(e));
       }
       n++;
     }
@@ -221,18 +229,19 @@ void xfer_trace(xfer_ctx *ctx, int on)
 }
 
 int xfer_ledger_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                          xfer_path path, char *why, size_t cap)
+                          xfer_path path, const xfer_device *runner, char *why, size_t cap)
 {
   if (!__atomic_load_n(&ctx->failing, __ATOMIC_ACQUIRE)) return 0; /* the usual case: no lock */
   pthread_mutex_lock(&ctx->lock);
-  const xfer_ledger_entry *e = entry_of(ctx, from, to, path, 0);
+  const xfer_ledger_entry *e = entry_of(ctx, from, to, path, runner, 0);
   int aside = e && e->set_aside;
   if (aside && why) {
     struct tm tm;
     char at[32];
     strftime(at, sizeof at, "%H:%M:%S", localtime_r(&e->when, &tm));
-    snprintf(why, cap, "%s set aside for %s -> %s after %.120s at %s", xfer_path_name(path),
-             from->name, to->name, e->reason, at);
+    snprintf(why, cap, "%s%s%s set aside for %s -> %s after %.120s at %s", xfer_path_name(path),
+             runner ? " by " : "", runner ? runner->name : "", from->name, to->name, e->reason,
+             at);
   }
   pthread_mutex_unlock(&ctx->lock);
   return aside;
@@ -256,6 +265,7 @@ size_t xfer_health(xfer_ctx *ctx, xfer_health_info *out, size_t max, uint64_t *d
       memset(o, 0, sizeof *o);
       snprintf(o->from, sizeof o->from, "%s", e->from->name);
       snprintf(o->to, sizeof o->to, "%s", e->to->name);
+      snprintf(o->runner, sizeof o->runner, "%s", runner_name(e));
       o->path = e->path;
       o->failures = e->failures;
       o->injected = e->injected;
@@ -293,7 +303,7 @@ static int keep(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, x
                 double latency, double bandwidth, time_t when, int npoints, const double *bytes,
                 const double *seconds)
 {
-  xfer_ledger_entry *e = entry_of(ctx, from, to, path, 1);
+  xfer_ledger_entry *e = entry_of(ctx, from, to, path, NULL, 1);
   if (!e) return 0;
   if (!e->costed) __atomic_add_fetch(&ctx->costed, 1, __ATOMIC_RELEASE);
   e->costed = 1;
@@ -414,7 +424,7 @@ void xfer_costs_forget(xfer_ctx *ctx)
 static int estimate(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to, xfer_path path,
                     size_t nbytes, double *seconds)
 {
-  const xfer_ledger_entry *e = entry_of(ctx, from, to, path, 0);
+  const xfer_ledger_entry *e = entry_of(ctx, from, to, path, NULL, 0);
   if (e && !e->costed) return 0;
   if (e) *seconds = e->npoints ? from_points(e, (double)nbytes) : e->latency + (double)nbytes / e->bandwidth;
   return e != NULL;

@@ -9,15 +9,18 @@
 
 #include "faults.h"
 
-/* One finished move on `path`: a success is counted (bytes, seconds, and traced when asked);
-** a failure counts against the path for this pair (a path that keeps failing, or fails for
-** good, is set aside); a success clears that count. */
+/* One finished move on `path`, run by `runner`'s runtime where that is not the path's own (a
+** batch group in one submission; NULL: the path's own): a success is counted (bytes, seconds,
+** and traced when asked); a failure counts against (path, runner) for this pair (one that keeps
+** failing, or fails for good, is set aside); a success clears that count. A failure of the
+** host path's own copies is never counted: it is the last resort. */
 void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                        xfer_path path, size_t bytes, double seconds, xfer_code rc,
-                        const xfer_error *err);
-/* Whether `path` is set aside for from -> to (and why, in `why`, when given). */
+                        xfer_path path, const xfer_device *runner, size_t bytes, double seconds,
+                        xfer_code rc, const xfer_error *err);
+/* Whether `path` run by `runner` (NULL: its own) is set aside for from -> to (and why, in
+** `why`, when given). */
 int xfer_ledger_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
-                          xfer_path path, char *why, size_t cap);
+                          xfer_path path, const xfer_device *runner, char *why, size_t cap);
 /* The default choice passed over a path that was set aside. */
 void xfer_ledger_note_decision(xfer_ctx *ctx);
 /* The measured estimate of moving nbytes on `path` (0 when nothing is measured). */

@@ -288,13 +288,15 @@ xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer
 
 /* -- The plan in words (xfer.plan) --------------------------------------------------------- */
 
-/* A move the ledger will record: its ends and path. */
-static void say_move(xfer_plan *words, const xfer_route *r, int fallback)
+/* A move the ledger will record: its ends, path, and the runner where not the path's own. */
+static void say_move(xfer_plan *words, const xfer_route *r, const xfer_device *runner,
+                     int fallback)
 {
   if (words->nmoves == (int)(sizeof words->moves / sizeof words->moves[0])) return;
   int i = words->nmoves++;
   snprintf(words->moves[i].from, sizeof words->moves[i].from, "%s", r->from->name);
   snprintf(words->moves[i].to, sizeof words->moves[i].to, "%s", r->to->name);
+  snprintf(words->moves[i].runner, sizeof words->moves[i].runner, "%s", runner ? runner->name : "");
   words->moves[i].path = r->path;
   words->moves[i].fallback = fallback;
 }
@@ -303,7 +305,8 @@ static void say_step(xfer_plan *words, const xfer_steps *q, const xfer_step *s,
                      const xfer_tensor *src)
 {
   const char *dev = src->dev->name;
-  if (s->kind == XFER_STEP_MOVE || s->kind == XFER_STEP_AT_ONCE) say_move(words, &s->route, 0);
+  if (s->kind == XFER_STEP_MOVE) say_move(words, &s->route, NULL, 0);
+  if (s->kind == XFER_STEP_AT_ONCE) say_move(words, &s->route, s->importer ? s->importer : s->runner, 0);
   switch (s->kind) {
   case XFER_STEP_PACK:
     if (xfer_is_host(s->at))
@@ -365,7 +368,7 @@ xfer_code xfer_plan_words(const xfer_move_plan *p, const xfer_tensor *src, xfer_
   say_reason(words, p, src);
   for (int i = 0; i < p->primary.n; i++) say_step(words, &p->primary, &p->primary.step[i], src);
   for (int i = 0; i < p->fallback.n; i++)
-    if (p->fallback.step[i].kind == XFER_STEP_MOVE) say_move(words, &p->fallback.step[i].route, 1);
+    if (p->fallback.step[i].kind == XFER_STEP_MOVE) say_move(words, &p->fallback.step[i].route, NULL, 1);
   if (p->primary.step[p->primary.n - 1].kind == XFER_STEP_MOVE) return XFER_E_OK;
   /* a plan without a contiguous move (packed where it goes; converted for the host): the one
   ** path its last step takes */

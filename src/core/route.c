@@ -340,7 +340,7 @@ xfer_code xfer_route_make_from(xfer_device *from, size_t nbytes, const xfer_tens
   int n = 0;
   for (int p = XFER_PATH_SAME_DEVICE; p < XFER_PATH_HOST; p++) {
     if (inapplicable((xfer_path)p, r, src, dst_t, NULL, 0)) continue;
-    if (xfer_ledger_set_aside(ctx, r->from, r->to, (xfer_path)p, aside, aside_cap)) {
+    if (xfer_ledger_set_aside(ctx, r->from, r->to, (xfer_path)p, NULL, aside, aside_cap)) {
       xfer_ledger_note_decision(ctx);
       continue;
     }

@@ -150,7 +150,7 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
   /* the ledger remembers: what moved, and a failure against the path for this pair (a path
   ** set aside is skipped by the default choice; a success clears the count) */
-  xfer_ledger_record(src->dev->ctx, src->dev, dst->dev, path, n, xfer_now() - start, rc, err);
+  xfer_ledger_record(src->dev->ctx, src->dev, dst->dev, path, NULL, n, xfer_now() - start, rc, err);
   return rc;
 }
 
@@ -203,13 +203,17 @@ static xfer_code run_at_once(const xfer_step *s, xfer_tensor *view, xfer_tensor 
     xfer_error ignored; /* an import refused: the device's own batch, or the fallback */
     const xfer_tensor *far = s->view_at_device_end ? view : packed;
     xfer_many_via via = {s->importer, xfer_tensor_block(far), NULL};
+    const xfer_device *by = s->importer; /* the ledger's runner of the move */
     if (s->importer && via.imported && !xfer_interop_view(far, s->importer, &via.view, &ignored))
       rc = xfer_view_many_via(view, packed, s->to_packed, &via, err);
-    if (rc == XFER_E_UNSUPPORTED && s->runner) rc = xfer_view_many(view, packed, s->to_packed, err);
+    if (rc == XFER_E_UNSUPPORTED && s->runner) {
+      by = s->runner;
+      rc = xfer_view_many(view, packed, s->to_packed, err);
+    }
     if (rc != XFER_E_UNSUPPORTED) {
       if (!rc) rc = xfer_progress(view->nbytes, view->nbytes, err);
       if (rc) xfer_err_frame(err, s->route.from, s->route.to, view->nbytes);
-      xfer_ledger_record(view->dev->ctx, s->route.from, s->route.to, s->route.path,
+      xfer_ledger_record(view->dev->ctx, s->route.from, s->route.to, s->route.path, by,
                          view->nbytes, xfer_now() - start, rc, err);
     }
   }

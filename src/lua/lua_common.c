@@ -216,7 +216,7 @@ void xl_push_plan(lua_State *L, const xfer_plan *plan)
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "estimates");
-  lua_createtable(L, plan->nmoves, 0); /* {from, to, path [, fallback]}: as xfer.stats() records them */
+  lua_createtable(L, plan->nmoves, 0); /* {from, to, path [, runner, fallback]}: as xfer.stats() records them */
   for (int i = 0; i < plan->nmoves; i++) {
     lua_createtable(L, 0, 3);
     lua_pushstring(L, plan->moves[i].from);
@@ -225,6 +225,10 @@ void xl_push_plan(lua_State *L, const xfer_plan *plan)
     lua_setfield(L, -2, "to");
     lua_pushstring(L, xfer_path_name(plan->moves[i].path));
     lua_setfield(L, -2, "path");
+    if (plan->moves[i].runner[0]) {
+      lua_pushstring(L, plan->moves[i].runner);
+      lua_setfield(L, -2, "runner");
+    }
     if (plan->moves[i].fallback) {
       lua_pushboolean(L, 1);
       lua_setfield(L, -2, "fallback");

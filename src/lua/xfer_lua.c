@@ -54,6 +54,10 @@ static int l_stats(lua_State *L)
   for (size_t i = 0; i < n; i++) {
     lua_createtable(L, 0, 6);
     xl_set_move(L, stats[i].from, stats[i].to, stats[i].path);
+    if (stats[i].runner[0]) {
+      lua_pushstring(L, stats[i].runner);
+      lua_setfield(L, -2, "runner");
+    }
     lua_pushnumber(L, (lua_Number)stats[i].count);
     lua_setfield(L, -2, "count");
     lua_pushnumber(L, (lua_Number)stats[i].bytes);
@@ -96,6 +100,10 @@ static int l_health(lua_State *L)
   for (size_t i = 0; i < n; i++) {
     lua_createtable(L, 0, 7);
     xl_set_move(L, info[i].from, info[i].to, info[i].path);
+    if (info[i].runner[0]) {
+      lua_pushstring(L, info[i].runner);
+      lua_setfield(L, -2, "runner");
+    }
     lua_pushinteger(L, info[i].failures);
     lua_setfield(L, -2, "failures");
     lua_pushboolean(L, info[i].injected);
