@@ -517,13 +517,8 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
   if (!code && l.route.direct) {
     char why[160];
     l.io.fd = xfer_file_open_direct(f->path, 0, why, sizeof why);
-    if (l.io.fd >= 0) {
-      l.io.direct = 1;
-    } else {
-      l.route.direct = 0; /* the file system said no: the page cache, saying so */
-      size_t at = strlen(l.route.reason);
-      snprintf(l.route.reason + at, sizeof l.route.reason - at, "; then the page cache: %s", why);
-    }
+    if (l.io.fd >= 0) l.io.direct = 1;
+    else xfer_file_route_next(&l.route, XFER_FILE_REFUSED_DIRECT, why);
   }
   if (l.io.fd < 0) l.io.fd = f->fd;
   if (!code) {
@@ -545,11 +540,10 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
       code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
                                  l.route.threads ? l.route.threads : 2,
                                  XFER_FIO_STALL_MS, &l.queue, err);
-      if (code == XFER_E_UNAVAILABLE && l.route.engine == XFER_FILE_ENGINE_URING) { /* io_uring refused at setup */
-        l.route.engine = XFER_FILE_ENGINE_THREADS;
-        l.route.threads = 2;
-        code = xfer_fio_queue_open(&l.io, XFER_FIO_THREADS, l.nslots, 2,
-                                 XFER_FIO_STALL_MS, &l.queue, err);
+      if (code == XFER_E_UNAVAILABLE && l.route.engine == XFER_FILE_ENGINE_URING) {
+        xfer_file_route_next(&l.route, XFER_FILE_REFUSED_URING, err ? err->message : "");
+        code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
+                                   l.route.threads, XFER_FIO_STALL_MS, &l.queue, err);
       }
     }
     if (!code) code = run_requests(&l, err);

@@ -198,3 +198,17 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
            ewhy, depth, chunk >> 10);
   return XFER_E_OK;
 }
+
+void xfer_file_route_next(xfer_file_route *route, xfer_file_refusal what, const char *why)
+{
+  size_t at = strlen(route->reason);
+  if (what == XFER_FILE_REFUSED_DIRECT) {
+    route->direct = 0;
+    snprintf(route->reason + at, sizeof route->reason - at, "; then the page cache: %s", why);
+    return;
+  }
+  route->engine = XFER_FILE_ENGINE_THREADS;
+  route->threads = 2; /* the requests in flight stay as many: two threads keep them going */
+  snprintf(route->reason + at, sizeof route->reason - at, "; then 2 threads: io_uring refused "
+           "at setup (%s)", why);
+}

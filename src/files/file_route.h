@@ -17,6 +17,15 @@
 xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t bytes,
                                int writing, int devices, const xfer_file_opts *opts,
                                xfer_file_route *out, xfer_error *err);
+/* What a route's way gives way to when it is refused at setup: the route's only other choices,
+** made here so that a load or a save never decides them itself. */
+typedef enum xfer_file_refusal {
+  XFER_FILE_REFUSED_DIRECT,     /* O_DIRECT (the file system, or a format): the page cache */
+  XFER_FILE_REFUSED_URING,      /* io_uring at setup: a pool of threads */
+} xfer_file_refusal;
+/* The route's next way after `what` was refused, `why` added to its reason. */
+void xfer_file_route_next(xfer_file_route *route, xfer_file_refusal what, const char *why);
+
 /* Opens `path` again with O_DIRECT (for reads: O_RDONLY, writes: O_WRONLY): the fd, or -1 with
 ** errno's words in why. */
 int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap);

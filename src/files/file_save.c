@@ -372,7 +372,7 @@ static size_t segment_of(const saving *s, uint64_t at, uint64_t len)
   return s->n;
 }
 
-static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *route,
+static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
                         const xfer_file_opts *opts, xfer_error *err)
 {
   xfer_device *host;
@@ -391,9 +391,11 @@ static xfer_code stream(saving *s, const xfer_fio *io, const xfer_file_route *ro
     code = xfer_fio_queue_open(io, xfer_fio_engine_of(route->engine), slots,
                                route->threads ? route->threads : 2,
                                XFER_FIO_STALL_MS, &q, err);
-  if (code == XFER_E_UNAVAILABLE && route->engine == XFER_FILE_ENGINE_URING)
-    code = xfer_fio_queue_open(io, XFER_FIO_THREADS, slots, 2,
+  if (code == XFER_E_UNAVAILABLE && route->engine == XFER_FILE_ENGINE_URING) {
+    xfer_file_route_next(route, XFER_FILE_REFUSED_URING, err ? err->message : "");
+    code = xfer_fio_queue_open(io, xfer_fio_engine_of(route->engine), slots, route->threads,
                                XFER_FIO_STALL_MS, &q, err);
+  }
   size_t k = 0;
   for (; k < nchunks && !code; k++) {
     int slot = (int)(k % (size_t)slots);
@@ -534,7 +536,8 @@ static void open_direct(const char *tmp, int format, xfer_file_route *route, xfe
   *dfd = -1;
   if (!route->direct) return;
   if (format == XFER_FORMAT_NPZ) {
-    route->direct = 0;
+    xfer_file_route_next(route, XFER_FILE_REFUSED_DIRECT, "an .npz's CRCs are patched in "
+                         "afterwards, through it");
     return;
   }
   char why[160];
@@ -544,9 +547,7 @@ static void open_direct(const char *tmp, int format, xfer_file_route *route, xfe
     io->direct = 1;
     return;
   }
-  route->direct = 0;
-  size_t at = strlen(route->reason);
-  snprintf(route->reason + at, sizeof route->reason - at, "; then the page cache: %s", why);
+  xfer_file_route_next(route, XFER_FILE_REFUSED_DIRECT, why);
 }
 
 /* An .npz's end: its central directory after the members, then the members' CRCs patched in. */
