@@ -435,6 +435,16 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
 /* Runs it (again). On failure err names the element (err->element, from 1) and its ends;
 ** xfer_batch_done says which elements completed; sources are untouched. */
 xfer_code xfer_batch_run(xfer_batch *batch, xfer_error *err);
+/* A batch in parts, each run alone: part k is elements [part_end[k-1], part_end[k]) (part_end
+** ascending, the last = n); no group crosses a part, so running part k submits its groups
+** only -- one batch prepared for a stream of steps (a file load's chunks, a KV cache's layers)
+** instead of one prepared per step. Overlaps are checked across the whole batch. */
+xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const size_t *part_end,
+                                   size_t nparts, const xfer_transfer_opts *opts,
+                                   xfer_batch **out, xfer_error *err);
+/* Runs part `part` (from 0) alone; xfer_batch_done then says which of its elements completed
+** (the others' flags are the last run's). */
+xfer_code xfer_batch_run_part(xfer_batch *batch, size_t part, xfer_error *err);
 size_t xfer_batch_count(const xfer_batch *batch);
 size_t xfer_batch_bytes(const xfer_batch *batch);
 /* 1 when element i (from 0) completed in the last run. */

@@ -30,6 +30,7 @@ typedef struct group_way {
 
 typedef struct group {
   xfer_device *from, *to;
+  size_t part;                  /* the part its elements are in (xfer_batch_prepare_parts) */
   size_t first, count;          /* the group's elements: order[first .. first+count) */
   size_t bytes;
   xfer_route route;             /* made once, at prepare */
@@ -79,6 +80,7 @@ struct xfer_batch {
                                 ** done at once */
   group *groups;
   size_t ngroups;
+  size_t *part_end, nparts;     /* parts: elements [part_end[k-1], part_end[k]) (none: one) */
   xfer_transfer_opts opts;
   int has_opts;
 };
@@ -94,6 +96,18 @@ static int is_general(const xfer_batch_item *it)
 static size_t length_of(const xfer_batch_item *it)
 {
   return it->nbytes ? it->nbytes : it->src->nbytes;
+}
+
+/* The part element i is in (0 where the batch has no parts). */
+static size_t part_of(const xfer_batch *b, size_t i)
+{
+  size_t lo = 0, hi = b->nparts;
+  while (lo < hi) { /* the first part that ends after i */
+    size_t mid = lo + (hi - lo) / 2;
+    if (b->part_end[mid] > i) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 /* An element copying bytes onto themselves: nothing to move (a driver may refuse the copy). */
@@ -371,13 +385,14 @@ static made_route *element_routes(const xfer_batch *b, size_t *which, size_t *nr
   return routes;
 }
 
-/* The group an element joins: one of its pair of devices moving alike, or a new one (NULL: no
-** memory for it). */
-static group *group_for(xfer_batch *b, const xfer_batch_item *it, const made_route *r,
-                        size_t *cap)
+/* The group an element of `part` joins: one of its part and pair of devices moving alike, or a
+** new one (NULL: no memory for it). Groups are made in the order of their elements, so a part's
+** are the last ones made. */
+static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
+                        const made_route *r, size_t *cap)
 {
   if (!is_general(it))
-    for (size_t g = 0; g < b->ngroups; g++) {
+    for (size_t g = b->ngroups; g-- > 0 && b->groups[g].part == part;) {
       group *gr = &b->groups[g];
       if (!gr->general && gr->from == it->src->dev && gr->to == it->dst->dev &&
           same_route(&gr->route, gr->planned, &r->route, r->code))
@@ -391,7 +406,7 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, const made_rou
     *cap *= 2;
   }
   group *gr = &b->groups[b->ngroups];
-  *gr = (group){.from = it->src->dev, .to = it->dst->dev, .general = is_general(it)};
+  *gr = (group){.from = it->src->dev, .to = it->dst->dev, .part = part, .general = is_general(it)};
   if (gr->general) { /* a view or a dtype change: the whole plan of its copy, kept */
     if (!(gr->plan = malloc(sizeof *gr->plan))) return NULL;
     gr->planned = xfer_plan_copy(it->dst, it->src, b->has_opts ? &b->opts : NULL, gr->plan,
@@ -583,7 +598,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
       of[i] = SIZE_MAX;
       continue;
     }
-    group *gr = group_for(b, it, nroutes ? &routes[of[i]] : NULL, &cap);
+    group *gr = group_for(b, it, part_of(b, i), nroutes ? &routes[of[i]] : NULL, &cap);
     if (!gr) {
       rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
       break;
@@ -618,11 +633,35 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   return rc;
 }
 
+/* Parts that end in ascending order, the last with the last element. */
+static xfer_code check_parts(const size_t *part_end, size_t nparts, size_t n, xfer_error *err)
+{
+  if (!nparts || !part_end)
+    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: parts need at least one end");
+  for (size_t k = 0; k < nparts; k++)
+    if (part_end[k] > n || (k && part_end[k] < part_end[k - 1]))
+      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: part %zu ends at element %zu: "
+                          "ends ascend, up to the batch's %zu elements", k + 1, part_end[k], n);
+  if (part_end[nparts - 1] != n)
+    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: the last part ends at element %zu, "
+                        "not at the batch's last (%zu)", part_end[nparts - 1], n);
+  return XFER_E_OK;
+}
+
 xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
                              const xfer_transfer_opts *opts, xfer_batch **out, xfer_error *err)
 {
+  return xfer_batch_prepare_parts(items, n, &n, 1, opts, out, err);
+}
+
+xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const size_t *part_end,
+                                   size_t nparts, const xfer_transfer_opts *opts,
+                                   xfer_batch **out, xfer_error *err)
+{
   *out = NULL;
   if (n && !items) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: no elements given");
+  xfer_code checked = check_parts(part_end, nparts, n, err);
+  if (checked) return checked;
   if (opts && opts->convert)
     return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: a dtype change is made by the "
                         "targets' dtypes, not opts.convert");
@@ -638,8 +677,11 @@ xfer_code xfer_batch_prepare(const xfer_batch_item *items, size_t n,
   b->n = n;
   b->items = calloc(n ? n : 1, sizeof *b->items);
   b->done = calloc(n ? n : 1, 1);
+  b->part_end = malloc(nparts * sizeof *b->part_end);
+  if (b->part_end) memcpy(b->part_end, part_end, nparts * sizeof *part_end);
+  b->nparts = nparts;
   if (opts) b->opts = *opts, b->has_opts = 1;
-  if (!b->items || !b->done) {
+  if (!b->items || !b->done || !b->part_end) {
     xfer_batch_release(b);
     return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
@@ -752,7 +794,8 @@ static int run_begin(xfer_batch *b, int by)
   return ok;
 }
 
-static xfer_code run_all(xfer_batch *b, xfer_error *err);
+static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err);
+#define ALL_PARTS SIZE_MAX
 
 xfer_code xfer_batch_claim(xfer_batch *b, xfer_error *err)
 {
@@ -767,7 +810,7 @@ void xfer_batch_unclaim(xfer_batch *b) { run_begin(b, -1); }
 
 xfer_code xfer_batch_run_claimed(xfer_batch *b, xfer_error *err)
 {
-  xfer_code rc = run_all(b, err);
+  xfer_code rc = run_all(b, ALL_PARTS, err);
   run_begin(b, -1);
   return rc;
 }
@@ -778,6 +821,18 @@ xfer_code xfer_batch_run(xfer_batch *b, xfer_error *err)
   return rc ? rc : xfer_batch_run_claimed(b, err);
 }
 
+xfer_code xfer_batch_run_part(xfer_batch *b, size_t part, xfer_error *err)
+{
+  if (b && part >= b->nparts)
+    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: no part %zu (it has %zu)", part + 1,
+                        b->nparts);
+  xfer_code rc = xfer_batch_claim(b, err);
+  if (rc) return rc;
+  rc = run_all(b, part, err);
+  run_begin(b, -1);
+  return rc;
+}
+
 xfer_batch *xfer_batch_retain(xfer_batch *b)
 {
   if (b) __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
@@ -786,12 +841,13 @@ xfer_batch *xfer_batch_retain(xfer_batch *b)
 
 /* The elements that move nothing: done once their tensors check out (under the context's
 ** lock, which a free takes to mark a tensor freed). */
-static xfer_code run_idle(xfer_batch *b, xfer_error *err)
+static xfer_code run_idle(xfer_batch *b, size_t part, xfer_error *err)
 {
   xfer_code rc = XFER_E_OK;
   size_t bad = 0;
   pthread_mutex_lock(&b->ctx->lock);
   for (size_t k = 0; k < b->nidle && !rc; k++) {
+    if (part != ALL_PARTS && part_of(b, b->idle[k]) != part) continue;
     const xfer_batch_item *it = &b->items[bad = b->idle[k]];
     rc = xfer_tensor_check(it->dst, "batch", err);
     if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
@@ -811,14 +867,18 @@ static xfer_code planned_copy_error(const group *gr, const xfer_batch_item *it, 
   return rc ? rc : gr->planned;
 }
 
-static xfer_code run_all(xfer_batch *b, xfer_error *err)
+/* The whole batch (ALL_PARTS), or one part of it. */
+static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
 {
   if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
-  memset(b->done, 0, b->n ? b->n : 1);
-  xfer_code idle = b->nidle ? run_idle(b, err) : XFER_E_OK;
+  size_t lo = part == ALL_PARTS || !part ? 0 : b->part_end[part - 1];
+  size_t hi = part == ALL_PARTS ? b->n : b->part_end[part];
+  if (hi > lo) memset(b->done + lo, 0, hi - lo);
+  xfer_code idle = b->nidle ? run_idle(b, part, err) : XFER_E_OK;
   if (idle) return idle;
   for (size_t g = 0; g < b->ngroups; g++) {
     group *gr = &b->groups[g];
+    if (part != ALL_PARTS && gr->part != part) continue;
     const xfer_batch_item *it = &b->items[b->order[gr->first]];
     xfer_code rc;
     if (gr->general) {
@@ -937,6 +997,7 @@ void xfer_batch_release(xfer_batch *b)
   free(b->groups);
   free(b->order);
   free(b->idle);
+  free(b->part_end);
   free(b->items);
   free(b->tensors);
   free(b->done);

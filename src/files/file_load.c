@@ -281,6 +281,9 @@ typedef struct {
   xfer_fio_queue *queue;
   xfer_tensor **chunks; /* one host tensor per slot */
   int nslots;
+  xfer_batch *scatters; /* every device piece, a part per request: prepared once, before the
+                        ** first read (NULL: no piece goes to a device) */
+  size_t *scattered;    /* the piece of each of its elements */
   uint64_t total, done;
 } loading;
 
@@ -302,41 +305,65 @@ static void submit(loading *l, size_t r)
   xfer_fio_submit(l->queue, slot, 0, buf, q->len, q->need, q->start);
 }
 
-/* Scatters request r's chunk into its pieces' tensors: host ones by memcpy, the others as
-** one batch. */
+/* The pieces bound for devices as one batch prepared once for the whole load, in a part per
+** request, each element reading its request's chunk: routes, groups and a runtime's pieces are
+** made here, and a request's scatter is a run of its part. */
+static xfer_code plan_scatters(loading *l, xfer_error *err)
+{
+  size_t n = 0;
+  for (size_t r = 0; r < l->plan.nreqs; r++)
+    for (size_t k = 0; !l->plan.reqs[r].into && k < l->plan.reqs[r].count; k++)
+      n += !xfer_tensor_host_data(l->targets[l->plan.pieces[l->plan.reqs[r].first + k].item]);
+  if (!n) return XFER_E_OK;
+  xfer_batch_item *items = malloc(n * sizeof *items);
+  size_t *part_end = malloc(l->plan.nreqs * sizeof *part_end);
+  l->scattered = malloc(n * sizeof *l->scattered);
+  xfer_code code = items && part_end && l->scattered ? XFER_E_OK
+                                                      : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  size_t m = 0;
+  for (size_t r = 0; !code && r < l->plan.nreqs; r++) {
+    const request *q = &l->plan.reqs[r];
+    for (size_t k = 0; !q->into && k < q->count; k++) {
+      const piece *pc = &l->plan.pieces[q->first + k];
+      xfer_tensor *t = l->targets[pc->item];
+      if (xfer_tensor_host_data(t)) continue; /* a memcpy when the chunk is in */
+      items[m] = (xfer_batch_item){ .dst = t, .src = l->chunks[r % (size_t)l->nslots],
+                                    .dst_offset = (size_t)pc->dst_off,
+                                    .src_offset = (size_t)(pc->file_off - q->start),
+                                    .nbytes = (size_t)pc->len };
+      l->scattered[m++] = q->first + k;
+    }
+    part_end[r] = m;
+  }
+  if (!code) code = xfer_batch_prepare_parts(items, n, part_end, l->plan.nreqs, NULL, &l->scatters, err);
+  if (code && err && err->element > 0) { /* an element the checks refused: its piece named */
+    const piece *pc = &l->plan.pieces[l->scattered[err->element - 1]];
+    code = frame(err, l->f, item_name(l, pc->item), (long long)pc->file_off,
+                 device_name(l->targets[pc->item]));
+  }
+  free(items);
+  free(part_end);
+  return code;
+}
+
+/* Scatters request r's chunk into its pieces' tensors: host ones by memcpy, the others by a
+** run of the request's part of the load's batch. */
 static xfer_code scatter(loading *l, size_t r, xfer_error *err)
 {
   request *q = &l->plan.reqs[r];
   if (q->into) return XFER_E_OK;
-  xfer_tensor *chunk = l->chunks[r % (size_t)l->nslots];
-  const char *bytes = xfer_tensor_host_data(chunk);
-  xfer_batch_item items[64];
-  size_t pieces_at[64];
-  size_t m = 0;
-  for (size_t k = 0; k <= q->count; k++) {
-    if (m && (k == q->count || m == 64)) {
-      xfer_code code = xfer_transfer_batch(items, m, NULL, err);
-      if (code) {
-        size_t at = err && err->element > 0 ? (size_t)err->element - 1 : 0;
-        const piece *pc = &l->plan.pieces[pieces_at[at < m ? at : 0]];
-        return frame(err, l->f, item_name(l, pc->item), (long long)pc->file_off,
-                     device_name(l->targets[pc->item]));
-      }
-      m = 0;
-    }
-    if (k == q->count) break;
-    size_t pi = q->first + k;
-    const piece *pc = &l->plan.pieces[pi];
-    xfer_tensor *t = l->targets[pc->item];
-    char *host = xfer_tensor_host_data(t);
-    if (host) {
-      memcpy(host + pc->dst_off, bytes + (pc->file_off - q->start), (size_t)pc->len);
-      continue;
-    }
-    items[m] = (xfer_batch_item){ .dst = t, .src = chunk, .dst_offset = (size_t)pc->dst_off,
-                                  .src_offset = (size_t)(pc->file_off - q->start),
-                                  .nbytes = (size_t)pc->len };
-    pieces_at[m++] = pi;
+  const char *bytes = xfer_tensor_host_data(l->chunks[r % (size_t)l->nslots]);
+  for (size_t k = 0; k < q->count; k++) {
+    const piece *pc = &l->plan.pieces[q->first + k];
+    char *host = xfer_tensor_host_data(l->targets[pc->item]);
+    if (host) memcpy(host + pc->dst_off, bytes + (pc->file_off - q->start), (size_t)pc->len);
+  }
+  xfer_code code = l->scatters ? xfer_batch_run_part(l->scatters, r, err) : XFER_E_OK;
+  if (code) {
+    size_t at = err && err->element > 0 ? (size_t)err->element - 1 : 0;
+    const piece *pc = &l->plan.pieces[l->scattered[at]];
+    return frame(err, l->f, item_name(l, pc->item), (long long)pc->file_off,
+                 device_name(l->targets[pc->item]));
   }
   return XFER_E_OK;
 }
@@ -536,6 +563,7 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
     xfer_shape cs = { 1, { (int64_t)l.route.chunk } };
     for (int s = 0; s < l.nslots && !code && need_chunks; s++)
       code = xfer_tensor_empty(host, XFER_U8, &cs, &l.chunks[s], err);
+    if (!code) code = plan_scatters(&l, err);
     if (!code) {
       code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
                                  l.route.threads ? l.route.threads : 2,
@@ -549,6 +577,8 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
     if (!code) code = run_requests(&l, err);
   }
   xfer_fio_queue_close(l.queue);
+  xfer_batch_release(l.scatters);
+  free(l.scattered);
   for (int s = 0; l.chunks && s < l.nslots; s++) xfer_tensor_release(l.chunks[s]);
   free(l.chunks);
 #ifdef XFER_WITH_ZLIB
