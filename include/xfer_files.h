@@ -74,6 +74,8 @@ typedef struct xfer_file_opts {
   void *progress_ud;
 } xfer_file_opts;
 
+#define XFER_FILE_STEPS 8
+
 /* What the planner chose and why (xfer_file_plan, and each load's/save's). */
 typedef struct xfer_file_route {
   int direct;             /* 1: O_DIRECT reads/writes through aligned chunks */
@@ -86,6 +88,11 @@ typedef struct xfer_file_route {
   ** ("" for loads that have no CUDA target) */
   int gds;
   char gds_reason[320];
+  /* the steps, in words (f:plan, xfer.file_route): the reads, then where the bytes go -- for
+  ** each device, how a chunk's pieces reach it; after a load, as its batch ran them */
+  int nsteps;
+  char steps[XFER_FILE_STEPS][256];
+  int writing;            /* a save's route */
 } xfer_file_route;
 
 /* One tensor to load: entry `entry` onto `dev`, converted to `dtype` when convert is 1. */

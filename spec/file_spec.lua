@@ -197,6 +197,56 @@ describe("files", function()
     f:close()
   end)
 
+  it("says its steps -- the reads, then each destination -- and a load records what they say", function()
+    local p = path("steps.safetensors")
+    local names, tensors = {}, {}
+    for i = 1, 6 do
+      names[i] = "w" .. i
+      tensors[names[i]] = sample("f32", { 20000 + i })
+    end
+    xfer.save(p, tensors)
+    local devs = xfer.devices()
+    local function place(name) return devs[tonumber(name:sub(2)) % #devs + 1] end
+    local f = xfer.open(p)
+    local plan = f:plan({ device = place, direct = true })
+    assert.matches("^read with O_DIRECT", plan.steps[1])
+    local said = table.concat(plan.steps, "\n")
+    for _, name in ipairs(names) do
+      local dev = place(name)
+      local want = dev.name == "host" and "into host tensors: copied out of each chunk by the CPU"
+                   or ("into " .. dev.name .. ": each chunk's pieces by one part of the load's batch")
+      assert.is_truthy(said:find(want, 1, true), want .. " in:\n" .. said)
+    end
+    xfer.stats_reset()
+    local loaded = f:load({ device = place, direct = true })
+    local route = xfer.file_route()
+    assert.are.equal(plan.steps[1], route.steps[1])
+    -- each device's step names who runs its pieces ("by X"), and the ledger recorded X's moves
+    local ran = {}
+    for _, r in ipairs(xfer.stats()) do
+      if r.from == "host" then ran[r.to .. " by " .. (r.runner or r.path)] = true end
+    end
+    local devices_said, devices = 0, 0
+    for _, dev in ipairs(devs) do devices = devices + (dev.name ~= "host" and 1 or 0) end
+    for _, step in ipairs(route.steps) do
+      local dev = step:match("^into (%S+): each chunk's pieces by a part of the load's batch %(the first chunk's: ")
+      -- at once ("one batch of N copies by X", maybe over imports), or one by one on its path
+      local runner = step:match("one batch of %d+ cop%a+ by (%S+)%)$")
+      if dev then
+        devices_said = devices_said + 1
+        local any = false
+        for key in pairs(ran) do any = any or key:sub(1, #dev + 4) == dev .. " by " end
+        assert.is_true(runner and ran[dev .. " by " .. runner] or (not runner and any), step)
+      end
+      assert.is_nil(step:find("prepared once for the file", 1, true), "a step the load did not say again: " .. step)
+    end
+    assert.are.equal(devices, devices_said, table.concat(route.steps, "\n"))
+    for _, name in ipairs(names) do
+      assert.are.equal(tensors[name]:tobytes(), loaded[name]:to(xfer.device("host")):tobytes(), name)
+    end
+    f:close()
+  end)
+
   it("says whether GPUDirect Storage reads into CUDA memory, and why not #cuda", function()
     local p = path("gds.safetensors")
     xfer.save(p, { x = sample("f32", { 10 }) })

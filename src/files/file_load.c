@@ -513,6 +513,56 @@ static uint64_t items_bytes(const xfer_file *f, const xfer_load_item *items, siz
   return total;
 }
 
+/* Where the bytes go, a step per destination: host tensors, then each device (a load says it
+** again once its batch is made: say_scatters). */
+static void say_destinations(const xfer_load_item *items, size_t n, xfer_file_route *route)
+{
+  int host = 0;
+  for (size_t i = 0; i < n; i++) host |= !items[i].dev || xfer_device_is_host(items[i].dev) ||
+                                         items[i].convert;
+  if (host)
+    xfer_file_route_say(route, "into host tensors: %s", route->direct
+                        ? "copied out of each chunk by the CPU"
+                        : "read straight into them, no chunk between");
+  for (size_t i = 0; i < n; i++) {
+    const xfer_device *dev = items[i].dev;
+    int seen = !dev || xfer_device_is_host(dev) || items[i].convert;
+    for (size_t j = 0; j < i && !seen; j++) seen = items[j].dev == dev && !items[j].convert;
+    if (!seen)
+      xfer_file_route_say(route, "into %s: each chunk's pieces by one part of the load's batch, "
+                          "prepared once for the file", xfer_device_name(dev));
+  }
+}
+
+/* After the load's batch is made: each device's step as its first group runs (by whom, over
+** whose memory: the group's own words), in place of the plan's. */
+static void say_scatters(loading *l)
+{
+  xfer_file_route *r = &l->route;
+  size_t groups = 0;
+  xfer_batch_groups(l->scatters, &groups, NULL);
+  for (int k = 1; k < r->nsteps; k++) {
+    char dev[64];
+    const char *end = strstr(r->steps[k], ": each chunk's pieces");
+    if (strncmp(r->steps[k], "into ", 5) || !end || end - r->steps[k] - 5 >= (long)sizeof dev)
+      continue;
+    snprintf(dev, sizeof dev, "%.*s", (int)(end - r->steps[k] - 5), r->steps[k] + 5);
+    for (size_t g = 0; g < groups; g++) {
+      xfer_plan words;
+      xfer_error ignored;
+      if (xfer_batch_plan(l->scatters, g, &words, &ignored) || !words.nmoves ||
+          strcmp(words.moves[0].to, dev) || !words.nsteps)
+        continue;
+      /* its first step, and the one after where that one is an import */
+      int two = words.nsteps > 1 && strstr(words.steps[0], "imports") != NULL;
+      snprintf(r->steps[k], sizeof r->steps[k], "into %.40s: each chunk's pieces by a part of "
+               "the load's batch (the first chunk's: %.64s%s%.64s)", dev, words.steps[0],
+               two ? "; " : "", two ? words.steps[1] : "");
+      break;
+    }
+  }
+}
+
 xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
                          const xfer_file_opts *opts, xfer_file_route *out, xfer_error *err)
 {
@@ -528,6 +578,7 @@ xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
   code = xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, devices, opts,
                               out, err);
   if (!code && cuda) out->gds = xfer_file_gds(out->gds_reason, sizeof out->gds_reason);
+  if (!code) say_destinations(items, n, out);
   return code;
 }
 
@@ -564,6 +615,7 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
     for (int s = 0; s < l.nslots && !code && need_chunks; s++)
       code = xfer_tensor_empty(host, XFER_U8, &cs, &l.chunks[s], err);
     if (!code) code = plan_scatters(&l, err);
+    if (!code && l.scatters) say_scatters(&l);
     if (!code) {
       code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
                                  l.route.threads ? l.route.threads : 2,

@@ -9,6 +9,7 @@
 ** cache: aligning them costs more than the copy.
 */
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -24,6 +25,28 @@
 #define SMALL_BYTES (64u << 20)
 
 static _Thread_local xfer_file_route last_route;
+
+void xfer_file_route_say(xfer_file_route *route, const char *fmt, ...)
+{
+  if (route->nsteps == XFER_FILE_STEPS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(route->steps[route->nsteps++], sizeof route->steps[0], fmt, ap);
+  va_end(ap);
+}
+
+/* The first step: how the bytes cross between the file and host memory (made again when a way
+** gives way to the next). */
+static void say_io(xfer_file_route *r, int writing)
+{
+  char engine[48];
+  if (r->engine == XFER_FILE_ENGINE_URING) snprintf(engine, sizeof engine, "io_uring");
+  else snprintf(engine, sizeof engine, "%d threads", r->threads);
+  snprintf(r->steps[0], sizeof r->steps[0], "%s %s in requests of %zu KiB, %d in flight, by %s",
+           writing ? "write" : "read", r->direct ? "with O_DIRECT (pinned host chunks, no page "
+           "cache)" : "through the page cache", r->chunk >> 10, r->depth, engine);
+  if (!r->nsteps) r->nsteps = 1;
+}
 
 void xfer_file_route_taken(const xfer_file_route *route) { last_route = *route; }
 const xfer_file_route *xfer_file_last_route(void) { return &last_route; }
@@ -196,6 +219,8 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   out->depth = depth;
   snprintf(out->reason, sizeof out->reason, "%s; %s; %d requests of %zu KiB in flight", why,
            ewhy, depth, chunk >> 10);
+  out->writing = writing;
+  say_io(out, writing);
   return XFER_E_OK;
 }
 
@@ -205,10 +230,12 @@ void xfer_file_route_next(xfer_file_route *route, xfer_file_refusal what, const 
   if (what == XFER_FILE_REFUSED_DIRECT) {
     route->direct = 0;
     snprintf(route->reason + at, sizeof route->reason - at, "; then the page cache: %s", why);
+    say_io(route, route->writing);
     return;
   }
   route->engine = XFER_FILE_ENGINE_THREADS;
   route->threads = 2; /* the requests in flight stay as many: two threads keep them going */
   snprintf(route->reason + at, sizeof route->reason - at, "; then 2 threads: io_uring refused "
            "at setup (%s)", why);
+  say_io(route, route->writing);
 }

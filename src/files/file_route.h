@@ -26,6 +26,10 @@ typedef enum xfer_file_refusal {
 /* The route's next way after `what` was refused, `why` added to its reason. */
 void xfer_file_route_next(xfer_file_route *route, xfer_file_refusal what, const char *why);
 
+/* A step of the route in words (up to XFER_FILE_STEPS; the first is the route's own). */
+void xfer_file_route_say(xfer_file_route *route, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Opens `path` again with O_DIRECT (for reads: O_RDONLY, writes: O_WRONLY): the fd, or -1 with
 ** errno's words in why. */
 int xfer_file_open_direct(const char *path, int writing, char *why, size_t cap);

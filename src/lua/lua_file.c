@@ -73,6 +73,12 @@ static void push_route(lua_State *L, const xfer_file_route *r)
     lua_pushstring(L, r->gds_reason);
     lua_setfield(L, -2, "gds_reason");
   }
+  lua_createtable(L, r->nsteps, 0);
+  for (int i = 0; i < r->nsteps; i++) {
+    lua_pushstring(L, r->steps[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "steps");
 }
 
 /* The I/O options shared by loads and saves: direct, engine, chunk, depth (and sync). */
