@@ -55,18 +55,14 @@ static void *backing_view(const xfer_tensor *t, const xfer_device *alias)
 }
 
 /* A tensor as the peer runtime's device `alias` sees it: its own buffer, the memory it lives
-** in, or its segment imported once (the tensor at its own offset in each). *own: the memory
-** is alias's own (not an import). */
-static xfer_code peer_view(xfer_tensor *t, xfer_device *alias, void **view, int *own,
-                           xfer_error *err)
+** in, or its segment imported once (the tensor at its own offset in each). */
+static xfer_code peer_view(xfer_tensor *t, xfer_device *alias, void **view, xfer_error *err)
 {
-  *own = 1;
   if (t->dev == alias) {
     *view = t->buf;
     return XFER_E_OK;
   }
   if ((*view = backing_view(t, alias))) return XFER_E_OK;
-  *own = 0;
   return imported(xfer_tensor_block(t), alias, view, err);
 }
 
@@ -76,17 +72,15 @@ static xfer_code run_peer(const xfer_route *r, xfer_tensor *src, xfer_tensor *ds
   xfer_device *from = r->helpers[0], *to = r->helpers[1];
   size_t n = r->nbytes;
   void *src_view = NULL, *dst_view = NULL;
-  int src_own = 0, dst_own = 0;
-  xfer_code rc = peer_view(src, from, &src_view, &src_own, err);
-  if (!rc) rc = peer_view(dst, to, &dst_view, &dst_own, err);
+  xfer_code rc = peer_view(src, from, &src_view, err);
+  if (!rc) rc = peer_view(dst, to, &dst_view, err);
   if (rc) return rc;
-  if (src_own || dst_own)
+  /* the route decided whether the source goes through scratch memory first (both ends
+  ** imports: route.c, peer_share); a block its device's backing did not take is an import
+  ** where the route counted on the backing's memory: still right, just the slower copy */
+  if (!r->peer_scratch)
     return xfer_be_peer(to, dst_view, dst->offset, from, src_view, src->offset, n, err);
-  /* Both ends imported: a peer copy between two imports ran at 38.6 GB/s on two H200s
-  ** (slower than staging; the driver does not map imports for the peer), against 388 with
-  ** one end the runtime's own. So the source is first copied within its GPU into a block
-  ** of its own (cached, like every block). */
-  xfer_block *scratch = NULL;
+  xfer_block *scratch = NULL; /* cached, like every block */
   rc = xfer_mem_alloc(from, n, &scratch, err);
   if (rc) return rc;
   rc = xfer_be_copy(from, scratch->buf, scratch->offset, src_view, src->offset, n, err);

@@ -28,6 +28,9 @@ typedef struct xfer_route {
   xfer_share share;        /* interop: how */
   xfer_device *helpers[2]; /* interop: the peer runtime's devices, or the exporter */
   int nhelpers;
+  int peer_scratch;        /* PEER: neither end is the peer runtime's own memory (both would be
+                           ** imports, which the peer copy reads slowly): the source is first
+                           ** copied into scratch memory of helpers[0]'s own */
   size_t chunk;            /* staged: the chunk size and how many chunks in the ring */
   int depth;
   size_t told_step;        /* a single-call path told of its progress: the bytes of each step
