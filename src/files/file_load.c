@@ -582,6 +582,32 @@ xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
   return code;
 }
 
+/* Everything the requests need before the first read: the chunks of host memory they read
+** into, the batch that scatters them (planned once), the queue that reads. */
+static xfer_code prepare_requests(loading *l, xfer_device *host, xfer_error *err)
+{
+  if ((size_t)l->nslots > l->plan.nreqs) l->nslots = l->plan.nreqs < 2 ? 2 : (int)l->plan.nreqs;
+  l->chunks = calloc((size_t)l->nslots, sizeof *l->chunks);
+  xfer_code code = l->chunks ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  int need_chunks = 0;
+  for (size_t r = 0; r < l->plan.nreqs; r++) need_chunks |= !l->plan.reqs[r].into;
+  xfer_shape cs = { 1, { (int64_t)l->route.chunk } };
+  for (int s = 0; s < l->nslots && !code && need_chunks; s++)
+    code = xfer_tensor_empty(host, XFER_U8, &cs, &l->chunks[s], err);
+  if (!code) code = plan_scatters(l, err);
+  if (!code && l->scatters) say_scatters(l);
+  if (code) return code;
+  code = xfer_fio_queue_open(&l->io, xfer_fio_engine_of(l->route.engine), l->nslots,
+                             l->route.threads ? l->route.threads : 2, XFER_FIO_STALL_MS, &l->queue,
+                             err);
+  if (code == XFER_E_UNAVAILABLE && l->route.engine == XFER_FILE_ENGINE_URING) {
+    xfer_file_route_next(&l->route, XFER_FILE_REFUSED_URING, err ? err->message : "");
+    code = xfer_fio_queue_open(&l->io, xfer_fio_engine_of(l->route.engine), l->nslots,
+                               l->route.threads, XFER_FIO_STALL_MS, &l->queue, err);
+  }
+  return code;
+}
+
 xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
                          const xfer_file_opts *opts, xfer_tensor **out, xfer_error *err)
 {
@@ -605,29 +631,8 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
   }
   for (size_t r = 0; r < l.plan.nreqs; r++) l.total += l.plan.reqs[r].need;
   l.nslots = l.route.depth;
-  if (!code && l.plan.nreqs) {
-    if ((size_t)l.nslots > l.plan.nreqs) l.nslots = l.plan.nreqs < 2 ? 2 : (int)l.plan.nreqs;
-    l.chunks = calloc((size_t)l.nslots, sizeof *l.chunks);
-    if (!l.chunks) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
-    int need_chunks = 0;
-    for (size_t r = 0; r < l.plan.nreqs; r++) need_chunks |= !l.plan.reqs[r].into;
-    xfer_shape cs = { 1, { (int64_t)l.route.chunk } };
-    for (int s = 0; s < l.nslots && !code && need_chunks; s++)
-      code = xfer_tensor_empty(host, XFER_U8, &cs, &l.chunks[s], err);
-    if (!code) code = plan_scatters(&l, err);
-    if (!code && l.scatters) say_scatters(&l);
-    if (!code) {
-      code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
-                                 l.route.threads ? l.route.threads : 2,
-                                 XFER_FIO_STALL_MS, &l.queue, err);
-      if (code == XFER_E_UNAVAILABLE && l.route.engine == XFER_FILE_ENGINE_URING) {
-        xfer_file_route_next(&l.route, XFER_FILE_REFUSED_URING, err ? err->message : "");
-        code = xfer_fio_queue_open(&l.io, xfer_fio_engine_of(l.route.engine), l.nslots,
-                                   l.route.threads, XFER_FIO_STALL_MS, &l.queue, err);
-      }
-    }
-    if (!code) code = run_requests(&l, err);
-  }
+  if (!code && l.plan.nreqs) code = prepare_requests(&l, host, err);
+  if (!code && l.plan.nreqs) code = run_requests(&l, err);
   xfer_fio_queue_close(l.queue);
   xfer_batch_release(l.scatters);
   free(l.scattered);

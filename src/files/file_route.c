@@ -158,6 +158,27 @@ static int choose_direct(const xfer_file_opts *opts, int writing, uint64_t bytes
   return 1;
 }
 
+/* io_uring or threads, and why in `why`: as asked; threads for page-cache reads (copies the
+** reading thread makes); io_uring for O_DIRECT where it can be set up. */
+static int choose_engine(const xfer_file_opts *opts, int direct, int threads, char *why, size_t cap)
+{
+  char uwhy[160];
+  if (opts->engine) {
+    snprintf(why, cap, "%s as asked", opts->engine == XFER_FILE_ENGINE_URING ? "io_uring" : "threads");
+    return opts->engine;
+  }
+  if (!direct) {
+    snprintf(why, cap, "%d threads (page-cache reads are copies the reading thread makes)", threads);
+    return XFER_FILE_ENGINE_THREADS;
+  }
+  if (xfer_fio_uring_usable(uwhy, sizeof uwhy)) {
+    snprintf(why, cap, "io_uring");
+    return XFER_FILE_ENGINE_URING;
+  }
+  snprintf(why, cap, "%d threads (io_uring: %s)", threads, uwhy);
+  return XFER_FILE_ENGINE_THREADS;
+}
+
 xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t bytes,
                                int writing, int devices, const xfer_file_opts *opts,
                                xfer_file_route *out, xfer_error *err)
@@ -194,23 +215,7 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   int threads = cpus < 2 ? 2 : cpus > (devices ? 8 : 16) ? (devices ? 8 : 16) : (int)cpus;
   if (!direct && chunk_chosen) out->chunk = chunk = 4u << 20;
   char ewhy[200] = "";
-  int engine = opts->engine;
-  if (!engine) {
-    char uwhy[160];
-    if (!direct) {
-      engine = XFER_FILE_ENGINE_THREADS;
-      snprintf(ewhy, sizeof ewhy, "%d threads (page-cache reads are copies the reading thread "
-               "makes)", threads);
-    } else if (xfer_fio_uring_usable(uwhy, sizeof uwhy)) {
-      engine = XFER_FILE_ENGINE_URING;
-      snprintf(ewhy, sizeof ewhy, "io_uring");
-    } else {
-      engine = XFER_FILE_ENGINE_THREADS;
-      snprintf(ewhy, sizeof ewhy, "%d threads (io_uring: %s)", threads, uwhy);
-    }
-  } else {
-    snprintf(ewhy, sizeof ewhy, "%s as asked", engine == XFER_FILE_ENGINE_URING ? "io_uring" : "threads");
-  }
+  int engine = choose_engine(opts, direct, threads, ewhy, sizeof ewhy);
   out->engine = engine;
   out->threads = engine == XFER_FILE_ENGINE_THREADS ? threads : 0;
   int depth = opts->depth ? opts->depth : engine == XFER_FILE_ENGINE_THREADS ? 2 * threads : 8;
