@@ -840,6 +840,11 @@ describe("remote devices #remote", function()
     local out, code = h.run(("timeout 60 %s %s %s 7 0 140 sesame"):format(fuzz, host, port))
     assert.are.equal(0, code, out .. read(server.log))
     assert.is_truthy(out:find("140 hanging, then the client let in", 1, true), out)
+    -- the strangers' sockets go by their deadline (2 s): a client that comes while the server
+    -- still sits at its limit may find no descriptor for its door (once seen on the H200:
+    -- "Destination is unreachable"), which is the limit working, not the gate failing
+    local t0 = xfer.clock()
+    repeat os.execute("sleep 0.2") until open_fds(server.pid) <= limit - 20 or xfer.clock() - t0 > 5
     still_serves(server, "sesame")
   end)
 
