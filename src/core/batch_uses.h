@@ -2,6 +2,7 @@
 ** batch_uses.h -- the distinct tensors a list of batch elements uses, each once. A block batch
 ** of 4096 elements between two tensors uses two: a run checks two tensors and marks two busy,
 ** where it checked and marked 8192 (a third of a prepared run's time on the CPU, measured).
+** Found in one pass (batch_uses.c): a batch made for one run pays it in its preparation.
 ** Layer 12 of docs/architecture.md, beside batch.c.
 */
 #ifndef XFER_BATCH_USES_H
