@@ -1,4 +1,9 @@
-// probe: kernel variants for a scattered batch host<->device (not part of the build)
+// scripts/bench-cuda-many.cu -- a probe, not part of the build: for a batch of scattered blocks between
+// pinned host memory and an H200 (4096 x 16 KiB and 1024 x 256 KiB in 1 GiB), the copy kernel's shapes
+// (a block per piece, loads ahead, persistent blocks, a warp per piece) against the copy engine (a
+// cudaMemcpyAsync per block, cudaMemcpyBatchAsync, both side by side with the kernel). Run on the GPU
+// machine: nvcc -O2 -arch=sm_90 -o /tmp/many scripts/bench-cuda-many.cu && /tmp/many
+// (docs/performance.md, 2026-12-04: every kernel shape 0.92-0.93x the DMA engine host -> device).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
