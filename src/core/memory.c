@@ -581,6 +581,25 @@ static xfer_block *merge(xfer_allocator *a, xfer_block *b)
   return b;
 }
 
+/* (a->lock held) A new segment from the driver for a block of `size` (nbytes asked), the whole
+** segment its one block (*b). */
+static xfer_code new_segment(xfer_allocator *a, xfer_device *dev, size_t nbytes, size_t size,
+                             int cache, xfer_block **b, xfer_error *err)
+{
+  size_t seg_size = cache ? segment_size(dev, size) : size;
+  /* beyond what the driver allows in one allocation: asked as is, so that its refusal names
+  ** the size the caller asked for; within it, never rounded past it */
+  if (dev->max_alloc && size > dev->max_alloc) seg_size = nbytes;
+  seg_memory m;
+  xfer_code rc = driver_alloc(a, dev, seg_size, &m, err);
+  if (!rc && !(*b = segment_add(a, dev, &m, seg_size, size <= SMALL_SIZE))) {
+    raw_free(dev, &m, seg_size);
+    a->stats.driver_frees++;
+    rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_ALLOC);
+  }
+  return rc;
+}
+
 xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer_error *err)
 {
   *out = NULL;
@@ -613,17 +632,7 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   if (cache && (b = pool_best_fit(size <= SMALL_SIZE ? &a->small : &a->large, size, backed_only))) {
     a->stats.cache_hits++;
   } else {
-    size_t seg_size = cache ? segment_size(dev, size) : size;
-    /* beyond what the driver allows in one allocation: asked as is, so that its refusal
-    ** names the size the caller asked for; within it, never rounded past it */
-    if (dev->max_alloc && size > dev->max_alloc) seg_size = nbytes;
-    seg_memory m;
-    xfer_code rc = driver_alloc(a, dev, seg_size, &m, err);
-    if (!rc && !(b = segment_add(a, dev, &m, seg_size, size <= SMALL_SIZE))) {
-      raw_free(dev, &m, seg_size);
-      a->stats.driver_frees++;
-      rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_ALLOC);
-    }
+    xfer_code rc = new_segment(a, dev, nbytes, size, cache, &b, err);
     if (rc) {
       pthread_mutex_unlock(&a->lock);
       return xfer_be_blame(dev, rc, err);

@@ -201,6 +201,25 @@ static int by_file_offset(const void *a, const void *b)
 static uint64_t align_down(uint64_t v) { return v / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
 static uint64_t align_up(uint64_t v) { return (v + XFER_FIO_ALIGN - 1) / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
 
+/* An entry bound for host memory in the page cache's mode: read straight into its tensor, in
+** chunk-sized requests. */
+static void requests_into(load_plan *p, const xfer_format_entry *e, size_t item, void *host,
+                          uint64_t chunk)
+{
+  for (uint64_t at = 0; at < e->nbytes && !p->failed; at += chunk) {
+    request *r = add_request(p);
+    if (!r) return;
+    r->start = e->offset + at;
+    r->need = r->len = (size_t)(e->nbytes - at < chunk ? e->nbytes - at : chunk);
+    r->into = (char *)host + at;
+    r->first = p->npieces;
+    piece *pc = add_piece(p);
+    if (!pc) return;
+    *pc = (piece){ item, r->start, r->need, at };
+    r->count = 1;
+  }
+}
+
 /* Cuts the items' bytes into requests, in file order: neighbours share a chunk (gaps under
 ** 1 MiB read through), a chunk holds at most route->chunk bytes; in the page cache's mode an
 ** item bound for host memory is read straight into it. */
@@ -223,19 +242,7 @@ static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_
     size_t item = order[k].item;
     void *host = xfer_tensor_host_data(targets[item]);
     if (!route->direct && host) {
-      /* straight into the tensor, in chunk-sized requests */
-      for (uint64_t at = 0; at < e->nbytes && !p->failed; at += chunk) {
-        request *r = add_request(p);
-        if (!r) break;
-        r->start = e->offset + at;
-        r->need = r->len = (size_t)(e->nbytes - at < chunk ? e->nbytes - at : chunk);
-        r->into = (char *)host + at;
-        r->first = p->npieces;
-        piece *pc = add_piece(p);
-        if (!pc) break;
-        *pc = (piece){ item, r->start, r->need, at };
-        r->count = 1;
-      }
+      requests_into(p, e, item, host, chunk);
       open_req = NULL;
       continue;
     }

@@ -439,6 +439,30 @@ static int l_load(lua_State *L)
 
 /* xfer.save(path, tensors, opts): tensors is {name = tensor} (saved in name order) or, for an
 ** .npy file, one tensor */
+/* opts.metadata of a save (at idx, a table or nil): its keys and values, kept on the stack
+** until the save returns; how many. */
+static size_t save_metadata(lua_State *L, int idx, const char ***keys, const char ***values)
+{
+  size_t n = 0;
+  if (lua_isnoneornil(L, idx)) return 0;
+  lua_getfield(L, idx, "metadata");
+  if (lua_isnil(L, -1)) return 0;
+  if (!lua_istable(L, -1))
+    xl_raise_code(L, XFER_E_INVALID, "save", "save: metadata is a table of strings");
+  int meta = lua_gettop(L);
+  for (lua_pushnil(L); lua_next(L, meta); lua_pop(L, 1)) n++;
+  *keys = lua_newuserdata(L, (n ? n : 1) * sizeof **keys);
+  *values = lua_newuserdata(L, (n ? n : 1) * sizeof **values);
+  size_t i = 0;
+  for (lua_pushnil(L); lua_next(L, meta); lua_pop(L, 1)) {
+    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+      xl_raise_code(L, XFER_E_INVALID, "save", "save: metadata maps strings to strings");
+    (*keys)[i] = lua_tostring(L, -2);
+    (*values)[i++] = lua_tostring(L, -1);
+  }
+  return n;
+}
+
 static int l_save(lua_State *L)
 {
   const char *path = luaL_checkstring(L, 1);
@@ -480,26 +504,8 @@ static int l_save(lua_State *L)
     tensors[i] = xl_check_tensor(L, -1, "save");
     lua_pop(L, 1);
   }
-  size_t nmeta = 0;
   const char **mkeys = NULL, **mvalues = NULL;
-  if (!lua_isnoneornil(L, 3)) {
-    lua_getfield(L, 3, "metadata");
-    if (!lua_isnil(L, -1)) {
-      if (!lua_istable(L, -1))
-        xl_raise_code(L, XFER_E_INVALID, "save", "save: metadata is a table of strings");
-      int meta = lua_gettop(L);
-      for (lua_pushnil(L); lua_next(L, meta); lua_pop(L, 1)) nmeta++;
-      mkeys = lua_newuserdata(L, (nmeta ? nmeta : 1) * sizeof *mkeys);
-      mvalues = lua_newuserdata(L, (nmeta ? nmeta : 1) * sizeof *mvalues);
-      size_t i = 0;
-      for (lua_pushnil(L); lua_next(L, meta); lua_pop(L, 1)) {
-        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
-          xl_raise_code(L, XFER_E_INVALID, "save", "save: metadata maps strings to strings");
-        mkeys[i] = lua_tostring(L, -2);
-        mvalues[i++] = lua_tostring(L, -1);
-      }
-    }
-  }
+  size_t nmeta = save_metadata(L, 3, &mkeys, &mvalues);
   xfer_file_opts io;
   io_opts(L, 3, "save", &io);
   xfer_error err;
