@@ -96,6 +96,8 @@ static ucp_ep_h connect_to(const char *host, const char *port)
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host, port, &hints, &found) || !found) return NULL;
+  size_t at = strlen(doing); /* the watchdog's words say which part of connecting */
+  snprintf(doing + at, sizeof doing - at, ": knocking at the gate");
   gate_reply r;
   if (gate_knock(found->ai_addr, found->ai_addrlen, WIRE_VERSION, "", 0, now() + 5, &r) || r.status != GATE_OPEN) {
     fprintf(stderr, "wire_fuzz: the gate did not open (errno %d, status %d)\n", r.io_errno, (int)r.status);
@@ -118,7 +120,9 @@ static ucp_ep_h connect_to(const char *host, const char *port)
   ucp_ep_h ep = NULL;
   ep_failed = 0;
   gate_release(&r);
+  snprintf(doing + at, sizeof doing - at, ": creating the endpoint to door %u", (unsigned)r.port);
   ucs_status_t s = ucp_ep_create(worker, &p, &ep);
+  doing[at] = '\0';
   freeaddrinfo(found);
   return s == UCS_OK ? ep : NULL;
 }
@@ -272,6 +276,7 @@ int main(int argc, char **argv)
     ep = connect_to(host, port);
     if (!ep) return 1;
     int hello_first = rand() % 2;
+    snprintf(doing, sizeof doing, "round %d, connected%s", r + 1, hello_first ? ": hello" : "");
     if (hello_first) {
       h = wire_make(WIRE_HELLO, 1);
       send_raw(ep, &h, sizeof h, NULL, 0);

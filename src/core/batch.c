@@ -391,7 +391,7 @@ static made_route *element_routes(const xfer_batch *b, size_t *which, size_t *nr
 static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
                         const made_route *r, size_t *cap)
 {
-  if (!is_general(it))
+  if (!is_general(it) && r) /* (r: the element's route; every element not general has one) */
     for (size_t g = b->ngroups; g-- > 0 && b->groups[g].part == part;) {
       group *gr = &b->groups[g];
       if (!gr->general && gr->from == it->src->dev && gr->to == it->dst->dev &&
@@ -402,6 +402,7 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
   if (b->ngroups == *cap) {
     group *more = realloc(b->groups, 2 * *cap * sizeof *more);
     if (!more) return NULL;
+    memset(more + *cap, 0, *cap * sizeof *more);
     b->groups = more;
     *cap *= 2;
   }
@@ -584,14 +585,18 @@ static xfer_code next_way(const xfer_batch *b, group *gr, xfer_error *err)
 static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
 {
   size_t n = b->n ? b->n : 1, cap = 4, nroutes = 0;
-  b->order = malloc(n * sizeof *b->order);
-  b->groups = malloc(cap * sizeof *b->groups);
+  b->order = calloc(n, sizeof *b->order);
+  b->groups = calloc(cap, sizeof *b->groups);
   size_t *of = malloc(n * sizeof *of); /* each element's route, then its group */
   b->idle = malloc(n * sizeof *b->idle);
   made_route *routes = of ? element_routes(b, of, &nroutes) : NULL;
-  xfer_code rc = b->order && b->groups && b->idle && of && routes
-                     ? XFER_E_OK : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  for (size_t i = 0; !rc && of && b->idle && i < b->n; i++) {
+  if (!b->order || !b->groups || !b->idle || !of || !routes) {
+    free(of);
+    free(routes);
+    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  }
+  xfer_code rc = XFER_E_OK;
+  for (size_t i = 0; !rc && i < b->n; i++) {
     const xfer_batch_item *it = &b->items[i];
     if (moves_nothing(it)) {
       b->idle[b->nidle++] = i;
@@ -845,6 +850,7 @@ static xfer_code run_idle(xfer_batch *b, size_t part, xfer_error *err)
 {
   xfer_code rc = XFER_E_OK;
   size_t bad = 0;
+  if (!b->ctx) return XFER_E_OK; /* an empty batch */
   pthread_mutex_lock(&b->ctx->lock);
   for (size_t k = 0; k < b->nidle && !rc; k++) {
     if (part != ALL_PARTS && part_of(b, b->idle[k]) != part) continue;

@@ -325,10 +325,13 @@ static xfer_code plan_scatters(loading *l, xfer_error *err)
   xfer_batch_item *items = malloc(n * sizeof *items);
   size_t *part_end = malloc(l->plan.nreqs * sizeof *part_end);
   l->scattered = malloc(n * sizeof *l->scattered);
-  xfer_code code = items && part_end && l->scattered ? XFER_E_OK
-                                                      : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  if (!items || !part_end || !l->scattered || !l->chunks) {
+    free(items);
+    free(part_end);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
+  }
   size_t m = 0;
-  for (size_t r = 0; !code && r < l->plan.nreqs; r++) {
+  for (size_t r = 0; r < l->plan.nreqs; r++) {
     const request *q = &l->plan.reqs[r];
     for (size_t k = 0; !q->into && k < q->count; k++) {
       const piece *pc = &l->plan.pieces[q->first + k];
@@ -342,7 +345,7 @@ static xfer_code plan_scatters(loading *l, xfer_error *err)
     }
     part_end[r] = m;
   }
-  if (!code) code = xfer_batch_prepare_parts(items, n, part_end, l->plan.nreqs, NULL, &l->scatters, err);
+  xfer_code code = xfer_batch_prepare_parts(items, n, part_end, l->plan.nreqs, NULL, &l->scatters, err);
   if (code && err && err->element > 0) { /* an element the checks refused: its piece named */
     const piece *pc = &l->plan.pieces[l->scattered[err->element - 1]];
     code = frame(err, l->f, item_name(l, pc->item), (long long)pc->file_off,
