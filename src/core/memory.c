@@ -68,6 +68,19 @@ typedef struct xfer_allocator {
   xfer_memory_info stats;       /* cached is worked out when asked */
 } xfer_allocator;
 
+/* Pins of host memory and imports of device memory undone in this process, ever: what a runtime
+** found pinned or imported before is so still while this has not moved
+** (xfer_mem_mappings_undone: CUDA's kept descriptor tables hold such addresses). */
+static uint64_t mappings_undone;
+
+uint64_t xfer_mem_mappings_undone(void)
+{
+  return __atomic_load_n(&mappings_undone, __ATOMIC_ACQUIRE);
+}
+
+/* Before a pin or an import is undone: a reader then sees the count moved. */
+static void mapping_undone(void) { __atomic_add_fetch(&mappings_undone, 1, __ATOMIC_ACQ_REL); }
+
 /* -- Pools --------------------------------------------------------------------------- */
 
 static int block_before(const xfer_block *x, const xfer_block *y)
@@ -200,6 +213,7 @@ static void raw_free(xfer_device *dev, const seg_memory *m, size_t size)
     xfer_be_free(dev, m->buf, size);
     return;
   }
+  mapping_undone();
   xfer_be_release_import(dev, m->buf, m->handle); /* the importer first, then the memory */
   xfer_be_free_shared(dev->backing, m->backing_buf, size);
 }
@@ -301,16 +315,11 @@ int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void 
   return pin_keep(ctx, base, (xfer_pin){.key = owner, .pin = pin, .undo = undo});
 }
 
-/* Pins undone in this process, ever: what was found pinned before is pinned still while this
-** has not moved (xfer_host_pins_undone). */
-static uint64_t pins_undone;
-
-uint64_t xfer_host_pins_undone(void) { return __atomic_load_n(&pins_undone, __ATOMIC_ACQUIRE); }
 
 /* (a->lock held) What a pin made for the segment is undone. */
 static void pin_undo(const xfer_segment *seg, const xfer_pin *pin)
 {
-  __atomic_add_fetch(&pins_undone, 1, __ATOMIC_ACQ_REL); /* before: a reader then sees it */
+  mapping_undone();
   if (pin->undo)
     pin->undo(pin->key, seg->buf, seg->size, pin->pin);
   else
@@ -422,8 +431,10 @@ void xfer_mem_drop_imports_by(xfer_ctx *ctx, xfer_device *dev)
     for (xfer_segment *seg = a->segments; seg; seg = seg->next) {
       int kept = 0;
       for (int i = 0; i < seg->nimports; i++) {
-        if (seg->imports[i].dev == dev)
+        if (seg->imports[i].dev == dev) {
+          mapping_undone();
           xfer_be_release_import(dev, seg->imports[i].buf, seg->imports[i].handle);
+        }
         else
           seg->imports[kept++] = seg->imports[i];
       }
@@ -830,6 +841,7 @@ void xfer_gc_done(xfer_ctx *ctx)
 void xfer_imports_release(xfer_import *imports, int *nimports)
 {
   for (int i = 0; i < *nimports; i++) {
+    mapping_undone();
     xfer_be_release_import(imports[i].dev, imports[i].buf, imports[i].handle);
   }
   *nimports = 0;

@@ -68,9 +68,10 @@ int xfer_host_pin_keep(xfer_ctx *ctx, const char *base, xfer_device *dev, void *
 ** under the host allocator's lock (it must not call back into the allocator). */
 int xfer_host_pin_keep_owned(xfer_ctx *ctx, const char *base, void *owner, void *pin,
                              xfer_pin_undo undo);
-/* How many kept pins have been undone in this process: a runtime that found memory pinned
-** (xfer_host_pin) may rely on it while this count has not changed. */
-uint64_t xfer_host_pins_undone(void);
+/* How many kept pins of host memory and imports of device memory have been undone in this
+** process: a runtime that found memory pinned or imported may rely on its address while this
+** count has not changed. */
+uint64_t xfer_mem_mappings_undone(void);
 /* Every pin `owner` kept is undone (the owner is closing). */
 void xfer_host_unpin_owner(xfer_ctx *ctx, void *owner);
 /* Wrapped host memory the runtimes may pin (pin = true), and letting go of it. */

@@ -65,7 +65,7 @@ typedef struct cu_dev {
     uint64_t keep;              /* the pieces' name (xfer_copy_ops.many_again), 0: free */
     CUdeviceptr table;
     size_t count;               /* descriptors in it */
-    uint64_t pins;              /* xfer_host_pins_undone() when it was made */
+    uint64_t pins;              /* xfer_mem_mappings_undone() when it was made */
     int made;                   /* the table holds the pieces' descriptors */
     uint64_t used;              /* when last run (kept_clock) */
   } kept[XFER_CU_KEPT];

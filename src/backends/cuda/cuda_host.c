@@ -37,7 +37,7 @@ static xfer_device *registrar(const xfer_device *dev)
 
 /* Nonzero when [ptr, ptr+n) lies in a host segment that is registered now (registering it if
 ** need be; the registration stays with the segment): 2 when the registration is kept with the
-** segment (it lasts while xfer_host_pins_undone() stays), 1 when someone else's. A
+** segment (it lasts while xfer_mem_mappings_undone() stays), 1 when someone else's. A
 ** registration that fails is no error: the move is staged instead. */
 int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n)
 {

@@ -250,7 +250,7 @@ xfer_code xfer_cu_many_again(xfer_device *dev, const xfer_piece *pieces, size_t 
                              xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
-  uint64_t pins = xfer_host_pins_undone(); /* before looking: a pin undone later is seen next */
+  uint64_t pins = xfer_mem_mappings_undone(); /* before looking: one undone later is seen next */
   xfer_code rc = xfer_cu_enter(dev, XFER_OP_COPY, err);
   if (rc) return rc;
   kept_lock(cd);
