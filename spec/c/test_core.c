@@ -405,6 +405,53 @@ static void test_batch(xfer_ctx *ctx)
   xfer_tensor_release(dst);
 }
 
+/* A batch in parts: each part runs alone (its elements done, the others' flags the last run's),
+** no group crosses a part, and parts that do not end in order at the last element are refused. */
+static void test_batch_parts(xfer_ctx *ctx)
+{
+  xfer_error err;
+  xfer_device *host, *last = xfer_device_at(ctx, xfer_device_count(ctx) - 1);
+  CHECK(!xfer_device_find(ctx, "host", &host, &err));
+  unsigned char bytes[64], back[64];
+  for (int i = 0; i < 64; i++) bytes[i] = (unsigned char)(i + 1);
+  xfer_shape shape = {1, {64}};
+  xfer_tensor *src, *dst;
+  CHECK(!xfer_tensor_from_bytes(host, XFER_U8, &shape, bytes, sizeof bytes, &src, &err));
+  CHECK(!xfer_tensor_empty(last, XFER_U8, &shape, &dst, &err));
+  CHECK(!xfer_tensor_write(dst, (unsigned char[64]){0}, 64, &err));
+  /* part 0: elements 0-1, part 1: element 2, part 2: elements 3-4 */
+  xfer_batch_item items[5] = {{dst, src, 0, 0, 8}, {dst, src, 8, 8, 8}, {dst, src, 16, 16, 8},
+                              {dst, src, 24, 24, 8}, {dst, src, 32, 32, 8}};
+  size_t ends[3] = {2, 3, 5};
+  xfer_batch *b;
+  CHECK(!xfer_batch_prepare_parts(items, 5, ends, 3, NULL, &b, &err));
+  size_t groups = 0, at_once = 0;
+  xfer_batch_groups(b, &groups, &at_once);
+  CHECK(groups == 3); /* one group a part: the same pair of devices, split by the parts */
+  CHECK(!xfer_batch_run_part(b, 1, &err));
+  CHECK(!xfer_batch_done(b, 0) && xfer_batch_done(b, 2) && !xfer_batch_done(b, 3));
+  CHECK(!xfer_tensor_read(dst, back, sizeof back, &err));
+  CHECK(back[15] == 0 && !memcmp(back + 16, bytes + 16, 8) && back[24] == 0);
+  CHECK(!xfer_batch_run_part(b, 2, &err));
+  CHECK(xfer_batch_done(b, 2) && xfer_batch_done(b, 3) && xfer_batch_done(b, 4));
+  CHECK(!xfer_tensor_read(dst, back, sizeof back, &err));
+  CHECK(back[0] == 0 && !memcmp(back + 16, bytes + 16, 24));
+  CHECK(xfer_batch_run_part(b, 3, &err) == XFER_E_INVALID); /* no part 4 */
+  CHECK(!xfer_batch_run(b, &err)); /* and the whole of it */
+  CHECK(!xfer_tensor_read(dst, back, sizeof back, &err));
+  CHECK(!memcmp(back, bytes, 40));
+  xfer_batch_release(b);
+  size_t unordered[2] = {3, 2}, short_of[2] = {1, 4}, none[1] = {0};
+  CHECK(xfer_batch_prepare_parts(items, 5, unordered, 2, NULL, &b, &err) == XFER_E_INVALID && !b);
+  CHECK(xfer_batch_prepare_parts(items, 5, short_of, 2, NULL, &b, &err) == XFER_E_INVALID && !b);
+  CHECK(xfer_batch_prepare_parts(items, 5, none, 0, NULL, &b, &err) == XFER_E_INVALID && !b);
+  CHECK(!xfer_batch_prepare_parts(items, 0, none, 1, NULL, &b, &err)); /* empty: one empty part */
+  CHECK(!xfer_batch_run_part(b, 0, &err));
+  xfer_batch_release(b);
+  xfer_tensor_release(src);
+  xfer_tensor_release(dst);
+}
+
 int main(void)
 {
   xfer_ctx *ctx;
@@ -425,6 +472,7 @@ int main(void)
   test_engine(ctx);
   test_memory(ctx);
   test_batch(ctx);
+  test_batch_parts(ctx);
   xfer_ctx_release(ctx);
   return check_summary("test_core");
 }
