@@ -139,12 +139,10 @@ static xfer_code element_error(xfer_error *err, size_t i, size_t n, xfer_code rc
   return rc;
 }
 
-/* One element's own checks: both tensors, the range inside both, one shape for whole tensors. */
+/* One element's own checks (its tensors checked already, once each): the range inside both, one
+** shape for whole tensors. */
 static xfer_code check_item(const xfer_batch_item *it, size_t i, size_t n, xfer_error *err)
 {
-  xfer_code rc = xfer_tensor_check(it->dst, "batch", err);
-  if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
-  if (rc) return rc;
   if (it->nbytes == 0) {
     if (it->dst_offset || it->src_offset)
       return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: offsets "
@@ -638,6 +636,28 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   return rc;
 }
 
+/* Every element's checks, in element order: its tensors where it is their first use (each
+** tensor is checked once: alive, its device open), then its own ranges. *uses: the distinct
+** tensors (the caller frees them). */
+static xfer_code check_items(const xfer_batch_item *items, size_t n, xfer_use **uses,
+                             size_t *nuses, xfer_error *err)
+{
+  for (size_t i = 0; i < n; i++) /* a missing tensor, said before any is looked into */
+    if (!items[i].dst || !items[i].src)
+      return element_error(err, i, n, xfer_err_code_in(err, XFER_E_FREED, "batch"));
+  *uses = xfer_batch_uses(items, NULL, n, nuses);
+  if (!*uses) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  size_t u = 0;
+  for (size_t i = 0; i < n; i++) {
+    xfer_code rc = XFER_E_OK;
+    for (; !rc && u < *nuses && (*uses)[u].first / 2 == i; u++)
+      rc = xfer_tensor_check((*uses)[u].t, "batch", err);
+    if (!rc) rc = check_item(&items[i], i, n, err);
+    if (rc) return element_error(err, i, n, rc);
+  }
+  return XFER_E_OK;
+}
+
 /* Parts that end in ascending order, the last with the last element. */
 static xfer_code check_parts(const size_t *part_end, size_t nparts, size_t n, xfer_error *err)
 {
@@ -670,39 +690,36 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
   if (opts && opts->convert)
     return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: a dtype change is made by the "
                         "targets' dtypes, not opts.convert");
-  for (size_t i = 0; i < n; i++) {
-    xfer_code rc = check_item(&items[i], i, n, err);
-    if (rc) return element_error(err, i, n, rc);
+  size_t nuses = 0;
+  xfer_use *uses = NULL;
+  xfer_code rc = check_items(items, n, &uses, &nuses, err);
+  if (!rc) rc = check_overlaps(items, n, err);
+  xfer_batch *b = rc ? NULL : calloc(1, sizeof *b);
+  if (!rc && !b) rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (rc) {
+    free(uses);
+    return rc;
   }
-  xfer_code rc = check_overlaps(items, n, err);
-  if (rc) return rc;
-  xfer_batch *b = calloc(1, sizeof *b);
-  if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   b->refs = 1;
   b->n = n;
+  /* the batch holds each tensor once: a block batch of 4096 elements retains two */
+  b->tensors = malloc((nuses ? nuses : 1) * sizeof *b->tensors);
+  for (size_t i = 0; b->tensors && i < nuses; i++)
+    b->tensors[b->ntensors++] = xfer_tensor_retain(uses[i].t);
+  free(uses);
   b->items = calloc(n ? n : 1, sizeof *b->items);
   b->done = calloc(n ? n : 1, 1);
   b->part_end = malloc(nparts * sizeof *b->part_end);
   if (b->part_end) memcpy(b->part_end, part_end, nparts * sizeof *part_end);
   b->nparts = nparts;
   if (opts) b->opts = *opts, b->has_opts = 1;
-  if (!b->items || !b->done || !b->part_end) {
+  if (!b->tensors || !b->items || !b->done || !b->part_end) {
     xfer_batch_release(b);
     return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
   for (size_t i = 0; i < n; i++) {
     b->items[i] = items[i];
-    xfer_tensor_retain(items[i].dst);
-    xfer_tensor_retain(items[i].src);
     b->bytes += length_of(&items[i]);
-  }
-  xfer_use *uses = xfer_batch_uses(items, NULL, n, &b->ntensors);
-  b->tensors = malloc((b->ntensors ? b->ntensors : 1) * sizeof *b->tensors);
-  for (size_t i = 0; uses && b->tensors && i < b->ntensors; i++) b->tensors[i] = uses[i].t;
-  free(uses);
-  if (!uses || !b->tensors) {
-    xfer_batch_release(b);
-    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
   b->ctx = n ? xfer_ctx_retain(items[0].src->dev->ctx) : NULL;
   rc = plan_groups(b, err);
@@ -989,10 +1006,7 @@ xfer_code xfer_batch_plan(const xfer_batch *b, size_t index, xfer_plan *words, x
 void xfer_batch_release(xfer_batch *b)
 {
   if (!b || __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
-  for (size_t i = 0; b->items && i < b->n; i++) {
-    xfer_tensor_release(b->items[i].dst);
-    xfer_tensor_release(b->items[i].src);
-  }
+  for (size_t i = 0; i < b->ntensors; i++) xfer_tensor_release(b->tensors[i]);
   for (size_t g = 0; b->groups && g < b->ngroups; g++) {
     forget_pieces(&b->groups[g]);
     free(b->groups[g].pieces);
