@@ -911,6 +911,54 @@ for attempt in range(5):
     still_serves(server)
   end)
 
+  -- A gate that answers every knock with a door nobody listens at: the connection to the door
+  -- is refused, and a connect knocks again, a new door each time, three times, then says so.
+  it("knocks again, up to three times, when the door its knock opened refuses the connection", function()
+    local script = os.tmpname()
+    local f = io.open(script, "w")
+    f:write([[
+import socket, struct, sys, time
+gate = socket.socket()
+gate.bind(("127.0.0.1", 0))
+gate.listen(8)
+closed = socket.socket()  # a port that is bound, never listening: a refused door
+closed.bind(("127.0.0.1", 0))
+door = closed.getsockname()[1]
+print(gate.getsockname()[1], flush=True)
+gate.settimeout(20)
+knocks = 0
+try:
+    while True:
+        c, _ = gate.accept()
+        c.settimeout(5)
+        got = b""
+        while len(got) < 20:  # magic, version, token length (0), the client's port
+            got += c.recv(20 - len(got))
+        knocks += 1
+        version = struct.unpack("<I", got[8:12])[0]
+        c.sendall(b"xferKNCK" + struct.pack("<III", version, 0, door))
+        c.close()
+        sys.stderr.write("knock %d\n" % knocks)
+        sys.stderr.flush()
+        gate.settimeout(2)  # one more knock comes at once, or none
+except socket.timeout:
+    pass
+]])
+    f:close()
+    local log = os.tmpname()
+    local gate = io.popen(("timeout 30 python3 %s 2>%s"):format(script, log), "r")
+    local port = gate:read("*l")
+    assert.is_truthy(tonumber(port), "the fake gate did not start")
+    local t0 = xfer.clock()
+    local e = h.raises("unreachable", xfer.connect, "ucx://127.0.0.1:" .. port, { timeout = 8 })
+    assert.is_true(xfer.clock() - t0 < 8.5, "within the connect's timeout")
+    local _, knocks = read(log):gsub("knock %d+", "")
+    assert.are.equal(3, knocks, read(log) .. "\n" .. e.message)
+    gate:close()
+    os.remove(script)
+    os.remove(log)
+  end)
+
   it("over IPv6: connects where its UCX can, and says why not where it cannot (UCX 1.13)", function()
     local ok, l = pcall(xfer.listen, "ucx://[::1]:0", { thread = true })
     if not ok and l.code == "unavailable" and l.message:find("cannot connect over IPv6", 1, true) then

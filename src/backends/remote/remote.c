@@ -24,6 +24,7 @@
 #define RESERVED_DEVICES 128 /* remote devices a context may gain after it opened */
 /* Requests a move keeps in flight to one peer: the next chunk is on its way while the server
 ** writes the last one to its device and answers (the round trips do not add up). */
+#define CONNECT_ATTEMPTS 3 /* doors knocked for by one connect, at most (xfer_connect) */
 #define PIPELINE WIRE_DEPTH_MAX /* the most requests of a move in flight (xfer_config remote_depth) */
 /* A peer given up on (a deadline passed, or lost) has this long, in all, for its endpoint's
 ** forced close and its unfinished requests to end; then they are let go of (UCX releases
@@ -1058,6 +1059,50 @@ static xfer_code say_hello(xfer_peer *p, xfer_runtime *rt, const char *url, cons
   return rc;
 }
 
+/* Knocks, and connects through the door the knock opened: the peer in *out, or an error --
+** *again where the knock was answered but the connection to the door failed, no device listed
+** and no fault injected (another door may do). */
+static xfer_code connect_once(xfer_ctx *ctx, xfer_runtime *rt, const char *url, const char *host,
+                              const struct sockaddr_storage *server, socklen_t addr_len,
+                              const char *token, double timeout, double deadline,
+                              xfer_peer **out, int *again, xfer_error *err)
+{
+  struct sockaddr_storage addr = *server; /* its port becomes the door's */
+  gate_reply door;
+  xfer_code rc = knock(url, &addr, addr_len, token, deadline, &door, err);
+  if (rc) return rc;
+  xfer_peer *p = calloc(1, sizeof *p);
+  if (!p) {
+    gate_release(&door);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);
+  }
+  p->ctx = ctx;
+  p->refs = 1;
+  p->timeout = timeout;
+  snprintf(p->url, sizeof p->url, "%s", url);
+  snprintf(p->name, sizeof p->name, "%.16s", host);
+  pthread_mutex_init(&p->lock, NULL);
+  rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, XFER_OP_CONNECT, err);
+  if (rc) gate_release(&door);
+  if (!rc) rc = open_endpoint(p, url, &addr, addr_len, &door, err);
+  if (!rc) rc = say_hello(p, rt, url, token, err);
+  if (!rc) {
+    *out = p;
+    return XFER_E_OK;
+  }
+  if (p->ndevices) { /* devices already listed stay, lost; they hold the peer */
+    p->closed = 1; /* (no one has it) */
+    xfer_ucx_node_close(&p->node);
+    peer_release(p);
+    return rc;
+  }
+  *again = rc == XFER_E_UNREACHABLE && !(err && err->injected);
+  xfer_ucx_node_close(&p->node);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+  return rc;
+}
+
 xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *opts,
                        xfer_peer **out, xfer_error *err)
 {
@@ -1080,38 +1125,16 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   const ucx_api *api = rc || addr.ss_family != AF_INET6 ? NULL : xfer_ucx(why, sizeof why);
   if (api && !xfer_ucx_takes_ipv6(api, why, sizeof why))
     rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_CONNECT, "connect: %.200s: %s", url, why);
-  gate_reply door;
-  if (!rc) rc = knock(url, &addr, addr_len, token, xfer_now() + timeout, &door, err);
   if (rc) return rc;
-  xfer_peer *p = calloc(1, sizeof *p);
-  if (!p) {
-    gate_release(&door);
-    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_CONNECT);
+  /* A door whose UCX connection is refused (seen twice in a thousand connects, on a loaded
+  ** machine, right after the knock was answered) is knocked for again, a new door each time,
+  ** within the connect's timeout: a server that answers knocks is there. */
+  double deadline = xfer_now() + timeout;
+  for (int attempt = 1;; attempt++) {
+    int again = 0;
+    rc = connect_once(ctx, rt, url, host, &addr, addr_len, token, timeout, deadline, out, &again, err);
+    if (!again || attempt == CONNECT_ATTEMPTS || xfer_now() >= deadline) return rc;
   }
-  p->ctx = ctx;
-  p->refs = 1;
-  p->timeout = timeout;
-  snprintf(p->url, sizeof p->url, "%s", url);
-  snprintf(p->name, sizeof p->name, "%.16s", host);
-  pthread_mutex_init(&p->lock, NULL);
-  rc = xfer_ucx_node_open(&p->node, p->ctx, on_answer, p, XFER_OP_CONNECT, err);
-  if (rc) gate_release(&door);
-  if (!rc) rc = open_endpoint(p, url, &addr, addr_len, &door, err);
-  if (!rc) rc = say_hello(p, rt, url, token, err);
-  if (rc) {
-    if (p->ndevices) { /* devices already listed stay, lost; they hold the peer */
-      p->closed = 1; /* (no one has it) */
-      xfer_ucx_node_close(&p->node);
-      peer_release(p);
-      return rc;
-    }
-    xfer_ucx_node_close(&p->node);
-    pthread_mutex_destroy(&p->lock);
-    free(p);
-    return rc;
-  }
-  *out = p;
-  return XFER_E_OK;
 }
 
 const char *xfer_peer_name(const xfer_peer *p) { return p->name; }
