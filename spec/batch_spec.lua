@@ -380,6 +380,34 @@ describe("batches", function()
     assert.are.same({ false, false }, b:done())
   end)
 
+  -- Alike view elements (one tensor's views into another's, one layout) share one plan, made
+  -- once; an element that differs in between makes its own, and every element moves its bytes.
+  it("alike view elements, planned once, each move their own bytes, on every pair", function()
+    for _, a in ipairs(xfer.devices()) do
+      for _, d in ipairs(xfer.devices()) do
+        local src = xfer.arange(8 * 6 * 2, { dtype = "f32", device = a }):view({ 8, 6, 2 })
+        local dst = xfer.zeros({ 8, 6 }, { dtype = "f32", device = d })
+        local odd = xfer.zeros({ 6 }, { dtype = "f64", device = d })
+        local items = {}
+        for i = 1, 8 do items[#items + 1] = { dst[i], src[i]:select(2, 1) } end -- strided rows
+        table.insert(items, 4, { odd, src[2]:select(2, 2) }) -- another dtype: a plan of its own
+        local b = xfer.batch(items)
+        b:run()
+        local host = xfer.device("host")
+        local want = src:to(host):totable()
+        local got = dst:to(host):totable()
+        for i = 1, 8 do
+          for j = 1, 6 do assert.are.equal(want[i][j][1], got[i][j], a.name .. " -> " .. d.name .. " row " .. i) end
+        end
+        local o = odd:to(host):totable()
+        for j = 1, 6 do assert.are.equal(want[2][j][2], o[j]) end
+        local plans = b:plan()
+        assert.are.same(plans[1].steps, plans[3].steps)
+        assert.are.same(plans[1].steps, plans[#plans].steps)
+      end
+    end
+  end)
+
   -- The ledger keys a group run at once by its runner too: its failures set aside that runner
   -- for the pair and path, not the path every other move of the pair takes.
   it("a group whose runner keeps failing is set aside for it and runs element by element", function()

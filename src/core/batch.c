@@ -37,7 +37,10 @@ typedef struct group {
   xfer_code planned;            /* its error, reported when the group runs */
   xfer_error planning;
   int general;                  /* one element moved as xfer_transfer_copy moves it, by */
-  xfer_move_plan *plan;         /* ... its plan, made once at prepare (planned: its error) */
+  xfer_move_plan *plan;         /* ... its plan, made once at prepare (planned: its error), or
+                                ** the one before's where their elements are alike: */
+  int owns_plan;
+  size_t sample;                /* a general group's element (its only one) */
   group_way ways[GROUP_WAYS];   /* the ways it may run, best first, decided at prepare; the
                                 ** last is element by element. A way whose memory a runner
                                 ** cannot reach, or that a driver refuses, gives way to the
@@ -383,6 +386,37 @@ static made_route *element_routes(const xfer_batch *b, size_t *which, size_t *nr
   return routes;
 }
 
+/* Two ends a plan cannot tell apart: one device, the same memory (buffer and block: what a
+** route asks of memory), one dtype, shape and layout -- the plan reads no offset. */
+static int plans_alike(const xfer_tensor *x, const xfer_tensor *y)
+{
+  size_t dims = (size_t)x->shape.ndim * sizeof x->shape.dims[0];
+  return x->dev == y->dev && x->buf == y->buf && xfer_tensor_block(x) == xfer_tensor_block(y) &&
+         x->dtype == y->dtype && x->contiguous == y->contiguous && x->nbytes == y->nbytes &&
+         x->shape.ndim == y->shape.ndim && !memcmp(x->shape.dims, y->shape.dims, dims) &&
+         !memcmp(x->strides, y->strides, (size_t)x->shape.ndim * sizeof x->strides[0]);
+}
+
+/* A general element's plan: the group before's where its element is alike (a list of views of
+** one tensor into another, as a KV cache's blocks are: planned once, 4 KB kept once), else made
+** now. */
+static void plan_general(xfer_batch *b, group *gr, const xfer_batch_item *it)
+{
+  const group *before = b->ngroups ? &b->groups[b->ngroups - 1] : NULL;
+  const xfer_batch_item *was = before && before->general && before->plan
+                                   ? &b->items[before->sample] : NULL;
+  if (was && plans_alike(was->src, it->src) && plans_alike(was->dst, it->dst)) {
+    gr->plan = before->plan;
+    gr->planned = before->planned;
+    gr->planning = before->planning;
+    return;
+  }
+  gr->owns_plan = (gr->plan = malloc(sizeof *gr->plan)) != NULL;
+  if (gr->plan)
+    gr->planned = xfer_plan_copy(it->dst, it->src, b->has_opts ? &b->opts : NULL, gr->plan,
+                                 &gr->planning);
+}
+
 /* The group an element of `part` joins: one of its part and pair of devices moving alike, or a
 ** new one (NULL: no memory for it). Groups are made in the order of their elements, so a part's
 ** are the last ones made. */
@@ -405,11 +439,11 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
     *cap *= 2;
   }
   group *gr = &b->groups[b->ngroups];
-  *gr = (group){.from = it->src->dev, .to = it->dst->dev, .part = part, .general = is_general(it)};
+  *gr = (group){.from = it->src->dev, .to = it->dst->dev, .part = part, .general = is_general(it),
+                .sample = (size_t)(it - b->items)};
   if (gr->general) { /* a view or a dtype change: the whole plan of its copy, kept */
-    if (!(gr->plan = malloc(sizeof *gr->plan))) return NULL;
-    gr->planned = xfer_plan_copy(it->dst, it->src, b->has_opts ? &b->opts : NULL, gr->plan,
-                                 &gr->planning);
+    plan_general(b, gr, it);
+    if (!gr->plan) return NULL;
   }
   b->ngroups++;
   if (!gr->general && r) {
@@ -1011,7 +1045,7 @@ void xfer_batch_release(xfer_batch *b)
     forget_pieces(&b->groups[g]);
     free(b->groups[g].pieces);
     free(b->groups[g].uses);
-    free(b->groups[g].plan);
+    if (b->groups[g].owns_plan) free(b->groups[g].plan);
     xfer_through_free(&b->groups[g].staged);
   }
   free(b->groups);
