@@ -19,8 +19,8 @@ __global__ void k0(const D *d) {          // current: block per piece, one 16 B 
   for (uint64_t o = threadIdx.x * 16; o < p.n; o += blockDim.x * 16)
     *(uint4 *)(p.dst + o) = __ldg((const uint4 *)(p.src + o));
 }
-template <int U> __global__ void k1(const D *d) {   // block per piece, U loads ahead
-  D p = d[blockIdx.x];
+// one piece by one block, each thread U loads of 16 bytes ahead of its stores
+template <int U> __device__ void block_copy(const D &p) {
   uint64_t step = blockDim.x * 16;
   for (uint64_t o = threadIdx.x * 16; o < p.n; o += step * U) {
     uint4 v[U];
@@ -30,18 +30,9 @@ template <int U> __global__ void k1(const D *d) {   // block per piece, U loads 
     for (int u = 0; u < U; u++) if (o + u * step < p.n) *(uint4 *)(p.dst + o + u * step) = v[u];
   }
 }
+template <int U> __global__ void k1(const D *d) { block_copy<U>(d[blockIdx.x]); }  // block per piece
 template <int U> __global__ void kp(const D *d, unsigned n) {   // persistent blocks walk pieces
-  for (unsigned i = blockIdx.x; i < n; i += gridDim.x) {
-    D p = d[i];
-    uint64_t step = blockDim.x * 16;
-    for (uint64_t o = threadIdx.x * 16; o < p.n; o += step * U) {
-      uint4 v[U];
-#pragma unroll
-      for (int u = 0; u < U; u++) if (o + u * step < p.n) v[u] = __ldg((const uint4 *)(p.src + o + u * step));
-#pragma unroll
-      for (int u = 0; u < U; u++) if (o + u * step < p.n) *(uint4 *)(p.dst + o + u * step) = v[u];
-    }
-  }
+  for (unsigned i = blockIdx.x; i < n; i += gridDim.x) block_copy<U>(d[i]);
 }
 template <int U> __global__ void kw(const D *d, unsigned n) {   // a warp per piece, persistent
   unsigned warps = gridDim.x * (blockDim.x / 32), w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
