@@ -27,8 +27,8 @@ typedef struct xfer_runtime xfer_runtime;
 ** one host copy with a direction (was read + write, and their _rows and _start twins), ops
 ** as xfer_op; 8: a runtime checks its own settings (runtime->check_config); 9: copy->many
 ** (a batch of copies in one submission); 11: a runtime gives its settings' defaults
-** (runtime->config_defaults) */
-#define XFER_BACKEND_VERSION 11
+** (runtime->config_defaults); 12: copy->many_again and many_forget (the same pieces again) */
+#define XFER_BACKEND_VERSION 12
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
