@@ -432,11 +432,12 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
     }
   if (!b->groups) return NULL;
   if (b->ngroups == *cap) {
-    group *more = realloc(b->groups, 2 * *cap * sizeof *more);
+    size_t grown = *cap ? 2 * *cap : 4;
+    group *more = realloc(b->groups, grown * sizeof *more);
     if (!more) return NULL;
-    memset(more + *cap, 0, *cap * sizeof *more);
+    memset(more + *cap, 0, (grown - *cap) * sizeof *more);
     b->groups = more;
-    *cap *= 2;
+    *cap = grown;
   }
   group *gr = &b->groups[b->ngroups];
   *gr = (group){.from = it->src->dev, .to = it->dst->dev, .part = part, .general = is_general(it),
@@ -729,10 +730,9 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
   xfer_code rc = check_items(items, n, &uses, &nuses, err);
   if (!rc) rc = check_overlaps(items, n, err);
   xfer_batch *b = rc ? NULL : calloc(1, sizeof *b);
-  if (!rc && !b) rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
-  if (rc) {
+  if (!b) {
     free(uses);
-    return rc;
+    return rc ? rc : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
   }
   b->refs = 1;
   b->n = n;
