@@ -280,6 +280,7 @@ static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_
 typedef struct {
   xfer_file *f;
   const xfer_load_item *items;
+  size_t nitems;
   xfer_tensor **targets;
   const xfer_file_opts *opts;
   xfer_file_route route;
@@ -523,10 +524,34 @@ static uint64_t items_bytes(const xfer_file *f, const xfer_load_item *items, siz
   return total;
 }
 
-/* Where the bytes go, a step per destination: host tensors, then each device (a load says it
-** again once its batch is made: say_scatters). */
-static void say_destinations(const xfer_load_item *items, size_t n, xfer_file_route *route)
+/* A device's step as the load's batch runs it, from its first group there (by whom, over whose
+** memory: the group's own words); 0 when no group goes there. */
+static int say_batch(const xfer_batch *scatters, const xfer_device *dev, xfer_file_route *route)
 {
+  size_t groups = 0;
+  xfer_batch_groups(scatters, &groups, NULL);
+  for (size_t g = 0; g < groups; g++) {
+    xfer_plan words;
+    xfer_error ignored;
+    if (xfer_batch_plan(scatters, g, &words, &ignored) || !words.nmoves || !words.nsteps ||
+        strcmp(words.moves[0].to, xfer_device_name(dev)))
+      continue;
+    /* its first step, and the one after where that one is an import */
+    int two = words.nsteps > 1 && strstr(words.steps[0], "imports") != NULL;
+    xfer_file_route_say(route, "into %.40s: each chunk's pieces by a part of the load's batch "
+                        "(the first chunk's: %.64s%s%.64s)", xfer_device_name(dev), words.steps[0],
+                        two ? "; " : "", two ? words.steps[1] : "");
+    return 1;
+  }
+  return 0;
+}
+
+/* Where the bytes go, a step per destination after the reads: host tensors, then each device --
+** as the plan will move its pieces, or (scatters: the load's batch, made) as that batch does. */
+static void say_destinations(const xfer_load_item *items, size_t n, const xfer_batch *scatters,
+                             xfer_file_route *route)
+{
+  route->nsteps = 1; /* the reads' */
   int host = 0;
   for (size_t i = 0; i < n; i++) host |= !items[i].dev || xfer_device_is_host(items[i].dev) ||
                                          items[i].convert;
@@ -538,38 +563,9 @@ static void say_destinations(const xfer_load_item *items, size_t n, xfer_file_ro
     const xfer_device *dev = items[i].dev;
     int seen = !dev || xfer_device_is_host(dev) || items[i].convert;
     for (size_t j = 0; j < i && !seen; j++) seen = items[j].dev == dev && !items[j].convert;
-    if (!seen)
+    if (!seen && !(scatters && say_batch(scatters, dev, route)))
       xfer_file_route_say(route, "into %s: each chunk's pieces by one part of the load's batch, "
                           "prepared once for the file", xfer_device_name(dev));
-  }
-}
-
-/* After the load's batch is made: each device's step as its first group runs (by whom, over
-** whose memory: the group's own words), in place of the plan's. */
-static void say_scatters(loading *l)
-{
-  xfer_file_route *r = &l->route;
-  size_t groups = 0;
-  xfer_batch_groups(l->scatters, &groups, NULL);
-  for (int k = 1; k < r->nsteps; k++) {
-    char dev[64];
-    const char *end = strstr(r->steps[k], ": each chunk's pieces");
-    if (strncmp(r->steps[k], "into ", 5) || !end || end - r->steps[k] - 5 >= (long)sizeof dev)
-      continue;
-    snprintf(dev, sizeof dev, "%.*s", (int)(end - r->steps[k] - 5), r->steps[k] + 5);
-    for (size_t g = 0; g < groups; g++) {
-      xfer_plan words;
-      xfer_error ignored;
-      if (xfer_batch_plan(l->scatters, g, &words, &ignored) || !words.nmoves ||
-          strcmp(words.moves[0].to, dev) || !words.nsteps)
-        continue;
-      /* its first step, and the one after where that one is an import */
-      int two = words.nsteps > 1 && strstr(words.steps[0], "imports") != NULL;
-      snprintf(r->steps[k], sizeof r->steps[k], "into %.40s: each chunk's pieces by a part of "
-               "the load's batch (the first chunk's: %.64s%s%.64s)", dev, words.steps[0],
-               two ? "; " : "", two ? words.steps[1] : "");
-      break;
-    }
   }
 }
 
@@ -588,7 +584,7 @@ xfer_code xfer_file_plan(xfer_file *f, const xfer_load_item *items, size_t n,
   code = xfer_file_route_make(f->path, f->fd, f->size, items_bytes(f, items, n), 0, devices, opts,
                               out, err);
   if (!code && cuda) out->gds = xfer_file_gds(out->gds_reason, sizeof out->gds_reason);
-  if (!code) say_destinations(items, n, out);
+  if (!code) say_destinations(items, n, NULL, out);
   return code;
 }
 
@@ -605,7 +601,7 @@ static xfer_code prepare_requests(loading *l, xfer_device *host, xfer_error *err
   for (int s = 0; s < l->nslots && !code && need_chunks; s++)
     code = xfer_tensor_empty(host, XFER_U8, &cs, &l->chunks[s], err);
   if (!code) code = plan_scatters(l, err);
-  if (!code && l->scatters) say_scatters(l);
+  if (!code && l->scatters) say_destinations(l->items, l->nitems, l->scatters, &l->route);
   if (code) return code;
   code = xfer_fio_queue_open(&l->io, xfer_fio_engine_of(l->route.engine), l->nslots,
                              l->route.threads ? l->route.threads : 2, XFER_FIO_STALL_MS, &l->queue,
@@ -622,7 +618,7 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
                          const xfer_file_opts *opts, xfer_tensor **out, xfer_error *err)
 {
   for (size_t i = 0; i < n; i++) out[i] = NULL;
-  loading l = { .f = f, .items = items, .targets = out, .opts = opts, .io = { f->ctx, -1, 0, f->path } };
+  loading l = { .f = f, .items = items, .nitems = n, .targets = out, .opts = opts, .io = { f->ctx, -1, 0, f->path } };
   xfer_code code = xfer_file_plan(f, items, n, opts, &l.route, err);
   if (code) return code;
   xfer_device *host = NULL;
