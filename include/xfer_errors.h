@@ -31,8 +31,9 @@
 ** a driver call's phase (what fault rules target and backends fail in) and the steps of a
 ** move. `failure` is what a driver call failing in that op means, the one mapping every
 ** backend uses: an allocation failed, a read off the device failed, or the target could not
-** be written (write, copy, peer, import, ...: the move's bytes did not arrive). Errors of API
-** calls outside this list (a Lua function's name) carry XFER_OP_OTHER. */
+** be written (write, copy, peer, import, ...: the move's bytes did not arrive). Then the API
+** calls that errors name (no driver call fails in them: their failure is INVALID). Errors of
+** API calls outside this list (a Lua function's name) carry XFER_OP_OTHER and the name. */
 #define XFER_OPS(XFER_OPDEF)                                                  \
   XFER_OPDEF(OPEN, "open", UNAVAILABLE)                                       \
   XFER_OPDEF(ALLOC, "alloc", ALLOC)                                           \
@@ -54,6 +55,28 @@
   XFER_OPDEF(DIRECT, "direct", WRITE)                                         \
   XFER_OPDEF(PLAN, "plan", UNSUPPORTED)                                       \
   XFER_OPDEF(PROGRESS, "progress", INVALID)                                   \
-  XFER_OPDEF(CONVERT, "convert", INVALID)
+  XFER_OPDEF(CONVERT, "convert", INVALID)                                     \
+  /* the API calls the core and the layers above it name in their errors */    \
+  XFER_OPDEF(BATCH, "batch", INVALID)                                         \
+  XFER_OPDEF(CLOSE, "close", INVALID)                                         \
+  XFER_OPDEF(CONFIG, "config", INVALID)                                       \
+  XFER_OPDEF(DEVICE, "device", INVALID)                                       \
+  XFER_OPDEF(DLPACK, "dlpack", INVALID)                                       \
+  XFER_OPDEF(ENTRY, "entry", INVALID)                                         \
+  XFER_OPDEF(EQUALS, "equals", INVALID)                                       \
+  XFER_OPDEF(GET, "get", INVALID)                                             \
+  XFER_OPDEF(HOLD, "hold", INVALID)                                           \
+  XFER_OPDEF(INJECT, "inject", INVALID)                                       \
+  XFER_OPDEF(LOAD_COSTS, "load_costs", INVALID)                               \
+  XFER_OPDEF(RUNTIME, "runtime", INVALID)                                     \
+  XFER_OPDEF(RUN_ASYNC, "run_async", INVALID)                                 \
+  XFER_OPDEF(SAVE, "save", INVALID)                                           \
+  XFER_OPDEF(SAVE_COSTS, "save_costs", INVALID)                               \
+  XFER_OPDEF(SET, "set", INVALID)                                             \
+  XFER_OPDEF(SET_COST, "set_cost", INVALID)                                   \
+  XFER_OPDEF(TENSOR, "tensor", INVALID)                                       \
+  XFER_OPDEF(TO_ASYNC, "to_async", INVALID)                                   \
+  XFER_OPDEF(VIEW, "view", INVALID)                                           \
+  XFER_OPDEF(WRAP, "wrap", INVALID)
 
 #endif

@@ -137,7 +137,7 @@ static inline xfer_code xfer_be_memory(xfer_device *dev, uint64_t *free_bytes, u
 {
   const xfer_memory_ops *m = xfer_be(dev)->memory;
   if (!m->info)
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_MEMORY, "%s cannot tell its free memory",
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_MEMORY, XFER_S_NO_FREE_MEMORY_TOLD,
                        dev->name);
   return m->info(dev, free_bytes, total, err);
 }
@@ -207,8 +207,7 @@ static inline xfer_code xfer_be_many(xfer_device *dev, const xfer_piece *pieces,
   } else {
     for (size_t i = 0; i < n; i++) /* the batch plans none (types.h); a runtime may rely on it */
       if (!pieces[i].n)
-        return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu of %zu is 0 "
-                           "bytes: nothing to move reaches a runtime", i + 1, n);
+        return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY, XFER_S_BATCH_PIECE_EMPTY, i + 1, n);
     rc = copy->many(dev, pieces, n, err);
   }
   return rc == XFER_E_UNSUPPORTED ? rc : xfer_be_blame(dev, rc, err);
@@ -267,7 +266,7 @@ static inline xfer_code xfer_be_export_fd(xfer_device *dev, void *buf, int *fd, 
   const xfer_share_ops *s = xfer_be_share(dev);
   if (!s || !s->export_fd) /* the route asks only exporters; a guard, not a path */
     return xfer_be_blame(dev, xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_EXPORT,
-                                          "%s exports no memory", dev->name), err);
+                                          XFER_S_EXPORTS_NO_MEMORY, dev->name), err);
   return xfer_be_blame(dev, s->export_fd(dev, buf, fd, size, err), err);
 }
 
@@ -281,7 +280,7 @@ static inline xfer_code xfer_be_import_fd(xfer_device *dev, int fd, uint64_t mem
                                           xfer_error *err)
 {
   if (!xfer_be_has_import(dev))
-    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_UNSUPPORTED, op, "%s imports no memory",
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_UNSUPPORTED, op, XFER_S_IMPORTS_NO_MEMORY,
                                           dev->name), err);
   return xfer_be_blame(dev, xfer_be_share(dev)->import_fd(dev, fd, memory_size, n, op, buf,
                                                           handle, err), err);

@@ -148,29 +148,27 @@ static xfer_code check_item(const xfer_batch_item *it, size_t i, size_t n, xfer_
 {
   if (it->nbytes == 0) {
     if (it->dst_offset || it->src_offset)
-      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: offsets "
-                          "need a byte count (nbytes 0 is the whole tensors)", i + 1, n);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_OFFSETS_NEED_BYTES, i + 1,
+                         n);
     if (it->dst->numel != it->src->numel || it->dst->shape.ndim != it->src->shape.ndim ||
         memcmp(it->dst->shape.dims, it->src->shape.dims,
                sizeof it->dst->shape.dims[0] * (size_t)it->dst->shape.ndim)) {
       char want[96], got[96];
       xfer_shape_format(it->dst->dtype, &it->dst->shape, want, sizeof want);
       xfer_shape_format(it->src->dtype, &it->src->shape, got, sizeof got);
-      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: one shape "
-                          "is needed at both ends: target %s, source %s", i + 1, n, want, got);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_SHAPES_DIFFER, i + 1, n,
+                         want, got);
     }
     return XFER_E_OK;
   }
   if (!it->dst->contiguous || !it->src->contiguous)
-    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: byte ranges "
-                        "need contiguous tensors (a view is copied whole: nbytes 0)", i + 1, n);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_RANGE_OF_VIEW, i + 1, n);
   const xfer_tensor *ends[2] = {it->dst, it->src};
   size_t offs[2] = {it->dst_offset, it->src_offset};
   for (int e = 0; e < 2; e++)
     if (offs[e] > ends[e]->nbytes || it->nbytes > ends[e]->nbytes - offs[e])
-      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu: bytes %zu to "
-                          "%zu are outside the %s (%zu bytes)", i + 1, n, offs[e],
-                          offs[e] + it->nbytes, e ? "source" : "target", ends[e]->nbytes);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_RANGE_OUTSIDE, i + 1, n,
+                         offs[e], offs[e] + it->nbytes, e ? "source" : "target", ends[e]->nbytes);
   return XFER_E_OK;
 }
 
@@ -231,7 +229,7 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
 {
   if (blocks_disjoint(items, n)) return XFER_E_OK;
   span *s = malloc((n ? 2 * n : 1) * sizeof *s);
-  if (!s) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (!s) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     size_t len = length_of(&items[i]);
@@ -250,15 +248,14 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
       size_t b = p->index < q->index ? q->index : p->index;
       const xfer_batch_item *it = &items[b];
       if (p->writes && q->writes)
-        rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: elements %zu and %zu of %zu write "
-                          "the same bytes of a tensor on %s", a + 1, b + 1, n, it->dst->dev->name);
+        rc = xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_WRITES_OVERLAP, a + 1,
+                         b + 1, n, it->dst->dev->name);
       else if (a == b)
-        rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: element %zu of %zu reads bytes it "
-                          "also writes (a shifted copy within one tensor)", a + 1, n);
+        rc = xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_READS_OWN_WRITES, a + 1,
+                         n);
       else
-        rc = xfer_err_set(err, XFER_E_INVALID, "batch", "batch: elements %zu and %zu of %zu: one "
-                          "reads bytes the other writes (their order in a batch is not kept)",
-                          a + 1, b + 1, n);
+        rc = xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_READS_OTHERS_WRITES,
+                         a + 1, b + 1, n);
       if (err) err->element = (long long)b + 1;
     }
   free(s);
@@ -489,7 +486,7 @@ static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
   free(gr->pieces); /* a try before, with another runner */
   gr->pieces = malloc((gr->count ? gr->count : 1) * sizeof *gr->pieces);
-  if (!gr->pieces) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (!gr->pieces) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   xfer_device *devs[6];
   xfer_hold h;
   xfer_code rc = xfer_hold_take(&h, devs, gr->imports ? group_devices(gr, devs) : 0, NULL, 0, err);
@@ -517,7 +514,7 @@ static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
 {
   xfer_through_free(&gr->staged); /* a try before, with other runners */
   xfer_piece *ends = malloc((gr->count ? gr->count : 1) * sizeof *ends);
-  if (!ends) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (!ends) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   xfer_code rc = XFER_E_OK;
   for (size_t k = 0; k < gr->count; k++) {
     const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
@@ -626,7 +623,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
   if (!b->order || !b->groups || !b->idle || !of || !routes) {
     free(of);
     free(routes);
-    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   }
   xfer_code rc = XFER_E_OK;
   for (size_t i = 0; !rc && i < b->n; i++) {
@@ -638,7 +635,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     }
     group *gr = group_for(b, it, part_of(b, i), nroutes ? &routes[of[i]] : NULL, &cap);
     if (!gr) {
-      rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+      rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
       break;
     }
     gr->count++;
@@ -662,7 +659,7 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     group *gr = &b->groups[g];
     if (gr->general) continue;
     gr->uses = xfer_batch_uses(b->items, &b->order[gr->first], gr->count, &gr->nuses);
-    if (!gr->uses) rc = xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+    if (!gr->uses) rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
     if (rc) break;
     group_ways(gr);
     gr->way = -1;
@@ -679,14 +676,14 @@ static xfer_code check_items(const xfer_batch_item *items, size_t n, xfer_use **
 {
   for (size_t i = 0; i < n; i++) /* a missing tensor, said before any is looked into */
     if (!items[i].dst || !items[i].src)
-      return element_error(err, i, n, xfer_err_code_in(err, XFER_E_FREED, "batch"));
+      return element_error(err, i, n, xfer_err_code(err, XFER_E_FREED, XFER_OP_BATCH));
   *uses = xfer_batch_uses(items, NULL, n, nuses);
-  if (!*uses) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (!*uses) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   size_t u = 0;
   for (size_t i = 0; i < n; i++) {
     xfer_code rc = XFER_E_OK;
     for (; !rc && u < *nuses && (*uses)[u].first / 2 == i; u++)
-      rc = xfer_tensor_check((*uses)[u].t, "batch", err);
+      rc = xfer_tensor_usable((*uses)[u].t, XFER_OP_BATCH, err);
     if (!rc) rc = check_item(&items[i], i, n, err);
     if (rc) return element_error(err, i, n, rc);
   }
@@ -697,14 +694,14 @@ static xfer_code check_items(const xfer_batch_item *items, size_t n, xfer_use **
 static xfer_code check_parts(const size_t *part_end, size_t nparts, size_t n, xfer_error *err)
 {
   if (!nparts || !part_end)
-    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: parts need at least one end");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_NO_PART_ENDS);
   for (size_t k = 0; k < nparts; k++)
     if (part_end[k] > n || (k && part_end[k] < part_end[k - 1]))
-      return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: part %zu ends at element %zu: "
-                          "ends ascend, up to the batch's %zu elements", k + 1, part_end[k], n);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_PART_ENDS_ORDER, k + 1,
+                         part_end[k], n);
   if (part_end[nparts - 1] != n)
-    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: the last part ends at element %zu, "
-                        "not at the batch's last (%zu)", part_end[nparts - 1], n);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_PARTS_SHORT,
+                       part_end[nparts - 1], n);
   return XFER_E_OK;
 }
 
@@ -719,12 +716,11 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
                                    xfer_batch **out, xfer_error *err)
 {
   *out = NULL;
-  if (n && !items) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: no elements given");
+  if (n && !items) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_EMPTY);
   xfer_code checked = check_parts(part_end, nparts, n, err);
   if (checked) return checked;
   if (opts && opts->convert)
-    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: a dtype change is made by the "
-                        "targets' dtypes, not opts.convert");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_CONVERT_OPTION);
   size_t nuses = 0;
   xfer_use *uses = NULL;
   xfer_code rc = check_items(items, n, &uses, &nuses, err);
@@ -732,7 +728,7 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
   xfer_batch *b = rc ? NULL : calloc(1, sizeof *b);
   if (!b) {
     free(uses);
-    return rc ? rc : xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+    return rc ? rc : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   }
   b->refs = 1;
   b->n = n;
@@ -749,7 +745,7 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
   if (opts) b->opts = *opts, b->has_opts = 1;
   if (!b->tensors || !b->items || !b->done || !b->part_end) {
     xfer_batch_release(b);
-    return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   }
   for (size_t i = 0; i < n; i++) {
     b->items[i] = items[i];
@@ -787,7 +783,7 @@ static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
   size_t bad = b->order[g->first];
   xfer_code rc = xfer_hold_take(&h, devs, group_devices(g, devs), NULL, 0, err);
   for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
-    rc = xfer_tensor_check(g->uses[u].t, "batch", err);
+    rc = xfer_tensor_usable(g->uses[u].t, XFER_OP_BATCH, err);
     bad = b->order[g->first + g->uses[u].first / 2];
   }
   if (!rc && g->planned) {
@@ -855,10 +851,9 @@ static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err);
 
 xfer_code xfer_batch_claim(xfer_batch *b, xfer_error *err)
 {
-  if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
+  if (!b) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_NULL);
   if (!run_begin(b, 1))
-    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: it is running already (a job "
-                        "runs it: wait for the job first)");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_RUNNING);
   return XFER_E_OK;
 }
 
@@ -880,8 +875,8 @@ xfer_code xfer_batch_run(xfer_batch *b, xfer_error *err)
 xfer_code xfer_batch_run_part(xfer_batch *b, size_t part, xfer_error *err)
 {
   if (b && part >= b->nparts)
-    return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: no part %zu (it has %zu)", part + 1,
-                        b->nparts);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_NO_PART, part + 1,
+                       b->nparts);
   xfer_code rc = xfer_batch_claim(b, err);
   if (rc) return rc;
   rc = run_all(b, part, err);
@@ -906,8 +901,8 @@ static xfer_code run_idle(xfer_batch *b, size_t part, xfer_error *err)
   for (size_t k = 0; k < b->nidle && !rc; k++) {
     if (part != ALL_PARTS && part_of(b, b->idle[k]) != part) continue;
     const xfer_batch_item *it = &b->items[bad = b->idle[k]];
-    rc = xfer_tensor_check(it->dst, "batch", err);
-    if (!rc) rc = xfer_tensor_check(it->src, "batch", err);
+    rc = xfer_tensor_usable(it->dst, XFER_OP_BATCH, err);
+    if (!rc) rc = xfer_tensor_usable(it->src, XFER_OP_BATCH, err);
     if (!rc) b->done[bad] = 1;
   }
   pthread_mutex_unlock(&b->ctx->lock);
@@ -918,8 +913,8 @@ static xfer_code run_idle(xfer_batch *b, size_t part, xfer_error *err)
 ** freed tensor is said first, as a copy says it). */
 static xfer_code planned_copy_error(const group *gr, const xfer_batch_item *it, xfer_error *err)
 {
-  xfer_code rc = xfer_tensor_check(it->dst, "copy", err);
-  if (!rc) rc = xfer_tensor_check(it->src, "copy", err);
+  xfer_code rc = xfer_tensor_usable(it->dst, XFER_OP_COPY, err);
+  if (!rc) rc = xfer_tensor_usable(it->src, XFER_OP_COPY, err);
   if (!rc && err) *err = gr->planning;
   return rc ? rc : gr->planned;
 }
@@ -927,7 +922,7 @@ static xfer_code planned_copy_error(const group *gr, const xfer_batch_item *it, 
 /* The whole batch (ALL_PARTS), or one part of it. */
 static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
 {
-  if (!b) return xfer_err_set(err, XFER_E_INVALID, "batch", "batch: NULL batch");
+  if (!b) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_NULL);
   size_t lo = part == ALL_PARTS || !part ? 0 : b->part_end[part - 1];
   size_t hi = part == ALL_PARTS ? b->n : b->part_end[part];
   if (hi > lo) memset(b->done + lo, 0, hi - lo);
@@ -1024,8 +1019,8 @@ xfer_code xfer_batch_plan(const xfer_batch *b, size_t index, xfer_plan *words, x
 {
   memset(words, 0, sizeof *words);
   if (!b || index >= b->ngroups)
-    return xfer_err_set(err, XFER_E_INVALID, "plan", "batch: no group %zu (it has %zu)", index + 1,
-                        b ? b->ngroups : 0);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, XFER_S_BATCH_NO_GROUP, index + 1,
+                       b ? b->ngroups : 0);
   const group *g = &b->groups[index];
   const xfer_batch_item *it = &b->items[b->order[g->first]];
   if (g->planned) {

@@ -41,7 +41,8 @@ xfer_code xfer_through_make(xfer_through *t, const xfer_piece *ends, size_t n, s
   t->first = malloc((t->nchunks + 1) * sizeof *t->first);
   t->npieces = 0;
   t->bytes = bytes;
-  if (!t->packing || !t->scattering || !t->first) return xfer_err_code_in(err, XFER_E_ALLOC, "batch");
+  if (!t->packing || !t->scattering || !t->first) return xfer_err_code(err, XFER_E_ALLOC,
+                                                                       XFER_OP_BATCH);
   size_t at = 0, chunk = 0; /* bytes packed so far; the chunk they fill */
   t->first[0] = 0;
   for (size_t i = 0; i < n; i++)

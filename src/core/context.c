@@ -160,16 +160,16 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
     size_t rn = strlen(rt->name);
     if (!strncmp(rt->name, name, rn) && name[rn] == ':' && name[rn + 1] >= '0' &&
         name[rn + 1] <= '9' && !rt->available)
-      return xfer_err_set(err, XFER_E_UNAVAILABLE, "device", "no device '%s': %s is unavailable "
-                          "here: %s", name, rt->name, rt->reason);
+      return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_DEVICE, XFER_S_DEVICE_RUNTIME_UNAVAILABLE,
+                         name, rt->name, rt->reason);
     if (strcmp(rt->name, name)) continue;
     if (rt->ndevices) {
       *out = ctx->devices[rt->first_device];
       __atomic_store_n(&(*out)->closed, 0, __ATOMIC_RELEASE);
       return XFER_E_OK;
     }
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "device", "no %s device: %s", name,
-                        rt->reason);
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_DEVICE, XFER_S_DEVICE_NONE_OF_RUNTIME, name,
+                       rt->reason);
   }
   char known[256] = "";
   size_t used = 0;
@@ -177,8 +177,7 @@ xfer_code xfer_device_find(xfer_ctx *ctx, const char *name, xfer_device **out,
     if (xfer_device_listed(ctx->devices[d]))
       used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "",
                                ctx->devices[d]->name);
-  return xfer_err_set(err, XFER_E_INVALID, "device", "unknown device '%s' (devices here: %s)",
-                      name, known);
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_DEVICE, XFER_S_DEVICE_UNKNOWN, name, known);
 }
 
 /* A driver call, made only when asked (dev.free_memory): a device's other fields are what it
@@ -199,7 +198,7 @@ xfer_code xfer_device_close(xfer_device *dev, xfer_error *err)
 {
   xfer_ctx *ctx = dev->ctx;
   if (xfer_is_host(dev))
-    return xfer_err_set(err, XFER_E_INVALID, "close", "host memory cannot be closed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CLOSE, XFER_S_HOST_NOT_CLOSED);
   /* the device's lock: no move runs on it now, and one that waits for it finds it closed */
   xfer_device_lock(dev);
   pthread_mutex_lock(&ctx->lock);
@@ -228,8 +227,7 @@ xfer_code xfer_device_close(xfer_device *dev, xfer_error *err)
   xfer_device_unlock(dev);
   /* without room to list them, the tensors keep their blocks until freed: said, not hidden */
   if (n && !blocks)
-    return xfer_err_set(err, XFER_E_ALLOC, "close",
-                        "%s is closed, but out of host memory its tensors keep theirs until freed",
-                        dev->name);
+    return xfer_err_op(err, XFER_E_ALLOC, XFER_OP_CLOSE, XFER_S_CLOSED_TENSORS_KEEP_MEMORY,
+                       dev->name);
   return XFER_E_OK;
 }

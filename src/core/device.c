@@ -17,8 +17,8 @@ void xfer_device_release(xfer_device *dev) { __atomic_sub_fetch(&dev->refs, 1, _
 xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error *err)
 {
   xfer_code code = dev->lost_code ? dev->lost_code : XFER_E_DEVICE_LOST;
-  return xfer_err_op(err, code, op, "device %s was lost%s%s", dev->name, dev->lost_note[0] ? ": " : "",
-                      dev->lost_note);
+  return xfer_err_op(err, code, op, XFER_S_DEVICE_LOST, dev->name, dev->lost_note[0] ? ": " : "",
+                     dev->lost_note);
 }
 
 /* Moves may run on worker threads (to_async, the staged reader): a device's driver state

@@ -101,15 +101,15 @@ void xfer_tensor_dlpack_device(const xfer_tensor *t, int *type, int *id)
 xfer_code xfer_tensor_to_dlpack(xfer_tensor *t, int versioned, void **out, xfer_error *err)
 {
   *out = NULL;
-  xfer_code rc = xfer_tensor_check(t, "dlpack", err);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_DLPACK, err);
   if (rc) return rc;
   dl_device device;
   void *data = NULL;
   if (!lent_device(t, &device, &data))
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "dlpack: %s tensors are not lent "
-                        "through DLPack (host and CUDA are; move it there first)", t->dev->name);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_NOT_LENT,
+                       t->dev->name);
   lent *l = calloc(1, sizeof *l);
-  if (!l) return xfer_err_code_in(err, XFER_E_ALLOC, "dlpack");
+  if (!l) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_DLPACK);
   dl_tensor *d = versioned ? &l->m.versioned.dl_tensor : &l->m.plain.dl_tensor;
   d->data = t->numel ? data : NULL;
   d->device = device;
@@ -169,8 +169,8 @@ static xfer_code dlpack_device(xfer_ctx *ctx, const dl_device *device, xfer_devi
     if (ctx->runtimes[r].backend && ctx->runtimes[r].backend->dlpack_device_type == type)
       rt = &ctx->runtimes[r];
   if (!rt || type < 0)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: device type %d (CPU, "
-                        "CUDA and CUDA host memory are read)", (int)device->device_type);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_DEVICE_TYPE,
+                       (int)device->device_type);
   char name[48];
   if (type == DL_CPU || device->device_id == 0)
     snprintf(name, sizeof name, "%s", rt->name); /* its first device */
@@ -189,12 +189,11 @@ static xfer_code dlpack_layout(const dl_tensor *d, xfer_dtype *dtype, xfer_shape
     if (dl_types[i].code == d->dtype.code && dl_types[i].bits == d->dtype.bits)
       *dtype = dl_types[i].dtype;
   if (*dtype == XFER_DTYPE__COUNT || d->dtype.lanes != 1)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: dtype code %d, %d "
-                        "bits, %d lanes has no xferlua dtype", d->dtype.code, d->dtype.bits,
-                        d->dtype.lanes);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_DTYPE, d->dtype.code,
+                       d->dtype.bits, d->dtype.lanes);
   if (d->ndim < 0 || d->ndim > XFER_MAX_DIMS)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: %d dimensions (at "
-                        "most %d)", (int)d->ndim, XFER_MAX_DIMS);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_TOO_MANY_DIMENSIONS,
+                       (int)d->ndim, XFER_MAX_DIMS);
   *shape = (xfer_shape){d->ndim, {0}};
   *numel = 1;
   for (int i = 0; i < d->ndim; i++) {
@@ -205,8 +204,8 @@ static xfer_code dlpack_layout(const dl_tensor *d, xfer_dtype *dtype, xfer_shape
   for (int i = 0; i < d->ndim; i++) {
     if (d->strides) strides[i] = d->strides[i];
     if (strides[i] < 0)
-      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a negative stride "
-                          "(dimension %d)", i + 1);
+      return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_NEGATIVE_STRIDE,
+                         i + 1);
   }
   return XFER_E_OK;
 }
@@ -215,16 +214,15 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
                                   xfer_error *err)
 {
   *out = NULL;
-  if (!managed) return xfer_err_set(err, XFER_E_INVALID, "dlpack", "from_dlpack: a NULL tensor");
+  if (!managed) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_DLPACK, XFER_S_DLPACK_NULL_TENSOR);
   const dl_tensor *d;
   if (versioned) {
     const dl_versioned *m = managed;
     if (m->version.major != 1)
-      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: DLPack %u.%u (1.x "
-                          "is read)", m->version.major, m->version.minor);
+      return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_VERSION,
+                         m->version.major, m->version.minor);
     if (m->flags & DL_READ_ONLY)
-      return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: a read-only tensor "
-                          "(xferlua tensors are writable: copy it first)");
+      return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_READ_ONLY);
     d = &m->dl_tensor;
   } else {
     d = &((const dl_managed *)managed)->dl_tensor;
@@ -232,7 +230,7 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   xfer_device *dev = NULL;
   xfer_code rc = dlpack_device(ctx, &d->device, &dev, err);
   if (rc) return rc;
-  if (!dev) return xfer_err_set(err, XFER_E_UNSUPPORTED, "dlpack", "from_dlpack: no such device");
+  if (!dev) return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DLPACK, XFER_S_DLPACK_NO_DEVICE);
   xfer_dtype dtype;
   xfer_shape shape;
   int64_t strides[XFER_MAX_DIMS];
@@ -240,7 +238,7 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   rc = dlpack_layout(d, &dtype, &shape, strides, &numel, err);
   if (rc) return rc;
   borrowed *b = malloc(sizeof *b);
-  if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "dlpack");
+  if (!b) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_DLPACK);
   b->managed = managed;
   b->versioned = versioned;
   xfer_external mem = {
@@ -250,7 +248,7 @@ xfer_code xfer_tensor_from_dlpack(xfer_ctx *ctx, void *managed, int versioned, x
   };
   if (!mem.ptr && numel) {
     free(b);
-    return xfer_err_set(err, XFER_E_INVALID, "dlpack", "from_dlpack: no data");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_DLPACK, XFER_S_DLPACK_NO_DATA);
   }
   if (!mem.ptr) mem.ptr = b; /* an empty tensor's address is never read */
   rc = xfer_tensor_wrap(dev, &mem, dtype, &shape, strides, give_back, b, out, err);

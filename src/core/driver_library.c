@@ -16,7 +16,7 @@ void *xfer_driver_open(const char *env, const char *library, const char *what, c
   *path = chosen;
   void *lib = dlopen(chosen, RTLD_NOW | RTLD_LOCAL);
   if (!lib)
-    xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, "cannot load %s %s: %s", what, chosen,
-                 dlerror());
+    xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_OPEN, XFER_S_LIBRARY_NOT_LOADED, what, chosen,
+                dlerror());
   return lib;
 }

@@ -113,15 +113,14 @@ static const char *const dtype_range[XFER_DTYPE__COUNT] = {
 
 static xfer_code out_of_range(xfer_error *err, xfer_dtype dtype, double value)
 {
-  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "value %.17g is out of range for %s (%s)",
-                      value, xfer_dtype_name(dtype), dtype_range[dtype]);
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, XFER_S_CONVERT_OUT_OF_RANGE, value,
+                     xfer_dtype_name(dtype), dtype_range[dtype]);
 }
 
 static xfer_code not_whole(xfer_error *err, xfer_dtype dtype, double value)
 {
-  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT,
-                      "value %.17g is not a whole number, which %s needs", value,
-                      xfer_dtype_name(dtype));
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, XFER_S_CONVERT_NOT_WHOLE, value,
+                     xfer_dtype_name(dtype));
 }
 
 static xfer_code store_float(xfer_dtype dtype, double value, void *dst, xfer_error *err)
@@ -181,7 +180,7 @@ static xfer_code store_integer(xfer_dtype dtype, double value, void *dst, xfer_e
 xfer_code xfer_value_store(xfer_dtype dtype, double value, void *dst, xfer_error *err)
 {
   if ((unsigned)dtype >= XFER_DTYPE__COUNT)
-    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "unknown dtype %d", (int)dtype);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, XFER_S_DTYPE_UNKNOWN, (int)dtype);
   return xfer_dtype_is_float(dtype) ? store_float(dtype, value, dst, err)
                                     : store_integer(dtype, value, dst, err);
 }
@@ -246,10 +245,10 @@ static xfer_code store_whole(xfer_dtype dtype, int negative, int64_t s, uint64_t
   };
   if (negative ? s < min[dtype] : u > max[dtype]) {
     if (negative)
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "value %lld is out of range for %s (%s)",
-                          (long long)s, xfer_dtype_name(dtype), dtype_range[dtype]);
-    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "value %llu is out of range for %s (%s)",
-                        (unsigned long long)u, xfer_dtype_name(dtype), dtype_range[dtype]);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, XFER_S_CONVERT_INT_OUT_OF_RANGE,
+                         (long long)s, xfer_dtype_name(dtype), dtype_range[dtype]);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, XFER_S_CONVERT_UINT_OUT_OF_RANGE,
+                       (unsigned long long)u, xfer_dtype_name(dtype), dtype_range[dtype]);
   }
   int64_t v = negative ? s : (int64_t)u;
   switch (dtype) {
@@ -285,8 +284,8 @@ xfer_code xfer_convert(xfer_dtype to, void *dst, xfer_dtype from, const void *sr
     if (rc) { /* which element: "element 7: value 300 is out of range for u8 (0 to 255)" */
       char why[sizeof err->message];
       memcpy(why, err->message, sizeof why);
-      xfer_err_op(err, rc, XFER_OP_CONVERT, "%s to %s: element %zu: %s", xfer_dtype_name(from),
-                   xfer_dtype_name(to), i + 1, why);
+      xfer_err_op(err, rc, XFER_OP_CONVERT, XFER_S_CONVERT_ELEMENT, xfer_dtype_name(from),
+                  xfer_dtype_name(to), i + 1, why);
       return rc;
     }
   }

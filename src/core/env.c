@@ -32,8 +32,8 @@ xfer_code xfer_env_flags_check(xfer_error *err)
   for (size_t i = 0; i < sizeof env_flags / sizeof env_flags[0]; i++) {
     const char *v = getenv(env_flags[i].name);
     if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN, "%s must be 0 or 1, not '%.40s'",
-                          env_flags[i].name, v);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN, XFER_S_SWITCH_NOT_BOOLEAN,
+                         env_flags[i].name, v);
   }
   return XFER_E_OK;
 }

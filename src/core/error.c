@@ -69,20 +69,6 @@ void xfer_err_join(char *dst, size_t cap, const char *a, const char *b)
   if (n + 1 < cap) xfer_copy_text(dst + n, cap - n, b);
 }
 
-xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
-{
-  if (!err) return code;
-  memset(err, 0, sizeof *err);
-  err->code = code;
-  xfer_copy_text(err->op, sizeof err->op, op);
-  err->op_id = xfer_op_of(op);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err->message, sizeof err->message, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 /* (err not NULL) The record's code, op and message. */
 static void record(xfer_error *err, xfer_code code, xfer_op op, const char *fmt, va_list ap)
 {
@@ -103,14 +89,11 @@ xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *f
   return code;
 }
 
-xfer_code xfer_err_code(xfer_error *err, xfer_code code, xfer_op op)
+void xfer_err_call(xfer_error *err, const char *call)
 {
-  return xfer_err_op(err, code, op, "%s", xfer_code_what(code));
-}
-
-xfer_code xfer_err_code_in(xfer_error *err, xfer_code code, const char *call)
-{
-  return xfer_err_set(err, code, call, "%s", xfer_code_what(code));
+  if (!err || !call) return;
+  xfer_copy_text(err->op, sizeof err->op, call);
+  err->op_id = xfer_op_of(call);
 }
 
 xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,
@@ -118,8 +101,8 @@ xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long
                           int injected)
 {
   if (!err) return code;
-  xfer_err_op(err, code, op, "%s (%lld): %s%s", native_name, native, native_text,
-              injected ? " [injected fault]" : "");
+  xfer_err_op(err, code, op, XFER_S_NATIVE, native_name, native, native_text,
+              injected ? XFER_S_INJECTED : "");
   err->native = native;
   xfer_copy_text(err->native_name, sizeof err->native_name, native_name);
   err->retryable = retryable;
@@ -155,23 +138,23 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
   /* a device the move used on its way (host staging, the GPU whose memory an end lives in) */
   int between = d[0] && strcmp(d, f) && strcmp(d, t);
   if (id == XFER_OP_ALLOC && !from && between) /* a new tensor, in another device's memory */
-    put_message(err, "Failed to allocate %zu bytes on %s (memory of %s): %s", nbytes, t, d, cause);
+    put_message(err, XFER_S_FRAME_ALLOC_ELSEWHERE, nbytes, t, d, cause);
   else if (id == XFER_OP_ALLOC && (between || (from && d[0] && !strcmp(d, f) && strcmp(d, t))))
-    put_message(err, "Failed to allocate memory on %s for a move of %zu bytes from %s to %s: %s",
+    put_message(err, XFER_S_FRAME_ALLOC_ON_THE_WAY,
                 d, nbytes, f, t, cause);
   else if (id == XFER_OP_ALLOC && !from)
-    put_message(err, "Failed to allocate %zu bytes on %s: %s", nbytes, t, cause);
+    put_message(err, XFER_S_FRAME_ALLOC, nbytes, t, cause);
   else if (id == XFER_OP_ALLOC)
-    put_message(err, "Failed to allocate %zu bytes on %s for a tensor from %s: %s", nbytes, t,
+    put_message(err, XFER_S_FRAME_ALLOC_FOR_MOVE, nbytes, t,
                 f, cause);
   else if (id == XFER_OP_PROGRESS)
-    put_message(err, "Stopped a move of %zu bytes from %s to %s: %s", nbytes, f, t, cause);
+    put_message(err, XFER_S_FRAME_STOPPED, nbytes, f, t, cause);
   else if (between)
-    put_message(err, "Failed to %s a tensor from %s to %s (on %s): %s", op, f, t, d, cause);
+    put_message(err, XFER_S_FRAME_ON_THE_WAY, op, f, t, d, cause);
   else if (id == XFER_OP_READ)
-    put_message(err, "Failed to read a tensor off %s on the way to %s: %s", f, t, cause);
+    put_message(err, XFER_S_FRAME_READ, f, t, cause);
   else if (id == XFER_OP_WRITE)
-    put_message(err, "Failed to write a tensor to %s on the way from %s: %s", t, f, cause);
+    put_message(err, XFER_S_FRAME_WRITE, t, f, cause);
   else
-    put_message(err, "Failed to %s a tensor from %s to %s: %s", op, f, t, cause);
+    put_message(err, XFER_S_FRAME_MOVE, op, f, t, cause);
 }

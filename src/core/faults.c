@@ -39,18 +39,14 @@ static int known_runtime(const xfer_ctx *ctx, const char *runtime)
 xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *err)
 {
   if (!known_runtime(ctx, fault->runtime))
-    return xfer_err_set(err, XFER_E_INVALID, "inject",
-                        "unknown runtime '%s' (expected host, cuda, vulkan, opencl, remote or file)",
-                        fault->runtime);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_INJECT, XFER_S_FAULT_RUNTIME_UNKNOWN,
+                       fault->runtime);
   xfer_op op = injectable_op(fault->op);
   if (op == XFER_OP_OTHER)
-    return xfer_err_set(err, XFER_E_INVALID, "inject",
-                        "unknown op '%s' (expected alloc, read, write, copy, peer, import, "
-                        "export, register, map, sync, send or recv)", fault->op);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_INJECT, XFER_S_FAULT_OP_UNKNOWN, fault->op);
   if (fault->nth < 1 || fault->count < 1)
-    return xfer_err_set(err, XFER_E_INVALID, "inject",
-                        "nth and count must be at least 1 (got nth=%d, count=%d)", fault->nth,
-                        fault->count);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_INJECT, XFER_S_FAULT_NTH_COUNT, fault->nth,
+                       fault->count);
   pthread_mutex_lock(&ctx->lock); /* moves on other threads read the rules */
   size_t n = ctx->nfaults;
   if (n < XFER_MAX_FAULTS) {
@@ -63,8 +59,8 @@ xfer_code xfer_fault_inject(xfer_ctx *ctx, const xfer_fault *fault, xfer_error *
   }
   pthread_mutex_unlock(&ctx->lock);
   if (n == XFER_MAX_FAULTS)
-    return xfer_err_set(err, XFER_E_INVALID, "inject", "too many fault rules (at most %d)",
-                        XFER_MAX_FAULTS);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_INJECT, XFER_S_FAULT_TOO_MANY_RULES,
+                       XFER_MAX_FAULTS);
   return XFER_E_OK;
 }
 
@@ -86,8 +82,8 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
   char text[80], *field[5] = {0};
   int nfields = 0;
   if (len >= sizeof text)
-    return xfer_err_set(err, XFER_E_INVALID, "inject", "fault rule too long: '%.*s'",
-                        (int)len, rule);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_INJECT, XFER_S_FAULT_RULE_TOO_LONG, (int)len,
+                       rule);
   memcpy(text, rule, len);
   text[len] = '\0';
   char *rest = text;
@@ -102,10 +98,8 @@ static xfer_code parse_rule(xfer_ctx *ctx, const char *rule, size_t len, xfer_er
   ** would wrap on its way (99999999999 became errno 1215752191), as faults.inject refuses */
   if (!bad && field[4]) bad = !parse_whole(field[4], 0, INT_MIN, INT_MAX, &fault.native);
   if (bad)
-    return xfer_err_set(err, XFER_E_INVALID, "inject",
-                        "bad fault rule '%.*s' (expected runtime:op[:nth[:count[:native]]], "
-                        "nth and count from 1 to %d, native from %d to %d, such as host:read:1)",
-                        (int)len, rule, INT_MAX, INT_MIN, INT_MAX);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_INJECT, XFER_S_FAULT_RULE_BAD, (int)len, rule,
+                       INT_MAX, INT_MIN, INT_MAX);
   fault.nth = (int)nth;
   fault.count = (int)count;
   snprintf(fault.runtime, sizeof fault.runtime, "%s", field[0]); /* lengths checked above */

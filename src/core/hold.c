@@ -34,8 +34,8 @@ xfer_code xfer_hold_take(xfer_hold *h, xfer_device *const *devs, int ndevs,
     if (seen) continue;
     if (h->ndevs == XFER_HOLD_DEVICES) {
       h->ndevs = 0;
-      return xfer_err_set(err, XFER_E_INVALID, "hold", "a move on more than %d devices at once",
-                          XFER_HOLD_DEVICES);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_HOLD, XFER_S_HOLD_TOO_MANY_DEVICES,
+                         XFER_HOLD_DEVICES);
     }
     int at = h->ndevs++;
     while (at > 0 && (uintptr_t)h->devs[at - 1] > (uintptr_t)devs[i]) {

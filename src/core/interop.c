@@ -25,8 +25,8 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   int room = 0;
   if ((*out = xfer_mem_import_find(seg, importer, &room))) return XFER_E_OK;
   if (!room)
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, "a buffer is imported at most %d times",
-                        XFER_MAX_IMPORTS);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, XFER_S_IMPORTED_TOO_OFTEN,
+                       XFER_MAX_IMPORTS);
   int fd = -1;
   uint64_t size = 0;
   xfer_code rc = xfer_be_export_fd(seg->dev, seg->buf, &fd, &size, err);
@@ -40,8 +40,8 @@ static xfer_code imported(const xfer_block *b, xfer_device *importer, void **out
   }
   if (!xfer_mem_import_keep(seg, importer, ibuf, handle)) { /* filled up meanwhile */
     xfer_be_release_import(importer, ibuf, handle);
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, "a buffer is imported at most %d times",
-                        XFER_MAX_IMPORTS);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, XFER_S_IMPORTED_TOO_OFTEN,
+                       XFER_MAX_IMPORTS);
   }
   *out = ibuf;
   return XFER_E_OK;
@@ -114,8 +114,7 @@ xfer_code xfer_interop_view(const xfer_tensor *t, xfer_device *importer, void **
                             xfer_error *err)
 {
   const xfer_block *b = xfer_tensor_block(t);
-  if (!b) return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, "a tensor without memory of "
-                             "xferlua's own is not shared");
+  if (!b) return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_IMPORT, XFER_S_SHARE_FOREIGN_MEMORY);
   return imported(b, importer, view, err);
 }
 
@@ -144,8 +143,8 @@ xfer_code xfer_interop_run_range(const xfer_route *r, xfer_tensor *src, xfer_ten
     rc = imported(xfer_tensor_block(dst), from, &view, err);
     return rc ? rc : xfer_be_copy_imported(from, src->buf, s_off, view, d_off, n, 1, err);
   default: /* the others move whole (xfer_interop_run) */
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, "interop between %s and %s moves whole",
-                        from->name, to->name);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, XFER_S_INTEROP_WHOLE_ONLY, from->name,
+                       to->name);
   }
 }
 
@@ -160,7 +159,7 @@ xfer_code xfer_interop_run(const xfer_route *r, xfer_tensor *src, xfer_tensor *d
   case XFER_SHARE_BETWEEN:
     return run_between(r, src, dst, err);
   default: /* a route is made with its share; a guard, not a path */
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, "interop between %s and %s has no way "
-                        "to share memory", from->name, to->name);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, XFER_S_INTEROP_NO_SHARE, from->name,
+                       to->name);
   }
 }

@@ -119,10 +119,10 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
                               const xfer_transfer_opts *opts, xfer_job **out, xfer_error *err)
 {
   *out = NULL;
-  xfer_code rc = xfer_tensor_check(src, "to_async", err);
+  xfer_code rc = xfer_tensor_usable(src, XFER_OP_TO_ASYNC, err);
   if (rc) return rc;
   xfer_job *job = job_new();
-  if (!job) return xfer_err_code_in(err, XFER_E_ALLOC, "to_async");
+  if (!job) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_TO_ASYNC);
   job->src = xfer_tensor_retain(src);
   job->dst = dst_dev;
   job->ctx = xfer_ctx_retain(src->dev->ctx);
@@ -139,7 +139,7 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
     jobs_running(job->ctx, -1);
     xfer_ctx_release(job->ctx);
     job_destroy(job);
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "to_async", "cannot start a transfer thread");
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_TO_ASYNC, XFER_S_THREAD_NOT_STARTED);
   }
   *out = job;
   return XFER_E_OK;
@@ -153,7 +153,7 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
   xfer_job *job = job_new();
   if (!job) {
     xfer_batch_unclaim(batch);
-    return xfer_err_code_in(err, XFER_E_ALLOC, "run_async");
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_RUN_ASYNC);
   }
   job->batch = xfer_batch_retain(batch);
   job->ctx = xfer_batch_ctx(batch); /* NULL for an empty batch: no context to count it in */
@@ -165,7 +165,7 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
     if (job->ctx) xfer_ctx_release(job->ctx);
     xfer_batch_unclaim(batch);
     job_destroy(job);
-    return xfer_err_set(err, XFER_E_UNAVAILABLE, "run_async", "cannot start a transfer thread");
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_RUN_ASYNC, XFER_S_THREAD_NOT_STARTED);
   }
   *out = job;
   return XFER_E_OK;

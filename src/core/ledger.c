@@ -357,38 +357,36 @@ xfer_code xfer_cost_set_points(xfer_ctx *ctx, xfer_device *from, xfer_device *to
                                const double *bytes, const double *seconds, int n, xfer_error *err)
 {
   if (!from || !to || from->ctx != ctx || to->ctx != ctx)
-    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: two devices of this context are needed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SET_COST, XFER_S_COST_TWO_DEVICES);
   if (path <= XFER_PATH_AUTO || path >= XFER_PATH__COUNT)
-    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: a path other than auto is needed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SET_COST, XFER_S_COST_PATH_AUTO);
   if (!points_valid(n, bytes, seconds))
-    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: points are 2 to %d {bytes, seconds} "
-                        "pairs, bytes increasing, both > 0 and finite", XFER_COST_POINTS);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SET_COST, XFER_S_COST_POINTS, XFER_COST_POINTS);
   double latency, bandwidth;
   points_line(n, bytes, seconds, &latency, &bandwidth);
   pthread_mutex_lock(&ctx->lock);
   int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL), n, bytes, seconds);
   pthread_mutex_unlock(&ctx->lock);
-  return kept ? XFER_E_OK : xfer_err_code_in(err, XFER_E_ALLOC, "set_cost");
+  return kept ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_SET_COST);
 }
 
 xfer_code xfer_cost_set(xfer_ctx *ctx, xfer_device *from, xfer_device *to, xfer_path path,
                         double latency, double bandwidth, xfer_error *err)
 {
   if (!from || !to || from->ctx != ctx || to->ctx != ctx)
-    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: two devices of this context are needed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SET_COST, XFER_S_COST_TWO_DEVICES);
   if (path <= XFER_PATH_AUTO || path >= XFER_PATH__COUNT)
-    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: a path other than auto is needed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SET_COST, XFER_S_COST_PATH_AUTO);
   if (!figures_valid(latency, bandwidth)) {
     char l[32], b[32]; /* "nan" whatever its sign bit */
     snprintf(l, sizeof l, isnan(latency) ? "nan" : "%g", latency);
     snprintf(b, sizeof b, isnan(bandwidth) ? "nan" : "%g", bandwidth);
-    return xfer_err_set(err, XFER_E_INVALID, "set_cost", "set_cost: latency must be >= 0 seconds "
-                        "and bandwidth > 0 bytes per second, both finite (not %s and %s)", l, b);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SET_COST, XFER_S_COST_LINEAR, l, b);
   }
   pthread_mutex_lock(&ctx->lock);
   int kept = keep(ctx, from, to, path, latency, bandwidth, time(NULL), 0, NULL, NULL);
   pthread_mutex_unlock(&ctx->lock);
-  return kept ? XFER_E_OK : xfer_err_code_in(err, XFER_E_ALLOC, "set_cost");
+  return kept ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_SET_COST);
 }
 
 size_t xfer_costs_list(xfer_ctx *ctx, xfer_cost *out, size_t cap)
@@ -534,7 +532,8 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
   FILE *f = fopen(file, "r");
   if (!f) {
     if (errno == ENOENT) return XFER_E_OK; /* not calibrated yet */
-    return xfer_err_set(err, XFER_E_INVALID, "load_costs", "load_costs: cannot read %s: %s", file, strerror(errno));
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_LOAD_COSTS, XFER_S_COSTS_NOT_READ, file,
+                       strerror(errno));
   }
   char line[4096];
   int first = 1, fields_per_line = 7;
@@ -543,8 +542,7 @@ xfer_code xfer_costs_load(xfer_ctx *ctx, const char *file, size_t *loaded, xfer_
     line[strcspn(line, "\r\n")] = '\0';
     if (first && !strcmp(line, FILE_HEADER_V1)) fields_per_line = 6;
     else if (first && strcmp(line, FILE_HEADER)) {
-      rc = xfer_err_set(err, XFER_E_INVALID, "load_costs", "load_costs: %s is no xferlua plan cache (its first line "
-                        "is not the header this version writes): delete it", file);
+      rc = xfer_err_op(err, XFER_E_INVALID, XFER_OP_LOAD_COSTS, XFER_S_COSTS_NOT_A_CACHE, file);
       break;
     }
     first = 0;
@@ -597,8 +595,8 @@ xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err)
   if (!file) {
     if (!xfer_costs_file(path, sizeof path)) {
       const char *set = getenv("XFER_PLAN_CACHE");
-      return xfer_err_set(err, XFER_E_INVALID, "save_costs", "save_costs: no plan cache to write: %s",
-                          set ? "XFER_PLAN_CACHE is off" : "neither XFER_PLAN_CACHE nor HOME is set");
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE_COSTS,
+                         set ? XFER_S_COSTS_CACHE_OFF : XFER_S_COSTS_NO_CACHE_FILE);
     }
     file = path;
   }
@@ -606,7 +604,8 @@ xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err)
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", file, (long)getpid());
   FILE *f = fopen(tmp, "w");
-  if (!f) return xfer_err_set(err, XFER_E_INVALID, "save_costs", "save_costs: cannot write %s: %s", tmp, strerror(errno));
+  if (!f) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE_COSTS, XFER_S_COSTS_NOT_WRITTEN_WHY,
+                             tmp, strerror(errno));
   fprintf(f, "%s\n", FILE_HEADER);
   pthread_mutex_lock(&ctx->lock);
   for (size_t i = 0; i < ctx->nledger; i++) {
@@ -625,12 +624,13 @@ xfer_code xfer_costs_save(xfer_ctx *ctx, const char *file, xfer_error *err)
   int bad = ferror(f);
   if (fclose(f) || bad) {
     remove(tmp);
-    return xfer_err_set(err, XFER_E_INVALID, "save_costs", "save_costs: cannot write %s", tmp);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE_COSTS, XFER_S_COSTS_NOT_WRITTEN, tmp);
   }
   if (rename(tmp, file)) { /* whole or not at all: a reader never sees half a file */
     int e = errno;
     remove(tmp);
-    return xfer_err_set(err, XFER_E_INVALID, "save_costs", "save_costs: cannot write %s: %s", file, strerror(e));
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE_COSTS, XFER_S_COSTS_NOT_WRITTEN_WHY, file,
+                       strerror(e));
   }
   return XFER_E_OK;
 }
@@ -650,8 +650,7 @@ void xfer_ledger_config_defaults(xfer_config *config)
 xfer_code xfer_ledger_config_check(const xfer_config *config, xfer_error *err)
 {
   if (config->setaside_after < 0 || config->setaside_after > 1000000)
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "setaside_after must be 0 (never) to 1000000, not %d",
-                        config->setaside_after);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG, XFER_S_CONFIG_SETASIDE_AFTER,
+                       config->setaside_after);
   return XFER_E_OK;
 }

@@ -618,8 +618,8 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   xfer_allocator *a = dev->alloc;
   size_t size = round_size(a, nbytes);
   if (!size)
-    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC,
-                                           "%zu bytes is more than any device holds", nbytes),
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, XFER_S_ALLOC_TOO_LARGE,
+                                          nbytes),
                          err);
   pthread_mutex_lock(&a->lock);
   if (dev->lost) {
@@ -629,9 +629,8 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   }
   if (xfer_device_is_closed(dev)) {
     pthread_mutex_unlock(&a->lock);
-    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_CLOSED, XFER_OP_ALLOC, "device %s is closed "
-                                           "(xfer.device(\"%s\") opens it again)", dev->name,
-                                           dev->name), err);
+    return xfer_be_blame(dev, xfer_err_op(err, XFER_E_CLOSED, XFER_OP_ALLOC,
+                                          XFER_S_DEVICE_CLOSED_REOPEN, dev->name, dev->name), err);
   }
   int cache = caching(dev->ctx);
   xfer_block *b = NULL;
@@ -774,8 +773,7 @@ void xfer_mem_config_defaults(xfer_config *config)
 xfer_code xfer_mem_config_check(const xfer_config *config, xfer_error *err)
 {
   if (config->cache != 0 && config->cache != 1)
-    return xfer_err_set(err, XFER_E_INVALID, "config", "cache must be 0 or 1, not %d",
-                        config->cache);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG, XFER_S_CONFIG_CACHE, config->cache);
   return XFER_E_OK;
 }
 

@@ -70,8 +70,7 @@ static xfer_code faults_from_env(xfer_ctx *ctx, xfer_error *err)
     errno = 0;
     unsigned long long k = strtoull(at, &end, 10);
     if (*end || errno == ERANGE || at[0] == '-')
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN,
-                         "XFER_FAIL_AT must be a call number >= 0, not '%.40s'", at);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN, XFER_S_FAIL_AT_NOT_NUMBER, at);
     xfer_fault_fail_at(ctx, k);
   }
   const char *spec = getenv("XFER_FAULTS");
@@ -80,7 +79,7 @@ static xfer_code faults_from_env(xfer_ctx *ctx, xfer_error *err)
   if (rc) {
     char why[sizeof err->message];
     snprintf(why, sizeof why, "%s", err->message);
-    xfer_err_op(err, rc, XFER_OP_OPEN, "XFER_FAULTS: %s", why);
+    xfer_err_op(err, rc, XFER_OP_OPEN, XFER_S_FAULTS_ENV, why);
   }
   return rc;
 }

@@ -100,13 +100,12 @@ static xfer_code ends(xfer_code rc, xfer_error *err, const xfer_device *from, co
 }
 
 /* A dtype change passes the host: only the host path (or the planner's choice) allows it. */
-static xfer_code check_convert_path(const xfer_transfer_opts *opts, const char *op,
+static xfer_code check_convert_path(const xfer_transfer_opts *opts, xfer_op op,
                                     xfer_error *err)
 {
   if (!opts || opts->via == XFER_PATH_AUTO || opts->via == XFER_PATH_HOST) return XFER_E_OK;
-  return xfer_err_set(err, XFER_E_UNSUPPORTED, op, "a dtype change is made on the host: the move "
-                      "passes the host, which via = \"%s\" forbids (via = \"host\", or none)",
-                      xfer_path_name(opts->via));
+  return xfer_err_op(err, XFER_E_UNSUPPORTED, op, XFER_S_CONVERT_VIA_HOST_FORBIDDEN,
+                     xfer_path_name(opts->via));
 }
 
 /* src's elements converted on the host into a new host tensor (slot B): src packed to the host
@@ -163,12 +162,13 @@ xfer_code xfer_plan_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transf
                        xfer_move_plan *p, xfer_error *err)
 {
   plan_begin(p);
-  if (!src) return xfer_tensor_check(src, "plan", err); /* before src->dev is touched */
+  if (!src) return xfer_tensor_usable(src, XFER_OP_PLAN, err); /* before src->dev is touched */
   p->from = src->dev, p->to = dst_dev, p->nbytes = src->nbytes;
   if (opts && opts->convert && opts->dtype != src->dtype) {
     if ((unsigned)opts->dtype >= XFER_DTYPE__COUNT)
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, "unknown dtype %d", (int)opts->dtype);
-    xfer_code rc = ends(check_convert_path(opts, "plan", err), err, src->dev, dst_dev);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONVERT, XFER_S_DTYPE_UNKNOWN,
+                         (int)opts->dtype);
+    xfer_code rc = ends(check_convert_path(opts, XFER_OP_PLAN, err), err, src->dev, dst_dev);
     if (rc) return rc;
     operand converted = add_convert(&p->primary, src, opts->dtype);
     if (xfer_is_host(dst_dev)) p->primary.step[p->primary.n - 1].out = XFER_SLOT_DST;
@@ -196,8 +196,7 @@ xfer_code xfer_plan_shapes_agree(const xfer_tensor *dst, const xfer_tensor *src,
   char want[96], got[96];
   xfer_shape_format(dst->dtype, &dst->shape, want, sizeof want);
   xfer_shape_format(src->dtype, &src->shape, got, sizeof got);
-  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY,
-                     "copy_from needs one shape at both ends: target %s, source %s", want, got);
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_COPY, XFER_S_COPY_SHAPES_DIFFER, want, got);
 }
 
 /* `from` (contiguous) into the view dst: from a device, moved to dst's device whole (slot B
@@ -256,11 +255,12 @@ xfer_code xfer_plan_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer
                          xfer_move_plan *p, xfer_error *err)
 {
   plan_begin(p);
-  if (!src || !dst) return xfer_tensor_check(NULL, "copy", err); /* before either is touched */
+  if (!src || !dst) /* before either is touched */
+    return xfer_tensor_usable(NULL, XFER_OP_COPY, err);
   p->from = src->dev, p->to = dst->dev, p->nbytes = src->nbytes;
   if (src->dtype != dst->dtype) { /* converted on the host, then copied */
     xfer_code rc = ends(xfer_plan_shapes_agree(dst, src, err), err, src->dev, dst->dev);
-    if (!rc) rc = ends(check_convert_path(opts, "copy", err), err, src->dev, dst->dev);
+    if (!rc) rc = ends(check_convert_path(opts, XFER_OP_COPY, err), err, src->dev, dst->dev);
     if (rc) return rc;
     operand converted = add_convert(&p->primary, src, dst->dtype);
     plan_views(p, dst, &converted, src, NULL); /* a contiguous target: one move */
@@ -381,7 +381,7 @@ xfer_code xfer_transfer_plan(xfer_tensor *src, xfer_device *dst, const xfer_tran
                              xfer_plan *words, xfer_error *err)
 {
   memset(words, 0, sizeof *words);
-  xfer_code rc = xfer_tensor_check(src, "plan", err);
+  xfer_code rc = xfer_tensor_usable(src, XFER_OP_PLAN, err);
   xfer_move_plan p;
   if (!rc) rc = xfer_plan_to(src, dst, opts, &p, err);
   return rc ? rc : xfer_plan_words(&p, src, words, err);

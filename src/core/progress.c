@@ -11,9 +11,8 @@ xfer_code xfer_progress(uint64_t done, uint64_t total, xfer_error *err)
 {
   const xfer_transfer_opts *o = progress_of;
   if (!o || !o->progress || !o->progress(o->progress_ud, done, total)) return XFER_E_OK;
-  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS, "the move was stopped by its progress "
-                      "callback at %llu of %llu bytes", (unsigned long long)done,
-                      (unsigned long long)total);
+  return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PROGRESS, XFER_S_PROGRESS_STOPPED,
+                     (unsigned long long)done, (unsigned long long)total);
 }
 
 /* Installs opts' callback for the moves this thread runs until the returned one is put back. */

@@ -270,12 +270,11 @@ void xfer_route_config_defaults(xfer_config *config)
 xfer_code xfer_route_config_check(const xfer_config *config, xfer_error *err)
 {
   if (config->staging_chunk < 4096 || config->staging_chunk > ((size_t)1 << 30))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
-                        "staging_chunk must be 4096 to 1073741824 bytes, not %zu",
-                        config->staging_chunk);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG, XFER_S_CONFIG_STAGING_CHUNK,
+                       config->staging_chunk);
   if (config->staging_depth < 2 || config->staging_depth > 16)
-    return xfer_err_set(err, XFER_E_INVALID, "config", "staging_depth must be 2 to 16, not %d",
-                        config->staging_depth);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG, XFER_S_CONFIG_STAGING_DEPTH,
+                       config->staging_depth);
   return XFER_E_OK;
 }
 
@@ -325,16 +324,16 @@ xfer_code xfer_route_make_from(xfer_device *from, size_t nbytes, const xfer_tens
   if (aside && aside_cap) aside[0] = '\0';
   if (dst_dev->lost) return xfer_device_lost_error(dst_dev, XFER_OP_PLAN, err);
   if (xfer_device_is_closed(dst_dev))
-    return xfer_err_op(err, XFER_E_CLOSED, XFER_OP_PLAN, "device %s is closed (xfer.device(\"%s\") "
-                        "opens it again)", dst_dev->name, dst_dev->name);
+    return xfer_err_op(err, XFER_E_CLOSED, XFER_OP_PLAN, XFER_S_DEVICE_CLOSED_REOPEN, dst_dev->name,
+                       dst_dev->name);
   xfer_path via = opts ? opts->via : XFER_PATH_AUTO;
   if (via != XFER_PATH_AUTO) {
     char why[200];
     if ((unsigned)via >= XFER_PATH__COUNT)
-      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, "unknown path %d", (int)via);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, XFER_S_PATH_UNKNOWN, (int)via);
     if (inapplicable(via, r, src, dst_t, why, sizeof why)) {
       settle_on(r, XFER_PATH_HOST); /* what a move holds while it says so: both ends */
-      return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, "%s", why);
+      return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_PLAN, XFER_S_CAUSE, why);
     }
     settle_on(r, via);
     return XFER_E_OK;

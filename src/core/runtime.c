@@ -17,7 +17,8 @@ static xfer_device *new_device(xfer_runtime *rt, size_t slot, xfer_error *err)
   xfer_device *dev = calloc(1, sizeof *dev);
   if (!dev || xfer_mem_device_init(dev, !strcmp(rt->name, "host")) != XFER_E_OK) {
     free(dev);
-    xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "%s listing devices", xfer_code_what(XFER_E_ALLOC));
+    xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, XFER_S_RUNTIME_LISTING,
+                xfer_code_what(XFER_E_ALLOC));
     return NULL;
   }
   pthread_mutexattr_t attr;
@@ -42,7 +43,8 @@ xfer_device *xfer_runtime_add_device(xfer_runtime *rt, xfer_error *err)
     size_t cap = ctx->cap ? ctx->cap * 2 : 8;
     xfer_device **grown = realloc(ctx->devices, cap * sizeof *grown);
     if (!grown) {
-      xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, "%s listing devices", xfer_code_what(XFER_E_ALLOC));
+      xfer_err_op(err, XFER_E_ALLOC, XFER_OP_OPEN, XFER_S_RUNTIME_LISTING,
+                  xfer_code_what(XFER_E_ALLOC));
       return NULL;
     }
     ctx->devices = grown;
@@ -73,8 +75,8 @@ xfer_code xfer_runtime_get(const xfer_ctx *ctx, size_t index, xfer_runtime_info 
                            xfer_error *err)
 {
   if (index >= ctx->nruntimes)
-    return xfer_err_set(err, XFER_E_INVALID, "runtime", "no runtime #%zu (there are %zu)",
-                        index, ctx->nruntimes);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_RUNTIME, XFER_S_RUNTIME_NO_INDEX, index,
+                       ctx->nruntimes);
   const xfer_runtime *rt = &ctx->runtimes[index];
   out->name = rt->name;
   out->available = rt->available;

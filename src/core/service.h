@@ -9,6 +9,7 @@
 #define XFER_SERVICE_H
 
 #include "xfer.h"
+#include "sentences.h"
 
 /* -- error.c ---------------------------------------------------------------------- */
 
@@ -16,23 +17,24 @@
 void xfer_copy_text(char *dst, size_t cap, const char *src);
 /* dst = a then b, cut short to fit cap bytes. */
 void xfer_err_join(char *dst, size_t cap, const char *a, const char *b);
-/* Sets code, op and a formatted message; clears the rest. Returns code. */
-xfer_code xfer_err_set(xfer_error *err, xfer_code code, const char *op, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-/* The same for one of the XFER_OPS (a driver call's phase, a step of a move). */
+/* The record of a failure the core (or a layer above it) meets itself: code, op and the
+** sentence, one of sentences.h's in the core, with its arguments; clears the rest. Returns
+** code. One of the two setters (xfer_err_native below is the other). */
 xfer_code xfer_err_op(xfer_error *err, xfer_code code, xfer_op op, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
-/* The code's own words from the error table as the cause ("out of host memory" for
-** XFER_E_ALLOC): for failures the core meets itself, where no driver has more to say. The
-** second form names an API call instead of one of the XFER_OPS. */
-xfer_code xfer_err_code(xfer_error *err, xfer_code code, xfer_op op);
-xfer_code xfer_err_code_in(xfer_error *err, xfer_code code, const char *call);
+/* xfer_err_op with the code's own words from the error table as the sentence ("out of host
+** memory" for XFER_E_ALLOC), where nothing more specific is known. */
+static inline xfer_code xfer_err_code(xfer_error *err, xfer_code code, xfer_op op)
+{
+  return xfer_err_op(err, code, op, XFER_S_CAUSE, xfer_code_what(code));
+}
+/* Names, in a record already set, the API call that failed where it is none of the XFER_OPS
+** (a name a caller gives: xfer_tensor_check's, a remote peer's): op_id is XFER_OP_OTHER
+** unless the name is one of them. */
+void xfer_err_call(xfer_error *err, const char *call);
 /* A driver call failed: records its native code, name and text as the cause. */
 xfer_code xfer_err_native(xfer_error *err, xfer_code code, xfer_op op, long long native,
                           const char *native_name, const char *native_text, int retryable,

@@ -202,8 +202,8 @@ xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor
   ** whole move fits in it (a route sized for fewer bytes pipelines the move through its
   ** chunks instead of overrunning one) */
   if (!route->chunk || route->depth < 1)
-    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, "a staged route of %zu bytes has no "
-                       "chunks to move %zu bytes through", route->nbytes, src->nbytes);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, XFER_S_STAGED_NO_CHUNKS, route->nbytes,
+                       src->nbytes);
   xfer_staging st;
   int depth = route->depth < MAX_DEPTH ? route->depth : MAX_DEPTH;
   xfer_code rc = staging_take(src->dev->ctx, depth, route->chunk, &st, err);
@@ -229,7 +229,7 @@ static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor
   pthread_cond_init(&p.moved, NULL);
   xfer_spawned thread; /* a helper of the pool: made once, reused by every staged move */
   if (xfer_spawn(XFER_POOL_HELPERS, reader, &in, &thread)) {
-    rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_READ, "cannot start the staging reader thread");
+    rc = xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_READ, XFER_S_STAGING_READER_NOT_STARTED);
   } else {
     rc = side_run(&out, err);
     xfer_spawned_join(&thread);

@@ -11,44 +11,43 @@
 /* Fill and compare work in host chunks of this size, never a whole-tensor copy. */
 #define CHUNK_BYTES ((size_t)1 << 20)
 
-xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
+xfer_code xfer_tensor_usable(const xfer_tensor *t, xfer_op op, xfer_error *err)
 {
   if (!t || t->freed)
-    return xfer_err_code_in(err, XFER_E_FREED, op);
+    return xfer_err_code(err, XFER_E_FREED, op);
   if (t->base && __atomic_load_n(&t->base->freed, __ATOMIC_ACQUIRE))
-    return xfer_err_set(err, XFER_E_FREED, op, "attempt to use a view of a freed tensor");
+    return xfer_err_op(err, XFER_E_FREED, op, XFER_S_VIEW_OF_FREED);
   if (t->base) t = t->base; /* a view lives and dies with its base's memory */
   if (__atomic_load_n(&t->closed, __ATOMIC_ACQUIRE))
-    return xfer_err_set(err, XFER_E_CLOSED, op,
-                        "attempt to use a tensor of a closed device (%s closed since it was made)",
-                        t->dev->name);
-  if (t->dev->lost) { /* op: the caller's name for what it attempted (a Lua function's) */
-    xfer_code rc = xfer_device_lost_error(t->dev, xfer_op_of(op), err);
-    if (err) {
-      xfer_copy_text(err->op, sizeof err->op, op);
-      err->op_id = xfer_op_of(op);
-    }
-    return rc;
-  }
+    return xfer_err_op(err, XFER_E_CLOSED, op, XFER_S_TENSOR_OF_CLOSED_DEVICE, t->dev->name);
+  if (t->dev->lost) return xfer_device_lost_error(t->dev, op, err);
   return XFER_E_OK;
+}
+
+/* op: the caller's name for what it attempted (a Lua function's), named in the error */
+xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_OTHER, err);
+  if (rc) xfer_err_call(err, op);
+  return rc;
 }
 
 static xfer_code check_shape(xfer_dtype dtype, const xfer_shape *shape, size_t *numel,
                              xfer_error *err)
 {
   if ((unsigned)dtype >= XFER_DTYPE__COUNT)
-    return xfer_err_set(err, XFER_E_INVALID, "tensor", "unknown dtype %d", (int)dtype);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_TENSOR, XFER_S_DTYPE_UNKNOWN, (int)dtype);
   if (shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
-    return xfer_err_set(err, XFER_E_INVALID, "tensor", "a tensor has 0 to %d dimensions, not %d",
-                        XFER_MAX_DIMS, shape->ndim);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_TENSOR, XFER_S_TENSOR_RANK, XFER_MAX_DIMS,
+                       shape->ndim);
   size_t n = 1, limit = SIZE_MAX / 2 / xfer_dtype_size(dtype);
   for (int i = 0; i < shape->ndim; i++) {
     int64_t d = shape->dims[i];
     if (d < 0)
-      return xfer_err_set(err, XFER_E_INVALID, "tensor", "dimension %d is negative (%lld)",
-                          i + 1, (long long)d);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_TENSOR, XFER_S_TENSOR_NEGATIVE_DIMENSION,
+                         i + 1, (long long)d);
     if (d && n > limit / (uint64_t)d)
-      return xfer_err_set(err, XFER_E_INVALID, "tensor", "shape too large for memory");
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_TENSOR, XFER_S_TENSOR_TOO_LARGE);
     n *= (size_t)d;
   }
   *numel = n;
@@ -166,17 +165,15 @@ xfer_code xfer_tensor_free(xfer_tensor *t, xfer_error *err)
   if (t->lent && !t->freed) {
     int lent = t->lent;
     pthread_mutex_unlock(&ctx->lock);
-    return xfer_err_op(err, XFER_E_IN_USE, XFER_OP_FREE, "free: this tensor's memory is lent through DLPack "
-                        "(%d time%s) to another framework, which reads it still: it can be freed once that "
-                        "lets go (the array or tensor made from it collected)", lent, lent == 1 ? "" : "s");
+    return xfer_err_op(err, XFER_E_IN_USE, XFER_OP_FREE, XFER_S_FREE_LENT_BY_DLPACK, lent,
+                       lent == 1 ? "" : "s");
   }
   if (t->views && !t->freed) {
     int views = t->views;
     pthread_mutex_unlock(&ctx->lock);
-    return xfer_err_op(err, XFER_E_IN_USE, XFER_OP_FREE, "free: %d view%s of this tensor use%s its "
-                        "memory: free %s first (or let %s be collected; the memory goes back "
-                        "with the last)", views, views == 1 ? "" : "s", views == 1 ? "s" : "",
-                        views == 1 ? "it" : "them", views == 1 ? "it" : "them");
+    return xfer_err_op(err, XFER_E_IN_USE, XFER_OP_FREE, XFER_S_FREE_VIEWS_USE_MEMORY, views,
+                       views == 1 ? "" : "s", views == 1 ? "s" : "", views == 1 ? "it" : "them",
+                       views == 1 ? "it" : "them");
   }
   int was_freed = t->freed;
   t->freed = 1;
@@ -252,25 +249,25 @@ xfer_code xfer_tensor_device_memory(xfer_tensor *t, size_t offset, xfer_memory *
 {
   if (t->freed || offset >= t->nbytes || !t->contiguous ||
       xfer_be_memory_kind(t->dev) == XFER_MEMORY_HOST)
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "direct", "%s lends no device memory here",
-                        t->dev->name);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_DIRECT, XFER_S_DIRECT_NOT_LENT,
+                       t->dev->name);
   return xfer_be_device_memory(t->dev, t->buf, t->offset + offset, out, err);
 }
 
-static xfer_code check_size(const xfer_tensor *t, size_t nbytes, const char *op,
+static xfer_code check_size(const xfer_tensor *t, size_t nbytes, xfer_op op,
                             xfer_error *err)
 {
   if (nbytes == t->nbytes) return XFER_E_OK;
-  return xfer_err_set(err, XFER_E_INVALID, op, "%zu bytes given for a %s tensor of %zu bytes",
-                      nbytes, xfer_dtype_name(t->dtype), t->nbytes);
+  return xfer_err_op(err, XFER_E_INVALID, op, XFER_S_SIZE_MISMATCH, nbytes,
+                     xfer_dtype_name(t->dtype), t->nbytes);
 }
 
 xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error *err)
 {
-  if (!t) return xfer_tensor_check(t, "read", err); /* before t->dev is touched */
+  if (!t) return xfer_tensor_usable(t, XFER_OP_READ, err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
-  xfer_code rc = xfer_tensor_check(t, "read", err);
-  if (!rc) rc = check_size(t, nbytes, "read", err);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_READ, err);
+  if (!rc) rc = check_size(t, nbytes, XFER_OP_READ, err);
   if (!rc && nbytes) {
     rc = t->contiguous ? xfer_be_read(t->dev, t->buf, t->offset, dst, nbytes, err)
                        : xfer_view_move(t, dst, 1, err);
@@ -282,10 +279,10 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
 
 xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err)
 {
-  if (!t) return xfer_tensor_check(t, "write", err); /* before t->dev is touched */
+  if (!t) return xfer_tensor_usable(t, XFER_OP_WRITE, err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
-  xfer_code rc = xfer_tensor_check(t, "write", err);
-  if (!rc) rc = check_size(t, nbytes, "write", err);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_WRITE, err);
+  if (!rc) rc = check_size(t, nbytes, XFER_OP_WRITE, err);
   if (!rc && nbytes) {
     rc = t->contiguous ? xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err)
                        : xfer_view_move(t, (char *)src, 0, err);
@@ -300,9 +297,9 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
 
 xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err)
 {
-  if (!t) return xfer_tensor_check(t, "write", err); /* before t->dev is touched */
+  if (!t) return xfer_tensor_usable(t, XFER_OP_WRITE, err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
-  xfer_code rc = xfer_tensor_check(t, "write", err);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_WRITE, err);
   xfer_device_unlock(t->dev); /* taken again below, around the writes */
   if (rc || t->nbytes == 0) return rc;
   size_t esize = xfer_dtype_size(t->dtype);
@@ -351,8 +348,8 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
   xfer_device *devs[2] = {a->dev, b->dev};
   xfer_hold h;
   xfer_code rc = xfer_hold_take(&h, devs, 2, NULL, 0, err);
-  if (!rc) rc = xfer_tensor_check(a, "equals", err);
-  if (!rc) rc = xfer_tensor_check(b, "equals", err);
+  if (!rc) rc = xfer_tensor_usable(a, XFER_OP_EQUALS, err);
+  if (!rc) rc = xfer_tensor_usable(b, XFER_OP_EQUALS, err);
   xfer_hold_drop(&h);
   if (rc) return rc;
   if (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim ||
@@ -363,7 +360,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     if (!pa || !pb) {
       free(pa);
       free(pb);
-      return xfer_err_code_in(err, XFER_E_ALLOC, "equals");
+      return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_EQUALS);
     }
     rc = xfer_tensor_read(a, pa, a->nbytes, err);
     if (!rc) rc = xfer_tensor_read(b, pb, b->nbytes, err);
@@ -373,7 +370,7 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
     return rc;
   }
   char *scratch = malloc(2 * CHUNK_BYTES);
-  if (!scratch) return xfer_err_code_in(err, XFER_E_ALLOC, "equals");
+  if (!scratch) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_EQUALS);
   int same = 1;
   rc = xfer_hold_take(&h, devs, 2, NULL, 0, err);
   for (size_t off = 0; off < a->nbytes && same && !rc; off += CHUNK_BYTES) {

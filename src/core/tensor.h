@@ -14,6 +14,9 @@
 
 /* -- tensor.c ---------------------------------------------------------------------------- */
 
+/* XFER_E_OK where t may be used in `op`: not NULL, not freed (nor its base), its device
+** neither closed nor lost (xfer_tensor_check with one of the XFER_OPS, no name looked up). */
+xfer_code xfer_tensor_usable(const xfer_tensor *t, xfer_op op, xfer_error *err);
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);

@@ -193,8 +193,8 @@ static xfer_code run_at_once(const xfer_step *s, xfer_tensor *view, xfer_tensor 
 {
   hold h;
   xfer_code rc = hold_take(&h, &s->route, view, packed, err);
-  if (!rc) rc = xfer_tensor_check(view, "copy", err);
-  if (!rc) rc = xfer_tensor_check(packed, "copy", err);
+  if (!rc) rc = xfer_tensor_usable(view, XFER_OP_COPY, err);
+  if (!rc) rc = xfer_tensor_usable(packed, XFER_OP_COPY, err);
   double start = xfer_now();
   const xfer_transfer_opts *outer = xfer_progress_install(opts);
   if (!rc) rc = xfer_progress(0, view->nbytes, err);
@@ -235,7 +235,7 @@ static xfer_code pack_on_host(xfer_tensor *src, xfer_tensor *out, xfer_error *er
 static xfer_code pack_on_device(xfer_tensor *src, xfer_tensor *out, xfer_error *err)
 {
   xfer_device_lock(src->dev);
-  xfer_code rc = xfer_tensor_check(src, "copy", err);
+  xfer_code rc = xfer_tensor_usable(src, XFER_OP_COPY, err);
   if (!rc) rc = xfer_view_device_move(src, out, 1, err);
   xfer_device_unlock(src->dev);
   return rc;
@@ -258,8 +258,8 @@ static xfer_code run_move(run *r, const xfer_steps *q, const xfer_step *s, xfer_
   xfer_tensor *dst = r->slot[s->out];
   hold h;
   xfer_code rc = hold_take(&h, &s->route, src, dst, err);
-  if (!rc && dst) rc = xfer_tensor_check(dst, "copy", err);
-  if (!rc) rc = xfer_tensor_check(src, dst ? "copy" : "plan", err);
+  if (!rc && dst) rc = xfer_tensor_usable(dst, XFER_OP_COPY, err);
+  if (!rc) rc = xfer_tensor_usable(src, dst ? XFER_OP_COPY : XFER_OP_PLAN, err);
   if (!rc && dst && s->out == XFER_SLOT_DST && src == r->slot[XFER_SLOT_SRC])
     rc = xfer_plan_shapes_agree(dst, src, err);
   if (!rc) rc = planned_error(s->planned, &q->planning, err); /* the sequence's one move */
@@ -283,8 +283,8 @@ static xfer_code run_scatter(const xfer_step *s, xfer_tensor *from, xfer_tensor 
   xfer_code rc = XFER_E_OK;
   if (!xfer_is_host(s->at)) {
     xfer_device_lock(dst->dev);
-    rc = xfer_tensor_check(dst, "copy", err);
-    if (!rc) rc = xfer_tensor_check(from, "copy", err);
+    rc = xfer_tensor_usable(dst, XFER_OP_COPY, err);
+    if (!rc) rc = xfer_tensor_usable(from, XFER_OP_COPY, err);
     if (!rc) rc = xfer_view_device_move(dst, from, 0, err);
     xfer_device_unlock(dst->dev);
     return rc;
@@ -312,7 +312,7 @@ static xfer_code run_step(run *r, const xfer_steps *q, const xfer_step *s, xfer_
     return xfer_is_host(s->at) ? pack_on_host(in, r->slot[s->out], err)
                                : pack_on_device(in, r->slot[s->out], err);
   case XFER_STEP_CONVERT:
-    if ((rc = xfer_tensor_check(in, "convert", err))) return rc;
+    if ((rc = xfer_tensor_usable(in, XFER_OP_CONVERT, err))) return rc;
     if ((rc = make_slot(r, s->out, s->at, s->dtype, err))) return rc;
     return convert_into(in, r->slot[s->out], err);
   case XFER_STEP_AT_ONCE: {

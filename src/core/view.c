@@ -12,36 +12,35 @@ xfer_code xfer_tensor_view(xfer_tensor *t, const xfer_shape *shape, const int64_
                            int64_t first, xfer_tensor **out, xfer_error *err)
 {
   *out = NULL;
-  xfer_code rc = xfer_tensor_check(t, "view", err);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_VIEW, err);
   if (rc) return rc;
   if (shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
-    return xfer_err_set(err, XFER_E_INVALID, "view", "a tensor has 0 to %d dimensions, not %d",
-                        XFER_MAX_DIMS, shape->ndim);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_VIEW, XFER_S_TENSOR_RANK, XFER_MAX_DIMS,
+                       shape->ndim);
   xfer_tensor *owner = t->base ? t->base : t;
   size_t numel = 1;
   int empty = 0; /* a size 0: a view of no element, whatever its other sizes (NumPy, PyTorch) */
   for (int i = 0; i < shape->ndim; i++) empty |= shape->dims[i] == 0;
   for (int i = 0; i < shape->ndim; i++) {
     if (shape->dims[i] < 0 || strides[i] < 0)
-      return xfer_err_set(err, XFER_E_INVALID, "view", "dimension %d: size %lld, stride %lld: "
-                          "neither may be negative", i + 1, (long long)shape->dims[i],
-                          (long long)strides[i]);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_VIEW, XFER_S_VIEW_NEGATIVE, i + 1,
+                         (long long)shape->dims[i], (long long)strides[i]);
     if (empty) {
       numel = 0;
       continue;
     }
     if (shape->dims[i] > (int64_t)owner->numel)
-      return xfer_err_set(err, XFER_E_INVALID, "view", "dimension %d: %lld elements in a tensor "
-                          "of %zu", i + 1, (long long)shape->dims[i], owner->numel);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_VIEW, XFER_S_VIEW_DIMENSION_TOO_LARGE, i + 1,
+                         (long long)shape->dims[i], owner->numel);
     numel *= (size_t)shape->dims[i];
   }
   int64_t extent = xfer_layout_extent(shape, strides);
   if (first < 0 || (numel && (first > (int64_t)owner->numel ||
                               extent > (int64_t)owner->numel - first)))
-    return xfer_err_set(err, XFER_E_INVALID, "view", "the view reaches element %lld of a tensor "
-                        "of %zu elements", (long long)first + (long long)extent, owner->numel);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_VIEW, XFER_S_VIEW_PAST_END,
+                       (long long)first + (long long)extent, owner->numel);
   xfer_tensor *v = calloc(1, sizeof *v);
-  if (!v) return xfer_err_code_in(err, XFER_E_ALLOC, "view");
+  if (!v) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VIEW);
   size_t esize = xfer_dtype_size(t->dtype);
   v->refs = 1;
   v->dev = t->dev;
@@ -71,17 +70,15 @@ size_t xfer_tensor_first(const xfer_tensor *t) { return t->first; }
 /* -- One element ---------------------------------------------------------------------------- */
 
 static xfer_code element_at(const xfer_tensor *t, const int64_t *index, int n, size_t *at,
-                            const char *op, xfer_error *err)
+                            xfer_op op, xfer_error *err)
 {
   if (n != t->shape.ndim)
-    return xfer_err_set(err, XFER_E_INVALID, op, "%d indices for a tensor of %d dimensions", n,
-                        t->shape.ndim);
+    return xfer_err_op(err, XFER_E_INVALID, op, XFER_S_INDEX_COUNT, n, t->shape.ndim);
   int64_t e = 0;
   for (int i = 0; i < n; i++) {
     if (index[i] < 0 || index[i] >= t->shape.dims[i])
-      return xfer_err_set(err, XFER_E_INVALID, op, "index %lld is out of range for dimension %d "
-                          "(size %lld)", (long long)index[i] + 1, i + 1,
-                          (long long)t->shape.dims[i]);
+      return xfer_err_op(err, XFER_E_INVALID, op, XFER_S_INDEX_OUT_OF_RANGE,
+                         (long long)index[i] + 1, i + 1, (long long)t->shape.dims[i]);
     e += index[i] * t->strides[i];
   }
   *at = t->offset + (size_t)e * xfer_dtype_size(t->dtype);
@@ -92,11 +89,11 @@ static xfer_code element_at(const xfer_tensor *t, const int64_t *index, int n, s
 static xfer_code element_io(xfer_tensor *t, const int64_t *index, int n, void *elem, int writing,
                             xfer_error *err)
 {
-  const char *op = writing ? "set" : "get";
-  if (!t) return xfer_tensor_check(t, op, err);
+  xfer_op op = writing ? XFER_OP_SET : XFER_OP_GET;
+  if (!t) return xfer_tensor_usable(t, op, err);
   xfer_device_lock(t->dev);
   size_t at = 0;
-  xfer_code rc = xfer_tensor_check(t, op, err);
+  xfer_code rc = xfer_tensor_usable(t, op, err);
   if (!rc) rc = element_at(t, index, n, &at, op, err);
   size_t esize = xfer_dtype_size(t->dtype);
   if (!rc) rc = writing ? xfer_be_write(t->dev, t->buf, at, elem, esize, err)

@@ -161,7 +161,7 @@ xfer_code xfer_view_device_move(xfer_tensor *t, xfer_tensor *packed, int to_pack
   int outer;
   each_run(t, &m.run, NULL, NULL, err);
   if (!rows_layout(t, m.run, &s.pitch, &s.rows, &outer))
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_COPY, "the view is no layout of rows");
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_COPY, XFER_S_VIEW_NOT_ROWS);
   return each_slab(t, outer, s.rows * m.run, device_slab, &s, err);
 }
 

@@ -23,10 +23,9 @@ static xfer_code check_kind(const xfer_device *dev, const xfer_external *mem, xf
   if (!known || mem->kind != takes) {
     const char *what = known ? kind_words[mem->kind] : "memory of an unknown kind";
     if (takes == XFER_EXTERNAL_NONE)
-      return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s cannot be a tensor of %s (its "
-                          "runtime wraps nothing)", what, dev->name);
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: %s cannot be a tensor of %s (it "
-                        "takes %s)", what, dev->name, kind_words[takes]);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_NOTHING, what, dev->name);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_WRONG_RUNTIME, what,
+                       dev->name, kind_words[takes]);
   }
   return XFER_E_OK;
 }
@@ -38,35 +37,33 @@ xfer_code xfer_tensor_wrap(xfer_device *dev, const xfer_external *mem, xfer_dtyp
 {
   *out = NULL;
   if (!dev || !mem || !shape)
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a device, the memory and a shape are needed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_NEEDS);
   xfer_code rc = check_kind(dev, mem, err);
   if (rc) return rc;
   if (xfer_device_is_closed(dev))
-    return xfer_err_set(err, XFER_E_CLOSED, "wrap", "device %s is closed", dev->name);
+    return xfer_err_op(err, XFER_E_CLOSED, XFER_OP_WRAP, XFER_S_WRAP_DEVICE_CLOSED, dev->name);
   if (mem->pin && mem->kind != XFER_EXTERNAL_HOST)
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: pin is for host memory (it lets the "
-                        "drivers register or import it)");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_PIN_HOST_ONLY);
   if ((unsigned)dtype >= XFER_DTYPE__COUNT || shape->ndim < 0 || shape->ndim > XFER_MAX_DIMS)
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: unknown dtype or bad dimensions");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_BAD_SHAPE);
   size_t esize = xfer_dtype_size(dtype), numel = 1;
   int64_t packed[XFER_MAX_DIMS];
   xfer_packed_strides(shape, packed);
   if (!strides) strides = packed;
   for (int i = 0; i < shape->ndim; i++) {
     if (shape->dims[i] < 0 || strides[i] < 0)
-      return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: dimension %d: size %lld, stride "
-                          "%lld: neither may be negative", i + 1, (long long)shape->dims[i],
-                          (long long)strides[i]);
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_NEGATIVE, i + 1,
+                         (long long)shape->dims[i], (long long)strides[i]);
     numel *= (size_t)shape->dims[i];
   }
   int64_t extent = xfer_layout_extent(shape, strides);
   if ((double)extent * (double)esize > (double)mem->size)
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: the tensor reaches %.0f bytes into "
-                        "memory of %zu", (double)extent * (double)esize, mem->size);
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, XFER_S_WRAP_PAST_END,
+                       (double)extent * (double)esize, mem->size);
   if (!xfer_be_has_wrap(dev))
-    return xfer_err_set(err, XFER_E_UNSUPPORTED, "wrap", "wrap: %s cannot wrap memory", dev->name);
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_WRAP, XFER_S_WRAP_REFUSED, dev->name);
   xfer_tensor *t = calloc(1, sizeof *t);
-  if (!t) return xfer_err_code_in(err, XFER_E_ALLOC, "wrap");
+  if (!t) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRAP);
   rc = xfer_be_wrap(dev, mem, &t->buf, err);
   if (rc) {
     free(t);

@@ -56,7 +56,7 @@ static xfer_code frame(xfer_error *err, const xfer_file *f, const char *tensor,
 xfer_code xfer_file_open(xfer_ctx *ctx, const char *path, xfer_file **out, xfer_error *err)
 {
   *out = NULL;
-  if (!path || !*path) return xfer_err_set(err, XFER_E_INVALID, "open", "no file name");
+  if (!path || !*path) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_OPEN, "no file name");
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -117,7 +117,7 @@ int xfer_file_metadata(const xfer_file *f, size_t i, const char **key, const cha
 xfer_code xfer_file_entry(const xfer_file *f, size_t i, xfer_file_info *out, xfer_error *err)
 {
   if (i >= f->layout.count)
-    return xfer_err_set(err, XFER_E_INVALID, "entry", "%s has %zu tensors, not %zu", f->path,
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_ENTRY, "%s has %zu tensors, not %zu", f->path,
                         f->layout.count, i + 1);
   const xfer_format_entry *e = &f->layout.entries[i];
   *out = (xfer_file_info){ .name = e->name, .dtype = e->dtype, .shape = e->shape,

@@ -600,7 +600,7 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
                          const char *const *meta_keys, const char *const *meta_values,
                          size_t nmeta, const xfer_file_opts *opts, xfer_error *err)
 {
-  if (!path || !*path) return xfer_err_set(err, XFER_E_INVALID, "save", "no file name");
+  if (!path || !*path) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE, "no file name");
   int format;
   xfer_code code = format_of(path, format_name, &format, err);
   if (!code) code = check_input(ctx, path, format, names, tensors, n, err);

@@ -506,7 +506,7 @@ static xfer_code opencl_wrap(xfer_device *dev, const xfer_external *mem, void **
                              xfer_error *err)
 {
   (void)dev;
-  if (!mem->ptr) return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a NULL cl_mem");
+  if (!mem->ptr) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP, "wrap: a NULL cl_mem");
   *buf = mem->ptr;
   return XFER_E_OK;
 }

@@ -214,7 +214,7 @@ static xfer_code remote_error(xfer_peer *p, const xfer_device *dev, xfer_error *
   if (!err) return (xfer_code)code;
   /* "op \t native_name \t retryable \t injected \t message" */
   char *fields[5] = {0};
-  char *save = NULL, *at = p->text;
+  char *at = p->text;
   for (int i = 0; i < 4; i++) {
     char *tab = strchr(at, '\t');
     if (!tab) break;
@@ -223,9 +223,10 @@ static xfer_code remote_error(xfer_peer *p, const xfer_device *dev, xfer_error *
     at = tab + 1;
   }
   fields[4] = at;
-  (void)save;
-  xfer_err_set(err, (xfer_code)code, fields[0] ? fields[0] : "remote", "%s (on %s)",
-               fields[4] ? fields[4] : "", p->name);
+  /* the server's op, by its name (it may be an API call's) */
+  xfer_err_op(err, (xfer_code)code, XFER_OP_OTHER, "%s (on %s)", fields[4] ? fields[4] : "",
+              p->name);
+  xfer_err_call(err, fields[0] ? fields[0] : "remote");
   err->native = p->answer.native;
   snprintf(err->native_name, sizeof err->native_name, "%s", fields[1] ? fields[1] : "");
   err->retryable = fields[2] && fields[2][0] == '1';
@@ -472,7 +473,8 @@ static xfer_code remote_alloc(xfer_device *dev, size_t nbytes, void **buf, xfer_
   xfer_code rc = request(p, dev, h, NULL, 0, NULL, XFER_OP_ALLOC, err);
   uint64_t handle = p->answer.handle;
   pthread_mutex_unlock(&p->lock);
-  if (!rc && !handle) rc = xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "%s answered no buffer", p->name);
+  if (!rc && !handle) rc = xfer_err_op(err, XFER_E_ALLOC, XFER_OP_ALLOC, "%s answered no buffer",
+                                       p->name);
   if (!rc) {
     *buf = (void *)(uintptr_t)handle;
     xfer_objects(dev, 1);
@@ -792,17 +794,17 @@ static void remote_config_defaults(xfer_config *config)
 static xfer_code remote_check_config(const xfer_config *config, xfer_error *err)
 {
   if (!(config->remote_timeout >= 0.001 && config->remote_timeout <= 86400))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG,
                         "remote_timeout must be 0.001 to 86400 seconds, not %g", config->remote_timeout);
   if (config->remote_chunk < 4096 || config->remote_chunk > ((size_t)64 << 20))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG,
                         "remote_chunk must be 4096 to 67108864 bytes, not %zu", config->remote_chunk);
   if (config->remote_device_chunk < 4096 || config->remote_device_chunk > ((size_t)64 << 20))
-    return xfer_err_set(err, XFER_E_INVALID, "config",
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG,
                         "remote_device_chunk must be 4096 to 67108864 bytes, not %zu",
                         config->remote_device_chunk);
   if (config->remote_depth < 1 || config->remote_depth > PIPELINE)
-    return xfer_err_set(err, XFER_E_INVALID, "config", "remote_depth must be 1 to %d, not %d",
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONFIG, "remote_depth must be 1 to %d, not %d",
                         PIPELINE, config->remote_depth);
   return XFER_E_OK;
 }
@@ -915,7 +917,8 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
   char *memory = line ? strchr(line, '\t') : NULL;
   if (memory) *memory++ = '\0';
   if (!line || !*line || strlen(line) > WIRE_NAME_MAX || strpbrk(line, "/\t :") || !memory)
-    return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s named itself badly", p->url);
+    return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s named itself badly",
+                       p->url);
   p->server_cuda_memory = strstr(memory, "cuda") != NULL;
   snprintf(p->name, sizeof p->name, "%s", line);
   xfer_ctx *ctx = p->ctx;
@@ -930,7 +933,8 @@ static xfer_code add_devices(xfer_peer *p, xfer_runtime *rt, xfer_error *err)
     int n = 0;
     for (char *tok = strtok_r(line, "\t", &s2); tok && n < 6; tok = strtok_r(NULL, "\t", &s2)) f[n++] = tok;
     if (n != 6 || strlen(f[0]) > 14) {
-      return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s listed a device badly", p->url);
+      return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT,
+                         "connect: %s listed a device badly", p->url);
     }
     size_t slot = retire_one(rt);
     if (slot == SIZE_MAX && ctx->ndevices >= ctx->cap)
@@ -972,7 +976,8 @@ static xfer_code knock(const char *url, struct sockaddr_storage *addr, socklen_t
   *reply = r;
   xfer_code rc = XFER_E_OK;
   if (r.io_errno == ETIMEDOUT)
-    rc = xfer_err_op(err, XFER_E_TIMEOUT, XFER_OP_CONNECT, "connect: %s did not answer in time", url);
+    rc = xfer_err_op(err, XFER_E_TIMEOUT, XFER_OP_CONNECT, "connect: %s did not answer in time",
+                     url);
   else if (r.io_errno == EPROTO || r.io_errno == ECONNRESET)
     rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT,
                      "connect: cannot reach %s: it did not answer as an xferlua server (protocol %d) does",
@@ -981,13 +986,15 @@ static xfer_code knock(const char *url, struct sockaddr_storage *addr, socklen_t
     rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "connect: cannot reach %s: %s", url,
                      strerror(r.io_errno));
   else if (r.status == GATE_REFUSED)
-    rc = xfer_err_op(err, XFER_E_UNAUTHORIZED, XFER_OP_CONNECT, "connect: %s: the server refused the token", url);
+    rc = xfer_err_op(err, XFER_E_UNAUTHORIZED, XFER_OP_CONNECT,
+                     "connect: %s: the server refused the token", url);
   else if (r.status == GATE_OTHER_VERSION)
     rc = xfer_err_op(err, XFER_E_VERSION_MISMATCH, XFER_OP_CONNECT,
                      "connect: %s speaks protocol version %u, this xferlua speaks %d", url, r.version,
                      WIRE_VERSION);
   else if (r.status != GATE_OPEN)
-    rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT, "connect: %s could not take a client now", url);
+    rc = xfer_err_op(err, XFER_E_UNREACHABLE, XFER_OP_CONNECT,
+                     "connect: %s could not take a client now", url);
   if (rc) {
     if (err && r.io_errno) {
       err->native = r.io_errno;
@@ -1046,7 +1053,8 @@ static xfer_code say_hello(xfer_peer *p, xfer_runtime *rt, const char *url, cons
     rc = XFER_E_UNREACHABLE;
   }
   if (!rc && p->answer.type != WIRE_WELCOME)
-    rc = xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT, "connect: %s answered HELLO with no welcome", url);
+    rc = xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_CONNECT,
+                     "connect: %s answered HELLO with no welcome", url);
   if (!rc) {
     p->generation = p->answer.handle;
     p->direct_cuda = xfer_ucx_ep_moves_cuda(&p->node, p->ep); /* its lanes are up now */
@@ -1113,7 +1121,8 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
   if (rc) return rc;
   double timeout = opts && opts->timeout > 0 ? opts->timeout : ctx->config.remote_timeout;
   const char *token = opts && opts->token ? opts->token : "";
-  if (strlen(token) > 255) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONNECT, "connect: a token of at most 255 bytes");
+  if (strlen(token) > 255) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CONNECT,
+                                              "connect: a token of at most 255 bytes");
   xfer_runtime *rt = remote_runtime(ctx);
   if (!rt || !rt->available)
     return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_CONNECT, "connect: the remote runtime is unavailable: %s",

@@ -551,9 +551,10 @@ static xfer_code vulkan_wrap(xfer_device *dev, const xfer_external *mem, void **
 {
   (void)dev;
   if (!mem->vk_buffer || !mem->vk_memory)
-    return xfer_err_set(err, XFER_E_INVALID, "wrap", "wrap: a VkBuffer and its VkDeviceMemory are needed");
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_WRAP,
+                       "wrap: a VkBuffer and its VkDeviceMemory are needed");
   vk_buf *b = calloc(1, sizeof *b);
-  if (!b) return xfer_err_code_in(err, XFER_E_ALLOC, "wrap");
+  if (!b) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRAP);
   b->buffer = (VkBuffer)(uintptr_t)mem->vk_buffer;
   b->memory = (VkDeviceMemory)(uintptr_t)mem->vk_memory;
   *buf = b;
