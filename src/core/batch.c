@@ -1,71 +1,17 @@
 /*
-** batch.c -- many copies as one: the one place that decides how a batch moves. Prepared once:
-** every element checked (tensors alive, ranges inside them, no two destinations overlapping),
-** the elements grouped by (from, to), each group's route made once and, where one device
-** runs the whole group (host <-> device, or within a device) and its runtime takes a batch
-** (copy->many), the group's pieces built for it. Run many times: each group's devices held
-** and its tensors checked under those locks, then one submission, or the group's copies one
-** by one on its route. A failure names the element; the elements done are known.
+** batch.c -- many copies as one: a batch's elements checked once at prepare (tensors alive,
+** ranges inside them, no two destinations overlapping), grouped by (from, to) and how they
+** move, each group's route made once and its plan made by group.c (the ways it may run, the
+** pieces of the way in use); a view or dtype element keeps its move's plan (plan.c). Run many
+** times: each group and each element's plan handed to the runner (transfer.c) in order. A
+** failure names the element; the elements done are known.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "batch.h"
-#include "batch_through.h"
-#include "batch_uses.h"
 #include "ledger.h"
-
-/* The tensors of another runtime whose memory one group reaches through imports. */
-#define VIEWS_MAX 8
-
-/* One way a group may run, all of it at once: `many` takes its pieces in one submission (over
-** imports of the other runtime's memory: imports), or `through` packs it into host chunks that
-** `many` scatters; `many` NULL: element by element on the group's route. */
-typedef struct group_way {
-  xfer_device *many, *through;
-  int imports;
-} group_way;
-#define GROUP_WAYS 3
-
-typedef struct group {
-  xfer_device *from, *to;
-  size_t part;                  /* the part its elements are in (xfer_batch_prepare_parts) */
-  size_t first, count;          /* the group's elements: order[first .. first+count) */
-  size_t bytes;
-  xfer_route route;             /* made once, at prepare */
-  xfer_code planned;            /* its error, reported when the group runs */
-  xfer_error planning;
-  int general;                  /* one element moved as xfer_transfer_copy moves it, by */
-  xfer_move_plan *plan;         /* ... its plan, made once at prepare (planned: its error), or
-                                ** the one before's where their elements are alike: */
-  int owns_plan;
-  size_t sample;                /* a general group's element (its only one) */
-  group_way ways[GROUP_WAYS];   /* the ways it may run, best first, decided at prepare; the
-                                ** last is element by element. A way whose memory a runner
-                                ** cannot reach, or that a driver refuses, gives way to the
-                                ** next, for good: */
-  int nways, way;               /* ... how many, and the one in use, whose parts follow */
-  xfer_device *many;            /* the device that takes the group at once, or NULL */
-  xfer_piece *pieces;           /* ... and its pieces, in the group's order */
-  xfer_device *through;         /* a group through host memory in two submissions: the device
-                                ** that packs the sources into it (`many` then scatters it) */
-  xfer_through staged;          /* ... and its parts, chunk by chunk (batch_through.c) */
-  uint64_t keep;                /* names the pieces to `many` from the second run on (a runtime
-                                ** may keep what it made of them: CUDA its descriptor table on
-                                ** the device); a new name whenever the pieces change */
-  unsigned runs;                /* runs at once in this way (the first passes no name: a batch
-                                ** made for one run keeps nothing) */
-  xfer_use *uses;               /* the group's tensors, each once, checked once per run */
-  size_t nuses;
-  int imports;                  /* the runner reaches ends of another runtime through imports
-                                ** of their memory, one per tensor: */
-  size_t nviews;
-  struct {
-    const xfer_tensor *t;
-    void *view;                 /* t's segment as the runner sees it when the pieces were made */
-  } views[VIEWS_MAX];
-} group;
 
 struct xfer_batch {
   int refs;                     /* the caller's, and a job's while it runs it (atomic) */
@@ -81,7 +27,7 @@ struct xfer_batch {
   size_t *idle, nidle;          /* elements that move nothing (0 bytes, or bytes onto
                                 ** themselves): no route, no group, no runner -- checked and
                                 ** done at once */
-  group *groups;
+  xfer_group *groups;
   size_t ngroups;
   size_t *part_end, nparts;     /* parts: elements [part_end[k-1], part_end[k]) (none: one) */
   xfer_transfer_opts opts;
@@ -94,11 +40,6 @@ static int is_general(const xfer_batch_item *it)
 {
   return it->nbytes == 0 &&
          (!it->src->contiguous || !it->dst->contiguous || it->src->dtype != it->dst->dtype);
-}
-
-static size_t length_of(const xfer_batch_item *it)
-{
-  return it->nbytes ? it->nbytes : it->src->nbytes;
 }
 
 /* The part element i is in (0 where the batch has no parts). */
@@ -125,7 +66,7 @@ static int onto_itself(const xfer_batch_item *it)
 ** it, no runner is asked to reach its memory and no piece or chunk is sized by it. */
 static int moves_nothing(const xfer_batch_item *it)
 {
-  return length_of(it) == 0 || (!is_general(it) && onto_itself(it));
+  return xfer_item_bytes(it) == 0 || (!is_general(it) && onto_itself(it));
 }
 
 /* An element's failure: numbered (from 1) in the record, and its message led by which one it
@@ -232,7 +173,7 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
   if (!s) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    size_t len = length_of(&items[i]);
+    size_t len = xfer_item_bytes(&items[i]);
     if (!len) continue;
     s[k++] = span_of(items[i].dst, items[i].dst_offset, len, i, 1);
     s[k++] = span_of(items[i].src, items[i].src_offset, len, i, 0);
@@ -260,78 +201,6 @@ static xfer_code check_overlaps(const xfer_batch_item *items, size_t n, xfer_err
     }
   free(s);
   return rc;
-}
-
-/* Paths on which one device's runtime can run a whole group: within a device, host <-> device,
-** two runtimes in one device's memory. */
-static int one_device_path(xfer_path p)
-{
-  return p == XFER_PATH_SAME_DEVICE || p == XFER_PATH_HOST || p == XFER_PATH_INTEROP;
-}
-
-/* The device that runs a whole group at once, when there is one: the device end of a host <->
-** device group, the device of a group within it, or the device whose memory both ends of an
-** interop group live in -- where its runtime takes batches (copy->many). Where one end's memory
-** is exported to the other's runtime (Vulkan's to CUDA on one GPU), the importer runs the group
-** over the import; and a host <-> device group whose device's memory a runtime of its GPU
-** imports and runs batches over (CUDA for Vulkan on NVIDIA: one kernel where Vulkan would make
-** a copy-engine region a block) goes to that runtime too (*imports set). */
-static xfer_device *many_device(const group *g, int *imports)
-{
-  *imports = 0;
-  if (g->planned) return NULL;
-  xfer_path p = g->route.path;
-  if (p == XFER_PATH_INTEROP &&
-      (g->route.share == XFER_SHARE_SRC_EXPORTS || g->route.share == XFER_SHARE_DST_EXPORTS)) {
-    xfer_device *importer = g->route.share == XFER_SHARE_SRC_EXPORTS ? g->to : g->from;
-    *imports = xfer_be_has_many(importer);
-    return *imports ? importer : NULL;
-  }
-  if (p == XFER_PATH_HOST) {
-    xfer_device *importer = xfer_route_many_importer(xfer_is_host(g->from) ? g->to : g->from);
-    if (importer) {
-      *imports = 1;
-      return importer;
-    }
-  }
-  return one_device_path(p) ? xfer_many_runner(g->from, g->to) : NULL;
-}
-
-/* A host <-> device or within-a-device group's runner among the devices themselves, for memory
-** a backing device does not hold. */
-static xfer_device *own_runner(const group *g)
-{
-  return one_device_path(g->route.path) ? xfer_many_runner_own(g->from, g->to) : NULL;
-}
-
-/* Two devices that share no memory (staged, or through the host): where each end's runtime takes
-** batches with host memory, the group is packed into host memory by one submission of the
-** source's runner and scattered from it by one of the target's (*through: the packer). */
-static xfer_device *through_host(const group *g, xfer_device **through, int own)
-{
-  *through = NULL;
-  xfer_path p = g->route.path;
-  if (g->planned || (p != XFER_PATH_STAGED && p != XFER_PATH_HOST) || xfer_is_host(g->from) ||
-      xfer_is_host(g->to))
-    return NULL;
-  xfer_device *host = xfer_host_of(g->from->ctx);
-  xfer_device *(*runner)(xfer_device *, xfer_device *) = own ? xfer_many_runner_own : xfer_many_runner;
-  xfer_device *packer = runner(g->from, host), *scatterer = runner(host, g->to);
-  if (!packer || !scatterer) return NULL;
-  *through = packer;
-  return scatterer;
-}
-
-/* A window: a byte range of a tensor as a shallow copy (transfer.h). */
-static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
-{
-  xfer_tensor w = *t;
-  w.offset += offset;
-  w.nbytes = n;
-  w.numel = n;
-  w.dtype = XFER_U8;
-  w.shape = (xfer_shape){1, {(int64_t)n}};
-  return w;
 }
 
 /* Whether two routes move alike: one path, one way of sharing, the same helpers (chunk sizes
@@ -397,9 +266,9 @@ static int plans_alike(const xfer_tensor *x, const xfer_tensor *y)
 /* A general element's plan: the group before's where its element is alike (a list of views of
 ** one tensor into another, as a KV cache's blocks are: planned once, 4 KB kept once), else made
 ** now. */
-static void plan_general(xfer_batch *b, group *gr, const xfer_batch_item *it)
+static void plan_general(xfer_batch *b, xfer_group *gr, const xfer_batch_item *it)
 {
-  const group *before = b->ngroups ? &b->groups[b->ngroups - 1] : NULL;
+  const xfer_group *before = b->ngroups ? &b->groups[b->ngroups - 1] : NULL;
   const xfer_batch_item *was = before && before->general && before->plan
                                    ? &b->items[before->sample] : NULL;
   if (was && plans_alike(was->src, it->src) && plans_alike(was->dst, it->dst)) {
@@ -417,12 +286,12 @@ static void plan_general(xfer_batch *b, group *gr, const xfer_batch_item *it)
 /* The group an element of `part` joins: one of its part and pair of devices moving alike, or a
 ** new one (NULL: no memory for it). Groups are made in the order of their elements, so a part's
 ** are the last ones made. */
-static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
+static xfer_group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
                         const made_route *r, size_t *cap)
 {
   if (!is_general(it) && r) /* (r: the element's route; every element not general has one) */
     for (size_t g = b->ngroups; g-- > 0 && b->groups[g].part == part;) {
-      group *gr = &b->groups[g];
+      xfer_group *gr = &b->groups[g];
       if (!gr->general && gr->from == it->src->dev && gr->to == it->dst->dev &&
           same_route(&gr->route, gr->planned, &r->route, r->code))
         return gr;
@@ -430,15 +299,16 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
   if (!b->groups) return NULL;
   if (b->ngroups == *cap) {
     size_t grown = *cap ? 2 * *cap : 4;
-    group *more = realloc(b->groups, grown * sizeof *more);
+    xfer_group *more = realloc(b->groups, grown * sizeof *more);
     if (!more) return NULL;
     memset(more + *cap, 0, (grown - *cap) * sizeof *more);
     b->groups = more;
     *cap = grown;
   }
-  group *gr = &b->groups[b->ngroups];
-  *gr = (group){.from = it->src->dev, .to = it->dst->dev, .part = part, .general = is_general(it),
-                .sample = (size_t)(it - b->items)};
+  xfer_group *gr = &b->groups[b->ngroups];
+  *gr = (xfer_group){.from = it->src->dev, .to = it->dst->dev, .part = part,
+                     .general = is_general(it), .sample = (size_t)(it - b->items),
+                     .items = b->items, .order = b->order};
   if (gr->general) { /* a view or a dtype change: the whole plan of its copy, kept */
     plan_general(b, gr, it);
     if (!gr->plan) return NULL;
@@ -452,172 +322,13 @@ static group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t part,
   return gr;
 }
 
-/* One end of a piece as the group's runner reaches it: in place (its own memory, host memory,
-** the memory it backs), or -- a group over imports -- through the import of the tensor's
-** segment, made now and remembered in the group. 0: it cannot be reached. */
-static int piece_end(group *gr, const xfer_tensor *t, size_t at, xfer_piece_end *out,
-                     xfer_error *err)
-{
-  if (xfer_piece_end_of(t, at, gr->many, out)) return 1;
-  if (!gr->imports) return 0;
-  size_t v = 0;
-  while (v < gr->nviews && gr->views[v].t != t) v++;
-  if (v == gr->nviews) {
-    if (v == VIEWS_MAX || xfer_interop_view(t, gr->many, &gr->views[v].view, err)) return 0;
-    gr->views[v].t = t;
-    gr->nviews++;
-  }
-  *out = (xfer_piece_end){gr->views[v].view, t->offset + at, NULL};
-  return 1;
-}
-
-/* The devices a group's run holds: its route's, and a runner that is neither end. */
-static int group_devices(const group *gr, xfer_device *devs[6])
-{
-  int n = xfer_route_devices(&gr->route, devs);
-  if (gr->many && gr->many != gr->from && gr->many != gr->to) devs[n++] = gr->many;
-  if (gr->through && gr->through != gr->from && gr->through != gr->many) devs[n++] = gr->through;
-  return n;
-}
-
-/* The pieces of a group one device runs at once, or none (memory the runner cannot reach: a
-** segment not backed, an import refused), when it runs one by one. */
-static xfer_code group_pieces(const xfer_batch *b, group *gr, xfer_error *err)
-{
-  free(gr->pieces); /* a try before, with another runner */
-  gr->pieces = malloc((gr->count ? gr->count : 1) * sizeof *gr->pieces);
-  if (!gr->pieces) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
-  xfer_device *devs[6];
-  xfer_hold h;
-  xfer_code rc = xfer_hold_take(&h, devs, gr->imports ? group_devices(gr, devs) : 0, NULL, 0, err);
-  if (rc) return rc;
-  for (size_t k = 0; k < gr->count; k++) {
-    const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
-    xfer_piece *p = &gr->pieces[k];
-    p->n = length_of(e); /* never 0: such an element is in no group (moves_nothing) */
-    xfer_error ignored; /* an import refused is no error: the group runs one by one */
-    if (!piece_end(gr, e->dst, e->dst_offset, &p->dst, &ignored) ||
-        !piece_end(gr, e->src, e->src_offset, &p->src, &ignored)) {
-      free(gr->pieces);
-      gr->pieces = NULL;
-      gr->many = NULL;
-      break;
-    }
-  }
-  xfer_hold_drop(&h);
-  return XFER_E_OK;
-}
-
-/* A group through host memory: each element's source end as the packer reaches it and its
-** target end as the scatterer does, cut into chunks (batch_through.c). */
-static xfer_code staged_pieces(const xfer_batch *b, group *gr, xfer_error *err)
-{
-  xfer_through_free(&gr->staged); /* a try before, with other runners */
-  xfer_piece *ends = malloc((gr->count ? gr->count : 1) * sizeof *ends);
-  if (!ends) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
-  xfer_code rc = XFER_E_OK;
-  for (size_t k = 0; k < gr->count; k++) {
-    const xfer_batch_item *e = &b->items[b->order[gr->first + k]];
-    ends[k].n = length_of(e); /* never 0 (moves_nothing) */
-    if (!xfer_piece_end_of(e->src, e->src_offset, gr->through, &ends[k].src) ||
-        !xfer_piece_end_of(e->dst, e->dst_offset, gr->many, &ends[k].dst)) {
-      gr->many = gr->through = NULL; /* memory a runner cannot reach: one by one */
-      break;
-    }
-  }
-  if (gr->many) {
-    gr->staged.packer = gr->through;
-    gr->staged.scatterer = gr->many;
-    rc = xfer_through_make(&gr->staged, ends, gr->count, xfer_route_through_chunk(), err);
-  }
-  free(ends);
-  return rc;
-}
-
-/* What the group's runner kept of its pieces is let go: they are changing, or going. */
-static void forget_pieces(group *gr)
-{
-  if (gr->keep && gr->many) xfer_be_many_forget(gr->many, gr->keep);
-  gr->keep = 0;
-  gr->runs = 0;
-}
-
-/* Before a run over imports (devices held): an import the pieces were made with may have gone
-** with its importer's close and been made anew -- the pieces then point at the new one. */
-static xfer_code views_current(group *gr, xfer_error *err)
-{
-  for (size_t v = 0; v < gr->nviews; v++) {
-    void *now = NULL, *then = gr->views[v].view;
-    xfer_code rc = xfer_interop_view(gr->views[v].t, gr->many, &now, err);
-    if (rc) return rc;
-    if (now == then) continue;
-    forget_pieces(gr);
-    for (size_t k = 0; k < gr->count; k++) {
-      if (gr->pieces[k].dst.buf == then) gr->pieces[k].dst.buf = now;
-      if (gr->pieces[k].src.buf == then) gr->pieces[k].src.buf = now;
-    }
-    for (size_t w = 0; w < gr->nviews; w++)
-      if (gr->views[w].view == then) gr->views[w].view = now;
-  }
-  return XFER_E_OK;
-}
-
-/* Adds a way unless it is the last one again (two choices that came to the same runner). */
-static void add_way(group *gr, xfer_device *many, xfer_device *through, int imports)
-{
-  if (!many) return;
-  const group_way *last = gr->nways ? &gr->ways[gr->nways - 1] : NULL;
-  if (last && last->many == many && last->through == through && last->imports == imports) return;
-  gr->ways[gr->nways++] = (group_way){many, through, imports};
-}
-
-/* The ways a group may run, best first, once: at once by the device many_device names (an
-** importer of the other runtime's memory, or the devices' own runner), then -- after an
-** importer -- by the device's own runtime (memory the importer cannot take: host memory CUDA
-** does not pin); or packed through host chunks by the runners of each end (those of a backing
-** device first, then the ends' own); and always, last, element by element. */
-static void group_ways(group *gr)
-{
-  gr->nways = 0;
-  int imports = 0;
-  xfer_device *many = many_device(gr, &imports);
-  if (many) {
-    add_way(gr, many, NULL, imports);
-    add_way(gr, own_runner(gr), NULL, 0);
-  } else {
-    xfer_device *packer = NULL;
-    xfer_device *scatterer = through_host(gr, &packer, 0);
-    add_way(gr, scatterer, packer, 0);
-    scatterer = through_host(gr, &packer, 1);
-    add_way(gr, scatterer, packer, 0);
-  }
-  gr->ways[gr->nways++] = (group_way){NULL, NULL, 0}; /* element by element */
-}
-
-/* The group's next way whose parts can be made (memory its runner reaches): the runner asks
-** this when a way is refused, and takes what the plan lists -- it chooses nothing itself. */
-static xfer_code next_way(const xfer_batch *b, group *gr, xfer_error *err)
-{
-  xfer_code rc = XFER_E_OK;
-  forget_pieces(gr);
-  while (!rc && gr->way + 1 < gr->nways) {
-    const group_way *w = &gr->ways[++gr->way];
-    gr->many = w->many, gr->through = w->through, gr->imports = w->imports;
-    gr->nviews = 0;
-    if (!gr->many) break; /* element by element: nothing to make */
-    rc = gr->through ? staged_pieces(b, gr, err) : group_pieces(b, gr, err);
-    if (!rc && gr->many) break; /* its parts made (else memory it cannot reach: the next) */
-  }
-  return rc;
-}
-
 /* Elements grouped by (from, to, how they move), in the order groups first appear. */
 static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
 {
   size_t n = b->n ? b->n : 1, cap = 4, nroutes = 0;
   b->order = calloc(n, sizeof *b->order);
   b->groups = calloc(cap, sizeof *b->groups);
-  size_t *of = malloc(n * sizeof *of); /* each element's route, then its group */
+  size_t *of = malloc(n * sizeof *of); /* each element's route, then its xfer_group */
   b->idle = malloc(n * sizeof *b->idle);
   made_route *routes = of ? element_routes(b, of, &nroutes) : NULL;
   if (!b->order || !b->groups || !b->idle || !of || !routes) {
@@ -633,13 +344,13 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
       of[i] = SIZE_MAX;
       continue;
     }
-    group *gr = group_for(b, it, part_of(b, i), nroutes ? &routes[of[i]] : NULL, &cap);
+    xfer_group *gr = group_for(b, it, part_of(b, i), nroutes ? &routes[of[i]] : NULL, &cap);
     if (!gr) {
       rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
       break;
     }
     gr->count++;
-    gr->bytes += length_of(it);
+    gr->bytes += xfer_item_bytes(it);
     of[i] = (size_t)(gr - b->groups);
   }
   free(routes);
@@ -650,20 +361,19 @@ static xfer_code plan_groups(xfer_batch *b, xfer_error *err)
     b->groups[g].count = 0;
   }
   for (size_t i = 0; !rc && of && i < b->n; i++) {
-    if (of[i] == SIZE_MAX) continue; /* moves nothing: in no group */
-    group *g = &b->groups[of[i]];
+    if (of[i] == SIZE_MAX) continue; /* moves nothing: in no xfer_group */
+    xfer_group *g = &b->groups[of[i]];
     b->order[g->first + g->count++] = i;
   }
   free(of);
   for (size_t g = 0; !rc && g < b->ngroups; g++) {
-    group *gr = &b->groups[g];
+    xfer_group *gr = &b->groups[g];
     if (gr->general) continue;
     gr->uses = xfer_batch_uses(b->items, &b->order[gr->first], gr->count, &gr->nuses);
     if (!gr->uses) rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_BATCH);
     if (rc) break;
-    group_ways(gr);
-    gr->way = -1;
-    rc = next_way(b, gr, err);
+    xfer_group_ways(gr);
+    rc = xfer_group_next_way(gr, err);
   }
   return rc;
 }
@@ -749,7 +459,7 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
   }
   for (size_t i = 0; i < n; i++) {
     b->items[i] = items[i];
-    b->bytes += length_of(&items[i]);
+    b->bytes += xfer_item_bytes(&items[i]);
   }
   b->ctx = n ? xfer_ctx_retain(items[0].src->dev->ctx) : NULL;
   rc = plan_groups(b, err);
@@ -762,73 +472,6 @@ xfer_code xfer_batch_prepare_parts(const xfer_batch_item *items, size_t n, const
 }
 
 /* -- Running ----------------------------------------------------------------------------- */
-
-/* The group at once in its way in use: through host chunks, or one submission of `many`
-** (over imports: an import no longer to be had refuses it, as a driver would). */
-static xfer_code run_way(xfer_batch *b, group *g, xfer_error *err)
-{
-  if (g->through) return xfer_through_run(&g->staged, b->ctx, err);
-  xfer_error ignored;
-  if (g->nviews && views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
-  static uint64_t names; /* of pieces, process-wide: never one name for two lists */
-  if (g->runs++ && !g->keep) g->keep = __atomic_add_fetch(&names, 1, __ATOMIC_RELAXED);
-  return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
-}
-
-/* One group: its devices held, its tensors checked, then at once or one by one. */
-static xfer_code run_group(xfer_batch *b, group *g, xfer_error *err)
-{
-  xfer_device *devs[6];
-  xfer_hold h; /* its tensors are busy already: the run's claim marked every element's */
-  size_t bad = b->order[g->first];
-  xfer_code rc = xfer_hold_take(&h, devs, group_devices(g, devs), NULL, 0, err);
-  for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
-    rc = xfer_tensor_usable(g->uses[u].t, XFER_OP_BATCH, err);
-    bad = b->order[g->first + g->uses[u].first / 2];
-  }
-  if (!rc && g->planned) {
-    if (err) *err = g->planning;
-    rc = g->planned;
-    bad = b->order[g->first];
-  }
-  double start = xfer_now();
-  /* its runner set aside for this pair and path (it kept failing, or failed for good): element
-  ** by element on the group's route, until the ledger forgets (faults cleared, or forgotten) */
-  int aside = !rc && g->many &&
-              xfer_ledger_set_aside(b->ctx, g->from, g->to, g->route.path, g->many, NULL, 0);
-  if (aside) xfer_ledger_note_decision(b->ctx);
-  if (!rc && g->many && !aside) {
-    rc = run_way(b, g, err);
-    /* refused (an importer that cannot take these pieces, runtimes that will not take them
-    ** after all): the plan's next way, for this run and every later one */
-    while (rc == XFER_E_UNSUPPORTED && !(rc = next_way(b, g, err)) && g->many) rc = run_way(b, g, err);
-    if (!rc && !g->many) {
-      rc = XFER_E_OK; /* element by element, below */
-    } else {
-      if (rc) xfer_err_frame(err, g->from, g->to, g->bytes);
-      xfer_ledger_record(b->ctx, g->from, g->to, g->route.path, g->many, g->bytes,
-                         xfer_now() - start, rc, err);
-      for (size_t k = 0; k < g->count && !rc; k++) b->done[b->order[g->first + k]] = 1;
-      bad = b->order[g->first]; /* a submission fails whole: its first element is named */
-      goto out;
-    }
-  }
-  for (size_t k = 0; k < g->count && !rc; k++) {
-    size_t i = b->order[g->first + k];
-    const xfer_batch_item *it = &b->items[i];
-    size_t len = length_of(it); /* never 0: such an element is in no group */
-    xfer_tensor src = window(it->src, it->src_offset, len);
-    xfer_tensor dst = window(it->dst, it->dst_offset, len);
-    xfer_route route = g->route; /* the group's, sized for this element's bytes */
-    xfer_route_resize(&route, len);
-    rc = xfer_transfer_run(&route, &src, &dst, err);
-    if (!rc) b->done[i] = 1;
-    bad = i;
-  }
-out:
-  xfer_hold_drop(&h);
-  return element_error(err, bad, b->n, rc);
-}
 
 /* One run at a time: its done flags and the pieces are the run's. A claimed batch's tensors
 ** are busy from the claim -- made on the caller's thread, before a job's thread has taken
@@ -911,7 +554,7 @@ static xfer_code run_idle(xfer_batch *b, size_t part, xfer_error *err)
 
 /* A general element whose plan could not be made: its error once its tensors check out (a
 ** freed tensor is said first, as a copy says it). */
-static xfer_code planned_copy_error(const group *gr, const xfer_batch_item *it, xfer_error *err)
+static xfer_code planned_copy_error(const xfer_group *gr, const xfer_batch_item *it, xfer_error *err)
 {
   xfer_code rc = xfer_tensor_usable(it->dst, XFER_OP_COPY, err);
   if (!rc) rc = xfer_tensor_usable(it->src, XFER_OP_COPY, err);
@@ -929,7 +572,7 @@ static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
   xfer_code idle = b->nidle ? run_idle(b, part, err) : XFER_E_OK;
   if (idle) return idle;
   for (size_t g = 0; g < b->ngroups; g++) {
-    group *gr = &b->groups[g];
+    xfer_group *gr = &b->groups[g];
     if (part != ALL_PARTS && gr->part != part) continue;
     const xfer_batch_item *it = &b->items[b->order[gr->first]];
     xfer_code rc;
@@ -940,7 +583,9 @@ static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
       if (!rc) b->done[b->order[gr->first]] = 1;
       rc = element_error(err, b->order[gr->first], b->n, rc);
     } else {
-      rc = run_group(b, gr, err);
+      size_t failed;
+      rc = xfer_group_run(gr, b->done, &failed, err);
+      rc = element_error(err, failed, b->n, rc);
     }
     if (rc) return rc;
   }
@@ -962,7 +607,7 @@ void xfer_batch_groups(const xfer_batch *b, size_t *groups, size_t *submitted_at
 
 /* A group that moves contiguous bytes, in words: at once (by whom, over whose memory),
 ** through host chunks, or one element at a time on its route. */
-static void group_words(const group *g, xfer_plan *words)
+static void group_words(const xfer_group *g, xfer_plan *words)
 {
   const char *from = g->from->name, *to = g->to->name;
   words->path = g->route.path;
@@ -998,7 +643,7 @@ static void group_words(const group *g, xfer_plan *words)
   if (g->many) /* at once: recorded as its runner's (set aside there, element by element) */
     snprintf(words->moves[0].runner, sizeof words->moves[0].runner, "%s", g->many->name);
   for (int w = g->way + 1; g->many && w < g->nways; w++) { /* what the runner tries next */
-    const group_way *next = &g->ways[w];
+    const xfer_group_way *next = &g->ways[w];
     int m = words->nmoves++; /* ... and how the ledger records it then */
     words->moves[m] = words->moves[0];
     words->moves[m].fallback = 1;
@@ -1021,7 +666,7 @@ xfer_code xfer_batch_plan(const xfer_batch *b, size_t index, xfer_plan *words, x
   if (!b || index >= b->ngroups)
     return xfer_err_op(err, XFER_E_INVALID, XFER_OP_PLAN, XFER_S_BATCH_NO_GROUP, index + 1,
                        b ? b->ngroups : 0);
-  const group *g = &b->groups[index];
+  const xfer_group *g = &b->groups[index];
   const xfer_batch_item *it = &b->items[b->order[g->first]];
   if (g->planned) {
     if (err) *err = g->planning;
@@ -1037,11 +682,8 @@ void xfer_batch_release(xfer_batch *b)
   if (!b || __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   for (size_t i = 0; i < b->ntensors; i++) xfer_tensor_release(b->tensors[i]);
   for (size_t g = 0; b->groups && g < b->ngroups; g++) {
-    forget_pieces(&b->groups[g]);
-    free(b->groups[g].pieces);
-    free(b->groups[g].uses);
+    xfer_group_free(&b->groups[g]);
     if (b->groups[g].owns_plan) free(b->groups[g].plan);
-    xfer_through_free(&b->groups[g].staged);
   }
   free(b->groups);
   free(b->order);

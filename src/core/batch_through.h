@@ -1,12 +1,12 @@
 /*
 ** batch_through.h -- a batch group through host memory (batch_through.c): packed by one
-** device's runtime, scattered by another's, chunk by chunk, the two overlapped. Layer 12 of
-** docs/architecture.md, below batch.c.
+** device's runtime, scattered by another's, chunk by chunk, the two overlapped: a way a
+** group may run (group.c). Layer 11 of docs/architecture.md, below the runner.
 */
 #ifndef XFER_BATCH_THROUGH_H
 #define XFER_BATCH_THROUGH_H
 
-#include "transfer.h"
+#include "plan.h"
 
 typedef struct xfer_through {
   xfer_device *packer, *scatterer;

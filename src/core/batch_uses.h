@@ -3,12 +3,12 @@
 ** of 4096 elements between two tensors uses two: a run checks two tensors and marks two busy,
 ** where it checked and marked 8192 (a third of a prepared run's time on the CPU, measured).
 ** Found in one pass (batch_uses.c): a batch made for one run pays it in its preparation.
-** Layer 12 of docs/architecture.md, beside batch.c.
+** Layer 11 of docs/architecture.md, below the runner.
 */
 #ifndef XFER_BATCH_USES_H
 #define XFER_BATCH_USES_H
 
-#include "transfer.h"
+#include "plan.h"
 
 /* A tensor the elements use, and where it is first used: 2k for the target of the k-th element
 ** of the list, 2k + 1 for its source. */

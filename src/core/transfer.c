@@ -1,9 +1,11 @@
 /*
-** transfer.c -- the one runner of a move's plan (plan.h): each step carried out as plan.c
+** transfer.c -- the one runner: a move's plan (plan.h), each step carried out as plan.c
 ** decided it -- a view packed or its runs moved at once (a refusal running the fallback), a
 ** dtype converted, a contiguous move on its route with the devices it names held, the tensors
 ** checked under their locks, the path's calls made, the ledger told, a view target scattered
-** -- and a failure leaves the source untouched and nothing allocated. It decides nothing.
+** -- and a batch group's plan (group.h): its devices held, its tensors checked, then at once
+** in the way in use (the plan's next way when one is refused) or element by element on its
+** route. A failure leaves the source untouched and nothing allocated. It decides nothing.
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,9 +36,6 @@ static xfer_code hold_take(hold *h, const xfer_route *route, xfer_tensor *src, x
 }
 
 static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
-
-
-
 
 /* -- Moves told in steps ------------------------------------------------------------------- */
 
@@ -151,6 +150,99 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   /* the ledger remembers: what moved, and a failure against the path for this pair (a path
   ** set aside is skipped by the default choice; a success clears the count) */
   xfer_ledger_record(src->dev->ctx, src->dev, dst->dev, path, NULL, n, xfer_now() - start, rc, err);
+  return rc;
+}
+
+/* -- Batch groups (group.h) ------------------------------------------------------------------ */
+
+/* A window: a byte range of a tensor as a shallow copy (transfer.h). */
+static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
+{
+  xfer_tensor w = *t;
+  w.offset += offset;
+  w.nbytes = n;
+  w.numel = n;
+  w.dtype = XFER_U8;
+  w.shape = (xfer_shape){1, {(int64_t)n}};
+  return w;
+}
+
+/* The group at once in its way in use: through host chunks, or one submission of `many`
+** (over imports: an import no longer to be had refuses it, as a driver would). */
+static xfer_code run_way(xfer_group *g, xfer_error *err)
+{
+  if (g->through) return xfer_through_run(&g->staged, g->from->ctx, err);
+  xfer_error ignored;
+  if (g->nviews && xfer_group_views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
+  static uint64_t names; /* of pieces, process-wide: never one name for two lists */
+  if (g->runs++ && !g->keep) g->keep = __atomic_add_fetch(&names, 1, __ATOMIC_RELAXED);
+  return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
+}
+
+/* The group at once, in its way in use and, when refused, in the next ways the plan lists (for
+** this run and every later one); 1 when it ran so (*rc its end), 0 when the way left is element
+** by element. Recorded as its runner's move. */
+static int run_at_once_group(xfer_group *g, unsigned char *done, xfer_code *rc, xfer_error *err)
+{
+  double start = xfer_now();
+  *rc = run_way(g, err);
+  /* refused (an importer that cannot take these pieces, runtimes that will not take them
+  ** after all): the plan's next way */
+  while (*rc == XFER_E_UNSUPPORTED && !(*rc = xfer_group_next_way(g, err)) && g->many)
+    *rc = run_way(g, err);
+  if (!*rc && !g->many) return 0;
+  if (*rc) xfer_err_frame(err, g->from, g->to, g->bytes);
+  xfer_ledger_record(g->from->ctx, g->from, g->to, g->route.path, g->many, g->bytes,
+                     xfer_now() - start, *rc, err);
+  for (size_t k = 0; k < g->count && !*rc; k++) done[g->order[g->first + k]] = 1;
+  return 1;
+}
+
+/* The group element by element on its route (sized for each element's bytes). */
+static xfer_code run_one_by_one(const xfer_group *g, unsigned char *done, size_t *failed,
+                                xfer_error *err)
+{
+  xfer_code rc = XFER_E_OK;
+  for (size_t k = 0; k < g->count && !rc; k++) {
+    size_t i = g->order[g->first + k];
+    const xfer_batch_item *it = &g->items[i];
+    size_t len = xfer_item_bytes(it); /* never 0: such an element is in no group */
+    xfer_tensor src = window(it->src, it->src_offset, len);
+    xfer_tensor dst = window(it->dst, it->dst_offset, len);
+    xfer_route route = g->route;
+    xfer_route_resize(&route, len);
+    rc = xfer_transfer_run(&route, &src, &dst, err);
+    if (!rc) done[i] = 1;
+    *failed = i;
+  }
+  return rc;
+}
+
+xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfer_error *err)
+{
+  xfer_device *devs[6];
+  xfer_hold h; /* its tensors are busy already: the run's claim marked every element's */
+  *failed = g->order[g->first];
+  xfer_code rc = xfer_hold_take(&h, devs, xfer_group_devices(g, devs), NULL, 0, err);
+  for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
+    rc = xfer_tensor_usable(g->uses[u].t, XFER_OP_BATCH, err);
+    *failed = g->order[g->first + g->uses[u].first / 2];
+  }
+  if (!rc && g->planned) {
+    if (err) *err = g->planning;
+    rc = g->planned;
+    *failed = g->order[g->first];
+  }
+  /* its runner set aside for this pair and path (it kept failing, or failed for good): element
+  ** by element on the group's route, until the ledger forgets (faults cleared, or forgotten) */
+  int aside = !rc && g->many &&
+              xfer_ledger_set_aside(g->from->ctx, g->from, g->to, g->route.path, g->many, NULL, 0);
+  if (aside) xfer_ledger_note_decision(g->from->ctx);
+  if (!rc && g->many && !aside && run_at_once_group(g, done, &rc, err))
+    *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
+  else if (!rc)
+    rc = run_one_by_one(g, done, failed, err);
+  xfer_hold_drop(&h);
   return rc;
 }
 

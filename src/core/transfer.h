@@ -1,11 +1,13 @@
 /*
-** transfer.h -- what transfer.c offers the layer above it (batch.c): running a route on two
-** tensors whose devices and tensors the caller holds.
+** transfer.h -- what the runner (transfer.c) offers the layer above it (batch.c): running a
+** move's plan, a batch group's plan, and a route on two tensors whose devices and tensors the
+** caller holds.
 ** Layer 10 of docs/architecture.md.
 */
 #ifndef XFER_TRANSFER_H
 #define XFER_TRANSFER_H
 
+#include "group.h"
 #include "paths.h"
 #include "plan.h"
 
@@ -22,5 +24,11 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
 ** batch's views and dtype changes. */
 xfer_code xfer_plan_run(const xfer_move_plan *plan, xfer_tensor *src, xfer_tensor *dst,
                         const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err);
+
+/* Runs a batch group (group.h; the devices it names held here, its tensors marked busy by the
+** caller): at once in its way, the next ways the plan lists when one is refused, or element by
+** element; done[i] set for each element i that moved. On failure *failed is the element to
+** name (a submission fails whole: its first). */
+xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfer_error *err);
 
 #endif
