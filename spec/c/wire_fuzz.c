@@ -303,9 +303,17 @@ int main(int argc, char **argv)
         static const uint16_t many[3] = {WIRE_WRITE_MANY, WIRE_READ_MANY, WIRE_COPY_MANY};
         h.type = many[rand() % 3];
         h.offset = 1 + (uint64_t)(rand() % 8);
+        if (h.type == WIRE_WRITE_MANY) { /* the pieces in the header, their "bytes" the payload */
+          char head[sizeof h + 8 * sizeof(wire_piece)];
+          size_t len = (size_t)(rand() % 512);
+          h.length = len;
+          memcpy(head, &h, sizeof h);
+          memcpy(head + sizeof h, junk + 1024, (size_t)h.offset * sizeof(wire_piece));
+          send_raw(ep, head, wire_many_header_size(h.offset), junk, len);
+          break;
+        }
         size_t len = (size_t)h.offset * (h.type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece));
-        if (h.type == WIRE_WRITE_MANY) len += (size_t)(rand() % 512);
-        h.length = h.type == WIRE_WRITE_MANY ? len : (uint64_t)(rand() % 4096);
+        h.length = (uint64_t)(rand() % 4096);
         send_raw(ep, &h, sizeof h, junk, len);
         break;
       }

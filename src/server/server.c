@@ -74,6 +74,9 @@ typedef struct message {
                                      ** or device memory UCX writes in place */
   int on_device;                     /* ... device memory: a failed receive is the WRITE's
                                      ** error, not the connection's */
+  wire_piece *pieces;                /* a WRITE_MANY's, copied out of its header */
+  ucp_dt_iov_t *iov;                 /* ... its buffers' bytes, when it lands straight in them
+                                     ** (direct): host buffers of its client, none going */
   ucs_status_t received;             /* how the rendezvous receive ended */
   void *receiving;                   /* a rendezvous receive in progress */
   struct message *next;
@@ -87,6 +90,10 @@ typedef struct sending {             /* a reply on its way, and what it sends fr
   wire_header header;
   char *data;                        /* freed when sent, unless it is held's memory */
   xfer_tensor *held;                 /* a host buffer sent from in place, released when sent */
+  ucp_dt_iov_t *iov;                 /* or pieces of host buffers, gathered as they are sent: */
+  size_t pieces;                     /* ... how many, and the buffers, each held until sent */
+  xfer_tensor **holds;
+  size_t nholds;
   struct sending *next;
 } sending;
 
@@ -269,6 +276,14 @@ static void staging_done(char *data, xfer_tensor *staging)
   else free(data);
 }
 
+static void message_free(message *m)
+{
+  staging_done(m->data, m->staging);
+  free(m->pieces);
+  free(m->iov);
+  free(m);
+}
+
 /* m at the end of the queue, counted as its client's (serve_ready takes the counts back) */
 static ucs_status_t enqueue(xfer_listener *l, message *m)
 {
@@ -301,6 +316,73 @@ static char *write_in_place(conn *c, const wire_header *h, size_t len,
   return NULL;
 }
 
+/* A WRITE_MANY's pieces, copied out of its header (*pieces, NULL when out of memory), and where
+** its bytes land without a copy: straight in its client's host buffers, each piece inside its
+** buffer and the pieces' bytes the payload's, unless a FREE waits before it (as a WRITE). NULL:
+** it is staged and moved as a batch (device buffers; a piece the batch then refuses). */
+static ucp_dt_iov_t *many_in_place(conn *c, const wire_header *h, const void *header, size_t len,
+                                   wire_piece **pieces)
+{
+  size_t n = (size_t)h->offset;
+  *pieces = malloc(n * sizeof **pieces);
+  if (!*pieces) return NULL;
+  memcpy(*pieces, (const char *)header + sizeof *h, n * sizeof **pieces);
+  if (!c->authorized || c->frees_waiting) return NULL;
+  ucp_dt_iov_t *iov = malloc(n * sizeof *iov);
+  size_t total = 0;
+  for (size_t i = 0; iov && i < n; i++) {
+    const wire_piece *d = &(*pieces)[i];
+    buffer_entry *b = buffer_of(c, d->handle);
+    char *host = b ? xfer_tensor_host_data(b->t) : NULL;
+    size_t size = b ? xfer_tensor_nbytes(b->t) : 0;
+    if (!host || !d->length || d->offset > size || d->length > size - d->offset) {
+      free(iov);
+      return NULL;
+    }
+    iov[i] = (ucp_dt_iov_t){host + d->offset, d->length};
+    total += d->length;
+  }
+  if (iov && total != len) {
+    free(iov);
+    return NULL;
+  }
+  return iov;
+}
+
+/* The payload into `into` (of `kind`), or into m->iov's buffers: by rendezvous, received now (the message
+** waits until it is in); else here already, copied. */
+static void receive(xfer_listener *l, conn *c, message *m, void *data, char *into, size_t len,
+                    xfer_memory_kind kind, const ucp_am_recv_param_t *param)
+{
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    if (!m->iov) {
+      memcpy(into, data, len);
+      return;
+    }
+    for (size_t i = 0, at = 0; i < m->h.offset; at += m->iov[i++].length)
+      memcpy(m->iov[i].buffer, (char *)data + at, m->iov[i].length);
+    return;
+  }
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = on_received;
+  p.user_data = m;
+  if (m->iov) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+  } else if (m->on_device) {
+    xfer_ucx_request_kind(&p, kind);
+  } else {
+    xfer_ucx_request_memh(&p, xfer_ucx_memh_known(&l->node, into, len));
+  }
+  void *r = l->node.api->ucp_am_recv_data_nbx(l->node.worker, data,
+                                              m->iov ? (void *)m->iov : into,
+                                              m->iov ? (size_t)m->h.offset : len, &p);
+  if (UCS_PTR_IS_ERR(r)) c->broken = 1;
+  else m->receiving = r;
+}
+
 static ucs_status_t on_message(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
@@ -320,12 +402,19 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   xfer_memory device = {NULL, XFER_MEMORY_HOST};
   char *direct = write_in_place(c, &h, len, param, &device);
   message *m = calloc(1, sizeof *m);
+  if (m && h.type == WIRE_WRITE_MANY && !other_version) {
+    m->iov = many_in_place(c, &h, header, len, &m->pieces);
+    if (!m->pieces) {
+      free(m);
+      m = NULL;
+    }
+  }
   xfer_tensor *staging = NULL;
-  char *copy = m && len && !direct ? staging_for(l, len, &staging) : NULL;
+  char *copy = m && len && !direct && !m->iov ? staging_for(l, len, &staging) : NULL;
   if (!m) return discard(c); /* not even a message's worth of memory */
   m->c = c;
   m->h = h;
-  if (len && !direct && !copy) {
+  if (len && !direct && !copy && !m->iov) {
     /* no host memory to take the payload: the request is answered XFER_E_ALLOC when its
     ** turn comes (the client's move fails, its connection stays), the data left to UCX */
     m->unstaged = len;
@@ -334,24 +423,10 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
   if (other_version) m->h.version = 0; /* marks the mismatch for serve() */
   m->data = copy;
   m->staging = staging;
-  m->direct = direct != NULL;
+  m->direct = direct != NULL || m->iov != NULL;
   m->on_device = device.kind != XFER_MEMORY_HOST;
   m->len = len;
-  if (direct) copy = direct;
-  if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = on_received;
-    p.user_data = m;
-    if (m->on_device) xfer_ucx_request_kind(&p, device.kind);
-    else xfer_ucx_request_memh(&p, xfer_ucx_memh_known(&l->node, copy, len));
-    void *r = l->node.api->ucp_am_recv_data_nbx(l->node.worker, data, copy, len, &p);
-    if (UCS_PTR_IS_ERR(r)) c->broken = 1;
-    else m->receiving = r;
-  } else if (len) {
-    memcpy(copy, data, len);
-  }
+  if (len) receive(l, c, m, data, direct ? direct : copy, len, device.kind, param);
   return enqueue(l, m);
 }
 
@@ -361,6 +436,9 @@ static void sent(sending *s)
 {
   if (s->held) xfer_tensor_release(s->held);
   else free(s->data);
+  for (size_t i = 0; i < s->nholds; i++) xfer_tensor_release(s->holds[i]);
+  free(s->holds);
+  free(s->iov);
   free(s);
 }
 
@@ -370,7 +448,7 @@ static void sent(sending *s)
 static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, size_t len,
                        xfer_tensor *held, xfer_memory_kind kind, uint32_t flags)
 {
-  sending *s = malloc(sizeof *s); /* the header must outlive this call (UCX 1.13 sends from it) */
+  sending *s = calloc(1, sizeof *s); /* the header must outlive this call (UCX 1.13 sends from it) */
   if (!s) {
     if (held) xfer_tensor_release(held);
     else free(data);
@@ -401,6 +479,58 @@ static void reply_from(xfer_listener *l, conn *c, wire_header h, char *data, siz
   s->request = r;
   s->next = l->sends;
   l->sends = s;
+}
+
+/* A READ_MANY's DATA gathered from its pieces in its client's host buffers, by UCX as it sends
+** (no copy here); each buffer held until sent. 0, nothing sent, when a piece is not in a host
+** buffer of the client or memory runs out: the pieces are then packed by a batch. */
+static int reply_gathered(xfer_listener *l, conn *c, const message *m)
+{
+  size_t n = (size_t)m->h.offset, total = 0;
+  sending *s = calloc(1, sizeof *s);
+  ucp_dt_iov_t *iov = s ? malloc(n * sizeof *iov) : NULL;
+  xfer_tensor **holds = iov ? malloc(n * sizeof *holds) : NULL;
+  size_t nholds = 0;
+  int ok = holds != NULL;
+  for (size_t i = 0; ok && i < n; i++) {
+    wire_piece d;
+    memcpy(&d, m->data + i * sizeof d, sizeof d);
+    buffer_entry *b = buffer_of(c, d.handle);
+    char *host = b ? xfer_tensor_host_data(b->t) : NULL;
+    size_t size = b ? xfer_tensor_nbytes(b->t) : 0;
+    ok = host && d.length && d.offset <= size && d.length <= size - d.offset;
+    if (ok && (!nholds || holds[nholds - 1] != b->t)) holds[nholds++] = xfer_tensor_retain(b->t);
+    if (ok) iov[i] = (ucp_dt_iov_t){host + d.offset, d.length};
+    total += ok ? d.length : 0;
+  }
+  if (!ok || total != m->h.length) {
+    for (size_t i = 0; holds && i < nholds; i++) xfer_tensor_release(holds[i]);
+    free(holds);
+    free(iov);
+    free(s);
+    return 0;
+  }
+  *s = (sending){.c = c, .len = total, .header = wire_make(WIRE_DATA, m->h.request), .iov = iov,
+                 .pieces = n, .holds = holds, .nholds = nholds};
+  s->header.length = total;
+  c->replying += total;
+  if (c->replying > MAX_REPLYING) c->broken = 1; /* asks and never reads: see MAX_REPLYING */
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof p);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  p.datatype = ucp_dt_make_iov();
+  void *r = l->node.api->ucp_am_send_nbx(c->ep, WIRE_AM_ID, &s->header, sizeof s->header, iov, n, &p);
+  if (r == NULL || UCS_PTR_IS_ERR(r)) { /* sent already, or never */
+    if (r) c->broken = 1;
+    c->replying -= total;
+    sent(s);
+    return 1;
+  }
+  s->request = r;
+  s->next = l->sends;
+  l->sends = s;
+  return 1;
 }
 
 static void reply(xfer_listener *l, conn *c, wire_header h, char *data, size_t len)
@@ -811,8 +941,8 @@ static int piece_buffer(xfer_listener *l, conn *c, const message *m, uint64_t ha
 /* The pieces' items: one buffer end each (dst: writes and copies), the other `packed` at the
 ** pieces' bytes one after another from `at` (writes and reads), or a buffer (copies). NULL with
 ** the reply sent. */
-static xfer_batch_item *many_items(xfer_listener *l, conn *c, const message *m, xfer_tensor *packed,
-                                   size_t at, size_t *total)
+static xfer_batch_item *many_items(xfer_listener *l, conn *c, const message *m, const char *list,
+                                   xfer_tensor *packed, size_t at, size_t *total)
 {
   size_t count = m->h.offset;
   xfer_batch_item *items = calloc(count, sizeof *items);
@@ -828,14 +958,14 @@ static xfer_batch_item *many_items(xfer_listener *l, conn *c, const message *m, 
     int ok;
     if (m->h.type == WIRE_COPY_MANY) {
       wire_copy d;
-      memcpy(&d, m->data + i * sizeof d, sizeof d);
+      memcpy(&d, list + i * sizeof d, sizeof d);
       ok = piece_buffer(l, c, m, d.dst_handle, d.dst_offset, d.length, i, &buf) &&
            piece_buffer(l, c, m, d.src_handle, d.src_offset, d.length, i, &other);
       if (ok) items[i] = (xfer_batch_item){buf, other, d.dst_offset, d.src_offset, d.length};
       *total += ok ? d.length : 0;
     } else {
       wire_piece d;
-      memcpy(&d, m->data + i * sizeof d, sizeof d);
+      memcpy(&d, list + i * sizeof d, sizeof d);
       ok = piece_buffer(l, c, m, d.handle, d.offset, d.length, i, &buf);
       if (ok && d.length > xfer_tensor_nbytes(packed) - at - *total) {
         xfer_err_op(&e, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu: more bytes than the message "
@@ -873,7 +1003,16 @@ static xfer_tensor *host_bytes(xfer_listener *l, conn *c, const message *m, size
 /* WRITE_MANY, COPY_MANY, READ_MANY: the pieces checked, moved as one batch, answered. */
 static void serve_many(xfer_listener *l, conn *c, const message *m)
 {
-  size_t listed = m->h.offset * (m->h.type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece));
+  if (m->h.type == WIRE_WRITE_MANY && m->direct) { /* landed in its buffers */
+    reply_done(l, c, &m->h, 0);
+    return;
+  }
+  if (m->h.type == WIRE_READ_MANY && !(m->h.flags & WIRE_FLAG_RNDV) && reply_gathered(l, c, m))
+    return;
+  /* the pieces: a write's from its header (its payload is their bytes), else the payload */
+  const char *list = m->h.type == WIRE_WRITE_MANY ? (const char *)m->pieces : m->data;
+  size_t listed = m->h.type == WIRE_WRITE_MANY ? 0
+                  : m->h.offset * (m->h.type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece));
   xfer_tensor *packed = NULL;
   if (m->h.type == WIRE_WRITE_MANY) { /* the bytes in a host tensor: the batch's source */
     if (m->staging) {
@@ -887,7 +1026,7 @@ static void serve_many(xfer_listener *l, conn *c, const message *m)
     return;
   }
   size_t total = 0;
-  xfer_batch_item *items = many_items(l, c, m, packed, listed, &total);
+  xfer_batch_item *items = many_items(l, c, m, list, packed, listed, &total);
   xfer_error e;
   xfer_code rc = XFER_E_OK;
   if (items && m->h.type == WIRE_WRITE_MANY && total != m->len - listed)
@@ -973,8 +1112,7 @@ static int serve_ready(xfer_listener *l)
     ** now (not in the callback that received into it), the next one carries the handle --
     ** unless the pool keeps nothing (XFER_CACHE=0), when it goes back to the system at once */
     if (m->staging && pool_keeps(l)) xfer_ucx_memh(&l->node, m->data, m->len);
-    staging_done(m->data, m->staging);
-    free(m);
+    message_free(m);
     did = 1;
   }
   for (sending **at = &l->sends; *at;) {
@@ -1146,8 +1284,7 @@ void xfer_listener_close(xfer_listener *l)
       l->node.api->ucp_request_cancel(l->node.worker, m->receiving);
       xfer_ucx_wait(&l->node, m->receiving, xfer_now() + 1.0, XFER_E_PEER_LOST, XFER_OP_LISTEN, "closing", NULL);
     }
-    staging_done(m->data, m->staging);
-    free(m);
+    message_free(m);
   }
   gate_front_close(&l->front);
   for (int i = 0; i < MAX_DOORS; i++) door_close(&l->doors[i]);

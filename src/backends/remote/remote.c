@@ -43,6 +43,8 @@ typedef struct pending {          /* a request on its way, and its answer */
   size_t read_len;
   xfer_memory_kind read_kind;     /* what memory read_into is (device memory: by rendezvous) */
   ucp_mem_h read_memh;            /* read_into's registration (ucx_reg.c), or NULL */
+  size_t read_pieces;             /* read_into is a ucp_dt_iov_t list of this many host pieces
+                                  ** (a READ_MANY's ends), not the memory (0) */
   void *receiving;                /* a rendezvous receive into it, in progress */
   size_t text_len;
   char text[WIRE_MAX_TEXT + 1];   /* a REPLY's or WELCOME's words */
@@ -143,6 +145,39 @@ static ucs_status_t drop_data(xfer_peer *p, void *data, const ucp_am_recv_param_
   return UCS_OK;
 }
 
+/* An answer's payload into `into` (a READ_MANY's DATA: into the pieces its list names): by
+** rendezvous, received now (the request waits for it); else here already, copied. 0: UCX
+** refused the receive (the peer is broken). */
+static int answer_receive(xfer_peer *p, pending *w, void *data, char *into, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+  size_t pieces = w->answer.type == WIRE_DATA ? w->read_pieces : 0;
+  const ucp_dt_iov_t *iov = (const ucp_dt_iov_t *)into;
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    if (!pieces) memcpy(into, data, len);
+    for (size_t i = 0, at = 0; i < pieces; at += iov[i++].length) /* scattered */
+      memcpy(iov[i].buffer, (const char *)data + at, iov[i].length);
+    return 1;
+  }
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof prm);
+  if (pieces) { /* straight into the pieces' memory */
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    prm.datatype = ucp_dt_make_iov();
+  } else if (w->answer.type == WIRE_DATA) {
+    xfer_ucx_request_memh(&prm, w->read_memh);
+    xfer_ucx_request_kind(&prm, w->read_kind);
+  }
+  void *r = p->node.api->ucp_am_recv_data_nbx(p->node.worker, data, into, pieces ? pieces : len,
+                                              &prm);
+  if (UCS_PTR_IS_ERR(r)) {
+    p->broken = 1;
+    return 0;
+  }
+  w->receiving = r; /* NULL: done at once */
+  return 1;
+}
+
 static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, void *data,
                               size_t len, const ucp_am_recv_param_t *param)
 {
@@ -179,23 +214,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
     w->text[len] = '\0';
   }
   w->answer = h;
-  if (len && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    ucp_request_param_t prm;
-    memset(&prm, 0, sizeof prm);
-    if (h.type == WIRE_DATA) {
-      xfer_ucx_request_memh(&prm, w->read_memh);
-      xfer_ucx_request_kind(&prm, w->read_kind);
-    }
-    void *r = p->node.api->ucp_am_recv_data_nbx(p->node.worker, data, into, len, &prm);
-    if (UCS_PTR_IS_ERR(r)) {
-      p->broken = 1;
-      return UCS_OK;
-    }
-    w->receiving = r; /* NULL: done at once */
-  } else if (len) {
-    memcpy(into, data, len);
-  }
-  w->answered = 1;
+  if (!len || answer_receive(p, w, data, into, len, param)) w->answered = 1;
   return UCS_OK;
 }
 
@@ -283,10 +302,29 @@ static xfer_code send_failed(xfer_peer *p, xfer_op op, ucs_status_t status, xfer
 
 /* (peer->lock held) Sends a request from slot w, without waiting for it: its deadline is the
 ** peer's timeout from now. `kind`: the memory the payload is, or a READ's destination. */
+/* What a request carries besides its header: a payload of `len` bytes of `kind` memory, or room
+** for a read's answer; and, for a WRITE_MANY, `head`: the header's room (its first
+** sizeof(wire_header) bytes, written by post) with the pieces after it, head_len bytes.
+** `pieces` (batches): the payload, or read_into, is a ucp_dt_iov_t list of that many pieces of
+** host memory, `len` bytes in all: UCX gathers them as it sends, or scatters an answer into
+** them as it receives -- no copy on this side. */
+typedef struct request_body {
+  const void *payload;
+  size_t len;
+  char *read_into;
+  xfer_memory_kind kind;
+  void *head;
+  size_t head_len;
+  size_t pieces;
+} request_body;
+
 static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_header h,
-                      const void *payload, size_t len, char *read_into, xfer_memory_kind kind,
-                      xfer_op op, xfer_error *err)
+                      const request_body *b, xfer_op op, xfer_error *err)
 {
+  const void *payload = b->payload;
+  size_t len = b->len;
+  char *read_into = b->read_into;
+  xfer_memory_kind kind = b->kind;
   if (p->lost || !p->ep) return lost_error(p, op, err);
   xfer_code fault = XFER_E_OK;
   if (op == XFER_OP_ALLOC || op == XFER_OP_READ || op == XFER_OP_WRITE || op == XFER_OP_COPY)
@@ -304,19 +342,30 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   w->read_into = read_into;
   w->read_len = reads ? h.length : 0;
   w->read_kind = kind;
+  w->read_pieces = reads ? b->pieces : 0;
   int host = kind == XFER_MEMORY_HOST;
   if (w->read_len && !host) w->header.flags |= WIRE_FLAG_RNDV;
   /* host segments are registered with UCX once (ucx_reg.c): here, not in on_answer's callback */
-  w->read_memh = w->read_len && host ? xfer_ucx_memh(&p->node, read_into, w->read_len) : NULL;
+  w->read_memh = w->read_len && host && !w->read_pieces
+                     ? xfer_ucx_memh(&p->node, read_into, w->read_len) : NULL;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   prm.flags = UCP_AM_SEND_FLAG_REPLY;
-  if (len && host) xfer_ucx_request_memh(&prm, xfer_ucx_memh(&p->node, payload, len));
+  size_t gather = reads ? 0 : b->pieces;
+  if (gather) { /* UCX gathers the pieces (registering what it needs itself) */
+    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    prm.datatype = ucp_dt_make_iov();
+  } else if (len && host) {
+    xfer_ucx_request_memh(&prm, xfer_ucx_memh(&p->node, payload, len));
+  }
   if (len) xfer_ucx_request_kind(&prm, kind);
   if (len && !host) w->header.flags |= WIRE_FLAG_DEVICE;
-  void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &w->header, sizeof w->header, payload,
-                                         len, &prm);
+  void *head = &w->header; /* UCX reads the header until the send is done */
+  if (b->head) head = memcpy(b->head, &w->header, sizeof w->header);
+  void *r = p->node.api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, head,
+                                         b->head ? b->head_len : sizeof w->header, payload,
+                                         gather ? gather : len, &prm);
   if (UCS_PTR_IS_ERR(r)) {
     w->id = 0;
     send_failed(p, op, UCS_PTR_STATUS(r), err);
@@ -411,7 +460,8 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op
 static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
                          size_t len, char *read_into, xfer_op op, xfer_error *err)
 {
-  xfer_code rc = post(p, dev, &p->slot[0], h, payload, len, read_into, XFER_MEMORY_HOST, op, err);
+  request_body body = {payload, len, read_into, XFER_MEMORY_HOST, NULL, 0, 0};
+  xfer_code rc = post(p, dev, &p->slot[0], h, &body, op, err);
   return rc ? rc : await(p, dev, &p->slot[0], op, err);
 }
 
@@ -534,8 +584,9 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
       h.offset = offset + done;
       h.length = len;
       pending *w = &p->slot[posted % depth];
-      rc = to_remote ? post(p, dev, w, h, local + done, len, NULL, kind, op, err)
-                     : post(p, dev, w, h, NULL, 0, local + done, kind, op, err);
+      request_body to = {local + done, len, NULL, kind, NULL, 0, 0};
+      request_body from = {NULL, 0, local + done, kind, NULL, 0, 0};
+      rc = post(p, dev, w, h, to_remote ? &to : &from, op, err);
       if (!rc) posted++;
       done += len;
       continue;
@@ -564,6 +615,8 @@ typedef struct many_msg {
   xfer_block *block;
   char *at;                       /* the block's memory: descriptors, then bytes */
   size_t cap, count, bytes;       /* room; pieces and bytes in it now */
+  size_t list_at, data_at;        /* where its pieces go (a write's after room for the header:
+                                  ** they go in it) and a write's bytes or a read's answer */
   const xfer_piece *first;        /* reads: the pieces it carries, to scatter the answer */
   size_t first_off, npieces;      /* ... from byte first_off of the first, npieces pieces */
 } many_msg;
@@ -576,39 +629,51 @@ static void many_add(many_msg *m, wire_type t, const xfer_piece *p, size_t off, 
   if (t == WIRE_COPY_MANY) {
     wire_copy c = {(uint64_t)(uintptr_t)p->dst.buf, p->dst.offset + off, (uint64_t)(uintptr_t)p->src.buf,
                    p->src.offset + off, len};
-    memcpy(m->at + m->count * sizeof c, &c, sizeof c);
+    memcpy(m->at + m->list_at + m->count * sizeof c, &c, sizeof c);
   } else {
     const xfer_piece_end *remote = t == WIRE_WRITE_MANY ? &p->dst : &p->src;
     wire_piece d = {(uint64_t)(uintptr_t)remote->buf, remote->offset + off, len};
-    memcpy(m->at + m->count * sizeof d, &d, sizeof d);
+    memcpy(m->at + m->list_at + m->count * sizeof d, &d, sizeof d);
   }
   if (!m->count) m->first = p, m->first_off = off;
   m->count++;
   m->bytes += len;
 }
 
-/* A write's bytes after its descriptors (packed only once the list is whole). */
-static void many_pack(many_msg *m)
+/* The message's pieces as a list of host memory (after its descriptors' room): a write's
+** sources, gathered by UCX as it sends, or a read's targets, which its answer lands in. The
+** number of entries. */
+static size_t many_iov(many_msg *m, int sources)
 {
-  size_t listed = m->count * sizeof(wire_piece), at = 0;
+  ucp_dt_iov_t *iov = (ucp_dt_iov_t *)(m->at + m->data_at);
+  size_t at = 0, k = 0;
   const xfer_piece *p = m->first;
-  for (size_t off = m->first_off; at < m->bytes; p++, off = 0) {
+  for (size_t off = m->first_off; at < m->bytes; p++, off = 0, k++) {
     size_t len = p->n - off < m->bytes - at ? p->n - off : m->bytes - at;
-    memcpy(m->at + listed + at, p->src.host + off, len);
+    iov[k].buffer = (char *)(sources ? p->src.host : p->dst.host) + off;
+    iov[k].length = len;
     at += len;
   }
+  return k;
 }
 
-/* A read's answer (after the descriptors' room: bytes packed) scattered into its host ends. */
-static void many_scatter(const many_msg *m, const char *data)
+/* Posts message m, its pieces added, as a request of kind t. */
+static xfer_code many_post(xfer_peer *p, const xfer_device *dev, pending *w, wire_type t,
+                           many_msg *m, xfer_op op, xfer_error *err)
 {
-  size_t at = 0;
-  const xfer_piece *p = m->first;
-  for (size_t off = m->first_off; at < m->bytes; p++, off = 0) {
-    size_t len = p->n - off < m->bytes - at ? p->n - off : m->bytes - at;
-    memcpy(p->dst.host + off, data + at, len);
-    at += len;
+  wire_header h = wire_make(t, 0);
+  h.offset = m->count;
+  request_body body = {m->at, m->count * entry_size(t), NULL, XFER_MEMORY_HOST, NULL, 0, 0};
+  if (t == WIRE_WRITE_MANY) { /* the pieces in the header, their bytes (gathered) the payload */
+    size_t k = many_iov(m, 1);
+    body = (request_body){m->at + m->data_at, m->bytes, NULL, XFER_MEMORY_HOST, m->at,
+                          wire_many_header_size(m->count), k};
+  } else if (t == WIRE_READ_MANY) { /* the answer lands in the pieces' targets */
+    h.length = m->bytes;
+    body.read_into = m->at + m->data_at;
+    body.pieces = many_iov(m, 0);
   }
+  return post(p, dev, w, h, &body, op, err);
 }
 
 /* The pieces of kind t, as requests of at most `chunk` bytes and WIRE_MANY_MAX pieces, `depth`
@@ -620,14 +685,20 @@ static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *piec
 {
   xfer_peer *p = peer_of(dev);
   xfer_op op = t == WIRE_WRITE_MANY ? XFER_OP_WRITE : t == WIRE_READ_MANY ? XFER_OP_READ : XFER_OP_COPY;
-  size_t each = entry_size(t), max_pieces = WIRE_MANY_MAX;
+  /* a write's pieces go in its header (the server receives the bytes straight into its
+  ** buffers), as many as the worker's largest header holds */
+  int writes = t == WIRE_WRITE_MANY;
+  size_t each = entry_size(t);
+  size_t max_pieces = writes ? xfer_ucx_header_pieces(&p->node) : WIRE_MANY_MAX;
   size_t data_room = t == WIRE_COPY_MANY ? 0 : chunk;
   many_msg msg[PIPELINE];
   memset(msg, 0, sizeof msg);
   xfer_code rc = XFER_E_OK;
   xfer_device *host = xfer_host_of(dev->ctx);
   for (size_t s = 0; s < depth && !rc; s++) {
-    msg[s].cap = max_pieces * each + (t == WIRE_READ_MANY ? chunk : data_room);
+    msg[s].list_at = writes ? sizeof(wire_header) : 0;
+    msg[s].data_at = msg[s].list_at + max_pieces * each;
+    msg[s].cap = msg[s].data_at + (t == WIRE_COPY_MANY ? 0 : max_pieces * sizeof(ucp_dt_iov_t));
     rc = xfer_mem_alloc(host, msg[s].cap, &msg[s].block, err);
     if (!rc) msg[s].at = xfer_be_host_address(host, msg[s].block->buf, msg[s].block->offset);
   }
@@ -651,28 +722,15 @@ static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *piec
         off += len;
         if (off == pieces[i].n) i++, off = 0;
       }
-      wire_header h = wire_make(t, 0);
-      h.offset = m->count;
-      size_t listed = m->count * each, payload = listed;
-      char *read_into = NULL;
-      if (t == WIRE_WRITE_MANY) {
-        many_pack(m);
-        payload += m->bytes;
-      } else if (t == WIRE_READ_MANY) {
-        h.length = m->bytes;
-        read_into = m->at + listed;
-      }
-      rc = post(p, dev, &p->slot[posted % depth], h, m->at, payload, read_into, XFER_MEMORY_HOST, op, err);
+      rc = many_post(p, dev, &p->slot[posted % depth], t, m, op, err);
       if (!rc) posted++;
       continue;
     }
     if (awaited == posted) break;
     xfer_error *into = rc ? &later : err;
-    many_msg *m = &msg[awaited % depth];
     xfer_code r = await(p, dev, &p->slot[awaited % depth], op, into);
     if (!r && t == WIRE_READ_MANY && p->answer.type != WIRE_DATA)
       r = xfer_err_op(into, XFER_E_PEER_LOST, op, "%s answered a read with no data", p->name);
-    if (!r && t == WIRE_READ_MANY) many_scatter(m, m->at + m->count * each);
     if (!rc) rc = r;
     awaited++;
   }

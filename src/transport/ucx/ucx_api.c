@@ -78,6 +78,7 @@ static void load(void)
   SYM(lib, ucp_worker_get_efd);
   SYM(lib, ucp_worker_arm);
   SYM(lib, ucp_context_query);
+  SYM(lib, ucp_worker_query);
   *(void **)&loaded.ucp_get_version = dlsym(lib, "ucp_get_version");
   load_state = 1; /* kept loaded: UCX keeps threads and handlers of its own */
 }
@@ -250,6 +251,18 @@ xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback
     return xfer_ucx_fail(api, XFER_E_UNAVAILABLE, op, s, "active messages", err);
   }
   return XFER_E_OK;
+}
+
+size_t xfer_ucx_header_pieces(ucx_node *node)
+{
+  if (node->header_pieces) return node->header_pieces;
+  ucp_worker_attr_t attr;
+  memset(&attr, 0, sizeof attr);
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  size_t room = node->api->ucp_worker_query(node->worker, &attr) == UCS_OK ? attr.max_am_header : 0;
+  size_t pieces = room > sizeof(wire_header) ? (room - sizeof(wire_header)) / sizeof(wire_piece) : 1;
+  node->header_pieces = pieces < 1 ? 1 : pieces > WIRE_HEADER_PIECES ? WIRE_HEADER_PIECES : pieces;
+  return node->header_pieces;
 }
 
 void xfer_ucx_node_close(ucx_node *node)

@@ -49,6 +49,7 @@ typedef struct ucx_api {
   ucs_status_t (*ucp_worker_arm)(ucp_worker_h);
   ucs_status_t (*ucp_context_query)(ucp_context_h, ucp_context_attr_t *);
   void (*ucp_get_version)(unsigned *, unsigned *, unsigned *); /* optional (NULL: unknown) */
+  ucs_status_t (*ucp_worker_query)(ucp_worker_h, ucp_worker_attr_t *);
 } ucx_api;
 
 /* Whether the library is there to load, without loading it (its constructors install
@@ -74,12 +75,16 @@ typedef struct ucx_node {
   size_t mapped_segments, mapped_bytes; /* host segments registered with the context (atomic) */
   size_t maps_made;                     /* registrations made, in all (atomic) */
   size_t map_failures;                  /* ucp_mem_map or unmap refused (atomic) */
+  size_t header_pieces;                 /* xfer_ucx_header_pieces, once asked (0: not yet) */
 } ucx_node;
 
 /* on_message (with arg) receives the active messages of the protocol (wire.h's id) */
 xfer_code xfer_ucx_node_open(ucx_node *node, xfer_ctx *ctx, ucp_am_recv_callback_t on_message,
                              void *arg, xfer_op op, xfer_error *err);
 void xfer_ucx_node_close(ucx_node *node);
+/* How many pieces a WRITE_MANY's header may list from this node's worker: what fits in the
+** largest header it sends (its max_am_header), WIRE_HEADER_PIECES at most, 1 at least. */
+size_t xfer_ucx_header_pieces(ucx_node *node);
 
 /* ucx_reg.c: the memory handle of the host segment holding [ptr, ptr+n), mapped with the
 ** node's context the first time (kept until the segment goes back to the system or

@@ -13,9 +13,11 @@
 
 #define WIRE_AM_ID 11
 #define WIRE_MAGIC 0x58465231u /* "XFR1" */
-#define WIRE_VERSION 5 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY);
+#define WIRE_VERSION 6 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY);
                          ** 4: a knock at the gate (gate.h) before UCX connects;
-                         ** 5: the knock names the port the client connects from */
+                         ** 5: the knock names the port the client connects from;
+                         ** 6: WRITE_MANY's pieces in its header, its payload their bytes
+                         ** alone: the server receives them straight into its buffers */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most requests a client has on their way at once (xfer_config's remote_depth): what a
@@ -39,7 +41,8 @@ typedef enum {
                     ** server (within one of its devices) -> REPLY */
   /* Batches: `offset` pieces in one message, moved on the server as one batch (a submission
   ** per device it takes batches on) */
-  WIRE_WRITE_MANY,  /* client: payload = offset x wire_piece, then their bytes packed -> REPLY */
+  WIRE_WRITE_MANY,  /* client: the header followed by offset x wire_piece (WIRE_HEADER_PIECES
+                    ** at most); payload = their bytes packed, `length` of them -> REPLY */
   WIRE_READ_MANY,   /* client: payload = offset x wire_piece; length = their bytes -> DATA
                     ** (the bytes packed in the pieces' order) or REPLY */
   WIRE_COPY_MANY,   /* client: payload = offset x wire_copy -> REPLY */
@@ -72,6 +75,16 @@ typedef struct wire_copy {
   uint64_t dst_handle, dst_offset, src_handle, src_offset, length;
 } wire_copy;
 #define WIRE_MANY_MAX 65536 /* the most pieces one message carries */
+/* the most pieces a WRITE_MANY's header lists: a server takes no more; a client sends as many
+** as its worker sends in one header (ucp_worker_query's max_am_header: 8100 bytes, 334 pieces,
+** with UCX 1.13 over tcp) */
+#define WIRE_HEADER_PIECES 1024
+
+/* A WRITE_MANY's header: the fixed header, then its pieces (unaligned: copy them out). */
+static inline size_t wire_many_header_size(uint64_t pieces)
+{
+  return sizeof(wire_header) + (size_t)pieces * sizeof(wire_piece);
+}
 
 /* READ: send the DATA by rendezvous, whatever its size -- the client receives it into device
 ** memory, which UCX writes only by rendezvous (an eager message lands in host memory) */
@@ -108,8 +121,13 @@ static inline const char *wire_check(const void *header, size_t header_len, size
     *other_version = 1;
     return "another protocol version";
   }
-  if (header_len != sizeof *out) return "a header of the wrong size";
+  if (header_len < sizeof *out) return "a header of the wrong size";
   if (out->type < WIRE_HELLO || out->type >= WIRE__LAST) return "an unknown message type";
+  if (out->type == WIRE_WRITE_MANY
+          ? out->offset < 1 || out->offset > WIRE_HEADER_PIECES ||
+                header_len != wire_many_header_size(out->offset)
+          : header_len != sizeof *out)
+    return "a header of the wrong size";
   if (out->flags & ~(WIRE_FLAG_RNDV | WIRE_FLAG_DEVICE)) return "unknown flags";
   switch (out->type) {
   case WIRE_HELLO:
@@ -124,17 +142,17 @@ static inline const char *wire_check(const void *header, size_t header_len, size
   case WIRE_READ:
     if (out->length > WIRE_CHUNK || payload_len) return "a read of the wrong length";
     break;
-  case WIRE_WRITE_MANY:
+  case WIRE_WRITE_MANY: /* the pieces in the header (above), their bytes the payload */
+    if (out->length > WIRE_CHUNK || payload_len != out->length)
+      return "a batch's payload that is not its pieces";
+    return NULL;
   case WIRE_READ_MANY:
   case WIRE_COPY_MANY: {
-    /* the pieces and what follows them: their ranges are the server's to check */
+    /* the pieces: their ranges are the server's to check */
     uint64_t each = out->type == WIRE_COPY_MANY ? sizeof(wire_copy) : sizeof(wire_piece);
     if (out->offset < 1 || out->offset > WIRE_MANY_MAX) return "a batch of no pieces or too many";
     uint64_t listed = out->offset * each;
-    if (out->type == WIRE_WRITE_MANY ? payload_len != out->length || payload_len < listed ||
-                                           payload_len - listed > WIRE_CHUNK
-                                     : payload_len != listed)
-      return "a batch's payload that is not its pieces";
+    if (payload_len != listed) return "a batch's payload that is not its pieces";
     if (out->type == WIRE_READ_MANY && out->length > WIRE_CHUNK) return "a read of the wrong length";
     return NULL;
   }
