@@ -2,26 +2,14 @@
 -- prepared once (b:run()), best of 30; run by each tree's build/xferlua to compare two commits on one machine,
 -- alternately (docs/development.md, "before and after"): CPU-side costs, which scripts/bench's batch table mixes with noise.
 local xfer = require "xfer"
+local bench = require "xfer.bench"
 local now = xfer.clock
-local function scatter(count, slots, seed)
-  local perm = {}
-  for i = 0, slots - 1 do perm[i + 1] = i end
-  local state = seed
-  for i = slots, 2, -1 do
-    state = (state * 48271) % 2147483647
-    local j = state % i + 1
-    perm[i], perm[j] = perm[j], perm[i]
-  end
-  local out = {}
-  for i = 1, count do out[i] = perm[i] end
-  return out
-end
 local devs = { arg[1] or "host", arg[2] or "vulkan:0" }
 local block, count = tonumber(arg[3] or 16), tonumber(arg[4] or 4096)
 local slots = count * 4
 local src = xfer.zeros({ slots * block }, { dtype = "u8", device = xfer.device(devs[1]) })
 local dst = xfer.zeros({ slots * block }, { dtype = "u8", device = xfer.device(devs[2]) })
-local sb, db = scatter(count, slots, 7), scatter(count, slots, 11)
+local sb, db = bench.scatter(count, slots, 7), bench.scatter(count, slots, 11)
 local function best(f, n)
   local b = math.huge
   for _ = 1, n do local t0 = now(); f(); local t = now() - t0; if t < b then b = t end end

@@ -339,6 +339,15 @@ describe("remote devices #remote", function()
     assert.is_truthy(steps:find(a.name .. ": across the network, in chunks (remote " .. one.url .. ")", 1, true), steps)
   end)
 
+  -- Random bytes of `nblocks` blocks in a host tensor, and two orders of its blocks (each a
+  -- permutation: 37 and 101 share no factor with the counts used).
+  local function scattered_blocks(block, nblocks)
+    local seed = h.random_bytes(block * nblocks)
+    local sb, db = {}, {}
+    for i = 0, nblocks - 1 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 101 + 3) % nblocks end
+    return seed, xfer.tensor(seed, { dtype = "u8" }), sb, db
+  end
+
   -- A write's pieces go in its request's header, so the server receives their bytes straight
   -- into its buffers: as many as a header holds (334 with UCX 1.13 over tcp), the rest in the
   -- next request; a read's answer is gathered from the buffers and lands in the pieces.
@@ -347,10 +356,7 @@ describe("remote devices #remote", function()
     local p = connect(server.url, { timeout = 10 })
     local ok, err = pcall(function()
       local block, nblocks = 24, 5000
-      local seed = h.random_bytes(block * nblocks)
-      local src = xfer.tensor(seed, { dtype = "u8" })
-      local sb, db = {}, {}
-      for i = 0, nblocks - 1 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 101 + 3) % nblocks end
+      local seed, src, sb, db = scattered_blocks(block, nblocks)
       for _, dev in ipairs(p.devices) do
         local there = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
         xfer.batch({ dst = there, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block }):run()
@@ -373,10 +379,7 @@ describe("remote devices #remote", function()
     xfer.config({ remote_chunk = 65536, remote_depth = 2 })
     local ok, err = pcall(function()
       local block, nblocks = 3000, 700 -- blocks that straddle the requests' ends
-      local seed = h.random_bytes(block * nblocks)
-      local src = xfer.tensor(seed, { dtype = "u8" })
-      local sb, db = {}, {}
-      for i = 0, nblocks - 1 do sb[#sb + 1] = (i * 37) % nblocks; db[#db + 1] = (i * 101 + 3) % nblocks end
+      local seed, src, sb, db = scattered_blocks(block, nblocks)
       for _, dev in ipairs(p.devices) do
         local there = xfer.zeros({ block * nblocks }, { dtype = "u8", device = dev })
         local up = xfer.batch({ dst = there, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })

@@ -94,4 +94,19 @@ function bench.copy(src_dev, dst_dev, bytes, reps, opts)
   return median_s, first
 end
 
+--- The block numbers of one scatter: `count` distinct blocks of a buffer of `slots`, shuffled
+function bench.scatter(count, slots, seed)
+  local perm = {}
+  for i = 0, slots - 1 do perm[i + 1] = i end
+  local state = seed
+  for i = slots, 2, -1 do -- MINSTD: exact in doubles, the same blocks everywhere
+    state = (state * 48271) % 2147483647
+    local j = state % i + 1
+    perm[i], perm[j] = perm[j], perm[i]
+  end
+  local out = {}
+  for i = 1, count do out[i] = perm[i] end
+  return out
+end
+
 return bench

@@ -10,21 +10,6 @@
 local xfer = require "xfer"
 local bench = require "xfer.bench"
 
--- the block numbers of one scatter: `count` distinct blocks of a buffer of `slots`, shuffled
-local function scatter(count, slots, seed)
-  local perm = {}
-  for i = 0, slots - 1 do perm[i + 1] = i end
-  local state = seed
-  for i = slots, 2, -1 do -- MINSTD: exact in doubles, the same blocks everywhere
-    state = (state * 48271) % 2147483647
-    local j = state % i + 1
-    perm[i], perm[j] = perm[j], perm[i]
-  end
-  local out = {}
-  for i = 1, count do out[i] = perm[i] end
-  return out
-end
-
 local function frameworks(B, buffer)
   local p = io.popen(("timeout 300 python3 %s/bench_frameworks.py --batch %d 2>&1"):format(B.scripts_dir, buffer))
   local out = p:read("*a")
@@ -57,7 +42,7 @@ local function measure_pair(B, rows, a, b, buffer, torch)
   for _, shape in ipairs(shapes) do
     local block, count = shape[1], math.min(shape[2], math.floor(buffer / shape[1]))
     local slots = math.floor(buffer / block)
-    local sb, db = scatter(count, slots, 7), scatter(count, slots, 11)
+    local sb, db = bench.scatter(count, slots, 7), bench.scatter(count, slots, 11)
     local bytes = block * count
     local prepared = xfer.batch({ dst = dst, src = src, src_blocks = sb, dst_blocks = db, block_bytes = block })
     local reps = bench.reps_for(bytes, 0.5, 3)
