@@ -339,6 +339,10 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
 xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer_error *err);
 /* Sets every element to the element at `elem` (xfer_dtype_size bytes). */
 xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err);
+/* The CRC32C (Castagnoli) of the tensor's bytes, its elements in order (a view's as packed):
+** what `verify` compares, and what anyone can compute of the same bytes elsewhere. Device
+** memory is read to the host in chunks for it. */
+xfer_code xfer_tensor_crc32c(xfer_tensor *t, uint32_t *crc, xfer_error *err);
 /* *equal = 1 when a and b have one dtype, one shape and the same bytes. */
 xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_error *err);
 
@@ -369,6 +373,11 @@ typedef struct xfer_transfer_opts {
   ** "progress"; nothing stays allocated). NULL: none. */
   int (*progress)(void *ud, uint64_t done, uint64_t total);
   void *progress_ud;
+  /* 1: each contiguous move's bytes checked once they have arrived -- the CRC32C of the
+  ** source range and of the target range compared (a batch: each element's); a difference is
+  ** XFER_E_CORRUPT (op "verify"), naming both ends and both sums. An end that is no host memory
+  ** is read back to the host for its sum. */
+  int verify;
 } xfer_transfer_opts;
 
 #define XFER_PLAN_MAX_STEPS 6

@@ -25,7 +25,8 @@
   XFER_ERRDEF(TIMEOUT, "timeout", "the remote operation passed its deadline")            \
   XFER_ERRDEF(UNREACHABLE, "unreachable", "the remote peer could not be reached")       \
   XFER_ERRDEF(UNAUTHORIZED, "unauthorized", "the remote peer refused the token")        \
-  XFER_ERRDEF(VERSION_MISMATCH, "version_mismatch", "the remote peer speaks another protocol version")
+  XFER_ERRDEF(VERSION_MISMATCH, "version_mismatch", "the remote peer speaks another protocol version") \
+  XFER_ERRDEF(CORRUPT, "corrupt", "the bytes that arrived are not the bytes sent")
 
 /* XFER_OPDEF(NAME, name, failure) -- the operations the core and the backends tell apart:
 ** a driver call's phase (what fault rules target and backends fail in) and the steps of a
@@ -56,6 +57,8 @@
   XFER_OPDEF(PLAN, "plan", UNSUPPORTED)                                       \
   XFER_OPDEF(PROGRESS, "progress", INVALID)                                   \
   XFER_OPDEF(CONVERT, "convert", INVALID)                                     \
+  XFER_OPDEF(VERIFY, "verify", READ)                                          \
+  XFER_OPDEF(CORRUPT, "corrupt", CORRUPT)                                     \
   /* the API calls the core and the layers above it name in their errors */    \
   XFER_OPDEF(BATCH, "batch", INVALID)                                         \
   XFER_OPDEF(CLOSE, "close", INVALID)                                         \

@@ -13,7 +13,10 @@
 
 static const char *const fault_ops[] = {
   "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
-  "send", "recv", NULL, /* send, recv: the remote runtime's messages */
+  "send", "recv", /* send, recv: the remote runtime's messages */
+  "corrupt",        /* a move into the runtime's memory lands with one bit flipped (the runner
+                    ** flips it once the bytes are in: what a link that corrupts would leave) */
+  NULL,
 };
 
 const char *const *xfer_fault_ops(void) { return fault_ops; }

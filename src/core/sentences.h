@@ -18,6 +18,10 @@
 #define XFER_S_NATIVE "%s (%lld): %s%s"
 #define XFER_S_INJECTED " [injected fault]"
 
+/* a move's bytes checked once they arrived (transfer.c: verify) */
+#define XFER_S_CORRUPT \
+  "%zu bytes arrived changed: CRC32C %08x sent from %s, %08x arrived on %s"
+
 /* both ends of a failed move, around its cause (error.c: xfer_err_frame) */
 #define XFER_S_FRAME_ALLOC_ELSEWHERE "Failed to allocate %zu bytes on %s (memory of %s): %s"
 #define XFER_S_FRAME_ALLOC_ON_THE_WAY \
@@ -112,7 +116,7 @@
   "unknown runtime '%s' (expected host, cuda, vulkan, opencl, remote or file)"
 #define XFER_S_FAULT_OP_UNKNOWN \
   "unknown op '%s' (expected alloc, read, write, copy, peer, import, export, register, map, " \
-  "sync, send or recv)"
+  "sync, send, recv or corrupt)"
 #define XFER_S_FAULT_NTH_COUNT "nth and count must be at least 1 (got nth=%d, count=%d)"
 #define XFER_S_FAULT_TOO_MANY_RULES "too many fault rules (at most %d)"
 #define XFER_S_FAULT_RULE_TOO_LONG "fault rule too long: '%.*s'"

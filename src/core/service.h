@@ -51,6 +51,12 @@ int xfer_env_flag(const char *name);
 /* Seconds on the monotonic clock. */
 double xfer_now(void);
 
+/* -- crc32c.c ------------------------------------------------------------------------------ */
+
+/* The CRC32C of n bytes, continuing `crc` (0 to start): crc32c(crc32c(0, a), b) is the CRC
+** of a then b. By the CPU's instruction where it has one (XFER_CRC_TABLES=1: tables always). */
+uint32_t xfer_crc32c(uint32_t crc, const void *bytes, size_t n);
+
 /* -- driver_library.c ----------------------------------------------------------------- */
 
 /* dlopen()s `library`, or the one the environment variable `env` names; NULL with an

@@ -385,3 +385,50 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
   *equal = !rc && same;
   return rc;
 }
+
+/* -- Checksums ------------------------------------------------------------------------------- */
+
+/* What a checksum of device memory reads at a time, into host memory of the pool. */
+#define CRC_CHUNK ((size_t)4 << 20)
+
+xfer_code xfer_range_crc32c(xfer_tensor *t, size_t offset, size_t n, uint32_t *crc,
+                            xfer_error *err)
+{
+  *crc = 0;
+  const char *host = n ? xfer_be_host_address(t->dev, t->buf, t->offset) : NULL;
+  if (!n || host) {
+    if (n) *crc = xfer_crc32c(0, host + offset, n);
+    return XFER_E_OK;
+  }
+  xfer_device *host_dev = xfer_host_of(t->dev->ctx);
+  size_t chunk = n < CRC_CHUNK ? n : CRC_CHUNK;
+  xfer_block *scratch = NULL;
+  xfer_code rc = xfer_mem_alloc(host_dev, chunk, &scratch, err);
+  char *bytes = rc ? NULL : xfer_be_host_address(host_dev, scratch->buf, scratch->offset);
+  for (size_t at = 0; !rc && at < n; at += chunk) {
+    size_t len = n - at < chunk ? n - at : chunk;
+    rc = xfer_be_read(t->dev, t->buf, t->offset + offset + at, bytes, len, err);
+    if (!rc) *crc = xfer_crc32c(*crc, bytes, len);
+  }
+  xfer_mem_free(scratch);
+  return rc;
+}
+
+xfer_code xfer_tensor_crc32c(xfer_tensor *t, uint32_t *crc, xfer_error *err)
+{
+  *crc = 0;
+  if (!t) return xfer_tensor_usable(t, XFER_OP_VERIFY, err); /* before t->dev is touched */
+  if (!t->contiguous) { /* a view: its elements packed first */
+    char *packed = t->nbytes ? malloc(t->nbytes) : NULL;
+    if (t->nbytes && !packed) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+    xfer_code rc = xfer_tensor_read(t, packed, t->nbytes, err);
+    if (!rc) *crc = xfer_crc32c(0, packed, t->nbytes);
+    free(packed);
+    return rc;
+  }
+  xfer_device_lock(t->dev);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_VERIFY, err);
+  if (!rc) rc = xfer_range_crc32c(t, 0, t->nbytes, crc, err);
+  xfer_device_unlock(t->dev);
+  return rc;
+}

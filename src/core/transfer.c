@@ -111,6 +111,38 @@ static xfer_code run_direct(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
   return rc;
 }
 
+/* -- Integrity ------------------------------------------------------------------------------ */
+
+/* One bit of n arrived bytes of dst flipped, where a fault rule of dst's runtime asks for it
+** ("corrupt"): what a link that corrupts leaves behind, made after the move so that every path
+** and runner can be seen to be caught by `verify`. */
+static void corrupt_if_asked(xfer_tensor *dst, size_t at, size_t n)
+{
+  long long native = 0;
+  if (!n || !xfer_fault_hit(dst->dev->ctx, dst->dev->rt->name, XFER_OP_CORRUPT, &native)) return;
+  size_t where = dst->offset + at + n / 2;
+  unsigned char byte;
+  xfer_error ignored;
+  if (!xfer_be_read(dst->dev, dst->buf, where, &byte, 1, &ignored)) {
+    byte ^= 0x10;
+    xfer_be_write(dst->dev, dst->buf, where, &byte, 1, &ignored);
+  }
+}
+
+/* Whether n bytes from src_at of src arrived unchanged at dst_at of dst: their CRC32C at both
+** ends (an end that is no host memory read back for it), XFER_E_CORRUPT when they differ. */
+static xfer_code verify_moved(xfer_tensor *src, size_t src_at, xfer_tensor *dst, size_t dst_at,
+                              size_t n, xfer_error *err)
+{
+  uint32_t sent = 0, arrived = 0;
+  xfer_code rc = xfer_range_crc32c(src, src_at, n, &sent, err);
+  if (!rc) rc = xfer_range_crc32c(dst, dst_at, n, &arrived, err);
+  if (!rc && sent != arrived)
+    rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, n, (unsigned)sent,
+                     src->dev->name, (unsigned)arrived, dst->dev->name);
+  return rc;
+}
+
 /* A route that could not be made is the move's error once the tensors checked out: a freed
 ** tensor is said first, as it is for every move. */
 static xfer_code planned_error(xfer_code planned, const xfer_error *planning, xfer_error *err)
@@ -120,7 +152,7 @@ static xfer_code planned_error(xfer_code planned, const xfer_error *planning, xf
 }
 
 xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
-                            xfer_error *err)
+                            int verify, xfer_error *err)
 {
   xfer_path path = route->path;
   size_t n = src->nbytes;
@@ -145,6 +177,8 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     rc = run_host_roundtrip(route, src, dst, err);
     break;
   }
+  if (!rc) corrupt_if_asked(dst, 0, n);
+  if (!rc && verify) rc = verify_moved(src, 0, dst, 0, n, err);
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
   if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
   /* the ledger remembers: what moved, and a failure against the path for this pair (a path
@@ -181,8 +215,10 @@ static xfer_code run_way(xfer_group *g, xfer_error *err)
 
 /* The group at once, in its way in use and, when refused, in the next ways the plan lists (for
 ** this run and every later one); 1 when it ran so (*rc its end), 0 when the way left is element
-** by element. Recorded as its runner's move. */
-static int run_at_once_group(xfer_group *g, unsigned char *done, xfer_code *rc, xfer_error *err)
+** by element. Recorded as its runner's move; verified element by element where the plan says
+** so (*failed: the element named). */
+static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed, xfer_code *rc,
+                             xfer_error *err)
 {
   double start = xfer_now();
   *rc = run_way(g, err);
@@ -191,10 +227,22 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, xfer_code *rc, 
   while (*rc == XFER_E_UNSUPPORTED && !(*rc = xfer_group_next_way(g, err)) && g->many)
     *rc = run_way(g, err);
   if (!*rc && !g->many) return 0;
+  *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
+  if (!*rc) {
+    const xfer_batch_item *it = &g->items[*failed];
+    corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
+  }
+  for (size_t k = 0; k < g->count && !*rc; k++) {
+    size_t i = g->order[g->first + k];
+    const xfer_batch_item *it = &g->items[i];
+    if (g->verify)
+      *rc = verify_moved(it->src, it->src_offset, it->dst, it->dst_offset, xfer_item_bytes(it), err);
+    if (*rc) *failed = i;
+    else done[i] = 1;
+  }
   if (*rc) xfer_err_frame(err, g->from, g->to, g->bytes);
   xfer_ledger_record(g->from->ctx, g->from, g->to, g->route.path, g->many, g->bytes,
                      xfer_now() - start, *rc, err);
-  for (size_t k = 0; k < g->count && !*rc; k++) done[g->order[g->first + k]] = 1;
   return 1;
 }
 
@@ -211,7 +259,7 @@ static xfer_code run_one_by_one(const xfer_group *g, unsigned char *done, size_t
     xfer_tensor dst = window(it->dst, it->dst_offset, len);
     xfer_route route = g->route;
     xfer_route_resize(&route, len);
-    rc = xfer_transfer_run(&route, &src, &dst, err);
+    rc = xfer_transfer_run(&route, &src, &dst, g->verify, err);
     if (!rc) done[i] = 1;
     *failed = i;
   }
@@ -238,9 +286,7 @@ xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfe
   int aside = !rc && g->many &&
               xfer_ledger_set_aside(g->from->ctx, g->from, g->to, g->route.path, g->many, NULL, 0);
   if (aside) xfer_ledger_note_decision(g->from->ctx);
-  if (!rc && g->many && !aside && run_at_once_group(g, done, &rc, err))
-    *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
-  else if (!rc)
+  if (!rc && (!g->many || aside || !run_at_once_group(g, done, failed, &rc, err)))
     rc = run_one_by_one(g, done, failed, err);
   xfer_hold_drop(&h);
   return rc;
@@ -360,7 +406,8 @@ static xfer_code run_move(run *r, const xfer_steps *q, const xfer_step *s, xfer_
     r->made[s->out] = 1;
   }
   const xfer_transfer_opts *outer = xfer_progress_install(opts_of(r, s));
-  if (!rc && dst != src) rc = xfer_transfer_run(&s->route, src, dst, err);
+  const xfer_transfer_opts *o = opts_of(r, s);
+  if (!rc && dst != src) rc = xfer_transfer_run(&s->route, src, dst, o && o->verify, err);
   xfer_progress_restore(outer);
   hold_drop(&h);
   return rc;

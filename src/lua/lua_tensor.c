@@ -175,7 +175,7 @@ void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err)
 
 void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
 {
-  static const char *const keys[] = {"via", "dtype", "progress", NULL};
+  static const char *const keys[] = {"via", "dtype", "progress", "verify", NULL};
   xl_check_options(L, opts, fname, keys);
   const char *via = xl_opt_string(L, opts, fname, "via", "auto");
   const char *dtype = xl_opt_string(L, opts, fname, "dtype", NULL);
@@ -198,6 +198,14 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: a progress callback is for to and copy_from "
                     "(a job tells its progress: job:progress())", fname);
     if (given) xl_progress_hook(L, opts, &out->progress, &out->progress_ud);
+  }
+  if (!lua_isnoneornil(L, opts)) {
+    lua_getfield(L, opts, "verify");
+    int given = !lua_isnil(L, -1), boolean = lua_isboolean(L, -1);
+    out->verify = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (given && !boolean)
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'verify' must be true or false", fname);
   }
   out->via = XFER_PATH_AUTO;
   char known[160];
@@ -533,6 +541,17 @@ static int m_equals(lua_State *L)
   return 1;
 }
 
+/* t:crc32c(): the CRC32C of its bytes, a number (what `verify` compares) */
+static int m_crc32c(lua_State *L)
+{
+  xfer_tensor *t = check_live(L, 1, "crc32c");
+  uint32_t crc;
+  xfer_error err;
+  if (xfer_tensor_crc32c(t, &crc, &err)) xl_raise(L, &err);
+  lua_pushnumber(L, (lua_Number)crc);
+  return 1;
+}
+
 static int m_free(lua_State *L)
 {
   xfer_error err;
@@ -653,7 +672,7 @@ void xl_tensor_meta(lua_State *L, int mt, int methods)
   static const luaL_Reg fns[] = {
     {"to", m_to}, {"to_dtype", m_to_dtype}, {"copy_from", m_copy_from}, {"clone", m_clone}, {"equals", m_equals},
     {"totable", m_totable}, {"tobytes", m_tobytes}, {"free", m_free}, {"summary", m_summary},
-    {NULL, NULL},
+    {"crc32c", m_crc32c}, {NULL, NULL},
   };
   lua_pushcfunction(L, t_gc);
   lua_setfield(L, mt, "__gc");

@@ -1,0 +1,120 @@
+-- Integrity: t:crc32c() and `verify`, the bytes of a move checked once they arrived, on every
+-- device here; and the "corrupt" fault, which flips one bit of a move's target after the move
+-- (what a link that corrupts leaves behind), silent without `verify`, `corrupt` with it.
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local devices = {}
+for _, d in ipairs(xfer.devices()) do
+  if d.runtime ~= "remote" then devices[#devices + 1] = d end
+end
+
+describe("integrity #integrity", function()
+  after_each(function() xfer.faults.clear() end)
+
+  it("computes CRC32C as everyone does: the check value, the empty string, any length", function()
+    assert.are.equal(0xe3069283, xfer.tensor("123456789", { dtype = "u8" }):crc32c())
+    assert.are.equal(0, xfer.zeros({ 0 }, { dtype = "u8" }):crc32c())
+    assert.are.equal(0x8a9136aa, xfer.zeros({ 32 }, { dtype = "u8" }):crc32c()) -- RFC 3720 B.4
+    assert.are.equal(0x62a8ab43, xfer.full({ 32 }, 255, { dtype = "u8" }):crc32c())
+  end)
+
+  it("gives the instruction's sums and the tables' alike, at every length and alignment", function()
+    local script = [[
+      local xfer = require "xfer"
+      local s = {}
+      for i = 1, 4099 do s[i] = string.char((i * 7919) % 251) end
+      local bytes = table.concat(s)
+      local out = {}
+      for _, len in ipairs({ 1, 7, 8, 9, 63, 64, 65, 1000, 4099 }) do
+        for _, from in ipairs({ 1, 2, 3, 8 }) do
+          if from + len - 1 <= #bytes then
+            out[#out + 1] = xfer.tensor(bytes:sub(from, from + len - 1), { dtype = "u8" }):crc32c()
+          end
+        end
+      end
+      print(table.concat(out, ","))
+    ]]
+    local file = os.tmpname()
+    local f = assert(io.open(file, "w"))
+    f:write(script)
+    f:close()
+    local by_cpu, c1 = h.run(h.xferlua() .. " " .. file)
+    local by_tables, c2 = h.run("XFER_CRC_TABLES=1 " .. h.xferlua() .. " " .. file)
+    os.remove(file)
+    assert.are.equal(0, c1, by_cpu)
+    assert.are.equal(0, c2, by_tables)
+    assert.is_truthy(by_cpu:match("^%d+,"), by_cpu)
+    assert.are.equal(by_cpu, by_tables)
+  end)
+
+  it("sums a view's elements in order, as its packed copy's", function()
+    local m = xfer.tensor({ { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } }, { dtype = "f32" })
+    local col = m:slice({ {}, { 2, 4, 2 } }) -- columns 2 and 4: a strided view
+    assert.are.equal(col:contiguous():crc32c(), col:crc32c())
+    for _, d in ipairs(devices) do
+      local there = m:to(d)
+      assert.are.equal(m:crc32c(), there:crc32c(), d.name)
+    end
+  end)
+
+  it("moves with verify on every pair here, and says corrupt when a bit flipped on the way", function()
+    h.no_setaside()
+    local seed = h.random_bytes(3 * 65536 + 11)
+    for _, a in ipairs(devices) do
+      local src = xfer.tensor(seed, { dtype = "u8" }):to(a)
+      for _, b in ipairs(devices) do
+        local moved = src:to(b, { verify = true })
+        assert.are.equal(seed, moved:tobytes(), a.name .. " -> " .. b.name)
+        -- a bit flipped in the target: unseen without verify ...
+        xfer.faults.inject({ runtime = b.runtime, op = "corrupt", nth = 1 })
+        local silent = src:to(b)
+        assert.are_not.equal(seed, silent:tobytes(), a.name .. " -> " .. b.name)
+        xfer.faults.clear()
+        -- ... and an error with it, naming both ends and both sums
+        local dst = xfer.zeros({ #seed }, { dtype = "u8", device = b })
+        xfer.faults.inject({ runtime = b.runtime, op = "corrupt", nth = 1 })
+        local e = h.raises("corrupt", dst.copy_from, dst, src, { verify = true })
+        xfer.faults.clear()
+        assert.are.equal("verify", e.op)
+        assert.are.equal(a.name, e.from)
+        assert.are.equal(b.name, e.to)
+        assert.is_truthy(tostring(e):find("CRC32C %x+ sent from " .. a.name:gsub("%p", "%%%0")),
+                         tostring(e))
+        dst:copy_from(src, { verify = true }) -- the next move is whole again
+        assert.are.equal(seed, dst:tobytes())
+      end
+    end
+  end)
+
+  it("verifies each element of a batch, naming the one that arrived changed", function()
+    h.no_setaside()
+    for _, d in ipairs(devices) do
+      local block, n = 4096, 64
+      local seed = h.random_bytes(block * n)
+      local src = xfer.tensor(seed, { dtype = "u8" })
+      local dst = xfer.zeros({ block * n }, { dtype = "u8", device = d })
+      local blocks = { first = 0, count = n }
+      local b = xfer.batch({ dst = dst, src = src, src_blocks = blocks, dst_blocks = blocks,
+                             block_bytes = block }, { verify = true })
+      b:run()
+      assert.are.equal(seed, dst:tobytes(), d.name)
+      xfer.faults.inject({ runtime = d.runtime, op = "corrupt", nth = 1 })
+      local e = h.raises("corrupt", b.run, b)
+      xfer.faults.clear()
+      assert.are.equal("verify", e.op)
+      assert.is_number(e.element)
+      b:run() -- whole again
+      assert.are.equal(seed, dst:tobytes(), d.name)
+    end
+  end)
+
+  it("says what verify must be", function()
+    local t = xfer.zeros({ 4 }, { dtype = "u8" })
+    local e = h.raises("invalid", t.to, t, "host", { verify = "yes" })
+    assert.is_truthy(tostring(e):find("'verify' must be true or false", 1, true), tostring(e))
+    local freed = xfer.zeros({ 4 }, { dtype = "u8" })
+    freed:free()
+    h.raises("freed", freed.crc32c, freed)
+  end)
+end)

@@ -1,0 +1,90 @@
+/*
+** crc32c.c -- CRC32C (Castagnoli, the polynomial iSCSI, ext4 and safetensors tools use) of host
+** bytes: by the SSE4.2 instruction where the CPU has it (8 bytes per instruction), else by
+** slicing-by-8 tables (8 bytes per round of table lookups), the two agreeing bit for bit. What
+** `verify` compares at both ends of a move when an end is host memory, or was read to it.
+*/
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "util.h"
+
+#define POLY 0x82f63b78u /* CRC32C, reflected */
+
+static uint32_t table[8][256];
+
+static void make_tables(void)
+{
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+    table[0][i] = c;
+  }
+  for (uint32_t i = 0; i < 256; i++)
+    for (int t = 1; t < 8; t++) table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
+}
+
+static uint32_t sliced(uint32_t crc, const unsigned char *p, size_t n)
+{
+  for (; n && ((uintptr_t)p & 7); n--) crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    w ^= crc; /* little-endian: the first byte in the low bits */
+    crc = table[7][w & 0xff] ^ table[6][(w >> 8) & 0xff] ^ table[5][(w >> 16) & 0xff] ^
+          table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^ table[2][(w >> 40) & 0xff] ^
+          table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
+  }
+  while (n--) crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
+  return crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+
+__attribute__((target("sse4.2"))) static uint32_t by_instruction(uint32_t crc, const unsigned char *p,
+                                                                size_t n)
+{
+  for (; n && ((uintptr_t)p & 7); n--) crc = _mm_crc32_u8(crc, *p++);
+  uint64_t c = crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    c = _mm_crc32_u64(c, w);
+  }
+  crc = (uint32_t)c;
+  while (n--) crc = _mm_crc32_u8(crc, *p++);
+  return crc;
+}
+
+static int has_instruction(void)
+{
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2") && !xfer_env_flag("XFER_CRC_TABLES");
+}
+#else
+static uint32_t by_instruction(uint32_t crc, const unsigned char *p, size_t n)
+{
+  return sliced(crc, p, n);
+}
+static int has_instruction(void) { return 0; }
+#endif
+
+/* decided once per process: the instruction (1), or the tables, made (2) */
+static int way;
+static pthread_once_t decided = PTHREAD_ONCE_INIT;
+
+static void decide(void)
+{
+  way = has_instruction() ? 1 : 2;
+  if (way == 2) make_tables();
+}
+
+uint32_t xfer_crc32c(uint32_t crc, const void *bytes, size_t n)
+{
+  pthread_once(&decided, decide);
+  crc = ~crc;
+  crc = way == 1 ? by_instruction(crc, bytes, n) : sliced(crc, bytes, n);
+  return ~crc;
+}
