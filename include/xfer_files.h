@@ -72,6 +72,11 @@ typedef struct xfer_file_opts {
   /* called with the bytes done and the total after each chunk; non-zero aborts (as moves) */
   int (*progress)(void *ud, uint64_t done, uint64_t total);
   void *progress_ud;
+  /* loads: 1: each tensor's bytes as they landed checked against the CRC32C the file records
+  ** for it ("crc32c.NAME" in a safetensors __metadata__, as xfer_file_save writes for every
+  ** tensor): XFER_E_CORRUPT naming the tensor where they differ, XFER_E_UNSUPPORTED where
+  ** the file records none for a tensor loaded */
+  int verify;
 } xfer_file_opts;
 
 #define XFER_FILE_STEPS 8

@@ -282,7 +282,10 @@ describe("files", function()
     assert.are.equal("i32", info.dtype)
     assert.are.same({ 4, 2 }, info.shape)
     assert.are.equal(32, info.nbytes)
-    assert.are.same({ format = "pt", note = "ok \"quoted\"" }, f:metadata())
+    assert.are.same({ format = "pt", note = "ok \"quoted\"", -- and each tensor's CRC32C
+                      ["crc32c.a"] = ("%08x"):format(sample("f16", { 3 }):crc32c()),
+                      ["crc32c.b"] = ("%08x"):format(sample("i32", { 4, 2 }):crc32c()) },
+                    f:metadata())
     local b = f:load("b")
     assert.is_true(b:equals(sample("i32", { 4, 2 })))
     local only = f:load({ names = { "a" } })
@@ -555,7 +558,7 @@ np.savez_compressed(d + '/z.npz', x=np.arange(1000, dtype=np.int8 if False else 
       z:close()
     end)
 
-    it("a safetensors reader written from the format's description reads what xfer.save wrote", function()
+    it("a safetensors reader written from the format's description reads what xfer.save wrote, its sums too", function()
       if not has_numpy() then return pending("Debian's python3-numpy is not installed here") end
       xfer.save(path("ref.safetensors"), { w = sample("f32", { 4, 3 }), n = sample("u8", { 5 }) },
                 { metadata = { format = "pt" } })
@@ -564,8 +567,20 @@ import json, struct, sys, numpy as np
 b = open(sys.argv[1], 'rb').read()
 n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n])
-assert h.pop('__metadata__') == {'format': 'pt'}
+meta = h.pop('__metadata__')
 data = b[8 + n:]
+def crc32c(bs):  # CRC32C from its definition, bit by bit (Castagnoli, reflected)
+    c = 0xffffffff
+    for x in bs:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82f63b78 if c & 1 else 0)
+    return c ^ 0xffffffff
+assert crc32c(b'123456789') == 0xe3069283
+for name, e in h.items():
+    s, t = e['data_offsets']
+    assert meta.pop('crc32c.' + name) == '%08x' % crc32c(data[s:t]), name
+assert meta == {'format': 'pt'}
 assert (8 + n) % 8 == 0
 w = h['w']; s, e = w['data_offsets']
 arr = np.frombuffer(data[s:e], dtype=np.float32).reshape(w['shape'])

@@ -118,3 +118,73 @@ describe("integrity #integrity", function()
     h.raises("freed", freed.crc32c, freed)
   end)
 end)
+
+describe("integrity of files #integrity", function()
+  local path = os.tmpname() .. ".safetensors"
+  after_each(function()
+    xfer.faults.clear()
+    os.remove(path)
+  end)
+
+  local function file_bytes()
+    local f = assert(io.open(path, "rb"))
+    local d = f:read("*a")
+    f:close()
+    return d
+  end
+
+  it("records each tensor's CRC32C in the header, as t:crc32c() gives it", function()
+    local w = xfer.arange(1000, { dtype = "f32" })
+    local b = xfer.tensor("123456789", { dtype = "u8" })
+    xfer.save(path, { w = w, ["odd \"name\""] = b }, { metadata = { format = "pt" } })
+    local meta = xfer.open(path):metadata()
+    assert.are.equal(("%08x"):format(w:crc32c()), meta["crc32c.w"])
+    assert.are.equal("e3069283", meta['crc32c.odd "name"'])
+    assert.are.equal("pt", meta.format)
+    local e = h.raises("invalid", xfer.save, path, { w = w }, { metadata = { ["crc32c.w"] = "0" } })
+    assert.is_truthy(tostring(e):find("crc32c.* are xferlua's", 1, true), tostring(e))
+  end)
+
+  it("loads with verify onto every device, and says which tensor landed changed", function()
+    h.no_setaside()
+    local seed = h.random_bytes(65536 * 3)
+    xfer.save(path, { a = xfer.tensor(seed, { dtype = "u8" }), b = xfer.arange(300, { dtype = "i32" }) })
+    for _, d in ipairs(devices) do
+      local loaded = xfer.load(path, { device = d, verify = true })
+      assert.are.equal(seed, loaded.a:tobytes(), d.name)
+      -- a bit flipped on the way: by the file's read, or into the device (a host tensor is
+      -- read into straight: no move)
+      for _, runtime in ipairs(d.runtime == "host" and { "file" } or { "file", d.runtime }) do
+        xfer.faults.inject({ runtime = runtime, op = "corrupt", nth = 1 })
+        local e = h.raises("corrupt", xfer.load, path, { device = d, verify = true })
+        xfer.faults.clear()
+        assert.are.equal("verify", e.op)
+      end
+    end
+    -- a byte of the file changed on the disk: the load says which tensor
+    local bytes = file_bytes()
+    local header = 8 + (bytes:byte(1) + 256 * bytes:byte(2) + 65536 * bytes:byte(3))
+    local a_at = header + 1 -- "a" is the first tensor (name order), its first byte
+    local f = assert(io.open(path, "r+b"))
+    f:seek("set", a_at - 1 + 100)
+    f:write(string.char((seed:byte(101) + 1) % 256))
+    f:close()
+    local e = h.raises("corrupt", xfer.load, path, { verify = true })
+    assert.is_truthy(tostring(e):find("'a' landed changed", 1, true), tostring(e))
+    assert.are_not.equal(seed, xfer.load(path).a:tobytes()) -- unseen without verify
+  end)
+
+  it("says so when a file records no sums to verify against", function()
+    -- a safetensors file written by hand, as another tool would: no __metadata__
+    local json = '{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}'
+    local n = #json
+    local len = string.char(n % 256, math.floor(n / 256) % 256, 0, 0, 0, 0, 0, 0)
+    local f = assert(io.open(path, "wb"))
+    f:write(len, json, "abcd")
+    f:close()
+    assert.are.equal("abcd", xfer.load(path).t:tobytes())
+    local e = h.raises("unsupported", xfer.load, path, { verify = true })
+    assert.is_truthy(tostring(e):find("records no CRC32C", 1, true), tostring(e))
+    h.raises("invalid", xfer.load, path, { verify = 1 })
+  end)
+end)

@@ -56,6 +56,15 @@ static int injected(const xfer_fio *f, xfer_op op, int *native)
   return 1;
 }
 
+/* A fault rule "file:corrupt" hit: one bit flipped in the bytes a queued read brought (a load's
+** request, not a header's read: what a disk or a bus that corrupts would give), for `verify`
+** to be seen to catch. */
+static void corrupt_if_asked(const xfer_fio *f, void *buf, size_t len)
+{
+  int native;
+  if (len && injected(f, XFER_OP_CORRUPT, &native)) ((unsigned char *)buf)[len / 2] ^= 0x10;
+}
+
 /* An injected failure says what it failed, in the words of a real one ("read of 8 bytes at
 ** byte 0: ..."; a sync: "fdatasync: ..."), so that its message reads alone too. */
 static xfer_code injected_error(const xfer_fio *f, xfer_op op, int native, size_t len,
@@ -458,6 +467,7 @@ xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
     pthread_mutex_unlock(&q->lock);
   }
   slot->state = SLOT_FREE;
+  if (!slot->result && !slot->write) corrupt_if_asked(&q->file, slot->buf, slot->need);
   if (!slot->result) return XFER_E_OK;
   if (slot->stalled)
     return xfer_fio_error(err, xfer_op_failure(slot->write ? XFER_OP_WRITE : XFER_OP_READ),

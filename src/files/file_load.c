@@ -499,6 +499,41 @@ static xfer_code finish_item(loading *l, size_t i, xfer_error *err)
   return XFER_E_OK;
 }
 
+/* The CRC32C the file records for an entry ("crc32c.NAME" in safetensors' __metadata__, 8 hex
+** digits); 0 when it records none. */
+static int recorded_sum(const xfer_file *f, const char *name, uint32_t *sum)
+{
+  static const char key[] = "crc32c.";
+  for (size_t m = 0; m < f->layout.meta_count; m++) {
+    const char *k = f->layout.meta_keys[m], *v = f->layout.meta_values[m];
+    char *end = NULL;
+    if (strncmp(k, key, sizeof key - 1) || strcmp(k + sizeof key - 1, name)) continue;
+    unsigned long x = strtoul(v, &end, 16);
+    if (strlen(v) != 8 || *end) return 0;
+    *sum = (uint32_t)x;
+    return 1;
+  }
+  return 0;
+}
+
+/* Item i's bytes as they landed (before a dtype change or a transpose) against the sum the
+** file records: XFER_E_CORRUPT where they differ. */
+static xfer_code verify_item(loading *l, size_t i, xfer_error *err)
+{
+  const xfer_format_entry *e = &l->f->layout.entries[l->items[i].entry];
+  uint32_t want = 0, got = 0;
+  if (!recorded_sum(l->f, e->name, &want))
+    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_VERIFY, "%s: '%s': the file records no "
+                       "CRC32C of it (crc32c.%s in __metadata__: xferlua's saves write one)",
+                       l->f->path, e->name, e->name);
+  xfer_code code = xfer_tensor_crc32c(l->targets[i], &got, err);
+  if (!code && got != want)
+    code = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, "%s: '%s' landed changed: CRC32C "
+                       "%08x recorded, %08x on %s", l->f->path, e->name, (unsigned)want,
+                       (unsigned)got, xfer_device_name(xfer_tensor_device(l->targets[i])));
+  return code;
+}
+
 static xfer_code check_items(xfer_file *f, const xfer_load_item *items, size_t n,
                              xfer_error *err)
 {
@@ -653,6 +688,7 @@ xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
       code = xfer_fio_error(err, XFER_E_UNSUPPORTED, XFER_OP_READ, 0, f->path, -1,
                             "a deflated member: this build has no zlib");
 #endif
+  for (size_t i = 0; opts && opts->verify && i < n && !code; i++) code = verify_item(&l, i, err);
   for (size_t i = 0; i < n && !code; i++) code = finish_item(&l, i, err);
   if (l.io.fd >= 0 && l.io.fd != f->fd) close(l.io.fd);
   free(l.plan.pieces);

@@ -167,7 +167,8 @@ xfer_code xfer_format_safetensors_header(const char *const *names, const xfer_dt
                                          const xfer_shape *shapes, size_t n,
                                          const char *const *meta_keys,
                                          const char *const *meta_values, size_t nmeta,
-                                         size_t align, char **out, size_t *len, xfer_error *err)
+                                         size_t align, size_t *value_at, char **out, size_t *len,
+                                         xfer_error *err)
 {
   xfer_text b = { 0 };
   xfer_text_put(&b, "\0\0\0\0\0\0\0\0{", 9); /* the length is written last */
@@ -178,6 +179,7 @@ xfer_code xfer_format_safetensors_header(const char *const *names, const xfer_dt
       if (i) xfer_text_put(&b, ",", 1);
       xfer_text_put_json_string(&b, meta_keys[i]);
       xfer_text_put(&b, ":", 1);
+      if (value_at) value_at[i] = b.len + 1; /* the value's first character, after its quote */
       xfer_text_put_json_string(&b, meta_values[i]);
     }
     xfer_text_put(&b, "}", 1);

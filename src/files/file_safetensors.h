@@ -11,11 +11,13 @@
 xfer_code xfer_safetensors_read(xfer_format_reading *r);
 /* A safetensors header for `n` tensors laid one after another in the given order, padded
 ** with spaces so that the data starts at a multiple of `align`: the whole header (its 8-byte
-** length first) in a malloc'd *out of *len bytes. Names must be unique UTF-8. */
+** length first) in a malloc'd *out of *len bytes; value_at (NULL: not wanted): where in it each
+** metadata value's text begins. Names must be unique UTF-8. */
 xfer_code xfer_format_safetensors_header(const char *const *names, const xfer_dtype *dtypes,
                                          const xfer_shape *shapes, size_t n,
                                          const char *const *meta_keys,
                                          const char *const *meta_values, size_t nmeta,
-                                         size_t align, char **out, size_t *len, xfer_error *err);
+                                         size_t align, size_t *value_at, char **out, size_t *len,
+                                         xfer_error *err);
 
 #endif

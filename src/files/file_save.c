@@ -46,7 +46,15 @@ typedef struct {
   /* .npz: each member's CRC-32, summed while the chunks pass */
   uint32_t *crc;
   uint64_t *local_at;   /* its local header's byte */
+  /* .safetensors: each tensor's CRC32C, summed while the chunks pass, and where the header
+  ** holds its value ("crc32c.NAME" in __metadata__, written as zeros, patched at the end) */
+  uint32_t *sums;
+  uint64_t *sum_at;
 } saving;
+
+/* The __metadata__ key of a tensor's CRC32C in a safetensors file xferlua saves: a documented
+** key (docs/api.md), its value the sum in 8 hex digits, readable by anyone. */
+#define SUM_KEY "crc32c."
 
 #define ZIP64_EXTRA 20 /* id, size, uncompressed and compressed sizes */
 /* a member's name ends so, without a terminating zero (zip names have a length) */
@@ -161,8 +169,41 @@ static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v; p[1] 
 static void put32(unsigned char *p, uint32_t v) { put16(p, v & 0xFFFF); put16(p + 2, v >> 16); }
 static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
 
-static xfer_code layout_safetensors(saving *s, const char *const *meta_keys,
-                                    const char *const *meta_values, size_t nmeta, xfer_error *err)
+/* The metadata a save writes: the caller's, then each tensor's CRC32C as zeros (patched once
+** the data has passed); NULL keys when out of memory. The caller frees keys, values and
+** keys[nmeta..]. */
+static const char **metadata_with_sums(const saving *s, const char *const *meta_keys,
+                                       const char *const *meta_values, size_t nmeta,
+                                       const char ***values)
+{
+  size_t all = nmeta + s->n;
+  const char **keys = calloc(all ? all : 1, sizeof *keys);
+  *values = calloc(all ? all : 1, sizeof **values);
+  for (size_t i = 0; keys && *values && i < all; i++) {
+    if (i < nmeta) {
+      keys[i] = meta_keys[i];
+      (*values)[i] = meta_values[i];
+      continue;
+    }
+    const char *name = s->names[i - nmeta];
+    char *key = malloc(sizeof SUM_KEY + strlen(name));
+    if (!key) break;
+    strcpy(key, SUM_KEY);
+    strcat(key, name);
+    keys[i] = key;
+    (*values)[i] = "00000000";
+  }
+  if (keys && *values && (!all || keys[all - 1])) return keys;
+  for (size_t i = nmeta; keys && i < all; i++) free((char *)keys[i]);
+  free(keys);
+  free(*values);
+  *values = NULL;
+  return NULL;
+}
+
+static xfer_code layout_safetensors_with(saving *s, const char *const *meta_keys,
+                                         const char *const *meta_values, size_t nmeta,
+                                         xfer_error *err)
 {
   xfer_dtype *dtypes = malloc((s->n ? s->n : 1) * sizeof *dtypes);
   xfer_shape *shapes = malloc((s->n ? s->n : 1) * sizeof *shapes);
@@ -178,9 +219,14 @@ static xfer_code layout_safetensors(saving *s, const char *const *meta_keys,
   }
   char *header = NULL;
   size_t len = 0;
+  size_t *value_at = malloc((nmeta ? nmeta : 1) * sizeof *value_at);
+  if (!value_at) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
   if (!code)
     code = xfer_format_safetensors_header(s->names, dtypes, shapes, s->n, meta_keys, meta_values,
-                                          nmeta, XFER_FIO_ALIGN, &header, &len, err);
+                                          nmeta, XFER_FIO_ALIGN, value_at, &header, &len, err);
+  for (size_t i = 0; !code && i < s->n; i++) /* the sums are the last metadata */
+    s->sum_at[i] = value_at[nmeta - s->n + i];
+  free(value_at);
   free(dtypes);
   free(shapes);
   if (code) return code;
@@ -190,6 +236,26 @@ static xfer_code layout_safetensors(saving *s, const char *const *meta_keys,
     if (!add_segment(s, NULL, xfer_tensor_nbytes(s->packed[i]), s->packed[i], i))
       return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
   return XFER_E_OK;
+}
+
+static xfer_code layout_safetensors(saving *s, const char *const *meta_keys,
+                                    const char *const *meta_values, size_t nmeta, xfer_error *err)
+{
+  for (size_t i = 0; i < nmeta; i++)
+    if (!strncmp(meta_keys[i], SUM_KEY, sizeof SUM_KEY - 1))
+      return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE, "%s: metadata key '%s': the keys "
+                         SUM_KEY "* are xferlua's (each tensor's CRC32C)", s->path, meta_keys[i]);
+  s->sums = calloc(s->n ? s->n : 1, sizeof *s->sums);
+  s->sum_at = calloc(s->n ? s->n : 1, sizeof *s->sum_at);
+  const char **values = NULL;
+  const char **keys = s->sums && s->sum_at
+                          ? metadata_with_sums(s, meta_keys, meta_values, nmeta, &values) : NULL;
+  if (!keys) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_WRITE);
+  xfer_code code = layout_safetensors_with(s, keys, values, nmeta + s->n, err);
+  for (size_t i = nmeta; i < nmeta + s->n; i++) free((char *)keys[i]);
+  free(keys);
+  free(values);
+  return code;
 }
 
 static xfer_code layout_npy(saving *s, xfer_error *err)
@@ -348,15 +414,17 @@ static xfer_code fill(saving *s, xfer_tensor *chunk, uint64_t at, size_t len, xf
     index[m] = sg->index;
     where[m++] = from;
   }
-  if (s->crc) /* .npz: the members' CRCs over what this chunk holds of them */
-    for (size_t g = 0; g < s->nsegs; g++) {
-      const segment *sg = &s->segs[g];
-      if (sg->bytes || sg->at + sg->len <= at || sg->at >= at + len) continue;
-      uint64_t from = sg->at > at ? sg->at : at;
-      uint64_t to = sg->at + sg->len < at + len ? sg->at + sg->len : at + len;
-      s->crc[sg->index] = crc32_of(s->crc[sg->index], (const unsigned char *)dst + (from - at),
-                                   (size_t)(to - from));
-    }
+  /* .npz: the members' CRCs, .safetensors: the tensors' CRC32Cs, over what this chunk holds of
+  ** them (chunks are filled in the file's order) */
+  for (size_t g = 0; (s->crc || s->sums) && g < s->nsegs; g++) {
+    const segment *sg = &s->segs[g];
+    if (sg->bytes || sg->at + sg->len <= at || sg->at >= at + len) continue;
+    uint64_t from = sg->at > at ? sg->at : at;
+    uint64_t to = sg->at + sg->len < at + len ? sg->at + sg->len : at + len;
+    const unsigned char *bytes = (const unsigned char *)dst + (from - at);
+    if (s->crc) s->crc[sg->index] = crc32_of(s->crc[sg->index], bytes, (size_t)(to - from));
+    else s->sums[sg->index] = xfer_crc32c(s->sums[sg->index], bytes, (size_t)(to - from));
+  }
   return code;
 }
 
@@ -438,6 +506,19 @@ static xfer_code patch_crcs(saving *s, const xfer_fio *plain, xfer_error *err)
     put32(c, s->crc[i]);
     xfer_code code = xfer_fio_write(plain, c, 4, s->local_at[i] + 14, err);
     if (code) return frame(err, s, i, (long long)s->local_at[i] + 14);
+  }
+  return XFER_E_OK;
+}
+
+/* Writes the tensors' CRC32Cs into the header (the stream wrote zeros there), through the
+** file opened without O_DIRECT, once every write of the stream has landed. */
+static xfer_code patch_sums(saving *s, const xfer_fio *plain, xfer_error *err)
+{
+  for (size_t i = 0; i < s->n; i++) {
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)s->sums[i]);
+    xfer_code code = xfer_fio_write(plain, hex, 8, s->sum_at[i], err);
+    if (code) return frame(err, s, s->n, (long long)s->sum_at[i]);
   }
   return XFER_E_OK;
 }
@@ -593,6 +674,8 @@ static void saving_free(saving *s)
   free(s->segs);
   free(s->crc);
   free(s->local_at);
+  free(s->sums);
+  free(s->sum_at);
 }
 
 xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_name,
@@ -628,6 +711,7 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
   if (!code) open_direct(tmp, format, &route, &io, &dfd);
   if (!code) code = stream(&s, &io, &route, opts, err);
   if (!code && s.crc) code = finish_npz(&s, &plain, err);
+  if (!code && s.sums) code = patch_sums(&s, &plain, err);
   if (!code && io.direct && ftruncate(fd, (off_t)s.total) != 0) {
     int e = errno;
     code = xfer_fio_error(err, XFER_E_WRITE, XFER_OP_WRITE, e, path, (long long)s.total,

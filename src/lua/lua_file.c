@@ -118,6 +118,11 @@ static void io_opts(lua_State *L, int idx, const char *fname, xfer_file_opts *o)
   lua_getfield(L, idx, "sync");
   if (!lua_isnil(L, -1)) o->sync = lua_toboolean(L, -1) ? 0 : -1;
   lua_pop(L, 1);
+  lua_getfield(L, idx, "verify");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'verify' must be true or false", fname);
+  o->verify = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, idx, "progress");
   int given = !lua_isnil(L, -1), callable = lua_isfunction(L, -1);
   lua_pop(L, 1);
@@ -257,7 +262,7 @@ static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const cha
 }
 
 static const char *const load_keys[] = { "device", "dtype", "names", "direct", "engine",
-                                         "chunk", "depth", "progress", NULL };
+                                         "chunk", "depth", "progress", "verify", NULL };
 
 /* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
 ** tensor on the stack. */
