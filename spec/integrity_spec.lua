@@ -23,10 +23,11 @@ describe("integrity #integrity", function()
     local script = [[
       local xfer = require "xfer"
       local s = {}
-      for i = 1, 4099 do s[i] = string.char((i * 7919) % 251) end
+      for i = 1, 100011 do s[i] = string.char((i * 7919) % 251) end
       local bytes = table.concat(s)
       local out = {}
-      for _, len in ipairs({ 1, 7, 8, 9, 63, 64, 65, 1000, 4099 }) do
+      -- past 3 x 4096 bytes the instruction runs three streams and joins them
+      for _, len in ipairs({ 1, 7, 8, 9, 63, 64, 65, 1000, 4099, 12287, 12288, 12289, 24583, 100000 }) do
         for _, from in ipairs({ 1, 2, 3, 8 }) do
           if from + len - 1 <= #bytes then
             out[#out + 1] = xfer.tensor(bytes:sub(from, from + len - 1), { dtype = "u8" }):crc32c()

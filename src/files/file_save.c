@@ -186,10 +186,10 @@ static const char **metadata_with_sums(const saving *s, const char *const *meta_
       continue;
     }
     const char *name = s->names[i - nmeta];
-    char *key = malloc(sizeof SUM_KEY + strlen(name));
+    size_t room = sizeof SUM_KEY + strlen(name);
+    char *key = malloc(room);
     if (!key) break;
-    strcpy(key, SUM_KEY);
-    strcat(key, name);
+    snprintf(key, room, SUM_KEY "%s", name);
     keys[i] = key;
     (*values)[i] = "00000000";
   }
