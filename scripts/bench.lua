@@ -11,7 +11,7 @@ package.path = scripts_dir .. "/bench_tables/?.lua;" .. package.path
 
 -- the tables in the order they print; a name may run more than one file
 local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote", "deadline",
-                 "selftest" }
+                 "guard", "selftest" }
 local FILES = { remote = { "remote", "remote_cuda" } }
 
 local function fail(text)
@@ -88,6 +88,8 @@ Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua s
             cuda:0 -> the server's CUDA devices beside PyTorch's and CuPy's CUDA IPC copy
   deadline  a server stopped mid-move --deadline-runs times: the timeout's lateness past its
             deadline; healthy moves with a 3 s deadline, how many missed it
+  guard     what verify = true costs: the same move with and without it -- --pair-size host <->
+            each device and cuda:0 <-> vulkan:0, 4096 x 16 KiB batches, a file load
   selftest  how long the quick and full self-tests take
 
 --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
