@@ -376,7 +376,7 @@ typedef struct xfer_transfer_opts {
   /* 1: each contiguous move's bytes checked once they have arrived -- the CRC32C of the
   ** source range and of the target range compared (a batch: each element's); a difference is
   ** XFER_E_CORRUPT (op "verify"), naming both ends and both sums. An end that is no host memory
-  ** is read back to the host for its sum. */
+  ** is read back to the host for its sum. -1: not checked; 0: as xfer_config's verify. */
   int verify;
 } xfer_transfer_opts;
 
@@ -535,6 +535,8 @@ typedef struct xfer_config {
                          ** fastest measured with remote_depth 4) */
   int remote_depth;      /* requests of a move in flight per peer, 1 to 4 (default 4; a server
                          ** queues at most 256 MiB of one client's) */
+  int verify;            /* 1: every move and batch checks its bytes once they arrived (as
+                         ** xfer_transfer_opts.verify = 1) unless its options say -1 (default 0) */
   size_t remote_device_chunk; /* bytes per request of a direct move (CUDA memory to UCX in
                          ** place), 4 KiB to 64 MiB (default 64 MiB: over cuda_ipc a request's
                          ** round trip outweighs its copy -- 4 MiB ran at 0.38-0.48 TB/s, 64 MiB

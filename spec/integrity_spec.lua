@@ -110,6 +110,26 @@ describe("integrity #integrity", function()
     end
   end)
 
+  it("checks every move when xfer.config says so, unless a move's own verify = false", function()
+    h.no_setaside()
+    local before = xfer.config().verify
+    local t = xfer.tensor("checked everywhere", { dtype = "u8" })
+    xfer.config({ verify = true })
+    local ok, err = pcall(function()
+      for _, d in ipairs(devices) do
+        xfer.faults.inject({ runtime = d.runtime, op = "corrupt", nth = 1 })
+        h.raises("corrupt", t.to, t, d)
+        xfer.faults.inject({ runtime = d.runtime, op = "corrupt", nth = 1 })
+        assert.are_not.equal(t:tobytes(), t:to(d, { verify = false }):tobytes(), d.name)
+        xfer.faults.clear()
+      end
+    end)
+    xfer.config({ verify = before })
+    xfer.faults.clear()
+    assert(ok, err)
+    assert.is_false(xfer.config().verify)
+  end)
+
   it("says what verify must be", function()
     local t = xfer.zeros({ 4 }, { dtype = "u8" })
     local e = h.raises("invalid", t.to, t, "host", { verify = "yes" })

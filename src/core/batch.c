@@ -309,7 +309,7 @@ static xfer_group *group_for(xfer_batch *b, const xfer_batch_item *it, size_t pa
   *gr = (xfer_group){.from = it->src->dev, .to = it->dst->dev, .part = part,
                      .general = is_general(it), .sample = (size_t)(it - b->items),
                      .items = b->items, .order = b->order,
-                     .verify = b->has_opts && b->opts.verify};
+                     .verify = b->has_opts ? b->opts.verify : 0};
   if (gr->general) { /* a view or a dtype change: the whole plan of its copy, kept */
     plan_general(b, gr, it);
     if (!gr->plan) return NULL;

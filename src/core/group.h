@@ -35,7 +35,8 @@ typedef struct xfer_group {
   xfer_route route;             /* made once, at prepare */
   xfer_code planned;            /* its error, reported when the group runs */
   xfer_error planning;
-  int verify;                   /* each element's bytes checked once moved (opts.verify) */
+  int verify;                   /* each element's bytes checked once moved: opts.verify (1, -1;
+                                ** 0: as the context's setting when it runs) */
   int general;                  /* one element moved as xfer_transfer_copy moves it, by */
   xfer_move_plan *plan;         /* ... its plan, made once at prepare (planned: its error), or
                                 ** the one before's where their elements are alike: */

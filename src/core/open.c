@@ -37,6 +37,7 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->remote_chunk = __atomic_load_n(&ctx->config.remote_chunk, __ATOMIC_RELAXED);
   out->remote_depth = __atomic_load_n(&ctx->config.remote_depth, __ATOMIC_RELAXED);
   out->remote_device_chunk = __atomic_load_n(&ctx->config.remote_device_chunk, __ATOMIC_RELAXED);
+  out->verify = __atomic_load_n(&ctx->config.verify, __ATOMIC_RELAXED);
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
@@ -57,6 +58,7 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
   __atomic_store_n(&ctx->config.staging_depth, config->staging_depth, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.cache, config->cache, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.cache_limit, config->cache_limit, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->config.verify, config->verify != 0, __ATOMIC_RELAXED); /* the runner's */
   xfer_mem_config_applied(ctx, config);
   return XFER_E_OK;
 }

@@ -129,6 +129,12 @@ static void corrupt_if_asked(xfer_tensor *dst, size_t at, size_t n)
   }
 }
 
+/* Whether a move checks its bytes: its options' say (1, -1), else the context's setting. */
+static int verifies(const xfer_ctx *ctx, int asked)
+{
+  return asked ? asked > 0 : __atomic_load_n(&ctx->config.verify, __ATOMIC_RELAXED);
+}
+
 /* Whether n bytes from src_at of src arrived unchanged at dst_at of dst: their CRC32C at both
 ** ends (an end that is no host memory read back for it), XFER_E_CORRUPT when they differ. */
 static xfer_code verify_moved(xfer_tensor *src, size_t src_at, xfer_tensor *dst, size_t dst_at,
@@ -178,7 +184,7 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     break;
   }
   if (!rc) corrupt_if_asked(dst, 0, n);
-  if (!rc && verify) rc = verify_moved(src, 0, dst, 0, n, err);
+  if (!rc && verifies(src->dev->ctx, verify)) rc = verify_moved(src, 0, dst, 0, n, err);
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
   if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
   /* the ledger remembers: what moved, and a failure against the path for this pair (a path
@@ -235,7 +241,7 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
   for (size_t k = 0; k < g->count && !*rc; k++) {
     size_t i = g->order[g->first + k];
     const xfer_batch_item *it = &g->items[i];
-    if (g->verify)
+    if (verifies(g->from->ctx, g->verify))
       *rc = verify_moved(it->src, it->src_offset, it->dst, it->dst_offset, xfer_item_bytes(it), err);
     if (*rc) *failed = i;
     else done[i] = 1;
@@ -407,7 +413,7 @@ static xfer_code run_move(run *r, const xfer_steps *q, const xfer_step *s, xfer_
   }
   const xfer_transfer_opts *outer = xfer_progress_install(opts_of(r, s));
   const xfer_transfer_opts *o = opts_of(r, s);
-  if (!rc && dst != src) rc = xfer_transfer_run(&s->route, src, dst, o && o->verify, err);
+  if (!rc && dst != src) rc = xfer_transfer_run(&s->route, src, dst, o ? o->verify : 0, err);
   xfer_progress_restore(outer);
   hold_drop(&h);
   return rc;

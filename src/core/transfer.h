@@ -12,8 +12,8 @@
 #include "plan.h"
 
 /* Moves src's bytes into dst (both contiguous, same length) by the route, the route's devices
-** held and both tensors checked by the caller; verify: the bytes that arrived checked against
-** the source's (CRC32C; XFER_E_CORRUPT); frames an error with both ends and tells the ledger. `src` and `dst` may be windows: shallow copies of a tensor naming a byte range of it
+** held and both tensors checked by the caller; verify (1, -1, 0: as xfer_config's): the bytes
+** that arrived checked against the source's (CRC32C; XFER_E_CORRUPT); frames an error with both ends and tells the ledger. `src` and `dst` may be windows: shallow copies of a tensor naming a byte range of it
 ** (dev, buf, offset, nbytes are what a path reads), never retained or released. */
 xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
                             int verify, xfer_error *err);

@@ -202,7 +202,7 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
   if (!lua_isnoneornil(L, opts)) {
     lua_getfield(L, opts, "verify");
     int given = !lua_isnil(L, -1), boolean = lua_isboolean(L, -1);
-    out->verify = lua_toboolean(L, -1);
+    out->verify = !given ? 0 : lua_toboolean(L, -1) ? 1 : -1; /* 0: xfer.config's */
     lua_pop(L, 1);
     if (given && !boolean)
       xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'verify' must be true or false", fname);

@@ -179,7 +179,7 @@ static const struct {
   SETTING(cache, SETTING_FLAG), SETTING(cache_limit, SETTING_BYTES),
   SETTING(setaside_after, SETTING_COUNT), SETTING(remote_timeout, SETTING_SECONDS),
   SETTING(remote_chunk, SETTING_BYTES), SETTING(remote_depth, SETTING_COUNT),
-  SETTING(remote_device_chunk, SETTING_BYTES),
+  SETTING(remote_device_chunk, SETTING_BYTES), SETTING(verify, SETTING_FLAG),
 };
 #undef SETTING
 #define NSETTINGS (sizeof settings / sizeof settings[0])
