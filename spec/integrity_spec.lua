@@ -59,6 +59,28 @@ describe("integrity #integrity", function()
     end
   end)
 
+  it("has an OpenCL device sum its own memory, as the host sums the same bytes", function()
+    local cl
+    for _, d in ipairs(devices) do if d.runtime == "opencl" then cl = cl or d end end
+    if not cl then return pending("no OpenCL device here: " .. (h.runtime_reason("opencl", "") or "")) end
+    local s = {}
+    for i = 1, 300001 do s[i] = string.char((i * 7919) % 251) end
+    local bytes = table.concat(s)
+    -- shorter than one work-item's stretch (64 KiB), its edges, several, and a window inside
+    for _, n in ipairs({ 1, 100, 65535, 65536, 65537, 300001 }) do
+      local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
+      assert.are.equal(host:crc32c(), host:to(cl):crc32c(), n .. " bytes")
+    end
+    local there = xfer.tensor(bytes, { dtype = "u8" }):to(cl)
+    local window = there:narrow(1, 70001, 200000)
+    assert.are.equal(xfer.tensor(bytes:sub(70001, 270000), { dtype = "u8" }):crc32c(), window:crc32c())
+    -- the device summed it: a kernel's calls, not the one read that sums a copy on the host
+    xfer.faults.fail_at(0)
+    local before = xfer.faults.calls()
+    there:crc32c()
+    assert.is_true(xfer.faults.calls() - before > 1)
+  end)
+
   it("moves with verify on every pair here, and says corrupt when a bit flipped on the way", function()
     h.no_setaside()
     local seed = h.random_bytes(3 * 65536 + 11)

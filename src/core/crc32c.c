@@ -138,3 +138,44 @@ uint32_t xfer_crc32c(uint32_t crc, const void *bytes, size_t n)
   crc = way == 1 ? by_instruction(crc, bytes, n) : sliced(crc, bytes, n);
   return ~crc;
 }
+
+/* -- Joining sums ------------------------------------------------------------------------------ */
+
+/* a * b modulo the polynomial, both reflected (bit 31 the x^0 term) */
+static uint32_t multiply(uint32_t a, uint32_t b)
+{
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+  }
+  return p;
+}
+
+/* x^(8n) modulo the polynomial, reflected: by squaring */
+static uint32_t x_to_8n(size_t n)
+{
+  uint32_t result = 1u << 31, square = 1u << 23; /* x^0; x^8 */
+  for (; n; n >>= 1) {
+    if (n & 1) result = multiply(square, result);
+    square = multiply(square, square);
+  }
+  return result;
+}
+
+uint32_t xfer_crc32c_join(uint32_t crc_a, uint32_t crc_b, size_t len_b)
+{
+  return multiply(x_to_8n(len_b), crc_a) ^ crc_b;
+}
+
+uint32_t xfer_crc32c_of_stretches(const uint32_t *sums, size_t count, size_t stretch, size_t n)
+{
+  if (!count) return 0;
+  uint32_t crc = sums[0], whole = x_to_8n(stretch);
+  for (size_t i = 1; i + 1 < count; i++) crc = multiply(whole, crc) ^ sums[i];
+  return count == 1 ? crc : xfer_crc32c_join(crc, sums[count - 1], n - (count - 1) * stretch);
+}

@@ -400,6 +400,8 @@ xfer_code xfer_range_crc32c(xfer_tensor *t, size_t offset, size_t n, uint32_t *c
     if (n) *crc = xfer_crc32c(0, host + offset, n);
     return XFER_E_OK;
   }
+  xfer_code own = xfer_be_crc32c(t->dev, t->buf, t->offset + offset, n, crc, err);
+  if (own != XFER_E_UNSUPPORTED) return own; /* summed by the device */
   xfer_device *host_dev = xfer_host_of(t->dev->ctx);
   size_t chunk = n < CRC_CHUNK ? n : CRC_CHUNK;
   xfer_block *scratch = NULL;

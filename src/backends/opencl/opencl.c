@@ -217,6 +217,7 @@ static void opencl_close(xfer_runtime *rt)
     if (!cd) continue;
     pthread_mutex_destroy(&cd->externals_lock);
     free(cd->externals);
+    xfer_cl_crc_release(api, cd);
     api->clReleaseCommandQueue(cd->queue);
     api->clReleaseContext(cd->context);
     free(cd);
@@ -536,6 +537,7 @@ static const xfer_copy_ops opencl_copies = {
   .within = opencl_copy,
   .many = xfer_cl_many,
   .within_rows = opencl_copy_rows,
+  .crc32c = xfer_cl_crc32c,
 };
 static const xfer_share_ops opencl_share = {
   .import_fd = opencl_import_fd,

@@ -20,7 +20,8 @@
   X(clEnqueueReadBufferRect) X(clEnqueueWriteBufferRect) X(clEnqueueCopyBufferRect)     \
   X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)                      \
   X(clGetExtensionFunctionAddressForPlatform) X(clWaitForEvents) X(clReleaseEvent)         \
-  X(clGetMemObjectInfo)
+  X(clGetMemObjectInfo) X(clCreateProgramWithSource) X(clBuildProgram) X(clReleaseProgram)  \
+  X(clCreateKernel) X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel)
 
 /* OpenCL 3.0's clCreateBufferWithProperties, for importing external memory; resolved
 ** only where the loader has it. */
@@ -51,7 +52,17 @@ typedef struct cl_dev {
                                 ** between an acquire and a release on the queue */
   size_t nexternals, externals_cap;
   pthread_mutex_t externals_lock; /* a leaf lock */
+  /* opencl_crc.c: the CRC32C kernel and its table, built on first use (runs hold the device) */
+  cl_program crc_program;
+  cl_kernel crc_kernel;
+  cl_mem crc_table;
+  int crc_refused;              /* building it failed once: sums are read back instead */
 } cl_dev;
+
+/* opencl_crc.c: copy->crc32c, and what it made, let go when the device closes */
+xfer_code xfer_cl_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n, uint32_t *crc,
+                         xfer_error *err);
+void xfer_cl_crc_release(cl_api *api, cl_dev *cd);
 
 /* opencl_pin.c: host buffers pinned for a device that does not share memory with the host */
 void xfer_cl_pin(xfer_device *dev, const void *ptr, size_t n);
