@@ -151,7 +151,7 @@ describe("scripts/bench's arguments", function()
       assert.is_truthy(out:find(flag, 1, true), flag)
     end
     for _, name in ipairs({ "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote",
-                            "deadline", "selftest" }) do
+                            "deadline", "guard", "selftest" }) do
       assert.is_truthy(out:find("\n  " .. name .. " ", 1, true), name)
     end
     assert.is_truthy(out:find("(default: 4K,1M,64M,1G)", 1, true), out)
@@ -159,7 +159,7 @@ describe("scripts/bench's arguments", function()
 
   it("refuses an unknown table, an unknown flag, a flag without its value and a bad value, saying which", function()
     for _, case in ipairs({
-      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,deadline,selftest)" },
+      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,deadline,guard,selftest)" },
       { "--frobnicate", "bench: unknown option '--frobnicate'" },
       { "--tabels host", "bench: unknown option '--tabels'\nDid you mean '--tables'?" },
       { "--sizes", "bench: option '--sizes' requires an argument" },
