@@ -348,6 +348,27 @@ describe("remote devices #remote", function()
     return seed, xfer.tensor(seed, { dtype = "u8" }), sb, db
   end
 
+  it("sums a remote tensor on its server, as the host sums the bytes, and verify catches a flipped bit", function()
+    h.no_setaside()
+    local server = start_server({ name = "nodeS" })
+    local p = connect(server.url, { timeout = 10 })
+    local ok, err = pcall(function()
+      local t = xfer.tensor(h.random_bytes(300001), { dtype = "u8" })
+      for _, dev in ipairs(p.devices) do
+        local there = t:to(dev, { verify = true })
+        assert.are.equal(t:crc32c(), there:crc32c(), dev.name)
+        assert.are.equal(t:narrow(1, 101, 5000):crc32c(), there:narrow(1, 101, 5000):crc32c(), dev.name)
+        xfer.faults.inject({ runtime = "remote", op = "corrupt", nth = 1 })
+        local e = h.raises("corrupt", t.to, t, dev, { verify = true })
+        xfer.faults.clear()
+        assert.are.equal(dev.name, e.to)
+      end
+    end)
+    xfer.faults.clear()
+    server.stop()
+    assert(ok, err)
+  end)
+
   -- A write's pieces go in its request's header, so the server receives their bytes straight
   -- into its buffers: as many as a header holds (334 with UCX 1.13 over tcp), the rest in the
   -- next request; a read's answer is gathered from the buffers and lands in the pieces.

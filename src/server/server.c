@@ -846,6 +846,19 @@ static xfer_tensor *range_of(xfer_listener *l, conn *c, const message *m, xfer_o
   return range_at(l, c, m, m->h.handle, m->h.offset, op);
 }
 
+/* the CRC32C of a range of a buffer, as the server's device sums it (or reads it back) */
+static void crc_buffer(xfer_listener *l, conn *c, const message *m)
+{
+  xfer_tensor *v = m->h.length ? range_of(l, c, m, XFER_OP_VERIFY) : NULL;
+  if (m->h.length && !v) return; /* answered */
+  uint32_t crc = 0;
+  xfer_error e;
+  xfer_code rc = v ? xfer_tensor_crc32c(v, &crc, &e) : XFER_E_OK;
+  xfer_tensor_release(v);
+  if (rc) reply_error(l, c, &m->h, &e);
+  else reply_done(l, c, &m->h, crc);
+}
+
 /* within the server: one of its device's copies (or whatever path joins two of its devices) */
 static void copy_buffer(xfer_listener *l, conn *c, const message *m)
 {
@@ -1072,6 +1085,7 @@ static void serve(xfer_listener *l, message *m)
   case WIRE_WRITE: write_buffer(l, c, m); break;
   case WIRE_READ: read_buffer(l, c, m); break;
   case WIRE_COPY: copy_buffer(l, c, m); break;
+  case WIRE_CRC: crc_buffer(l, c, m); break;
   case WIRE_WRITE_MANY:
   case WIRE_READ_MANY:
   case WIRE_COPY_MANY: serve_many(l, c, m); break;

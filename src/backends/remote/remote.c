@@ -333,7 +333,8 @@ static xfer_code post(xfer_peer *p, const xfer_device *dev, pending *w, wire_hea
   if (fault) return fault;
   h.request = ++p->next_request;
   int reads = h.type == WIRE_READ || h.type == WIRE_READ_MANY;
-  h.length = reads || h.type == WIRE_ALLOC || h.type == WIRE_COPY || h.type == WIRE_COPY_MANY
+  h.length = reads || h.type == WIRE_ALLOC || h.type == WIRE_COPY || h.type == WIRE_COPY_MANY ||
+                         h.type == WIRE_CRC
                  ? h.length : len;
   memset(w, 0, offsetof(pending, text));
   w->id = h.request;
@@ -817,6 +818,25 @@ static xfer_code remote_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
   return rc;
 }
 
+/* copy->crc32c: the server sums the bytes where they are (its device's own sum where it has
+** one): a request and a reply, where reading the range back moved all of it */
+static xfer_code remote_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n,
+                               uint32_t *crc, xfer_error *err)
+{
+  if (!dev->impl) /* retired: its peer went long ago */
+    return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_VERIFY, "%s was lost", dev->name);
+  xfer_peer *p = peer_of(dev);
+  wire_header h = wire_make(WIRE_CRC, 0);
+  h.handle = (uint64_t)(uintptr_t)buf;
+  h.offset = offset;
+  h.length = n;
+  pthread_mutex_lock(&p->lock);
+  xfer_code rc = request(p, dev, h, NULL, 0, NULL, XFER_OP_VERIFY, err);
+  if (!rc) *crc = (uint32_t)p->answer.handle;
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
 /* between two devices of one server: the server moves the bytes (its own planner chooses
 ** how), nothing crosses the network */
 static xfer_code remote_peer(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
@@ -881,6 +901,7 @@ static const xfer_copy_ops remote_copies = {
   .host = remote_host_move,
   .within = remote_copy,
   .many = remote_many,
+  .crc32c = remote_crc32c,
   .peer = remote_peer,
   .peer_joins = remote_peer_joins,
 };

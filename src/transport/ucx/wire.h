@@ -17,7 +17,7 @@
                          ** 4: a knock at the gate (gate.h) before UCX connects;
                          ** 5: the knock names the port the client connects from;
                          ** 6: WRITE_MANY's pieces in its header, its payload their bytes
-                         ** alone: the server receives them straight into its buffers */
+                         ** alone: the server receives them straight into its buffers; CRC */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most requests a client has on their way at once (xfer_config's remote_depth): what a
@@ -46,6 +46,9 @@ typedef enum {
   WIRE_READ_MANY,   /* client: payload = offset x wire_piece; length = their bytes -> DATA
                     ** (the bytes packed in the pieces' order) or REPLY */
   WIRE_COPY_MANY,   /* client: payload = offset x wire_copy -> REPLY */
+  WIRE_CRC,         /* client: handle, offset, length -> REPLY, the CRC32C of those bytes in its
+                    ** handle (summed by the server's device where it can: `verify` reads
+                    ** nothing back) */
   WIRE__LAST
 } wire_type;
 
@@ -160,7 +163,8 @@ static inline const char *wire_check(const void *header, size_t header_len, size
     if (payload_len) return "a payload where none belongs";
     break;
   }
-  if ((out->type == WIRE_WRITE || out->type == WIRE_READ || out->type == WIRE_COPY) &&
+  if ((out->type == WIRE_WRITE || out->type == WIRE_READ || out->type == WIRE_COPY ||
+       out->type == WIRE_CRC) &&
       out->offset + out->length < out->offset)
     return "an offset that wraps";
   if (out->type == WIRE_COPY && out->src_offset + out->length < out->src_offset)
