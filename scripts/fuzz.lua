@@ -1,12 +1,14 @@
 -- scripts/fuzz.lua -- a seeded random caller of the whole Lua API: sequences of creations,
 -- moves (to, copy_from, clone, to_async, xfer.transfer) by every path, batches, views, files
 -- saved and loaded back (safetensors, .npy, .npz) onto every device, frees, injected faults
--- (the file's reads, writes and syncs too), collections and setting changes over every device,
--- each result checked against a model kept in Lua strings. Usage (scripts/fuzz runs it):
+-- (the file's reads, writes and syncs too), verified moves with a bit flipped on the way (they
+-- must say corrupt), collections and setting changes over every device, each result checked
+-- against a model kept in Lua strings. Usage (scripts/fuzz runs it):
 --   xferlua scripts/fuzz.lua SEED STEPS [--verbose]
 -- Exits non-zero, printing the seed, the step and what went wrong, at the first check that
 -- fails: wrong bytes, a changed source, an error that is not an xfer.Error, an error where
--- none was injected or expected, or memory not back where it started.
+-- none was injected or expected, a flipped bit verify did not catch, or memory not back where
+-- it started.
 local xfer = require "xfer"
 
 local seed, steps = tonumber(arg and arg[1] or ...), tonumber(arg and arg[2] or select(2, ...))
@@ -359,6 +361,23 @@ local ops = {
     end
     xfer.device(dev.name)
   end,
+  verified = function() -- a bit flipped on the way (fault "corrupt"): verify must say so
+    local e = random_live()
+    if not e or e.t.freed then return end
+    local dev = pick(devices)
+    xfer.faults.clear()
+    xfer.faults.inject({ runtime = dev.runtime, op = "corrupt", nth = 1 })
+    local ok, result = pcall(e.t.to, e.t, dev, { verify = true })
+    local flipped = #xfer.faults.list() == 0 -- the rule was used: a move landed on dev
+    xfer.faults.clear()
+    faulted = false
+    if ok and flipped then fail(origin("verified to", e, ": a bit flipped and verify said nothing")) end
+    if not ok and (not xfer.is_error(result) or (result.code ~= "corrupt" and result.code ~= "unsupported")) then
+      fail(origin("verified to", e, ": " .. tostring(result)))
+    end
+    count(ok and "verified" or "error " .. result.code)
+    if ok then live[#live + 1] = { t = result, bytes = e.bytes, dev = dev, from = origin("verified to", e) } end
+  end,
   config = function()
     local r = rand(4)
     if r == 1 then xfer.config({ staging_chunk = pick({ 4096, 65536, 1024 * 1024, 4 * 1024 * 1024 }),
@@ -370,7 +389,7 @@ local ops = {
 }
 local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
                   drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1,
-                  view = 6, batch = 4, file = 3 }
+                  view = 6, batch = 4, file = 3, verified = 3 }
 local bag = {}
 for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
 table.sort(bag)
