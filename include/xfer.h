@@ -375,8 +375,9 @@ typedef struct xfer_transfer_opts {
   void *progress_ud;
   /* 1: each contiguous move's bytes checked once they have arrived -- the CRC32C of the
   ** source range and of the target range compared (a batch: each element's); a difference is
-  ** XFER_E_CORRUPT (op "verify"), naming both ends and both sums. An end that is no host memory
-  ** is read back to the host for its sum. -1: not checked; 0: as xfer_config's verify. */
+  ** XFER_E_CORRUPT (op "verify"), naming both ends and both sums. A device sums its own memory
+  ** where its runtime can (copy->crc32c: OpenCL, a remote device's server), else it is read
+  ** back to the host for its sum. -1: not checked; 0: as xfer_config's verify. */
   int verify;
 } xfer_transfer_opts;
 
