@@ -14,13 +14,18 @@
 
 static uint32_t table[8][256];
 
-static void make_tables(void)
+void xfer_crc32c_byte_table(uint32_t out[256])
 {
   for (uint32_t i = 0; i < 256; i++) {
     uint32_t c = i;
     for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
-    table[0][i] = c;
+    out[i] = c;
   }
+}
+
+static void make_tables(void)
+{
+  xfer_crc32c_byte_table(table[0]);
   for (uint32_t i = 0; i < 256; i++)
     for (int t = 1; t < 8; t++) table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
 }

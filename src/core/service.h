@@ -56,6 +56,8 @@ double xfer_now(void);
 /* The CRC32C of n bytes, continuing `crc` (0 to start): crc32c(crc32c(0, a), b) is the CRC
 ** of a then b. By the CPU's instruction where it has one (XFER_CRC_TABLES=1: tables always). */
 uint32_t xfer_crc32c(uint32_t crc, const void *bytes, size_t n);
+/* The byte table of CRC32C (reflected): what a device's kernel sums with. */
+void xfer_crc32c_byte_table(uint32_t out[256]);
 /* The CRC32C of a then b from the sums of each: crc_a = xfer_crc32c(0, a), crc_b =
 ** xfer_crc32c(0, b), len_b = b's bytes (how a device's sums of stretches are joined). */
 uint32_t xfer_crc32c_join(uint32_t crc_a, uint32_t crc_b, size_t len_b);

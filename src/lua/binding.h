@@ -50,6 +50,9 @@ void xl_check_options(lua_State *L, int idx, const char *fname, const char *cons
 /* Field `key` of the options at `idx` as a string, or `def` when absent. */
 const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *key,
                           const char *def);
+/* Field `key` of the options at `idx` as a flag: 1 true, -1 false, 0 absent; anything else
+** raises invalid ("option 'verify' must be true or false"). */
+int xl_opt_flag(lua_State *L, int idx, const char *fname, const char *key);
 
 /* lua_common.c: the state's context; owners of wrapped memory; a move's fields */
 xfer_ctx *xl_ctx(lua_State *L);

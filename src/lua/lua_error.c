@@ -156,6 +156,18 @@ const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *
   return s;
 }
 
+int xl_opt_flag(lua_State *L, int idx, const char *fname, const char *key)
+{
+  if (lua_isnoneornil(L, idx)) return 0;
+  lua_getfield(L, idx, key);
+  int type = lua_type(L, -1), on = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (type == LUA_TNIL) return 0;
+  if (type != LUA_TBOOLEAN)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option '%s' must be true or false", fname, key);
+  return on ? 1 : -1;
+}
+
 void xl_no_args_after(lua_State *L, int n, const char *fname)
 {
   if (lua_gettop(L) > n)

@@ -118,11 +118,7 @@ static void io_opts(lua_State *L, int idx, const char *fname, xfer_file_opts *o)
   lua_getfield(L, idx, "sync");
   if (!lua_isnil(L, -1)) o->sync = lua_toboolean(L, -1) ? 0 : -1;
   lua_pop(L, 1);
-  lua_getfield(L, idx, "verify");
-  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
-    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'verify' must be true or false", fname);
-  o->verify = lua_toboolean(L, -1);
-  lua_pop(L, 1);
+  o->verify = xl_opt_flag(L, idx, fname, "verify") > 0;
   lua_getfield(L, idx, "progress");
   int given = !lua_isnil(L, -1), callable = lua_isfunction(L, -1);
   lua_pop(L, 1);

@@ -199,14 +199,7 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
                     "(a job tells its progress: job:progress())", fname);
     if (given) xl_progress_hook(L, opts, &out->progress, &out->progress_ud);
   }
-  if (!lua_isnoneornil(L, opts)) {
-    lua_getfield(L, opts, "verify");
-    int given = !lua_isnil(L, -1), boolean = lua_isboolean(L, -1);
-    out->verify = !given ? 0 : lua_toboolean(L, -1) ? 1 : -1; /* 0: xfer.config's */
-    lua_pop(L, 1);
-    if (given && !boolean)
-      xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'verify' must be true or false", fname);
-  }
+  out->verify = xl_opt_flag(L, opts, fname, "verify"); /* 0: xfer.config's */
   out->via = XFER_PATH_AUTO;
   char known[160];
   if (strcmp(via, "auto") && xfer_path_parse(via, &out->via))

@@ -316,6 +316,17 @@ static char *write_in_place(conn *c, const wire_header *h, size_t len,
   return NULL;
 }
 
+/* Where a piece lies in one of its client's host buffers (*b: that buffer), or NULL: no such
+** buffer, a device buffer, no bytes, or bytes outside it. */
+static char *piece_in_host_buffer(conn *c, const wire_piece *d, buffer_entry **b)
+{
+  *b = buffer_of(c, d->handle);
+  char *host = *b ? xfer_tensor_host_data((*b)->t) : NULL;
+  size_t size = host ? xfer_tensor_nbytes((*b)->t) : 0;
+  if (!host || !d->length || d->offset > size || d->length > size - d->offset) return NULL;
+  return host + d->offset;
+}
+
 /* A WRITE_MANY's pieces, copied out of its header (*pieces, NULL when out of memory), and where
 ** its bytes land without a copy: straight in its client's host buffers, each piece inside its
 ** buffer and the pieces' bytes the payload's, unless a FREE waits before it (as a WRITE). NULL:
@@ -332,14 +343,13 @@ static ucp_dt_iov_t *many_in_place(conn *c, const wire_header *h, const void *he
   size_t total = 0;
   for (size_t i = 0; iov && i < n; i++) {
     const wire_piece *d = &(*pieces)[i];
-    buffer_entry *b = buffer_of(c, d->handle);
-    char *host = b ? xfer_tensor_host_data(b->t) : NULL;
-    size_t size = b ? xfer_tensor_nbytes(b->t) : 0;
-    if (!host || !d->length || d->offset > size || d->length > size - d->offset) {
+    buffer_entry *b;
+    char *at = piece_in_host_buffer(c, d, &b);
+    if (!at) {
       free(iov);
       return NULL;
     }
-    iov[i] = (ucp_dt_iov_t){host + d->offset, d->length};
+    iov[i] = (ucp_dt_iov_t){at, d->length};
     total += d->length;
   }
   if (iov && total != len) {
@@ -495,12 +505,11 @@ static int reply_gathered(xfer_listener *l, conn *c, const message *m)
   for (size_t i = 0; ok && i < n; i++) {
     wire_piece d;
     memcpy(&d, m->data + i * sizeof d, sizeof d);
-    buffer_entry *b = buffer_of(c, d.handle);
-    char *host = b ? xfer_tensor_host_data(b->t) : NULL;
-    size_t size = b ? xfer_tensor_nbytes(b->t) : 0;
-    ok = host && d.length && d.offset <= size && d.length <= size - d.offset;
+    buffer_entry *b;
+    char *at = piece_in_host_buffer(c, &d, &b);
+    ok = at != NULL;
     if (ok && (!nholds || holds[nholds - 1] != b->t)) holds[nholds++] = xfer_tensor_retain(b->t);
-    if (ok) iov[i] = (ucp_dt_iov_t){host + d.offset, d.length};
+    if (ok) iov[i] = (ucp_dt_iov_t){at, d.length};
     total += ok ? d.length : 0;
   }
   if (!ok || total != m->h.length) {

@@ -44,11 +44,7 @@ static int kernel_ready(xfer_device *dev)
   if (cd->crc_kernel) return 1;
   if (cd->crc_refused) return 0;
   uint32_t table[256];
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-    table[i] = c;
-  }
+  xfer_crc32c_byte_table(table);
   const char *text = source;
   size_t len = sizeof source - 1;
   cl_int rc = CL_SUCCESS;
