@@ -63,22 +63,39 @@ describe("integrity #integrity", function()
     local cl
     for _, d in ipairs(devices) do if d.runtime == "opencl" then cl = cl or d end end
     if not cl then return pending("no OpenCL device here: " .. (h.runtime_reason("opencl", "") or "")) end
-    local s = {}
-    for i = 1, 300001 do s[i] = string.char((i * 7919) % 251) end
-    local bytes = table.concat(s)
-    -- shorter than one work-item's stretch (64 KiB), its edges, several, and a window inside
-    for _, n in ipairs({ 1, 100, 65535, 65536, 65537, 300001 }) do
-      local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
-      assert.are.equal(host:crc32c(), host:to(cl):crc32c(), n .. " bytes")
-    end
-    local there = xfer.tensor(bytes, { dtype = "u8" }):to(cl)
-    local window = there:narrow(1, 70001, 200000)
-    assert.are.equal(xfer.tensor(bytes:sub(70001, 270000), { dtype = "u8" }):crc32c(), window:crc32c())
-    -- the device summed it: a kernel's calls, not the one read that sums a copy on the host
-    xfer.faults.fail_at(0)
-    local before = xfer.faults.calls()
-    there:crc32c()
-    assert.is_true(xfer.faults.calls() - before > 1)
+    -- a device of the host's memory (PoCL) is read and summed by the CPU unless
+    -- XFER_DEVICE_SUMS=1 asks its kernel, as a GPU's is asked
+    local script = [[
+      local xfer = require "xfer"
+      local cl = xfer.device("]] .. cl.name .. [[")
+      local s = {}
+      for i = 1, 300001 do s[i] = string.char((i * 7919) % 251) end
+      local bytes = table.concat(s)
+      -- shorter than one work-item's stretch (64 KiB), its edges, several, and a window inside
+      for _, n in ipairs({ 1, 100, 65535, 65536, 65537, 300001 }) do
+        local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
+        assert(host:crc32c() == host:to(cl):crc32c(), n .. " bytes")
+      end
+      local there = xfer.tensor(bytes, { dtype = "u8" }):to(cl)
+      local window = there:narrow(1, 70001, 200000)
+      assert(xfer.tensor(bytes:sub(70001, 270000), { dtype = "u8" }):crc32c() == window:crc32c())
+      -- who summed it: a kernel's calls, or the one read that sums a copy on the host
+      xfer.faults.fail_at(0)
+      local before = xfer.faults.calls()
+      there:crc32c()
+      print("calls " .. xfer.faults.calls() - before)
+    ]]
+    local file = os.tmpname()
+    local f = assert(io.open(file, "w"))
+    f:write(script)
+    f:close()
+    local kernel, c1 = h.run("XFER_DEVICE_SUMS=1 " .. h.xferlua() .. " " .. file)
+    local read, c2 = h.run("XFER_DEVICE_SUMS=0 " .. h.xferlua() .. " " .. file)
+    os.remove(file)
+    assert.are.equal(0, c1, kernel)
+    assert.are.equal(0, c2, read)
+    assert.is_true(tonumber(kernel:match("calls (%d+)")) > 1, kernel)
+    assert.are.equal(1, tonumber(read:match("calls (%d+)")), read)
   end)
 
   it("moves with verify on every pair here, and says corrupt when a bit flipped on the way", function()
@@ -106,6 +123,49 @@ describe("integrity #integrity", function()
                          tostring(e))
         dst:copy_from(src, { verify = true }) -- the next move is whole again
         assert.are.equal(seed, dst:tobytes())
+      end
+    end
+  end)
+
+  it("sums a large range in pieces on several threads, as one pass sums it", function()
+    -- 41 MiB and some: ten pieces of 4 MiB and a short one, summed by the pool and joined;
+    -- the file's sum is made in one pass as it is written
+    local w = xfer.arange(41 * 2^18 + 3, { dtype = "u32" })
+    local file = os.tmpname()
+    xfer.save(file, { w = w })
+    local meta = xfer.open(file):metadata()
+    os.remove(file)
+    assert.are.equal(meta["crc32c.w"], ("%08x"):format(w:crc32c()))
+    for _, d in ipairs(devices) do
+      assert.are.equal(w:crc32c(), w:to(d):crc32c(), d.name)
+    end
+  end)
+
+  it("checks a large move as its bytes land, a bit flipped in any step said", function()
+    h.no_setaside()
+    local src = xfer.arange(17 * 2^20 + 5, { dtype = "u32" }) -- 68 MiB
+    local host = xfer.device("host")
+    for _, d in ipairs(devices) do
+      local there = src:to(d, { verify = true })
+      local back = xfer.zeros({ src.numel }, { dtype = "u32" })
+      back:copy_from(there, { verify = true })
+      assert.is_true(back:equals(src), d.name)
+      -- a device's bytes landing in host memory land in three steps of 32 MiB, each summed
+      -- while the next moves; others land at once
+      for _, pair in ipairs({ { src, there, d, 1 }, { there, back, host, d == host and 1 or 3 } }) do
+        for nth = 1, 4 do
+          xfer.faults.inject({ runtime = pair[3].runtime, op = "corrupt", nth = nth })
+          local ok, e = pcall(pair[2].copy_from, pair[2], pair[1], { verify = true })
+          xfer.faults.clear()
+          local what = pair[1].device.name .. " -> " .. pair[2].device.name .. ", step " .. nth
+          if nth <= pair[4] then
+            assert.is_false(ok, what)
+            assert.are.equal("corrupt", e.code, tostring(e))
+          else
+            assert.is_true(ok, tostring(e))
+            assert.is_true(pair[2]:equals(pair[1]), what)
+          end
+        end
       end
     end
   end)

@@ -219,13 +219,13 @@ static inline void xfer_be_many_forget(xfer_device *dev, uint64_t keep)
   if (keep && xfer_be(dev)->copy->many_forget) xfer_be(dev)->copy->many_forget(dev, keep);
 }
 
-/* The device's own CRC32C of bytes of a buffer; XFER_E_UNSUPPORTED, nothing said, where it
-** sums none (the caller then reads them back). */
-static inline xfer_code xfer_be_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n,
+/* The device's own CRC32C of ranges of its buffers; XFER_E_UNSUPPORTED, nothing said, where
+** it sums none (the caller then reads them back). */
+static inline xfer_code xfer_be_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
                                        uint32_t *crc, xfer_error *err)
 {
   if (!xfer_be(dev)->copy->crc32c) return XFER_E_UNSUPPORTED;
-  return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c(dev, buf, offset, n, crc, err), err);
+  return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c(dev, pieces, count, crc, err), err);
 }
 
 /* Whether the device copies rows within itself, and doing it. */

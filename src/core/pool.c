@@ -2,12 +2,15 @@
 ** pool.c -- the threads moves run on, made once and reused: asynchronous moves and batches
 ** (XFER_POOL_JOBS, at most JOBS_MAX threads; more jobs wait their turn in order) and a move's
 ** own helpers -- the staged pipeline's reader, a packer (XFER_POOL_HELPERS, as many as run at
-** once: a helper's move waits for it, so it must never queue behind a job). A thread that
+** once: a helper's move waits for it, so it must never queue behind a job) and checksums of
+** host memory (XFER_POOL_SUMS, half the CPUs: sums made beside a move leave the rest to it). A
+** thread that
 ** finished its task waits for the next one instead of exiting: 50 asynchronous moves in a
 ** row made 57 threads, they take JOBS_MAX and a helper each now.
 */
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -23,10 +26,29 @@ typedef struct pool {
   size_t max;                     /* 0: as many threads as tasks at once */
 } pool;
 
-static pool pools[2] = {
+/* Checksum threads at most, however many CPUs: 8 sum 100 GB/s and more. */
+#define SUMS_MAX 8
+
+static pool pools[3] = {
   {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, JOBS_MAX},
   {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0},
+  {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 1}, /* set once: */
 };
+
+static pthread_once_t sums_sized = PTHREAD_ONCE_INIT;
+
+static void size_sums(void)
+{
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t half = cpus > 1 ? (size_t)cpus / 2 : 1;
+  pools[2].max = half < SUMS_MAX ? half : SUMS_MAX;
+}
+
+size_t xfer_pool_sum_threads(void)
+{
+  pthread_once(&sums_sized, size_sums);
+  return pools[2].max;
+}
 
 static void *worker(void *arg)
 {
@@ -59,7 +81,8 @@ static void *worker(void *arg)
 
 int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task)
 {
-  pool *p = &pools[kind == XFER_POOL_JOBS ? 0 : 1];
+  pool *p = &pools[kind];
+  if (kind == XFER_POOL_SUMS) xfer_pool_sum_threads();
   int owned = !task;
   if (owned && !(task = malloc(sizeof *task))) return ENOMEM;
   task->owned = owned;

@@ -388,34 +388,6 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
 
 /* -- Checksums ------------------------------------------------------------------------------- */
 
-/* What a checksum of device memory reads at a time, into host memory of the pool. */
-#define CRC_CHUNK ((size_t)4 << 20)
-
-xfer_code xfer_range_crc32c(xfer_tensor *t, size_t offset, size_t n, uint32_t *crc,
-                            xfer_error *err)
-{
-  *crc = 0;
-  const char *host = n ? xfer_be_host_address(t->dev, t->buf, t->offset) : NULL;
-  if (!n || host) {
-    if (n) *crc = xfer_crc32c(0, host + offset, n);
-    return XFER_E_OK;
-  }
-  xfer_code own = xfer_be_crc32c(t->dev, t->buf, t->offset + offset, n, crc, err);
-  if (own != XFER_E_UNSUPPORTED) return own; /* summed by the device */
-  xfer_device *host_dev = xfer_host_of(t->dev->ctx);
-  size_t chunk = n < CRC_CHUNK ? n : CRC_CHUNK;
-  xfer_block *scratch = NULL;
-  xfer_code rc = xfer_mem_alloc(host_dev, chunk, &scratch, err);
-  char *bytes = rc ? NULL : xfer_be_host_address(host_dev, scratch->buf, scratch->offset);
-  for (size_t at = 0; !rc && at < n; at += chunk) {
-    size_t len = n - at < chunk ? n - at : chunk;
-    rc = xfer_be_read(t->dev, t->buf, t->offset + offset + at, bytes, len, err);
-    if (!rc) *crc = xfer_crc32c(*crc, bytes, len);
-  }
-  xfer_mem_free(scratch);
-  return rc;
-}
-
 xfer_code xfer_tensor_crc32c(xfer_tensor *t, uint32_t *crc, xfer_error *err)
 {
   *crc = 0;

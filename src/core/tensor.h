@@ -10,6 +10,7 @@
 #include "backend_call.h"
 #include "hold.h"
 #include "memory.h"
+#include "sums.h"
 #include "view_io.h"
 
 /* -- tensor.c ---------------------------------------------------------------------------- */
@@ -17,10 +18,6 @@
 /* XFER_E_OK where t may be used in `op`: not NULL, not freed (nor its base), its device
 ** neither closed nor lost (xfer_tensor_check with one of the XFER_OPS, no name looked up). */
 xfer_code xfer_tensor_usable(const xfer_tensor *t, xfer_op op, xfer_error *err);
-/* The CRC32C of bytes [offset, offset+n) of a contiguous tensor (a window; its device held by
-** the caller): in place in host memory, else read to the host in chunks. */
-xfer_code xfer_range_crc32c(xfer_tensor *t, size_t offset, size_t n, uint32_t *crc,
-                            xfer_error *err);
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);

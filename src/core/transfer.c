@@ -37,80 +37,6 @@ static xfer_code hold_take(hold *h, const xfer_route *route, xfer_tensor *src, x
 
 static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
 
-/* -- Moves told in steps ------------------------------------------------------------------- */
-
-/* A move with a progress callback goes in the route's told steps, telling each (their size
-** is the staging policy's, route.c); without one, in one call. */
-static size_t step_of(const xfer_route *route, size_t n)
-{
-  return xfer_progress_wanted() && route->told_step && n > route->told_step ? route->told_step : n;
-}
-
-/* The host round-trip of n bytes from byte `at` of both tensors, through `bytes` (a host
-** buffer of n bytes at least) unless one end is host memory already: then one copy. */
-static xfer_code host_roundtrip_range(xfer_tensor *src, xfer_tensor *dst, size_t at, size_t n, char *bytes,
-                                      xfer_error *err)
-{
-  char *dst_host = xfer_be_host_address(dst->dev, dst->buf, dst->offset);
-  char *src_host = xfer_be_host_address(src->dev, src->buf, src->offset);
-  if (dst_host) return xfer_be_read(src->dev, src->buf, src->offset + at, dst_host + at, n, err);
-  if (src_host) return xfer_be_write(dst->dev, dst->buf, dst->offset + at, src_host + at, n, err);
-  xfer_code rc = xfer_be_read(src->dev, src->buf, src->offset + at, bytes, n, err);
-  return rc ? rc : xfer_be_write(dst->dev, dst->buf, dst->offset + at, bytes, n, err);
-}
-
-static xfer_code run_host_roundtrip(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
-                                    xfer_error *err)
-{
-  size_t n = src->nbytes;
-  /* a move told in steps stages a step at a time (and so needs a step's host memory) */
-  size_t step = step_of(route, n);
-  int one_copy = xfer_be_host_address(dst->dev, dst->buf, dst->offset) ||
-                 xfer_be_host_address(src->dev, src->buf, src->offset);
-  xfer_block *staging = NULL; /* from the host pool: pinned and imported once, then reused */
-  xfer_device *host = xfer_host_of(src->dev->ctx);
-  xfer_code rc = one_copy ? XFER_E_OK : xfer_mem_alloc(host, step, &staging, err);
-  char *bytes = staging ? xfer_be_host_address(host, staging->buf, staging->offset) : NULL;
-  for (size_t at = 0; !rc && at < n; at += step) {
-    size_t len = n - at < step ? n - at : step;
-    rc = host_roundtrip_range(src, dst, at, len, bytes, err);
-    if (!rc && at + len < n) rc = xfer_progress(at + len, n, err);
-  }
-  xfer_mem_free(staging);
-  return rc;
-}
-
-/* A device's own copy, a peer copy or interop's one copy, in steps when told (see above). */
-static xfer_code run_in_steps(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
-{
-  size_t n = src->nbytes;
-  size_t step = step_of(route, n);
-  xfer_code rc = XFER_E_OK;
-  for (size_t at = 0; !rc && at < n; at += step) {
-    size_t len = n - at < step ? n - at : step;
-    if (route->path == XFER_PATH_SAME_DEVICE)
-      rc = xfer_be_copy(src->dev, dst->buf, dst->offset + at, src->buf, src->offset + at, len, err);
-    else if (route->path == XFER_PATH_SAME_RUNTIME)
-      rc = xfer_be_peer(dst->dev, dst->buf, dst->offset + at, src->dev, src->buf, src->offset + at, len, err);
-    else
-      rc = xfer_interop_run_range(route, src, dst, at, len, err);
-    if (!rc && at + len < n) rc = xfer_progress(at + len, n, err);
-  }
-  return rc;
-}
-
-/* The remote end's transport moves the local end's device memory in place. */
-static xfer_code run_direct(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
-{
-  int into_remote = xfer_be_has_direct(dst->dev);
-  xfer_tensor *far = into_remote ? dst : src, *near = into_remote ? src : dst;
-  xfer_memory mem;
-  xfer_code rc = xfer_be_device_memory(near->dev, near->buf, near->offset, &mem, err);
-  if (!rc)
-    rc = xfer_be_direct(far->dev, far->buf, far->offset, &mem, src->nbytes, into_remote, err);
-  return rc;
-}
-
 /* -- Integrity ------------------------------------------------------------------------------ */
 
 /* One bit of n arrived bytes of dst flipped, where a fault rule of dst's runtime asks for it
@@ -135,17 +61,90 @@ static int verifies(const xfer_ctx *ctx, int asked)
   return asked ? asked > 0 : __atomic_load_n(&ctx->config.verify, __ATOMIC_RELAXED);
 }
 
-/* Whether n bytes from src_at of src arrived unchanged at dst_at of dst: their CRC32C at both
-** ends (an end that is no host memory read back for it), XFER_E_CORRUPT when they differ. */
-static xfer_code verify_moved(xfer_tensor *src, size_t src_at, xfer_tensor *dst, size_t dst_at,
-                              size_t n, xfer_error *err)
+/* Bytes [at, at+len) of dst have landed: a fault may corrupt them, then the target's sums
+** (sums.c) may start on them. */
+static void landed(xfer_verify *v, xfer_tensor *dst, size_t at, size_t len)
 {
-  uint32_t sent = 0, arrived = 0;
-  xfer_code rc = xfer_range_crc32c(src, src_at, n, &sent, err);
-  if (!rc) rc = xfer_range_crc32c(dst, dst_at, n, &arrived, err);
-  if (!rc && sent != arrived)
-    rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, n, (unsigned)sent,
-                     src->dev->name, (unsigned)arrived, dst->dev->name);
+  corrupt_if_asked(dst, at, len);
+  xfer_verify_landed(v, at + len);
+}
+
+/* -- Moves told in steps ------------------------------------------------------------------- */
+
+/* A move with a progress callback goes in the route's told steps, telling each (their size
+** is the staging policy's, route.c); without one, in one call. */
+static size_t step_of(const xfer_route *route, size_t n)
+{
+  return xfer_progress_wanted() && route->told_step && n > route->told_step ? route->told_step : n;
+}
+
+/* The host round-trip of n bytes from byte `at` of both tensors, through `bytes` (a host
+** buffer of n bytes at least) unless one end is host memory already: then one copy. */
+static xfer_code host_roundtrip_range(xfer_tensor *src, xfer_tensor *dst, size_t at, size_t n, char *bytes,
+                                      xfer_error *err)
+{
+  char *dst_host = xfer_be_host_address(dst->dev, dst->buf, dst->offset);
+  char *src_host = xfer_be_host_address(src->dev, src->buf, src->offset);
+  if (dst_host) return xfer_be_read(src->dev, src->buf, src->offset + at, dst_host + at, n, err);
+  if (src_host) return xfer_be_write(dst->dev, dst->buf, dst->offset + at, src_host + at, n, err);
+  xfer_code rc = xfer_be_read(src->dev, src->buf, src->offset + at, bytes, n, err);
+  return rc ? rc : xfer_be_write(dst->dev, dst->buf, dst->offset + at, bytes, n, err);
+}
+
+static xfer_code run_host_roundtrip(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst,
+                                    xfer_verify *v, xfer_error *err)
+{
+  size_t n = src->nbytes;
+  /* a move told in steps stages a step at a time (and so needs a step's host memory); a
+  ** verified one lands in steps its target's sums can follow */
+  size_t step = step_of(route, n), verify_step = xfer_verify_step(v, n);
+  if (verify_step < step) step = verify_step;
+  int one_copy = xfer_be_host_address(dst->dev, dst->buf, dst->offset) ||
+                 xfer_be_host_address(src->dev, src->buf, src->offset);
+  xfer_block *staging = NULL; /* from the host pool: pinned and imported once, then reused */
+  xfer_device *host = xfer_host_of(src->dev->ctx);
+  xfer_code rc = one_copy ? XFER_E_OK : xfer_mem_alloc(host, step, &staging, err);
+  char *bytes = staging ? xfer_be_host_address(host, staging->buf, staging->offset) : NULL;
+  for (size_t at = 0; !rc && at < n; at += step) {
+    size_t len = n - at < step ? n - at : step;
+    rc = host_roundtrip_range(src, dst, at, len, bytes, err);
+    if (!rc) landed(v, dst, at, len);
+    if (!rc && at + len < n) rc = xfer_progress(at + len, n, err);
+  }
+  xfer_mem_free(staging);
+  return rc;
+}
+
+/* A device's own copy, a peer copy or interop's one copy, in steps when told (see above). */
+static xfer_code run_in_steps(const xfer_route *route, xfer_tensor *src, xfer_tensor *dst, xfer_verify *v,
+                              xfer_error *err)
+{
+  size_t n = src->nbytes;
+  size_t step = step_of(route, n);
+  xfer_code rc = XFER_E_OK;
+  for (size_t at = 0; !rc && at < n; at += step) {
+    size_t len = n - at < step ? n - at : step;
+    if (route->path == XFER_PATH_SAME_DEVICE)
+      rc = xfer_be_copy(src->dev, dst->buf, dst->offset + at, src->buf, src->offset + at, len, err);
+    else if (route->path == XFER_PATH_SAME_RUNTIME)
+      rc = xfer_be_peer(dst->dev, dst->buf, dst->offset + at, src->dev, src->buf, src->offset + at, len, err);
+    else
+      rc = xfer_interop_run_range(route, src, dst, at, len, err);
+    if (!rc) landed(v, dst, at, len);
+    if (!rc && at + len < n) rc = xfer_progress(at + len, n, err);
+  }
+  return rc;
+}
+
+/* The remote end's transport moves the local end's device memory in place. */
+static xfer_code run_direct(xfer_tensor *src, xfer_tensor *dst, xfer_error *err)
+{
+  int into_remote = xfer_be_has_direct(dst->dev);
+  xfer_tensor *far = into_remote ? dst : src, *near = into_remote ? src : dst;
+  xfer_memory mem;
+  xfer_code rc = xfer_be_device_memory(near->dev, near->buf, near->offset, &mem, err);
+  if (!rc)
+    rc = xfer_be_direct(far->dev, far->buf, far->offset, &mem, src->nbytes, into_remote, err);
   return rc;
 }
 
@@ -165,13 +164,15 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   xfer_code rc = xfer_progress(0, n, err); /* the start */
   if (rc || n == 0) return rc;
   double start = xfer_now();
+  xfer_verify v; /* the ends' sums, made beside the move (sums.c) */
+  xfer_verify_begin(&v, verifies(src->dev->ctx, verify), src, 0, dst, 0, n);
   switch (path) {
   case XFER_PATH_SAME_DEVICE:
   case XFER_PATH_SAME_RUNTIME:
-    rc = run_in_steps(route, src, dst, err);
+    rc = run_in_steps(route, src, dst, &v, err);
     break;
   case XFER_PATH_INTEROP:
-    rc = xfer_interop_ranged(route) ? run_in_steps(route, src, dst, err) : xfer_interop_run(route, src, dst, err);
+    rc = xfer_interop_ranged(route) ? run_in_steps(route, src, dst, &v, err) : xfer_interop_run(route, src, dst, err);
     break;
   case XFER_PATH_DIRECT:
     rc = run_direct(src, dst, err);
@@ -180,11 +181,12 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     rc = xfer_staged_run(route, src, dst, err);
     break;
   default:
-    rc = run_host_roundtrip(route, src, dst, err);
+    rc = run_host_roundtrip(route, src, dst, &v, err);
     break;
   }
-  if (!rc) corrupt_if_asked(dst, 0, n);
-  if (!rc && verifies(src->dev->ctx, verify)) rc = verify_moved(src, 0, dst, 0, n, err);
+  if (!rc && v.landed < n) landed(&v, dst, v.landed, n - v.landed); /* (a path not in steps) */
+  xfer_code checked = xfer_verify_end(&v, !rc, err);
+  if (!rc) rc = checked;
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
   if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
   /* the ledger remembers: what moved, and a failure against the path for this pair (a path
@@ -219,6 +221,33 @@ static xfer_code run_way(xfer_group *g, xfer_error *err)
   return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
 }
 
+/* A group's elements checked once it moved: every end's sum made in one pass (the pool's
+** threads for host memory, one call of a device for its own), the first element whose ends
+** differ XFER_E_CORRUPT. *good: the elements before it. */
+static xfer_code verify_group(const xfer_group *g, size_t *good, xfer_error *err)
+{
+  size_t n = g->count;
+  xfer_sum_range *ranges = malloc(2 * n * sizeof *ranges);
+  uint32_t *crc = malloc(2 * n * sizeof *crc);
+  xfer_code rc = ranges && crc ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  for (size_t k = 0; !rc && k < n; k++) {
+    const xfer_batch_item *it = &g->items[g->order[g->first + k]];
+    ranges[k] = (xfer_sum_range){it->src, it->src_offset, xfer_item_bytes(it)};
+    ranges[n + k] = (xfer_sum_range){it->dst, it->dst_offset, xfer_item_bytes(it)};
+  }
+  if (!rc) rc = xfer_sums_of(ranges, 2 * n, crc, err);
+  *good = rc ? 0 : n;
+  for (size_t k = 0; !rc && k < n; k++) {
+    if (crc[k] == crc[n + k]) continue;
+    *good = k;
+    rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, ranges[k].n, (unsigned)crc[k],
+                     g->from->name, (unsigned)crc[n + k], g->to->name);
+  }
+  free(ranges);
+  free(crc);
+  return rc;
+}
+
 /* The group at once, in its way in use and, when refused, in the next ways the plan lists (for
 ** this run and every later one); 1 when it ran so (*rc its end), 0 when the way left is element
 ** by element. Recorded as its runner's move; verified element by element where the plan says
@@ -238,14 +267,10 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
   }
-  for (size_t k = 0; k < g->count && !*rc; k++) {
-    size_t i = g->order[g->first + k];
-    const xfer_batch_item *it = &g->items[i];
-    if (verifies(g->from->ctx, g->verify))
-      *rc = verify_moved(it->src, it->src_offset, it->dst, it->dst_offset, xfer_item_bytes(it), err);
-    if (*rc) *failed = i;
-    else done[i] = 1;
-  }
+  size_t good = *rc ? 0 : g->count; /* elements that moved unchanged, in the group's order */
+  if (!*rc && verifies(g->from->ctx, g->verify)) *rc = verify_group(g, &good, err);
+  for (size_t k = 0; k < good; k++) done[g->order[g->first + k]] = 1;
+  if (*rc && good < g->count) *failed = g->order[g->first + good];
   if (*rc) xfer_err_frame(err, g->from, g->to, g->bytes);
   xfer_ledger_record(g->from->ctx, g->from, g->to, g->route.path, g->many, g->bytes,
                      xfer_now() - start, *rc, err);

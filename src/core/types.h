@@ -28,8 +28,8 @@ typedef struct xfer_runtime xfer_runtime;
 ** as xfer_op; 8: a runtime checks its own settings (runtime->check_config); 9: copy->many
 ** (a batch of copies in one submission); 11: a runtime gives its settings' defaults
 ** (runtime->config_defaults); 12: copy->many_again and many_forget (the same pieces again);
-** 13: copy->crc32c (a device sums its own bytes) */
-#define XFER_BACKEND_VERSION 13
+** 13: copy->crc32c (a device sums its own bytes); 14: copy->crc32c sums many ranges at once */
+#define XFER_BACKEND_VERSION 14
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -85,6 +85,12 @@ typedef struct xfer_piece {
   size_t n;
 } xfer_piece;
 
+/* A range of a device's buffer to be summed (copy->crc32c). */
+typedef struct xfer_sum_piece {
+  void *buf;
+  size_t offset, n;
+} xfer_sum_piece;
+
 /* A device's copies: between its buffers and host memory, within it, and to its runtime's
 ** other devices. `to_device`: host memory -> buffer, else buffer -> host memory. */
 typedef struct xfer_copy_ops {
@@ -125,10 +131,11 @@ typedef struct xfer_copy_ops {
   xfer_code (*many_again)(xfer_device *dev, const xfer_piece *pieces, size_t n, uint64_t keep,
                           xfer_error *err);
   void (*many_forget)(xfer_device *dev, uint64_t keep);
-  /* optional: the CRC32C (as xfer_crc32c gives it, from 0) of n bytes of the buffer from
-  ** `offset`, summed by the device itself and done when it returns. NULL, or XFER_E_UNSUPPORTED
-  ** without a word: the core reads the bytes back and sums them on the host. */
-  xfer_code (*crc32c)(xfer_device *dev, void *buf, size_t offset, size_t n, uint32_t *crc,
+  /* optional: the CRC32C (as xfer_crc32c gives it, from 0) of each of `count` ranges into
+  ** crc[], summed by the device itself (a batch's ranges in one submission where it can) and
+  ** done when it returns. NULL, or XFER_E_UNSUPPORTED without a word: the core reads the bytes
+  ** back and sums them on the host. */
+  xfer_code (*crc32c)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                       xfer_error *err);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,

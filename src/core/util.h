@@ -31,7 +31,8 @@ const xfer_transfer_opts *xfer_progress_install(const xfer_transfer_opts *opts);
 
 typedef enum {
   XFER_POOL_JOBS,     /* asynchronous moves and batches: a few threads, the rest wait in order */
-  XFER_POOL_HELPERS   /* a move's own helper (a pipeline's reader): never waits for a thread */
+  XFER_POOL_HELPERS,  /* a move's own helper (a pipeline's reader): never waits for a thread */
+  XFER_POOL_SUMS      /* checksums of host memory: half the CPUs (at most 8), the rest wait */
 } xfer_pool_kind;
 
 /* A task given to a pool: filled by xfer_spawn, waited for by xfer_spawned_join. */
@@ -49,6 +50,8 @@ typedef struct xfer_spawned {
 ** otherwise xfer_spawned_join(task) must be called once, and waits for fn to return. */
 int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task);
 void xfer_spawned_join(xfer_spawned *task);
+/* How many threads XFER_POOL_SUMS runs at once. */
+size_t xfer_pool_sum_threads(void);
 
 /* Whether the move running on this thread has a progress callback (its paths then go in
 ** steps, telling each). */

@@ -60,7 +60,7 @@ typedef struct cl_dev {
 } cl_dev;
 
 /* opencl_crc.c: copy->crc32c, and what it made, let go when the device closes */
-xfer_code xfer_cl_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n, uint32_t *crc,
+xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err);
 void xfer_cl_crc_release(cl_api *api, cl_dev *cd);
 

@@ -82,12 +82,13 @@ static xfer_code run_kernel(xfer_device *dev, cl_mem bytes, size_t offset, size_
   return XFER_E_OK;
 }
 
-xfer_code xfer_cl_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n, uint32_t *crc,
-                         xfer_error *err)
+/* The sum of one range: the kernel's stretches, read back and joined. */
+static xfer_code range_crc32c(xfer_device *dev, const xfer_sum_piece *piece, uint32_t *crc,
+                              xfer_error *err)
 {
+  size_t n = piece->n;
   *crc = 0;
   if (!n) return XFER_E_OK;
-  if (xfer_cl_is_external(dev, buf) || !kernel_ready(dev)) return XFER_E_UNSUPPORTED;
   cl_dev *cd = cl_of(dev);
   size_t count = (n + STRETCH - 1) / STRETCH;
   uint32_t *host = malloc(count * sizeof *host);
@@ -96,11 +97,22 @@ xfer_code xfer_cl_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n, u
   cl_mem sums = api_of(dev)->clCreateBuffer(cd->context, CL_MEM_WRITE_ONLY, count * sizeof *host,
                                             NULL, &rc);
   xfer_code code = rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(XFER_OP_ALLOC, "clCreateBuffer", rc, 0, err);
-  if (!code) code = run_kernel(dev, (cl_mem)buf, offset, n, sums, count, err);
+  if (!code) code = run_kernel(dev, (cl_mem)piece->buf, piece->offset, n, sums, count, err);
   CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueReadBuffer, cd->queue, sums, CL_TRUE, 0,
           count * sizeof *host, host, 0, NULL, NULL);
   if (sums) api_of(dev)->clReleaseMemObject(sums);
   if (!code) *crc = xfer_crc32c_of_stretches(host, count, STRETCH, n);
   free(host);
   return code;
+}
+
+xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
+                         xfer_error *err)
+{
+  for (size_t i = 0; i < count; i++)
+    if (xfer_cl_is_external(dev, pieces[i].buf)) return XFER_E_UNSUPPORTED;
+  if (!kernel_ready(dev)) return XFER_E_UNSUPPORTED;
+  xfer_code rc = XFER_E_OK;
+  for (size_t i = 0; i < count && !rc; i++) rc = range_crc32c(dev, &pieces[i], &crc[i], err);
+  return rc;
 }

@@ -819,20 +819,23 @@ static xfer_code remote_copy(xfer_device *dev, void *dst, size_t dst_offset, voi
 }
 
 /* copy->crc32c: the server sums the bytes where they are (its device's own sum where it has
-** one): a request and a reply, where reading the range back moved all of it */
-static xfer_code remote_crc32c(xfer_device *dev, void *buf, size_t offset, size_t n,
+** one): a request and a reply per range, where reading the range back moved all of it */
+static xfer_code remote_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
                                uint32_t *crc, xfer_error *err)
 {
   if (!dev->impl) /* retired: its peer went long ago */
     return xfer_err_op(err, XFER_E_PEER_LOST, XFER_OP_VERIFY, "%s was lost", dev->name);
   xfer_peer *p = peer_of(dev);
-  wire_header h = wire_make(WIRE_CRC, 0);
-  h.handle = (uint64_t)(uintptr_t)buf;
-  h.offset = offset;
-  h.length = n;
+  xfer_code rc = XFER_E_OK;
   pthread_mutex_lock(&p->lock);
-  xfer_code rc = request(p, dev, h, NULL, 0, NULL, XFER_OP_VERIFY, err);
-  if (!rc) *crc = (uint32_t)p->answer.handle;
+  for (size_t i = 0; i < count && !rc; i++) {
+    wire_header h = wire_make(WIRE_CRC, 0);
+    h.handle = (uint64_t)(uintptr_t)pieces[i].buf;
+    h.offset = pieces[i].offset;
+    h.length = pieces[i].n;
+    rc = request(p, dev, h, NULL, 0, NULL, XFER_OP_VERIFY, err);
+    if (!rc) crc[i] = (uint32_t)p->answer.handle;
+  }
   pthread_mutex_unlock(&p->lock);
   return rc;
 }

@@ -1,0 +1,310 @@
+/*
+** sums.c -- the CRC32C of byte ranges where they lie. Host memory is summed by the sum pool
+** (half the CPUs): a large range cut into pieces of XFER_SUM_PIECE bytes and their sums joined,
+** a batch's small ranges in bundles of about that many bytes. A device sums its own memory
+** (copy->crc32c, a batch's ranges in one call), else its bytes are read back in chunks. A
+** verified move's host ends are summed beside the move: the source's pieces as it starts, the
+** target's as they land (the runner lands it in steps for that), so that a sum costs the move
+** little more than its last piece.
+*/
+#include <stdlib.h>
+
+#include "sums.h"
+
+/* What a checksum of device memory reads at a time, into host memory of the pool. */
+#define READ_CHUNK ((size_t)4 << 20)
+/* The steps a verified move's host target lands in: each step's pieces are summed while the
+** next step moves. */
+#define LAND_STEP ((size_t)32 << 20)
+
+/* -- Tasks of the sum pool ------------------------------------------------------------------ */
+
+/* A stretch of host memory. */
+typedef struct xfer_sum_seg seg;
+struct xfer_sum_seg {
+  const char *at;
+  size_t n;
+};
+
+/* A task: the sums of segs[first .. last), into crc[first .. last). */
+struct xfer_sum_task {
+  const seg *segs;
+  uint32_t *crc;
+  size_t first, last;
+  int spawned;
+  xfer_spawned task;
+};
+
+static void *sum_segs(void *arg)
+{
+  xfer_sum_task *t = arg;
+  for (size_t i = t->first; i < t->last; i++) t->crc[i] = xfer_crc32c(0, t->segs[i].at, t->segs[i].n);
+  return NULL;
+}
+
+/* Given to the pool; summed here and now when no thread can be had. */
+static void task_start(xfer_sum_task *t, const seg *segs, uint32_t *crc, size_t first, size_t last)
+{
+  t->segs = segs;
+  t->crc = crc;
+  t->first = first;
+  t->last = last;
+  t->spawned = !xfer_spawn(XFER_POOL_SUMS, sum_segs, t, &t->task);
+  if (!t->spawned) sum_segs(t);
+}
+
+static void task_wait(xfer_sum_task *t)
+{
+  if (t->spawned) xfer_spawned_join(&t->task);
+  t->spawned = 0;
+}
+
+/* n bytes cut into pieces of XFER_SUM_PIECE: their segments, sums and a task each (NULL when
+** out of memory: the caller sums in one). */
+static seg *pieces_of(const char *at, size_t n, size_t *count, uint32_t **crc, xfer_sum_task **tasks)
+{
+  *count = (n + XFER_SUM_PIECE - 1) / XFER_SUM_PIECE;
+  seg *segs = calloc(*count, sizeof *segs);
+  *crc = calloc(*count, sizeof **crc);
+  *tasks = calloc(*count, sizeof **tasks);
+  if (!segs || !*crc || !*tasks) {
+    free(segs), free(*crc), free(*tasks);
+    *tasks = NULL;
+    *crc = NULL;
+    return NULL;
+  }
+  for (size_t i = 0; i < *count; i++) {
+    segs[i].at = at + i * XFER_SUM_PIECE;
+    segs[i].n = n - i * XFER_SUM_PIECE < XFER_SUM_PIECE ? n - i * XFER_SUM_PIECE : XFER_SUM_PIECE;
+  }
+  return segs;
+}
+
+/* The sum of n bytes of host memory: by the pool's threads in pieces where that pays. */
+static uint32_t host_sum(const char *at, size_t n)
+{
+  size_t count = 0;
+  xfer_sum_task *tasks = NULL;
+  uint32_t *sums = NULL;
+  seg *segs = n >= 2 * XFER_SUM_PIECE ? pieces_of(at, n, &count, &sums, &tasks) : NULL;
+  if (!segs) return xfer_crc32c(0, at, n);
+  for (size_t i = 0; i + 1 < count; i++) task_start(&tasks[i], segs, sums, i, i + 1);
+  sums[count - 1] = xfer_crc32c(0, segs[count - 1].at, segs[count - 1].n);
+  for (size_t i = 0; i + 1 < count; i++) task_wait(&tasks[i]);
+  uint32_t crc = xfer_crc32c_of_stretches(sums, count, XFER_SUM_PIECE, n);
+  free(tasks), free(sums), free(segs);
+  return crc;
+}
+
+/* -- Device memory --------------------------------------------------------------------------- */
+
+/* Whether the device is asked to sum its memory: a GPU of its own memory is (a kernel sums
+** hundreds of GB/s where it lies); one whose memory is the host's (PoCL, lavapipe: a kernel
+** run by the CPU, byte by byte) is read and summed by the CPU's instruction, many times
+** faster. XFER_DEVICE_SUMS=1 asks every device, 0 none. */
+static int sums_itself(const xfer_device *dev)
+{
+  int asked = xfer_env_flag("XFER_DEVICE_SUMS");
+  return asked == 2 ? !dev->unified : asked;
+}
+
+/* The sum of a range of device memory read back in chunks. */
+static xfer_code read_back_sum(xfer_tensor *t, size_t offset, size_t n, uint32_t *crc, xfer_error *err)
+{
+  xfer_device *host_dev = xfer_host_of(t->dev->ctx);
+  size_t chunk = n < READ_CHUNK ? n : READ_CHUNK;
+  xfer_block *scratch = NULL;
+  xfer_code rc = xfer_mem_alloc(host_dev, chunk, &scratch, err);
+  char *bytes = rc ? NULL : xfer_be_host_address(host_dev, scratch->buf, scratch->offset);
+  for (size_t at = 0; !rc && at < n; at += chunk) {
+    size_t len = n - at < chunk ? n - at : chunk;
+    rc = xfer_be_read(t->dev, t->buf, t->offset + offset + at, bytes, len, err);
+    if (!rc) *crc = xfer_crc32c(*crc, bytes, len);
+  }
+  xfer_mem_free(scratch);
+  return rc;
+}
+
+xfer_code xfer_range_crc32c(xfer_tensor *t, size_t offset, size_t n, uint32_t *crc,
+                            xfer_error *err)
+{
+  *crc = 0;
+  const char *host = n ? xfer_be_host_address(t->dev, t->buf, t->offset) : NULL;
+  if (!n || host) {
+    if (n) *crc = host_sum(host + offset, n);
+    return XFER_E_OK;
+  }
+  xfer_sum_piece piece = {t->buf, t->offset + offset, n};
+  xfer_code own = sums_itself(t->dev) ? xfer_be_crc32c(t->dev, &piece, 1, crc, err) : XFER_E_UNSUPPORTED;
+  if (own != XFER_E_UNSUPPORTED) return own; /* summed by the device */
+  return read_back_sum(t, offset, n, crc, err);
+}
+
+/* The device ranges of ranges[] on ranges[first]'s device, from `first` on, summed by one call
+** of the device where it sums its own (else each read back); *seen marks them. */
+static xfer_code device_sums(const xfer_sum_range *ranges, size_t count, size_t first,
+                             unsigned char *seen, uint32_t *crc, xfer_error *err)
+{
+  xfer_device *dev = ranges[first].t->dev;
+  xfer_sum_piece *pieces = malloc((count - first) * sizeof *pieces);
+  size_t *index = malloc((count - first) * sizeof *index);
+  uint32_t *sums = malloc((count - first) * sizeof *sums);
+  xfer_code rc = pieces && index && sums ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  size_t k = 0;
+  for (size_t i = first; !rc && i < count; i++) {
+    if (seen[i] || ranges[i].t->dev != dev) continue;
+    seen[i] = 1;
+    index[k] = i;
+    pieces[k++] = (xfer_sum_piece){ranges[i].t->buf, ranges[i].t->offset + ranges[i].at, ranges[i].n};
+  }
+  xfer_code own = rc ? rc : sums_itself(dev) ? xfer_be_crc32c(dev, pieces, k, sums, err) : XFER_E_UNSUPPORTED;
+  if (own == XFER_E_UNSUPPORTED) { /* read back, each */
+    own = XFER_E_OK;
+    for (size_t j = 0; !own && j < k; j++) {
+      sums[j] = 0;
+      own = read_back_sum(ranges[index[j]].t, ranges[index[j]].at, ranges[index[j]].n, &sums[j], err);
+    }
+  }
+  for (size_t j = 0; !own && j < k; j++) crc[index[j]] = sums[j];
+  free(pieces);
+  free(index);
+  free(sums);
+  return own;
+}
+
+/* The host ranges of ranges[] in bundles of about XFER_SUM_PIECE bytes, one task each:
+** segs[] and tasks[] (as many as ranges, at most) filled, *nsegs and *ntasks said. */
+static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned char *seen,
+                         size_t *index, seg *segs, uint32_t *sums, size_t *nsegs, xfer_sum_task *tasks,
+                         size_t *ntasks)
+{
+  size_t k = 0, first = 0, bytes = 0;
+  *ntasks = 0;
+  for (size_t i = 0; i < count; i++) {
+    const char *host = ranges[i].n ? xfer_be_host_address(ranges[i].t->dev, ranges[i].t->buf,
+                                                          ranges[i].t->offset) : NULL;
+    if (!host && ranges[i].n) continue;
+    seen[i] = 1;
+    index[k] = i;
+    segs[k++] = (seg){host ? host + ranges[i].at : NULL, ranges[i].n};
+    bytes += ranges[i].n;
+    if (bytes >= XFER_SUM_PIECE) {
+      task_start(&tasks[(*ntasks)++], segs, sums, first, k);
+      first = k;
+      bytes = 0;
+    }
+  }
+  if (first < k) task_start(&tasks[(*ntasks)++], segs, sums, first, k);
+  *nsegs = k;
+}
+
+xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc, xfer_error *err)
+{
+  if (!count) return XFER_E_OK;
+  unsigned char *seen = calloc(count, 1);
+  size_t *index = malloc(count * sizeof *index);
+  seg *segs = malloc(count * sizeof *segs);
+  uint32_t *sums = malloc(count * sizeof *sums);
+  xfer_sum_task *tasks = calloc(count, sizeof *tasks);
+  if (!seen || !index || !segs || !sums || !tasks) {
+    free(seen), free(index), free(segs), free(sums), free(tasks);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
+  size_t nsegs = 0, ntasks = 0;
+  host_bundles(ranges, count, seen, index, segs, sums, &nsegs, tasks, &ntasks);
+  xfer_code rc = XFER_E_OK; /* the devices sum theirs while the pool sums the host's */
+  for (size_t i = 0; i < count && !rc; i++)
+    if (!seen[i]) rc = device_sums(ranges, count, i, seen, crc, err);
+  for (size_t j = 0; j < ntasks; j++) task_wait(&tasks[j]);
+  for (size_t j = 0; j < nsegs; j++) crc[index[j]] = sums[j];
+  free(seen), free(index), free(segs), free(sums), free(tasks);
+  return rc;
+}
+
+/* -- A move verified as it runs ---------------------------------------------------------------- */
+
+static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
+{
+  e->t = t;
+  e->at = at;
+  const char *host = xfer_be_host_address(t->dev, t->buf, t->offset);
+  e->host = host ? host + at : NULL;
+  e->segs = NULL;
+  e->sums = NULL;
+  e->tasks = NULL;
+  e->count = e->started = 0;
+  if (e->host && n >= 2 * XFER_SUM_PIECE)
+    e->segs = pieces_of(e->host, n, &e->count, &e->sums, &e->tasks);
+}
+
+void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, xfer_tensor *dst,
+                       size_t dst_at, size_t n)
+{
+  v->on = on && n;
+  v->n = n;
+  v->landed = 0;
+  if (!v->on) return;
+  end_begin(&v->ends[0], src, src_at, n);
+  end_begin(&v->ends[1], dst, dst_at, n);
+  xfer_verify_side *source = &v->ends[0];
+  for (; source->segs && source->started < source->count; source->started++)
+    task_start(&source->tasks[source->started], source->segs, source->sums, source->started,
+               source->started + 1);
+}
+
+size_t xfer_verify_step(const xfer_verify *v, size_t n)
+{
+  return v->on && v->ends[1].segs && n > LAND_STEP ? LAND_STEP : n;
+}
+
+void xfer_verify_landed(xfer_verify *v, size_t upto)
+{
+  v->landed = upto;
+  if (!v->on) return;
+  xfer_verify_side *target = &v->ends[1];
+  while (target->segs && target->started < target->count &&
+         target->started * XFER_SUM_PIECE + target->segs[target->started].n <= upto) {
+    task_start(&target->tasks[target->started], target->segs, target->sums, target->started,
+               target->started + 1);
+    target->started++;
+  }
+}
+
+/* An end's sum: its pieces' joined, or summed in one now. */
+static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
+{
+  if (!e->segs) return xfer_range_crc32c(e->t, e->at, n, crc, err);
+  for (size_t i = 0; i < e->started; i++) task_wait(&e->tasks[i]);
+  *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
+  return XFER_E_OK;
+}
+
+static void end_release(xfer_verify_side *e)
+{
+  for (size_t i = 0; e->segs && i < e->started; i++) task_wait(&e->tasks[i]);
+  free(e->tasks), free(e->sums), free(e->segs);
+  e->segs = NULL;
+  e->sums = NULL;
+  e->tasks = NULL;
+}
+
+xfer_code xfer_verify_end(xfer_verify *v, int moved, xfer_error *err)
+{
+  if (!v->on) return XFER_E_OK;
+  xfer_code rc = XFER_E_OK;
+  uint32_t sent = 0, arrived = 0;
+  if (moved) {
+    xfer_verify_landed(v, v->n);
+    /* the ends summed in one (a device's) first: the pool's pieces run meanwhile */
+    rc = v->ends[0].segs ? XFER_E_OK : end_sum(&v->ends[0], v->n, &sent, err);
+    if (!rc && !v->ends[1].segs) rc = end_sum(&v->ends[1], v->n, &arrived, err);
+    if (!rc && v->ends[0].segs) rc = end_sum(&v->ends[0], v->n, &sent, err);
+    if (!rc && v->ends[1].segs) rc = end_sum(&v->ends[1], v->n, &arrived, err);
+  }
+  end_release(&v->ends[0]);
+  end_release(&v->ends[1]);
+  if (!rc && moved && sent != arrived)
+    rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, v->n, (unsigned)sent,
+                     v->ends[0].t->dev->name, (unsigned)arrived, v->ends[1].t->dev->name);
+  return rc;
+}

@@ -1,0 +1,66 @@
+/*
+** sums.h -- checksums (CRC32C) of byte ranges where they lie, for `verify` (sums.c): host
+** memory summed by the sum pool's threads in parallel, a device's memory by the device itself
+** (copy->crc32c: all of a batch's ranges in one submission) or read back; and a move's two
+** ends summed while it moves. Layer 7 of docs/architecture.md, after context.c.
+*/
+#ifndef XFER_SUMS_H
+#define XFER_SUMS_H
+
+#include "backend_call.h"
+#include "memory.h"
+
+/* Bytes one sum task covers: host ranges are cut into these (and joined again), so that the
+** sum pool's threads share a large range, and a move's target is summed as it lands. */
+#define XFER_SUM_PIECE ((size_t)4 << 20)
+
+/* The CRC32C of bytes [offset, offset+n) of a contiguous tensor (a window; its device held by
+** the caller): in place in host memory (by the sum pool when large), by the device, or read to
+** the host in chunks. */
+xfer_code xfer_range_crc32c(xfer_tensor *t, size_t offset, size_t n, uint32_t *crc,
+                            xfer_error *err);
+
+/* A range of a tensor to be summed. */
+typedef struct xfer_sum_range {
+  xfer_tensor *t;
+  size_t at, n;
+} xfer_sum_range;
+
+/* The CRC32C of each of `count` ranges into crc[], their devices held by the caller: host
+** ranges by the sum pool at once, each device's ranges by one call of its own (copy->crc32c),
+** the rest read back. */
+xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc, xfer_error *err);
+
+/* A move's verification while it runs: each end's host memory summed by the sum pool beside
+** the move (the source's at once, the target's as its bytes land), a device end by the device
+** once the move is done, then both compared. */
+typedef struct xfer_sum_task xfer_sum_task;
+typedef struct xfer_sum_seg xfer_sum_seg;
+typedef struct xfer_verify_side {
+  xfer_tensor *t;
+  size_t at;
+  const char *host;         /* the range in host memory, or NULL: summed at the end */
+  xfer_sum_seg *segs;       /* its pieces (NULL: summed at the end, in one), their sums and */
+  uint32_t *sums;           /* ... the tasks that make them */
+  xfer_sum_task *tasks;
+  size_t count, started;    /* pieces, and those given to the pool */
+} xfer_verify_side;
+typedef struct xfer_verify {
+  int on;
+  size_t n, landed;         /* bytes moved, and those of the target known to have landed */
+  xfer_verify_side ends[2];  /* source, target */
+} xfer_verify;
+
+/* Starts verifying n bytes from src_at of src to dst_at of dst (on: whether to at all). */
+void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, xfer_tensor *dst,
+                       size_t dst_at, size_t n);
+/* The steps a runner moving n bytes should land in for the target's sums to run beside the
+** move (n: no reason to step). */
+size_t xfer_verify_step(const xfer_verify *v, size_t n);
+/* The target's bytes [0, upto) have landed: their pieces may be summed. */
+void xfer_verify_landed(xfer_verify *v, size_t upto);
+/* The move is over (moved: it succeeded): XFER_E_CORRUPT (op verify) where the ends' sums
+** differ; nothing summed still runs when it returns. */
+xfer_code xfer_verify_end(xfer_verify *v, int moved, xfer_error *err);
+
+#endif
