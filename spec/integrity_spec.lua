@@ -59,31 +59,42 @@ describe("integrity #integrity", function()
     end
   end)
 
-  it("has an OpenCL device sum its own memory, as the host sums the same bytes", function()
-    local cl
-    for _, d in ipairs(devices) do if d.runtime == "opencl" then cl = cl or d end end
-    if not cl then return pending("no OpenCL device here: " .. (h.runtime_reason("opencl", "") or "")) end
+  it("has each device with a kernel sum its own memory, as the host sums the same bytes", function()
+    local summers = {}
+    for _, d in ipairs(devices) do
+      if d.runtime == "opencl" or d.runtime == "cuda" then summers[#summers + 1] = d.name end
+    end
+    if #summers == 0 then
+      return pending("no OpenCL or CUDA device here: " .. (h.runtime_reason("opencl", "") or ""))
+    end
     -- a device of the host's memory (PoCL) is read and summed by the CPU unless
     -- XFER_DEVICE_SUMS=1 asks its kernel, as a GPU's is asked
     local script = [[
       local xfer = require "xfer"
-      local cl = xfer.device("]] .. cl.name .. [[")
-      local s = {}
-      for i = 1, 300001 do s[i] = string.char((i * 7919) % 251) end
-      local bytes = table.concat(s)
-      -- shorter than one work-item's stretch (64 KiB), its edges, several, and a window inside
-      for _, n in ipairs({ 1, 100, 65535, 65536, 65537, 300001 }) do
-        local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
-        assert(host:crc32c() == host:to(cl):crc32c(), n .. " bytes")
+      local bytes = xfer.arange(700001, { dtype = "u32" }):tobytes() -- 2.7 MiB
+      for name in ("]] .. table.concat(summers, " ") .. [["):gmatch("%S+") do
+        local d = xfer.device(name)
+        -- shorter than a thread's stretch, edges of OpenCL's 64 KiB and CUDA's 1 MiB pieces,
+        -- several pieces
+        for _, n in ipairs({ 1, 3, 100, 4095, 4096, 65535, 65536, 65537, 2^20 - 1, 2^20,
+                             2^20 + 1, 2^21 + 4097, #bytes }) do
+          local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
+          assert(host:crc32c() == host:to(d):crc32c(), name .. ": " .. n .. " bytes")
+        end
+        local there = xfer.tensor(bytes, { dtype = "u8" }):to(d)
+        -- windows at every alignment: a thread's stretch starts where a word does not
+        for _, from in ipairs({ 2, 3, 4, 5, 70001, 1048577 }) do
+          local len = 1200000 - from
+          local window = there:narrow(1, from, len)
+          assert(xfer.tensor(bytes:sub(from, from + len - 1), { dtype = "u8" }):crc32c() ==
+                 window:crc32c(), name .. ": window from " .. from)
+        end
+        -- who summed it: a kernel's calls, or the one read that sums a copy on the host
+        xfer.faults.fail_at(0)
+        local before = xfer.faults.calls()
+        there:crc32c()
+        print(name .. " calls " .. xfer.faults.calls() - before)
       end
-      local there = xfer.tensor(bytes, { dtype = "u8" }):to(cl)
-      local window = there:narrow(1, 70001, 200000)
-      assert(xfer.tensor(bytes:sub(70001, 270000), { dtype = "u8" }):crc32c() == window:crc32c())
-      -- who summed it: a kernel's calls, or the one read that sums a copy on the host
-      xfer.faults.fail_at(0)
-      local before = xfer.faults.calls()
-      there:crc32c()
-      print("calls " .. xfer.faults.calls() - before)
     ]]
     local file = os.tmpname()
     local f = assert(io.open(file, "w"))
@@ -94,8 +105,12 @@ describe("integrity #integrity", function()
     os.remove(file)
     assert.are.equal(0, c1, kernel)
     assert.are.equal(0, c2, read)
-    assert.is_true(tonumber(kernel:match("calls (%d+)")) > 1, kernel)
-    assert.are.equal(1, tonumber(read:match("calls (%d+)")), read)
+    for _, name in ipairs(summers) do
+      local at = name:gsub("%p", "%%%0")
+      local by_kernel = tonumber(kernel:match(at .. " calls (%d+)"))
+      local by_read = tonumber(read:match(at .. " calls (%d+)"))
+      assert.is_true(by_kernel > 1 and by_kernel > by_read, kernel .. read)
+    end
   end)
 
   it("moves with verify on every pair here, and says corrupt when a bit flipped on the way", function()

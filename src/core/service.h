@@ -61,6 +61,9 @@ void xfer_crc32c_byte_table(uint32_t out[256]);
 /* The CRC32C of a then b from the sums of each: crc_a = xfer_crc32c(0, a), crc_b =
 ** xfer_crc32c(0, b), len_b = b's bytes (how a device's sums of stretches are joined). */
 uint32_t xfer_crc32c_join(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+/* x^(8n) modulo the polynomial, reflected: what a sum is multiplied by to be joined before n
+** bytes (a device joining sums in parallel is given these for n = 2^j). */
+uint32_t xfer_crc32c_shift(size_t n);
 /* The CRC32C of n bytes from the sums of their `count` stretches of `stretch` bytes (the last
 ** the rest), each from 0: what a device summing stretches in parallel gives. */
 uint32_t xfer_crc32c_of_stretches(const uint32_t *sums, size_t count, size_t stretch, size_t n);

@@ -28,6 +28,7 @@ static void release_device(cu_api *api, cu_dev *cd)
     api->cuCtxSetCurrent(cd->context);
     xfer_cu_staging_release(api, cd);
     xfer_cu_many_release(api, cd);
+    xfer_cu_crc_release(api, cd);
     if (cd->stream) api->cuStreamDestroy(cd->stream);
     api->cuDevicePrimaryCtxRelease(cd->device);
   }
@@ -348,6 +349,7 @@ static const xfer_copy_ops cuda_copies = {
   .within = cuda_copy,
   .many = xfer_cu_many,
   .many_again = xfer_cu_many_again,
+  .crc32c = xfer_cu_crc32c,
   .many_forget = xfer_cu_many_forget,
   .within_rows = cuda_copy_rows,
   .peer = cuda_peer,

@@ -71,6 +71,12 @@ typedef struct cu_dev {
   } kept[XFER_CU_KEPT];
   uint64_t kept_clock;
   int kept_lock;
+  /* sums (cuda_crc.c): the kernel and its table, loaded on first use, and room for the
+  ** descriptors and sums of a call */
+  CUmodule crc_module;
+  CUfunction crc_fn;
+  CUdeviceptr crc_table, crc_room;
+  size_t crc_room_bytes;
 } cu_dev;
 
 /* cuda_load.c */

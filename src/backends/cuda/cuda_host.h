@@ -53,6 +53,11 @@ xfer_code xfer_cu_many_again(xfer_device *dev, const xfer_piece *pieces, size_t 
                              xfer_error *err);
 void xfer_cu_many_forget(xfer_device *dev, uint64_t keep);
 void xfer_cu_many_release(cu_api *api, cu_dev *cd);
+/* cuda_crc.c: the CRC32C of ranges of device memory by a kernel (xfer_copy_ops.crc32c), and
+** what it keeps */
+xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
+                         xfer_error *err);
+void xfer_cu_crc_release(cu_api *api, cu_dev *cd);
 /* cuda_shared.c: memory other runtimes of the GPU import (xfer_backend.alloc_shared) */
 void xfer_cu_shared_probe(xfer_device *dev);
 xfer_code xfer_cu_alloc_shared(xfer_device *dev, size_t n, void **buf, int *fd,
