@@ -14,6 +14,7 @@
 static const char *const fault_ops[] = {
   "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
   "send", "recv", /* send, recv: the remote runtime's messages */
+  "verify",         /* a device's own sum of its memory (its kernel's calls) */
   "corrupt",        /* a move into the runtime's memory lands with one bit flipped (the runner
                     ** flips it once the bytes are in: what a link that corrupts would leave) */
   NULL,

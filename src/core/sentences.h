@@ -116,7 +116,7 @@
   "unknown runtime '%s' (expected host, cuda, vulkan, opencl, remote or file)"
 #define XFER_S_FAULT_OP_UNKNOWN \
   "unknown op '%s' (expected alloc, read, write, copy, peer, import, export, register, map, " \
-  "sync, send, recv or corrupt)"
+  "sync, send, recv, verify or corrupt)"
 #define XFER_S_FAULT_NTH_COUNT "nth and count must be at least 1 (got nth=%d, count=%d)"
 #define XFER_S_FAULT_TOO_MANY_RULES "too many fault rules (at most %d)"
 #define XFER_S_FAULT_RULE_TOO_LONG "fault rule too long: '%.*s'"
