@@ -182,7 +182,7 @@ uint32_t xfer_crc32c_join(uint32_t crc_a, uint32_t crc_b, size_t len_b)
 uint32_t xfer_crc32c_of_stretches(const uint32_t *sums, size_t count, size_t stretch, size_t n)
 {
   if (!count) return 0;
-  uint32_t crc = sums[0], whole = x_to_8n(stretch);
+  uint32_t crc = sums[0], whole = count > 2 ? x_to_8n(stretch) : 0; /* (a few us: not for one) */
   for (size_t i = 1; i + 1 < count; i++) crc = multiply(whole, crc) ^ sums[i];
   return count == 1 ? crc : xfer_crc32c_join(crc, sums[count - 1], n - (count - 1) * stretch);
 }
