@@ -6,7 +6,7 @@ cd "$XFER_ROOT"
 
 # Debian packages the build and the specs need.
 XFER_PACKAGES="cmake make gcc libc6-dev pkg-config luajit libluajit-5.1-dev lua-busted
-  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libvulkan-dev mesa-vulkan-drivers
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libvulkan-dev mesa-vulkan-drivers glslc
   vulkan-validationlayers python3-numpy luarocks libucx-dev ucx-utils liburing-dev zlib1g-dev
   lua-dkjson lua-argparse python3-venv python3-setuptools curl patch"
 

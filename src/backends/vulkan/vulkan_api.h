@@ -27,7 +27,12 @@
   X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkBeginCommandBuffer)           \
   X(vkEndCommandBuffer) X(vkCmdCopyBuffer) X(vkQueueSubmit) X(vkCreateFence)            \
   X(vkDestroyFence) X(vkWaitForFences) X(vkGetFenceStatus) X(vkResetFences) X(vkDeviceWaitIdle) \
-  X(vkResetCommandBuffer)
+  X(vkResetCommandBuffer) X(vkCreateShaderModule) X(vkDestroyShaderModule)                 \
+  X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout) X(vkCreatePipelineLayout)   \
+  X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline)              \
+  X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets)          \
+  X(vkUpdateDescriptorSets) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets)                 \
+  X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier)
 
 /* Device entry points that exist only with their extension; NULL otherwise. */
 #define XFER_VK_DEVICE_OPTIONAL(X) X(vkGetMemoryHostPointerPropertiesEXT) X(vkGetMemoryFdKHR)
@@ -72,6 +77,15 @@ typedef struct vk_import {
   VkDeviceMemory memory;
 } vk_import;
 
+/* A tensor's buffer. */
+typedef struct vk_buf {
+  VkBuffer buffer;
+  VkDeviceSize size;            /* the buffer's bytes (0: not known, not made here) */
+  VkDeviceMemory memory;
+  VkDeviceSize memory_size;     /* what an importer of the memory is told */
+  void *mapped;                 /* when the memory is host-visible: mapped for its lifetime */
+} vk_buf;
+
 typedef struct vk_dev {
   VkPhysicalDevice physical;
   VkDevice device;
@@ -90,19 +104,27 @@ typedef struct vk_dev {
   long long injected;           /* the code an injected fault reports */
   vk_staging staging;
   vk_queued queued[XFER_QUEUE_SLOTS];
+  /* sums (vulkan_crc.c): the compute pipeline, made on first use (crc_refused: it could not
+  ** be), its descriptor set, and host-visible buffers for its table, pieces and sums */
+  VkShaderModule crc_shader;
+  VkDescriptorSetLayout crc_set_layout;
+  VkPipelineLayout crc_layout;
+  VkPipeline crc_pipeline;
+  VkDescriptorPool crc_pool;
+  VkDescriptorSet crc_set;
+  vk_buf crc_table, crc_pieces, crc_sums;
+  size_t crc_room;              /* pieces crc_pieces and crc_sums hold */
+  int crc_refused;
+  VkDeviceSize max_storage_range, storage_alignment;
 #define XFER_VK_POINTER(name) PFN_##name name;
   XFER_VK_DEVICE(XFER_VK_POINTER)
   XFER_VK_DEVICE_OPTIONAL(XFER_VK_POINTER)
 #undef XFER_VK_POINTER
 } vk_dev;
 
-/* A tensor's buffer. */
-typedef struct vk_buf {
-  VkBuffer buffer;
-  VkDeviceMemory memory;
-  VkDeviceSize memory_size;     /* what an importer of the memory is told */
-  void *mapped;                 /* when the memory is host-visible: mapped for its lifetime */
-} vk_buf;
+
+/* vulkan_crc.c: what the sums made (pipeline, buffers), let go before the device goes */
+void xfer_vk_crc_release(vk_dev *vd);
 
 /* vulkan_load.c */
 xfer_code xfer_vk_load(vk_api *api, xfer_error *err);

@@ -69,6 +69,7 @@ xfer_code xfer_vk_create_buffer(xfer_device *dev, xfer_op op, VkDeviceSize n,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   xfer_code rc = VK(dev, op, err, vkCreateBuffer, vd->device, &info, NULL, &b->buffer);
   if (rc) return rc;
+  b->size = n;
   VkMemoryRequirements req;
   vd->vkGetBufferMemoryRequirements(vd->device, b->buffer, &req);
   uint32_t usable = req.memoryTypeBits & types;

@@ -49,6 +49,10 @@ xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_e
 ** segment), or NULL: memory xferlua does not own, a driver without the import, n < min. */
 const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n, size_t min);
 
+/* vulkan_crc.c: the CRC32C of ranges of buffers by a compute shader (xfer_copy_ops.crc32c) */
+xfer_code xfer_vk_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
+                         xfer_error *err);
+
 /* vulkan_many.c: a batch of copies (xfer_copy_ops.many) */
 xfer_code xfer_vk_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);
 

@@ -165,6 +165,7 @@ static VkBufferUsageFlags tensor_usage(void)
 static void destroy_device(vk_dev *vd)
 {
   if (vd->device) {
+    xfer_vk_crc_release(vd);
     if (vd->fence) vd->vkDestroyFence(vd->device, vd->fence, NULL);
     if (vd->pool) vd->vkDestroyCommandPool(vd->device, vd->pool, NULL);
     vd->vkDestroyDevice(vd->device, NULL);
@@ -256,6 +257,8 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
     return;
   }
   vd->physical = pd;
+  vd->max_storage_range = basic.limits.maxStorageBufferRange;
+  vd->storage_alignment = basic.limits.minStorageBufferOffsetAlignment;
   if (!find_queue_family(api, pd, &vd->queue_family)) {
     free(vd); /* no compute or transfer queue: not a device for us */
     return;
