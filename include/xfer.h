@@ -379,6 +379,11 @@ typedef struct xfer_transfer_opts {
   ** where its runtime can (copy->crc32c: OpenCL, a remote device's server), else it is read
   ** back to the host for its sum. -1: not checked; 0: as xfer_config's verify. */
   int verify;
+  /* seconds the move (a batch's run, an asynchronous move from its start call) may take: past
+  ** them it ends XFER_E_TIMEOUT at the next step it takes or wait it makes -- a device's wait
+  ** ends at the deadline, never blocking beyond it -- and its target is not valid (reading it
+  ** is XFER_E_INVALID until it is written again). 0: as xfer_config's timeout; < 0: none. */
+  double timeout;
 } xfer_transfer_opts;
 
 #define XFER_PLAN_MAX_STEPS 6
@@ -491,6 +496,12 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err);
 /* Waits for the move: XFER_E_OK and *out (a new reference), or its error. May be called
 ** again: the same tensor or error comes back. */
 xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err);
+/* Cancels the job and waits for it: returns only once nothing more will be written into its
+** targets -- a move not started never starts, a running one stops at its next step (a staged
+** chunk, a batch's group), its copies in flight waited for. The job then ends XFER_E_CANCELED
+** (op "cancel"; xfer_job_wait says it) unless it had ended already (a no-op then), and its
+** targets not written are not valid (xfer_transfer_opts.timeout says what that means). */
+xfer_code xfer_job_cancel(xfer_job *job);
 /* Waits, then drops the job (and its result, unless taken with xfer_job_wait). */
 void xfer_job_release(xfer_job *job);
 /* Drops the job without waiting: a move still running finishes on its thread, which then
@@ -542,6 +553,8 @@ typedef struct xfer_config {
                          ** place), 4 KiB to 64 MiB (default 64 MiB: over cuda_ipc a request's
                          ** round trip outweighs its copy -- 4 MiB ran at 0.38-0.48 TB/s, 64 MiB
                          ** at 1.7) */
+  double timeout;        /* seconds every move may take unless its options say (as
+                         ** xfer_transfer_opts.timeout; 0: none, the default; 0.001 to 86400) */
 } xfer_config;
 
 /* -- What the planner remembers ---------------------------------------------------------- */

@@ -22,11 +22,12 @@
   XFER_ERRDEF(DEVICE_LOST, "device_lost", "the device was lost")            \
   XFER_ERRDEF(IN_USE, "in_use", "the tensor's memory is in use by its views")            \
   XFER_ERRDEF(PEER_LOST, "peer_lost", "the remote peer was lost")                       \
-  XFER_ERRDEF(TIMEOUT, "timeout", "the remote operation passed its deadline")            \
+  XFER_ERRDEF(TIMEOUT, "timeout", "the operation passed its deadline")                    \
   XFER_ERRDEF(UNREACHABLE, "unreachable", "the remote peer could not be reached")       \
   XFER_ERRDEF(UNAUTHORIZED, "unauthorized", "the remote peer refused the token")        \
   XFER_ERRDEF(VERSION_MISMATCH, "version_mismatch", "the remote peer speaks another protocol version") \
-  XFER_ERRDEF(CORRUPT, "corrupt", "the bytes that arrived are not the bytes sent")
+  XFER_ERRDEF(CORRUPT, "corrupt", "the bytes that arrived are not the bytes sent")        \
+  XFER_ERRDEF(CANCELED, "canceled", "the operation was canceled")
 
 /* XFER_OPDEF(NAME, name, failure) -- the operations the core and the backends tell apart:
 ** a driver call's phase (what fault rules target and backends fail in) and the steps of a
@@ -59,6 +60,9 @@
   XFER_OPDEF(CONVERT, "convert", INVALID)                                     \
   XFER_OPDEF(VERIFY, "verify", READ)                                          \
   XFER_OPDEF(CORRUPT, "corrupt", CORRUPT)                                     \
+  XFER_OPDEF(STALL, "stall", TIMEOUT)                                         \
+  XFER_OPDEF(DEADLINE, "deadline", TIMEOUT)                                   \
+  XFER_OPDEF(CANCEL, "cancel", CANCELED)                                      \
   /* the API calls the core and the layers above it name in their errors */    \
   XFER_OPDEF(BATCH, "batch", INVALID)                                         \
   XFER_OPDEF(CLOSE, "close", INVALID)                                         \

@@ -62,7 +62,7 @@ local cases = {
   { "to with a bad path", function() t:to("host", { via = "pcie" }) end,
     "to: unknown path 'pcie' (expected auto, same_device, same_runtime, interop, direct, staged or host)" },
   { "to with an unknown option", function() t:to("host", { async = true }) end,
-    "to: unknown option 'async' (known: via, dtype, progress, verify)" },
+    "to: unknown option 'async' (known: via, dtype, progress, verify, timeout)" },
   { "method on a non-tensor", function() t.to({}, "host") end,
     "bad argument #1 to 'to' (xfer.Tensor expected, got table)" },
   { "copy_from a non-tensor", function() t:copy_from({ 1, 2, 3 }) end,

@@ -564,6 +564,17 @@ static xfer_code planned_copy_error(const xfer_group *gr, const xfer_batch_item 
 }
 
 /* The whole batch (ALL_PARTS), or one part of it. */
+/* The targets of the run's elements: written (done) are valid; a run that timed out or was
+** canceled leaves the others not valid. */
+static void marked_valid(xfer_batch *b, size_t part, xfer_code rc)
+{
+  for (size_t i = 0; i < b->n; i++) {
+    if (part != ALL_PARTS && part_of(b, i) != part) continue;
+    if (b->done[i]) xfer_tensor_set_valid(b->items[i].dst, XFER_E_OK);
+    else xfer_tensor_set_valid(b->items[i].dst, rc);
+  }
+}
+
 static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
 {
   if (!b) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_BATCH, XFER_S_BATCH_NULL);
@@ -572,11 +583,19 @@ static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
   if (hi > lo) memset(b->done + lo, 0, hi - lo);
   xfer_code idle = b->nidle ? run_idle(b, part, err) : XFER_E_OK;
   if (idle) return idle;
-  for (size_t g = 0; g < b->ngroups; g++) {
+  xfer_watch outer = xfer_transfer_watch(b->ctx, b->has_opts ? &b->opts : NULL);
+  xfer_code rc = XFER_E_OK;
+  uint64_t moved = 0;
+  for (size_t g = 0; g < b->ngroups && !rc; g++) {
     xfer_group *gr = &b->groups[g];
     if (part != ALL_PARTS && gr->part != part) continue;
     const xfer_batch_item *it = &b->items[b->order[gr->first]];
-    xfer_code rc;
+    /* canceled or past its deadline: the groups left do not start */
+    if ((rc = xfer_watch_check(moved, b->bytes, err))) {
+      rc = element_error(err, b->order[gr->first], b->n, rc);
+      break;
+    }
+    moved += gr->general ? xfer_item_bytes(it) : gr->bytes;
     if (gr->general) {
       rc = gr->planned ? planned_copy_error(gr, it, err)
                        : xfer_plan_run(gr->plan, it->src, it->dst, b->has_opts ? &b->opts : NULL,
@@ -588,14 +607,16 @@ static xfer_code run_all(xfer_batch *b, size_t part, xfer_error *err)
       rc = xfer_group_run(gr, b->done, &failed, err);
       rc = element_error(err, failed, b->n, rc);
     }
-    if (rc) return rc;
   }
-  return XFER_E_OK;
+  xfer_watch_restore(outer);
+  marked_valid(b, part, rc);
+  return rc;
 }
 
 size_t xfer_batch_count(const xfer_batch *b) { return b ? b->n : 0; }
 xfer_ctx *xfer_batch_ctx(const xfer_batch *b) { return b ? b->ctx : NULL; }
 size_t xfer_batch_bytes(const xfer_batch *b) { return b ? b->bytes : 0; }
+double xfer_batch_timeout(const xfer_batch *b) { return b && b->has_opts ? b->opts.timeout : 0; }
 int xfer_batch_done(const xfer_batch *b, size_t i) { return b && i < b->n && b->done[i]; }
 
 void xfer_batch_groups(const xfer_batch *b, size_t *groups, size_t *submitted_at_once)

@@ -15,5 +15,7 @@ xfer_code xfer_batch_run_claimed(xfer_batch *b, xfer_error *err);
 void xfer_batch_unclaim(xfer_batch *b); /* the claim given back unused */
 /* The context of its tensors (NULL for an empty batch). */
 xfer_ctx *xfer_batch_ctx(const xfer_batch *b);
+/* The run's timeout its options ask for (0: the context's). */
+double xfer_batch_timeout(const xfer_batch *b);
 
 #endif

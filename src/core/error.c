@@ -147,8 +147,8 @@ void xfer_err_frame(xfer_error *err, const xfer_device *from, const xfer_device 
   else if (id == XFER_OP_ALLOC)
     put_message(err, XFER_S_FRAME_ALLOC_FOR_MOVE, nbytes, t,
                 f, cause);
-  else if (id == XFER_OP_PROGRESS)
-    put_message(err, XFER_S_FRAME_STOPPED, nbytes, f, t, cause);
+  else if (id == XFER_OP_PROGRESS || id == XFER_OP_DEADLINE || id == XFER_OP_CANCEL)
+    put_message(err, XFER_S_FRAME_STOPPED, nbytes, f, t, cause); /* stopped between steps */
   else if (between)
     put_message(err, XFER_S_FRAME_ON_THE_WAY, op, f, t, d, cause);
   else if (id == XFER_OP_READ)

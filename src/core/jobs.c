@@ -25,6 +25,9 @@ struct xfer_job {
   uint64_t bytes_done, bytes_total; /* progress (atomic) */
   int (*user_progress)(void *ud, uint64_t done, uint64_t total); /* the caller's, if any */
   void *user_ud;
+  int canceled;                 /* xfer_job_cancel: the move stops at its next step (atomic) */
+  double deadline_at;           /* from the start call's timeout (xfer_now() seconds), 0: none */
+  double timeout;
 };
 
 /* The job's own progress callback: counts for xfer_job_progress, then the caller's. */
@@ -88,6 +91,9 @@ static void *run_job(void *arg)
 {
   xfer_job *job = arg;
   xfer_ctx *ctx = job->ctx;
+  /* a job waiting its turn counts its deadline from the start call, and may be canceled
+  ** before it starts: then it ends at its first step */
+  xfer_watch outer = xfer_watch_install(job->deadline_at, job->timeout, &job->canceled);
   if (job->batch) {
     job->rc = xfer_batch_run_claimed(job->batch, &job->err); /* claimed by xfer_batch_start */
     xfer_batch_release(job->batch);
@@ -98,6 +104,7 @@ static void *run_job(void *arg)
     xfer_tensor_release(job->src);
     job->src = NULL;
   }
+  xfer_watch_restore(outer);
   pthread_mutex_lock(&job->lock);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&job->ended);
@@ -132,6 +139,10 @@ xfer_code xfer_transfer_start(xfer_tensor *src, xfer_device *dst_dev,
   job->opts.progress = job_progress;
   job->opts.progress_ud = job;
   job->bytes_total = src->nbytes;
+  double configured;
+  __atomic_load(&src->dev->ctx->config.timeout, &configured, __ATOMIC_RELAXED);
+  job->timeout = job->opts.timeout ? job->opts.timeout : configured;
+  job->deadline_at = job->timeout > 0 ? xfer_now() + job->timeout : 0;
   mark_busy(src, 1);
   jobs_running(job->ctx, 1);
   if (xfer_spawn(XFER_POOL_JOBS, run_job, job, NULL)) {
@@ -159,6 +170,10 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
   job->ctx = xfer_batch_ctx(batch); /* NULL for an empty batch: no context to count it in */
   if (job->ctx) xfer_ctx_retain(job->ctx);
   job->bytes_total = xfer_batch_bytes(batch);
+  double asked = xfer_batch_timeout(batch), configured = 0;
+  if (job->ctx) __atomic_load(&job->ctx->config.timeout, &configured, __ATOMIC_RELAXED);
+  job->timeout = asked ? asked : configured;
+  job->deadline_at = job->timeout > 0 ? xfer_now() + job->timeout : 0;
   jobs_running(job->ctx, 1);
   if (xfer_spawn(XFER_POOL_JOBS, run_job, job, NULL)) {
     jobs_running(job->ctx, -1);
@@ -206,6 +221,14 @@ static void caller_done(xfer_job *job)
   pthread_mutex_unlock(&job->lock);
   xfer_tensor_release(result);
   job_unref(job);
+}
+
+xfer_code xfer_job_cancel(xfer_job *job)
+{
+  if (!job) return XFER_E_OK;
+  __atomic_store_n(&job->canceled, 1, __ATOMIC_RELEASE);
+  join(job); /* nothing more writes into its targets once its thread is through */
+  return XFER_E_OK;
 }
 
 void xfer_job_release(xfer_job *job)

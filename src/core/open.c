@@ -38,12 +38,14 @@ void xfer_config_get(const xfer_ctx *ctx, xfer_config *out)
   out->remote_depth = __atomic_load_n(&ctx->config.remote_depth, __ATOMIC_RELAXED);
   out->remote_device_chunk = __atomic_load_n(&ctx->config.remote_device_chunk, __ATOMIC_RELAXED);
   out->verify = __atomic_load_n(&ctx->config.verify, __ATOMIC_RELAXED);
+  __atomic_load(&ctx->config.timeout, &out->timeout, __ATOMIC_RELAXED);
 }
 
 xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *err)
 {
   /* every owner checks its own, before any setting is kept */
   xfer_code refused = xfer_route_config_check(config, err);
+  if (!refused) refused = xfer_watch_config_check(config, err);
   if (!refused) refused = xfer_mem_config_check(config, err);
   if (!refused) refused = xfer_ledger_config_check(config, err);
   for (size_t r = 0; r < XFER_RUNTIMES && !refused; r++)
@@ -59,6 +61,7 @@ xfer_code xfer_config_set(xfer_ctx *ctx, const xfer_config *config, xfer_error *
   __atomic_store_n(&ctx->config.cache, config->cache, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.cache_limit, config->cache_limit, __ATOMIC_RELAXED);
   __atomic_store_n(&ctx->config.verify, config->verify != 0, __ATOMIC_RELAXED); /* the runner's */
+  __atomic_store(&ctx->config.timeout, &config->timeout, __ATOMIC_RELAXED);
   xfer_mem_config_applied(ctx, config);
   return XFER_E_OK;
 }

@@ -171,6 +171,11 @@
 #define XFER_S_COPY_SHAPES_DIFFER "copy_from needs one shape at both ends: target %s, source %s"
 
 /* progress callbacks (progress.c) */
+#define XFER_S_CANCELED "canceled after %llu of %llu bytes"
+#define XFER_S_NOT_VALID \
+  "the tensor holds no valid bytes: a move into it ended %s; write it before reading it"
+#define XFER_S_TIMEOUT_RANGE "%s must be 0 (none) or 0.001 to 86400 seconds, not %g"
+#define XFER_S_DEADLINE_PASSED "passed its deadline (%g s) after %llu of %llu bytes"
 #define XFER_S_PROGRESS_STOPPED \
   "the move was stopped by its progress callback at %llu of %llu bytes"
 

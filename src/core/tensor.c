@@ -24,6 +24,19 @@ xfer_code xfer_tensor_usable(const xfer_tensor *t, xfer_op op, xfer_error *err)
   return XFER_E_OK;
 }
 
+xfer_code xfer_tensor_valid(const xfer_tensor *t, xfer_op op, xfer_error *err)
+{
+  int how = __atomic_load_n(&t->not_valid, __ATOMIC_ACQUIRE);
+  if (!how) return XFER_E_OK;
+  return xfer_err_op(err, XFER_E_INVALID, op, XFER_S_NOT_VALID, xfer_code_name((xfer_code)how));
+}
+
+void xfer_tensor_set_valid(xfer_tensor *t, xfer_code how)
+{
+  if (t && (how == XFER_E_OK || how == XFER_E_TIMEOUT || how == XFER_E_CANCELED))
+    __atomic_store_n(&t->not_valid, (int)how, __ATOMIC_RELEASE);
+}
+
 /* op: the caller's name for what it attempted (a Lua function's), named in the error */
 xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err)
 {
@@ -267,6 +280,7 @@ xfer_code xfer_tensor_read(xfer_tensor *t, void *dst, size_t nbytes, xfer_error 
   if (!t) return xfer_tensor_usable(t, XFER_OP_READ, err); /* before t->dev is touched */
   xfer_device_lock(t->dev);
   xfer_code rc = xfer_tensor_usable(t, XFER_OP_READ, err);
+  if (!rc) rc = xfer_tensor_valid(t, XFER_OP_READ, err);
   if (!rc) rc = check_size(t, nbytes, XFER_OP_READ, err);
   if (!rc && nbytes) {
     rc = t->contiguous ? xfer_be_read(t->dev, t->buf, t->offset, dst, nbytes, err)
@@ -286,6 +300,7 @@ xfer_code xfer_tensor_write(xfer_tensor *t, const void *src, size_t nbytes, xfer
   if (!rc && nbytes) {
     rc = t->contiguous ? xfer_be_write(t->dev, t->buf, t->offset, src, nbytes, err)
                        : xfer_view_move(t, (char *)src, 0, err);
+    if (!rc) xfer_tensor_set_valid(t, XFER_E_OK); /* written again */
     /* a view's scatter reads its span first: a failed read is a read off the device */
     int reading = rc && err && err->op_id == XFER_OP_READ;
     xfer_device *host = xfer_host_of(t->dev->ctx);

@@ -18,6 +18,12 @@
 /* XFER_E_OK where t may be used in `op`: not NULL, not freed (nor its base), its device
 ** neither closed nor lost (xfer_tensor_check with one of the XFER_OPS, no name looked up). */
 xfer_code xfer_tensor_usable(const xfer_tensor *t, xfer_op op, xfer_error *err);
+/* XFER_E_INVALID (op `op`) where a move into t ended with its bytes half written (timeout,
+** canceled) and nothing wrote it since. */
+xfer_code xfer_tensor_valid(const xfer_tensor *t, xfer_op op, xfer_error *err);
+/* How the last move into t ended: XFER_E_TIMEOUT and XFER_E_CANCELED leave it not valid,
+** XFER_E_OK (written) valid; other ends change nothing. */
+void xfer_tensor_set_valid(xfer_tensor *t, xfer_code how);
 /* A new tensor whose allocation failure names `from` (NULL: a fresh tensor). */
 xfer_code xfer_tensor_alloc(xfer_device *dev, xfer_dtype dtype, const xfer_shape *shape,
                             const xfer_device *from, xfer_tensor **out, xfer_error *err);

@@ -305,6 +305,7 @@ xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfe
   xfer_code rc = xfer_hold_take(&h, devs, xfer_group_devices(g, devs), NULL, 0, err);
   for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
     rc = xfer_tensor_usable(g->uses[u].t, XFER_OP_BATCH, err);
+    if (!rc && g->uses[u].first % 2) rc = xfer_tensor_valid(g->uses[u].t, XFER_OP_BATCH, err); /* a source */
     *failed = g->order[g->first + g->uses[u].first / 2];
   }
   if (!rc && g->planned) {
@@ -533,11 +534,21 @@ xfer_code xfer_plan_run(const xfer_move_plan *p, xfer_tensor *src, xfer_tensor *
                         const xfer_transfer_opts *opts, xfer_tensor **out, xfer_error *err)
 {
   run r = {.slot = {src, dst}, .opts = opts};
-  xfer_code rc = run_steps(&r, p, &p->primary, err);
+  xfer_code rc = src ? xfer_tensor_valid(src, XFER_OP_COPY, err) : XFER_E_OK;
+  if (!rc) rc = run_steps(&r, p, &p->primary, err);
+  if (dst && rc != XFER_E_INVALID) xfer_tensor_set_valid(dst, rc); /* (INVALID: not touched) */
   for (int i = XFER_SLOT_A; i < XFER_SLOTS; i++) drop_slot(&r, i);
   if (rc) drop_slot(&r, XFER_SLOT_DST);
   if (!rc && out) *out = r.slot[XFER_SLOT_DST];
   return rc && p->framed ? frame_steps(rc, err, p) : rc;
+}
+
+/* The deadline a move's options ask for, installed from now (transfer.h). */
+xfer_watch xfer_transfer_watch(const xfer_ctx *ctx, const xfer_transfer_opts *opts)
+{
+  double configured = 0; /* (an empty batch has no context) */
+  if (ctx) __atomic_load(&ctx->config.timeout, &configured, __ATOMIC_RELAXED);
+  return xfer_watch_for(opts ? opts->timeout : 0, configured);
 }
 
 xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_transfer_opts *opts,
@@ -547,7 +558,10 @@ xfer_code xfer_transfer_to(xfer_tensor *src, xfer_device *dst_dev, const xfer_tr
   xfer_move_plan plan;
   xfer_code rc = xfer_plan_to(src, dst_dev, opts, &plan, err);
   if (rc) return rc;
-  return xfer_plan_run(&plan, src, NULL, opts, out, err);
+  xfer_watch outer = xfer_transfer_watch(src->dev->ctx, opts);
+  rc = xfer_plan_run(&plan, src, NULL, opts, out, err);
+  xfer_watch_restore(outer);
+  return rc;
 }
 
 xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_transfer_opts *opts,
@@ -556,5 +570,8 @@ xfer_code xfer_transfer_copy(xfer_tensor *dst, xfer_tensor *src, const xfer_tran
   xfer_move_plan plan;
   xfer_code rc = xfer_plan_copy(dst, src, opts, &plan, err);
   if (rc) return rc;
-  return xfer_plan_run(&plan, src, dst, opts, NULL, err);
+  xfer_watch outer = xfer_transfer_watch(src->dev->ctx, opts);
+  rc = xfer_plan_run(&plan, src, dst, opts, NULL, err);
+  xfer_watch_restore(outer);
+  return rc;
 }

@@ -31,4 +31,8 @@ xfer_code xfer_plan_run(const xfer_move_plan *plan, xfer_tensor *src, xfer_tenso
 ** name (a submission fails whole: its first). */
 xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfer_error *err);
 
+/* Installs the deadline a move's (or a batch run's) options ask for -- theirs, else the
+** context's xfer_config timeout -- from now; xfer_watch_restore puts back the one before. */
+xfer_watch xfer_transfer_watch(const xfer_ctx *ctx, const xfer_transfer_opts *opts);
+
 #endif

@@ -386,6 +386,9 @@ struct xfer_tensor {
   int closed;                   /* its device was closed: its memory went with it */
   struct xfer_tensor *prev_on_dev, *next_on_dev; /* dev->tensors (ctx->lock) */
   int busy;                     /* moves using it now: free() waits for them (ctx->lock) */
+  int not_valid;                /* how a move into it ended (XFER_E_TIMEOUT, XFER_E_CANCELED)
+                                ** that may have left its bytes half written: reading it is
+                                ** XFER_E_INVALID until it is written again; 0: valid */
 };
 
 

@@ -34,6 +34,14 @@ static int job_wait(lua_State *L)
   return 1;
 }
 
+/* job:cancel(): returns once nothing more will be written into the job's targets; the job
+** then ends canceled (job:wait() raises it) unless it had ended already. */
+static int job_cancel(lua_State *L)
+{
+  xfer_job_cancel(check_job(L, 1, "cancel")->job); /* (a no-op for one that ended) */
+  return 0;
+}
+
 static int job_done(lua_State *L)
 {
   lua_pushboolean(L, xfer_job_done(check_job(L, 1, "done")->job));
@@ -133,7 +141,8 @@ void xl_open_job(lua_State *L, int module)
 {
   if (luaL_newmetatable(L, XL_TRANSFER)) {
     static const luaL_Reg methods[] = {{"wait", job_wait}, {"done", job_done},
-                                       {"progress", m_progress}, {NULL, NULL}};
+                                       {"progress", m_progress}, {"cancel", job_cancel},
+                                       {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, methods);
     lua_setfield(L, -2, "__index");

@@ -173,9 +173,25 @@ void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err)
   snprintf(err->message, sizeof err->message, "%.200s: %.250s", head, pc->raised);
 }
 
+/* opts.timeout: seconds (> 0), or false for none; absent: 0 (xfer.config's) */
+static double xl_opt_timeout(lua_State *L, int opts, const char *fname)
+{
+  if (lua_isnoneornil(L, opts)) return 0;
+  lua_getfield(L, opts, "timeout");
+  int type = lua_type(L, -1), truth = lua_toboolean(L, -1);
+  double v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  if (type == LUA_TNIL) return 0;
+  if (type == LUA_TBOOLEAN && !truth) return -1;
+  if (type != LUA_TNUMBER || !(v > 0 && v <= 86400))
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'timeout' must be seconds (0 to 86400, "
+                  "not 0) or false for none", fname);
+  return v;
+}
+
 void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
 {
-  static const char *const keys[] = {"via", "dtype", "progress", "verify", NULL};
+  static const char *const keys[] = {"via", "dtype", "progress", "verify", "timeout", NULL};
   xl_check_options(L, opts, fname, keys);
   const char *via = xl_opt_string(L, opts, fname, "via", "auto");
   const char *dtype = xl_opt_string(L, opts, fname, "dtype", NULL);
@@ -200,6 +216,7 @@ void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_o
     if (given) xl_progress_hook(L, opts, &out->progress, &out->progress_ud);
   }
   out->verify = xl_opt_flag(L, opts, fname, "verify"); /* 0: xfer.config's */
+  out->timeout = xl_opt_timeout(L, opts, fname);
   out->via = XFER_PATH_AUTO;
   char known[160];
   if (strcmp(via, "auto") && xfer_path_parse(via, &out->via))

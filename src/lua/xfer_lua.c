@@ -180,6 +180,7 @@ static const struct {
   SETTING(setaside_after, SETTING_COUNT), SETTING(remote_timeout, SETTING_SECONDS),
   SETTING(remote_chunk, SETTING_BYTES), SETTING(remote_depth, SETTING_COUNT),
   SETTING(remote_device_chunk, SETTING_BYTES), SETTING(verify, SETTING_FLAG),
+  SETTING(timeout, SETTING_SECONDS),
 };
 #undef SETTING
 #define NSETTINGS (sizeof settings / sizeof settings[0])
