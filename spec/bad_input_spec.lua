@@ -78,7 +78,7 @@ local cases = {
   { "inject an unknown runtime", function() xfer.faults.inject({ runtime = "tpu", op = "read" }) end,
     "unknown runtime 'tpu' (expected host, cuda, vulkan, opencl, remote or file)" },
   { "inject an unknown op", function() xfer.faults.inject({ runtime = "host", op = "explode" }) end,
-    "unknown op 'explode' (expected alloc, read, write, copy, peer, import, export, register, map, sync, send, recv, verify or corrupt)" },
+    "unknown op 'explode' (expected alloc, read, write, copy, peer, import, export, register, map, sync, send, recv, verify, stall or corrupt)" },
   { "inject nth 0", function() xfer.faults.inject({ runtime = "host", op = "read", nth = 0 }) end,
     "nth and count must be at least 1 (got nth=0, count=1)" },
   { "inject without op", function() xfer.faults.inject({ runtime = "host" }) end,

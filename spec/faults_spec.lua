@@ -204,7 +204,7 @@ describe("fault injection (host)", function()
 
   it("lists the ops a fault may name", function()
     assert.are.same({ "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
-                      "send", "recv", "verify", "corrupt" },
+                      "send", "recv", "verify", "stall", "corrupt" },
                     xfer.faults.ops)
   end)
 

@@ -219,6 +219,12 @@ static inline void xfer_be_many_forget(xfer_device *dev, uint64_t keep)
   if (keep && xfer_be(dev)->copy->many_forget) xfer_be(dev)->copy->many_forget(dev, keep);
 }
 
+/* Whether every copy submitted to the device so far is done (without waiting). */
+static inline int xfer_be_idle(xfer_device *dev)
+{
+  return !xfer_be(dev)->copy->idle || xfer_be(dev)->copy->idle(dev);
+}
+
 /* The device's own CRC32C of ranges of its buffers; XFER_E_UNSUPPORTED, nothing said, where
 ** it sums none (the caller then reads them back). */
 static inline xfer_code xfer_be_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,

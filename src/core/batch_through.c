@@ -77,6 +77,7 @@ typedef struct run_state {
   int stop;                     /* a side failed */
   xfer_code pack_rc;
   xfer_error pack_err;
+  xfer_watch watch;             /* the run's deadline and cancel flag, for the packer */
 } run_state;
 
 /* Chunk c's pieces with their host ends in slot c % 2 (a host end's offset says where). */
@@ -109,6 +110,7 @@ static xfer_code scatter_chunk(run_state *r, size_t c, xfer_error *err)
 static void *packer_thread(void *arg)
 {
   run_state *r = arg;
+  xfer_watch outer = xfer_watch_install(r->watch.deadline_at, r->watch.timeout, r->watch.canceled);
   for (size_t c = 0; c < r->t->nchunks; c++) {
     pthread_mutex_lock(&r->lock);
     while (!r->stop && c >= r->scattered + 2) pthread_cond_wait(&r->changed, &r->lock);
@@ -128,6 +130,7 @@ static void *packer_thread(void *arg)
     pthread_mutex_unlock(&r->lock);
     if (rc) break;
   }
+  xfer_watch_restore(outer);
   return NULL;
 }
 
@@ -148,6 +151,7 @@ static xfer_code run_pipelined(run_state *r, xfer_error *err)
   xfer_spawned thread; /* a helper of the pool */
   pthread_mutex_init(&r->lock, NULL);
   pthread_cond_init(&r->changed, NULL);
+  r->watch = xfer_watch_current();
   xfer_code rc = XFER_E_OK;
   if (xfer_spawn(XFER_POOL_HELPERS, packer_thread, r, &thread)) {
     rc = run_serial(r, err);

@@ -15,6 +15,8 @@ static const char *const fault_ops[] = {
   "alloc", "read", "write", "copy", "peer", "import", "export", "register", "map", "sync",
   "send", "recv", /* send, recv: the remote runtime's messages */
   "verify",         /* a device's own sum of its memory (its kernel's calls) */
+  "stall",          /* a wait for the device's work never sees it done: the move ends at its
+                    ** deadline (without one, never -- as on a device that stalled) */
   "corrupt",        /* a move into the runtime's memory lands with one bit flipped (the runner
                     ** flips it once the bytes are in: what a link that corrupts would leave) */
   NULL,
@@ -189,8 +191,9 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, xfer_op op, long long *na
 {
   int hit = 0;
   *native = 0;
-  /* "corrupt" is asked after a move, of no driver call: fail_at counts calls alone */
-  if (op != XFER_OP_CORRUPT && fail_at_hit(ctx, runtime, op)) return 1;
+  /* "corrupt" is asked after a move and "stall" of a wait, of no driver call: fail_at counts
+  ** calls alone */
+  if (op != XFER_OP_CORRUPT && op != XFER_OP_STALL && fail_at_hit(ctx, runtime, op)) return 1;
   if (!__atomic_load_n(&ctx->nfaults, __ATOMIC_ACQUIRE)) return 0; /* the common case */
   pthread_mutex_lock(&ctx->lock); /* the staged path calls from two threads */
   for (size_t i = 0; i < ctx->nfaults; i++) {

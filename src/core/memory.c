@@ -662,13 +662,23 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
   return XFER_E_OK;
 }
 
+/* (a->lock held) */
+static void block_free(xfer_allocator *a, xfer_block *b);
+
 void xfer_mem_free(xfer_block *b)
 {
   if (!b) return;
+  xfer_allocator *a = b->seg->dev->alloc;
+  pthread_mutex_lock(&a->lock);
+  if (b->held) b->free_asked = 1; /* a stalled device may still write it: later */
+  else block_free(a, b);
+  pthread_mutex_unlock(&a->lock);
+}
+
+static void block_free(xfer_allocator *a, xfer_block *b)
+{
   xfer_segment *seg = b->seg;
   xfer_device *dev = seg->dev;
-  xfer_allocator *a = dev->alloc;
-  pthread_mutex_lock(&a->lock);
   a->stats.allocated -= b->size;
   a->stats.in_use -= b->requested;
   a->stats.buffers--;
@@ -684,8 +694,48 @@ void xfer_mem_free(xfer_block *b)
     release_cached(a, 0);
   else if (limit)
     release_cached(a, limit);
-  pthread_mutex_unlock(&a->lock);
 }
+
+/* -- Quarantine: memory a stalled device's work may still write --------------------------------- */
+
+void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b)
+{
+  if (!b) return;
+  if (stalled->nquarantine == stalled->quarantine_cap) {
+    size_t cap = stalled->quarantine_cap ? 2 * stalled->quarantine_cap : 8;
+    xfer_block **grown = realloc(stalled->quarantine, cap * sizeof *grown);
+    if (!grown) return; /* (out of memory: the block is not held -- the best left to do) */
+    stalled->quarantine = grown;
+    stalled->quarantine_cap = cap;
+  }
+  xfer_allocator *a = b->seg->dev->alloc;
+  pthread_mutex_lock(&a->lock);
+  b->held++;
+  pthread_mutex_unlock(&a->lock);
+  stalled->quarantine[stalled->nquarantine++] = b;
+}
+
+void xfer_mem_quarantine_settle(xfer_device *dev, int closing)
+{
+  if (!__atomic_load_n(&dev->stalled, __ATOMIC_ACQUIRE)) return;
+  if (!closing && !xfer_be_idle(dev)) return; /* its work goes on: held still */
+  for (size_t i = 0; i < dev->nquarantine; i++) {
+    xfer_block *b = dev->quarantine[i];
+    xfer_allocator *a = b->seg->dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    if (--b->held == 0 && b->free_asked) {
+      b->free_asked = 0;
+      block_free(a, b);
+    }
+    pthread_mutex_unlock(&a->lock);
+  }
+  free(dev->quarantine);
+  dev->quarantine = NULL;
+  dev->nquarantine = dev->quarantine_cap = 0;
+  __atomic_store_n(&dev->stalled, 0, __ATOMIC_RELEASE);
+}
+
+size_t xfer_mem_quarantined(const xfer_device *dev) { return dev->nquarantine; }
 
 /* -- Devices and the context ----------------------------------------------------------- */
 

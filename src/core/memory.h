@@ -27,6 +27,16 @@ xfer_code xfer_mem_device_init(xfer_device *dev, int host);
 void xfer_mem_device_fini(xfer_device *dev);
 /* After the runtimes open: which devices keep their memory in another runtime's. */
 void xfer_mem_link_backing(xfer_ctx *ctx);
+/* A block that `stalled`'s work may still write (a move into it ended at its deadline while
+** the device worked on): held -- freed meanwhile, it goes back only once settled -- until
+** xfer_mem_quarantine_settle finds the device done. Both under stalled's lock. */
+void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b);
+/* A stalled device whose work is done now (copy->idle), or that closes: its blocks let go, the
+** device no longer stalled. Nothing for a device not stalled. */
+void xfer_mem_quarantine_settle(xfer_device *dev, int closing);
+/* Blocks the device holds in quarantine now. */
+size_t xfer_mem_quarantined(const xfer_device *dev);
+
 /* At close, before the runtimes: every cached segment back to its driver. */
 void xfer_mem_release_all(xfer_ctx *ctx);
 /* Memory's settings (cache, cache_limit): their defaults (XFER_CACHE read), their check, and

@@ -73,6 +73,8 @@ void xfer_watch_restore(xfer_watch before)
 
 double xfer_watch_deadline(void) { return deadline_at; }
 
+xfer_watch xfer_watch_current(void) { return (xfer_watch){deadline_at, deadline_given, canceled_by}; }
+
 xfer_code xfer_watch_config_check(const xfer_config *c, xfer_error *err)
 {
   if (c->timeout == 0 || (c->timeout >= 0.001 && c->timeout <= 86400)) return XFER_E_OK;

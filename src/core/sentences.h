@@ -116,7 +116,7 @@
   "unknown runtime '%s' (expected host, cuda, vulkan, opencl, remote or file)"
 #define XFER_S_FAULT_OP_UNKNOWN \
   "unknown op '%s' (expected alloc, read, write, copy, peer, import, export, register, map, " \
-  "sync, send, recv, verify or corrupt)"
+  "sync, send, recv, verify, stall or corrupt)"
 #define XFER_S_FAULT_NTH_COUNT "nth and count must be at least 1 (got nth=%d, count=%d)"
 #define XFER_S_FAULT_TOO_MANY_RULES "too many fault rules (at most %d)"
 #define XFER_S_FAULT_RULE_TOO_LONG "fault rule too long: '%.*s'"
@@ -172,6 +172,9 @@
 
 /* progress callbacks (progress.c) */
 #define XFER_S_CANCELED "canceled after %llu of %llu bytes"
+#define XFER_S_WAIT_DEADLINE \
+  "%s had not done its work by the move's deadline (%s waited %.3f s); its memory that the " \
+  "work may still write is held until the device says it is done"
 #define XFER_S_NOT_VALID \
   "the tensor holds no valid bytes: a move into it ended %s; write it before reading it"
 #define XFER_S_TIMEOUT_RANGE "%s must be 0 (none) or 0.001 to 86400 seconds, not %g"

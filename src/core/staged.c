@@ -58,6 +58,7 @@ typedef struct pipeline {
   size_t read;                  /* chunks read into the ring so far (finished) */
   size_t written;               /* chunks written out of it so far (finished) */
   int stop;                     /* a side failed: the other stops too */
+  xfer_watch watch;             /* the move's deadline and cancel flag, for the reader */
   xfer_code read_rc;
   xfer_error read_err;
 } pipeline;
@@ -188,7 +189,9 @@ static xfer_code side_run(side *s, xfer_error *err)
 static void *reader(void *arg)
 {
   side *s = arg;
+  xfer_watch outer = xfer_watch_install(s->p->watch.deadline_at, s->p->watch.timeout, s->p->watch.canceled);
   s->p->read_rc = side_run(s, &s->p->read_err);
+  xfer_watch_restore(outer);
   return NULL;
 }
 
@@ -213,7 +216,12 @@ xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor
   if (whole && !rc) rc = xfer_be_write(dst->dev, dst->buf, dst->offset, st.slot[0], src->nbytes, err);
   if (whole && !rc) rc = xfer_progress(src->nbytes, src->nbytes, err);
   if (!whole) rc = pipelined(&st, src, dst, err);
-  staging_free(&st); /* every queued move on the chunks has finished: the pool may reuse them */
+  /* past the deadline a device may still use the chunks: held by each that stalled */
+  for (int s = 0; rc == XFER_E_TIMEOUT && s < st.depth; s++) {
+    if (__atomic_load_n(&src->dev->stalled, __ATOMIC_ACQUIRE)) xfer_mem_quarantine(src->dev, st.block[s]);
+    if (__atomic_load_n(&dst->dev->stalled, __ATOMIC_ACQUIRE)) xfer_mem_quarantine(dst->dev, st.block[s]);
+  }
+  staging_free(&st); /* every queued move on the chunks has finished (or they are held) */
   return rc;
 }
 
@@ -221,7 +229,7 @@ static xfer_code pipelined(const xfer_staging *st, xfer_tensor *src, xfer_tensor
                            xfer_error *err)
 {
   xfer_code rc;
-  pipeline p = {.src = src, .pool = st};
+  pipeline p = {.src = src, .pool = st, .watch = xfer_watch_current()};
   p.chunks = (src->nbytes + st->chunk - 1) / st->chunk;
   side in = {.p = &p, .reading = 1, .dev = src->dev, .buf = src->buf, .base = src->offset};
   side out = {.p = &p, .reading = 0, .dev = dst->dev, .buf = dst->buf, .base = dst->offset};

@@ -32,7 +32,22 @@ static xfer_code hold_take(hold *h, const xfer_route *route, xfer_tensor *src, x
   int n = xfer_route_devices(route, devs);
   h->tensors[0] = src;
   h->tensors[1] = dst;
-  return xfer_hold_take(&h->held, devs, n, h->tensors, 2, err);
+  xfer_code rc = xfer_hold_take(&h->held, devs, n, h->tensors, 2, err);
+  /* a device whose work outlived a deadline: its quarantine let go once it is done */
+  for (int i = 0; !rc && i < n; i++)
+    if (devs[i]) xfer_mem_quarantine_settle(devs[i], 0);
+  return rc;
+}
+
+/* A move that ended at its deadline while a device of its route still worked on it: the
+** target's memory held by each such device until it is done (memory.c's quarantine). */
+static void quarantine_target(const xfer_route *route, const xfer_tensor *dst)
+{
+  xfer_device *devs[4];
+  int n = xfer_route_devices(route, devs);
+  for (int i = 0; i < n; i++)
+    if (devs[i] && __atomic_load_n(&devs[i]->stalled, __ATOMIC_ACQUIRE))
+      xfer_mem_quarantine(devs[i], (xfer_block *)xfer_tensor_block(dst));
 }
 
 static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
@@ -185,6 +200,7 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     break;
   }
   if (!rc && v.landed < n) landed(&v, dst, v.landed, n - v.landed); /* (a path not in steps) */
+  if (rc == XFER_E_TIMEOUT) quarantine_target(route, dst);
   xfer_code checked = xfer_verify_end(&v, !rc, err);
   if (!rc) rc = checked;
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
@@ -263,6 +279,8 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     *rc = run_way(g, err);
   if (!*rc && !g->many) return 0;
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
+  for (size_t k = 0; *rc == XFER_E_TIMEOUT && k < g->count; k++)
+    quarantine_target(&g->route, g->items[g->order[g->first + k]].dst);
   if (!*rc) {
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
@@ -302,7 +320,10 @@ xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfe
   xfer_device *devs[6];
   xfer_hold h; /* its tensors are busy already: the run's claim marked every element's */
   *failed = g->order[g->first];
-  xfer_code rc = xfer_hold_take(&h, devs, xfer_group_devices(g, devs), NULL, 0, err);
+  int ndevs = xfer_group_devices(g, devs);
+  xfer_code rc = xfer_hold_take(&h, devs, ndevs, NULL, 0, err);
+  for (int i = 0; !rc && i < ndevs; i++)
+    if (devs[i]) xfer_mem_quarantine_settle(devs[i], 0);
   for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
     rc = xfer_tensor_usable(g->uses[u].t, XFER_OP_BATCH, err);
     if (!rc && g->uses[u].first % 2) rc = xfer_tensor_valid(g->uses[u].t, XFER_OP_BATCH, err); /* a source */

@@ -28,8 +28,9 @@ typedef struct xfer_runtime xfer_runtime;
 ** as xfer_op; 8: a runtime checks its own settings (runtime->check_config); 9: copy->many
 ** (a batch of copies in one submission); 11: a runtime gives its settings' defaults
 ** (runtime->config_defaults); 12: copy->many_again and many_forget (the same pieces again);
-** 13: copy->crc32c (a device sums its own bytes); 14: copy->crc32c sums many ranges at once */
-#define XFER_BACKEND_VERSION 14
+** 13: copy->crc32c (a device sums its own bytes); 14: copy->crc32c sums many ranges at once;
+** 15: copy->idle (whether work that outlived a deadline is done) */
+#define XFER_BACKEND_VERSION 15
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -131,6 +132,9 @@ typedef struct xfer_copy_ops {
   xfer_code (*many_again)(xfer_device *dev, const xfer_piece *pieces, size_t n, uint64_t keep,
                           xfer_error *err);
   void (*many_forget)(xfer_device *dev, uint64_t keep);
+  /* optional: 1 once every copy and kernel submitted to the device so far has completed (asked
+  ** without waiting, after a wait ended at a deadline: xfer_device_stall); NULL: always. */
+  int (*idle)(xfer_device *dev);
   /* optional: the CRC32C (as xfer_crc32c gives it, from 0) of each of `count` ranges into
   ** crc[], summed by the device itself (a batch's ranges in one submission where it can) and
   ** done when it returns. NULL, or XFER_E_UNSUPPORTED without a word: the core reads the bytes
@@ -256,6 +260,12 @@ struct xfer_device {
   ** one copy of the backing runtime's, and across GPUs one peer copy. NULL: its own. */
   struct xfer_device *backing;
   pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
+  /* A wait for its work ended at a move's deadline (the backend said so: xfer_device_stall):
+  ** the work may still write the moves' targets, whose memory it holds (quarantine, memory.c)
+  ** until the backend says the device is done (copy->idle) or it closes (its lock) */
+  int stalled;
+  struct xfer_block **quarantine;
+  size_t nquarantine, quarantine_cap;
 };
 
 /* How many runtimes runtimes.h lists. */
@@ -357,6 +367,9 @@ typedef struct xfer_block {
   size_t offset, size;          /* in the segment; size is rounded */
   size_t requested;             /* what the caller asked for (0 while free) */
   int allocated;
+  int held;                     /* stalled devices whose work may still write it (quarantine:
+                                ** freed, it goes back only when none holds it) */
+  int free_asked;               /* ... freed meanwhile */
   struct xfer_block *prev, *next; /* neighbours in the segment */
 } xfer_block;
 

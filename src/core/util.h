@@ -77,6 +77,9 @@ xfer_code xfer_watch_config_check(const xfer_config *c, xfer_error *err);
 ** deadline, saying how far the move got; XFER_E_OK otherwise (also what xfer_progress checks
 ** first). */
 xfer_code xfer_watch_check(uint64_t done, uint64_t total, xfer_error *err);
+/* The watch this thread runs under: what a move's helper thread installs for itself (its
+** waits end at the move's deadline, its steps stop when the move is canceled). */
+xfer_watch xfer_watch_current(void);
 /* The deadline installed (xfer_now() seconds), 0 for none: a backend's wait ends there. */
 double xfer_watch_deadline(void);
 /* Polls ready(arg) until it is (1) or the deadline passes (0); `stalled` (a fault): never

@@ -176,8 +176,9 @@ static void cuda_free(xfer_device *dev, void *buf, size_t nbytes)
 static xfer_code stream_wait(xfer_device *dev, xfer_op op, xfer_error *err)
 {
   CUstream s = cu_of(dev)->stream;
-  xfer_code rc = CU(dev, op, err, cuStreamSynchronize, s);
-  if (rc) cu_api_of(dev)->cuStreamSynchronize(s);
+  xfer_code rc = xfer_cu_wait(dev, op, s, NULL, err);
+  /* (past the deadline the copy is left to land: the core holds its target meanwhile) */
+  if (rc && rc != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(s);
   return rc;
 }
 
@@ -350,6 +351,7 @@ static const xfer_copy_ops cuda_copies = {
   .many = xfer_cu_many,
   .many_again = xfer_cu_many_again,
   .crc32c = xfer_cu_crc32c,
+  .idle = xfer_cu_idle,
   .many_forget = xfer_cu_many_forget,
   .within_rows = cuda_copy_rows,
   .peer = cuda_peer,

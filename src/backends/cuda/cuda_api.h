@@ -28,7 +28,7 @@
   X(cuExternalMemoryGetMappedBuffer) X(cuDestroyExternalMemory) X(cuMemCreate) X(cuMemRelease) \
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
   X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle) X(cuModuleLoadData)       \
-  X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)
+  X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuStreamQuery) X(cuEventQuery)
 
 typedef struct cu_api {
   void *lib;

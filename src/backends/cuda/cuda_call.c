@@ -70,3 +70,44 @@ xfer_code xfer_cu_enter(xfer_device *dev, xfer_op op, xfer_error *err)
   return xfer_cu_check(dev, op, "cuCtxSetCurrent",
                        cu_api_of(dev)->cuCtxSetCurrent(cu_of(dev)->context), err);
 }
+
+/* -- Waits that end at the move's deadline ---------------------------------------------------- */
+
+typedef struct cu_waited {
+  cu_api *api;
+  CUstream stream;
+  CUevent event;
+  CUresult r;
+} cu_waited;
+
+static int cu_ready(void *arg)
+{
+  cu_waited *w = arg;
+  w->r = w->event ? w->api->cuEventQuery(w->event) : w->api->cuStreamQuery(w->stream);
+  return w->r != CUDA_ERROR_NOT_READY;
+}
+
+xfer_code xfer_cu_wait(xfer_device *dev, xfer_op op, CUstream stream, CUevent event, xfer_error *err)
+{
+  long long native = 0;
+  int stalled = xfer_fault_hit(dev->ctx, "cuda", XFER_OP_STALL, &native);
+  if (!stalled && !xfer_watch_deadline()) /* no deadline: the driver's own wait */
+    return event ? CU(dev, op, err, cuEventSynchronize, event) : CU(dev, op, err, cuStreamSynchronize, stream);
+  if (xfer_cu_injected(dev, op))
+    return xfer_cu_fail(dev, op, event ? "cuEventQuery" : "cuStreamQuery", xfer_cu_injected_code(), 1, err);
+  cu_waited w = {cu_api_of(dev), stream, event, CUDA_SUCCESS};
+  double start = xfer_now();
+  if (!xfer_wait_until(cu_ready, &w, stalled)) {
+    __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE); /* its work may still write */
+    return xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name,
+                       event ? "cuEventQuery" : "cuStreamQuery", xfer_now() - start);
+  }
+  return xfer_cu_check(dev, op, event ? "cuEventQuery" : "cuStreamQuery", w.r, err);
+}
+
+int xfer_cu_idle(xfer_device *dev)
+{
+  xfer_error ignored;
+  if (xfer_cu_enter(dev, XFER_OP_SYNC, &ignored)) return 0;
+  return cu_api_of(dev)->cuStreamQuery(cu_of(dev)->stream) == CUDA_SUCCESS;
+}

@@ -254,7 +254,8 @@ static xfer_code launch(xfer_device *dev, const uint64_t *desc, size_t count, ui
   if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->stream);
   /* the copies read `desc` and write `sums` until the stream is through */
   xfer_error ignored;
-  xfer_code s = CU(dev, XFER_OP_VERIFY, rc ? &ignored : err, cuStreamSynchronize, cd->stream);
+  xfer_code s = xfer_cu_wait(dev, XFER_OP_VERIFY, cd->stream, NULL, rc ? &ignored : err);
+  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->stream);
   return rc ? rc : s;
 }
 

@@ -128,14 +128,18 @@ void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
   }
 }
 
-/* After a failure part way: let what was queued finish before the chunks are reused. */
-static xfer_code settle(xfer_device *dev, xfer_op op, xfer_code rc, xfer_error *err)
+/* After a failure part way: let what was queued finish before the chunks are reused -- or,
+** past the move's deadline, hold the chunks `c` (quarantine; NULL: none) while the copies may
+** still use them. */
+static xfer_code settle(xfer_device *dev, xfer_op op, xfer_code rc, chunks *c, xfer_error *err)
 {
   xfer_error ignored;
-  xfer_code s = CU(dev, op, rc ? &ignored : err, cuStreamSynchronize, cu_of(dev)->stream);
+  xfer_code s = xfer_cu_wait(dev, op, cu_of(dev)->stream, NULL, rc ? &ignored : err);
   /* an injected failure of the wait still waits: host memory of a copy in flight is the
   ** caller's again only once the copy has landed */
-  if (s) cu_api_of(dev)->cuStreamSynchronize(cu_of(dev)->stream);
+  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cu_of(dev)->stream);
+  if (c && (s == XFER_E_TIMEOUT || rc == XFER_E_TIMEOUT))
+    for (int k = 0; k < XFER_CU_STAGING_SLOTS; k++) xfer_mem_quarantine(dev, c->block[k]);
   return rc ? rc : s;
 }
 
@@ -155,14 +159,14 @@ static xfer_code staged_write(xfer_device *dev, CUdeviceptr dst, const char *src
   for (size_t off = 0, k = 0; off < n && !rc; off += chunk_len(n, off), k++) {
     int s = (int)(k % XFER_CU_STAGING_SLOTS);
     size_t len = chunk_len(n, off);
-    if (used[s] && (rc = CU(dev, XFER_OP_WRITE, err, cuEventSynchronize, cd->staged[s]))) break;
+    if (used[s] && (rc = xfer_cu_wait(dev, XFER_OP_WRITE, NULL, cd->staged[s], err))) break;
     memcpy(c.at[s], src + off, len);
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst + off, c.at[s], len, cd->stream);
     if (!rc) rc = CU(dev, XFER_OP_WRITE, err, cuEventRecord, cd->staged[s], cd->stream);
     used[s] = 1;
   }
-  rc = settle(dev, XFER_OP_WRITE, rc, err);
-  chunks_give(&c); /* every copy out of them has landed */
+  rc = settle(dev, XFER_OP_WRITE, rc, &c, err);
+  chunks_give(&c); /* every copy out of them has landed (or they are held) */
   return rc;
 }
 
@@ -184,7 +188,7 @@ static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_
   for (size_t k = 0; k < chunks && !rc; k++) {
     int s = (int)(k % XFER_CU_STAGING_SLOTS);
     size_t off = k * XFER_CU_STAGING_CHUNK;
-    if ((rc = CU(dev, XFER_OP_READ, err, cuEventSynchronize, cd->staged[s]))) break;
+    if ((rc = xfer_cu_wait(dev, XFER_OP_READ, NULL, cd->staged[s], err))) break;
     memcpy(dst + off, c.at[s], chunk_len(n, off));
     size_t next = k + XFER_CU_STAGING_SLOTS;
     if (next < chunks) {
@@ -194,7 +198,7 @@ static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_
       if (!rc) rc = CU(dev, XFER_OP_READ, err, cuEventRecord, cd->staged[s], cd->stream);
     }
   }
-  rc = settle(dev, XFER_OP_READ, rc, err);
+  rc = settle(dev, XFER_OP_READ, rc, &c, err);
   chunks_give(&c);
   return rc;
 }
@@ -212,11 +216,11 @@ xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *
     /* on our stream and waited for: cuMemcpyHtoD from pageable memory returns before its
     ** DMA lands, and our (non-blocking) stream would not wait for it */
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    return settle(dev, XFER_OP_WRITE, rc, err);
+    return settle(dev, XFER_OP_WRITE, rc, NULL, err);
   }
   if (xfer_cu_pinned(dev, src, n)) {
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    return settle(dev, XFER_OP_WRITE, rc, err);
+    return settle(dev, XFER_OP_WRITE, rc, NULL, err);
   }
   return staged_write(dev, dst, src, n, err);
 }
@@ -236,14 +240,14 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
     int staged = !chunks_take(dev, n, 1, &c, &ignored);
     void *into = staged ? c.at[0] : dst;
     rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, into, src, n, stream);
-    rc = settle(dev, XFER_OP_READ, rc, err);
+    rc = settle(dev, XFER_OP_READ, rc, staged ? &c : NULL, err);
     if (!rc && staged) memcpy(dst, into, n);
     if (staged) chunks_give(&c);
     return rc;
   }
   if (xfer_cu_pinned(dev, dst, n)) {
     rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, dst, src, n, stream);
-    return settle(dev, XFER_OP_READ, rc, err);
+    return settle(dev, XFER_OP_READ, rc, NULL, err);
   }
   return staged_read(dev, src, dst, n, err);
 }
@@ -280,7 +284,7 @@ xfer_code xfer_cu_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
   copy.WidthInBytes = run;
   copy.Height = rows;
   rc = CU(dev, op, err, cuMemcpy2DAsync, &copy, cu_of(dev)->stream);
-  return settle(dev, op, rc, err);
+  return settle(dev, op, rc, NULL, err);
 }
 
 
@@ -306,7 +310,7 @@ xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, 
     rc = to_device ? CU(dev, op, err, cuMemcpyHtoDAsync, at, host, n, cd->stream)
                    : CU(dev, op, err, cuMemcpyDtoHAsync, host, at, n, cd->stream);
   if (!rc) rc = CU(dev, op, err, cuEventRecord, cd->queued[slot], cd->stream);
-  if (rc) return settle(dev, op, rc, err); /* a copy queued before a failed record lands first */
+  if (rc) return settle(dev, op, rc, NULL, err); /* a copy queued before a failed record lands first */
   cd->pending[slot] = 1;
   cd->queued_op[slot] = op;
   *queued = 1;
@@ -322,9 +326,10 @@ xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err)
   cd->pending[slot] = 0;
   xfer_op op = cd->queued_op[slot];
   xfer_code rc = xfer_cu_enter(dev, op, err);
-  if (!rc) rc = CU(dev, op, err, cuEventSynchronize, cd->queued[slot]);
+  if (!rc) rc = xfer_cu_wait(dev, op, NULL, cd->queued[slot], err);
   /* failed (an injected fault, or a context that was not made current): the copy may
-  ** still be landing in host memory the caller is about to reuse, so wait for it anyway */
-  if (rc) cu_api_of(dev)->cuEventSynchronize(cd->queued[slot]);
+  ** still be landing in host memory the caller is about to reuse, so wait for it anyway --
+  ** but past the deadline (the staged pipeline holds its chunks then) */
+  if (rc && rc != XFER_E_TIMEOUT) cu_api_of(dev)->cuEventSynchronize(cd->queued[slot]);
   return rc;
 }

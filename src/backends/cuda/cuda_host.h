@@ -26,6 +26,14 @@ CUresult xfer_cu_injected_code(void);
        ? xfer_cu_fail((dev), (op), #fn, xfer_cu_injected_code(), 1, (err))                 \
        : xfer_cu_check((dev), (op), #fn, cu_api_of(dev)->fn(__VA_ARGS__), (err)))
 
+/* Waits for the device's stream (event NULL) or an event: the driver's blocking wait when the
+** move has no deadline, else polled until the deadline -- XFER_E_TIMEOUT then, the device marked
+** stalled (its work may still write: the caller must not reuse that memory, and the core
+** holds the move's target until xfer_cu_idle). A stall fault never sees it done. */
+xfer_code xfer_cu_wait(xfer_device *dev, xfer_op op, CUstream stream, CUevent event, xfer_error *err);
+/* copy->idle: whether the stream's work is done, asked without waiting. */
+int xfer_cu_idle(xfer_device *dev);
+
 /* Makes the device's primary context current. */
 xfer_code xfer_cu_enter(xfer_device *dev, xfer_op op, xfer_error *err);
 

@@ -197,8 +197,8 @@ static xfer_code launch(xfer_device *dev, CUdeviceptr table, const uint64_t *upl
             cd->stream, args, NULL);
   /* the descriptors' copy reads `upload` until the stream is through */
   xfer_error ignored;
-  xfer_code s = CU(dev, XFER_OP_COPY, rc ? &ignored : err, cuStreamSynchronize, cd->stream);
-  if (s) cu_api_of(dev)->cuStreamSynchronize(cd->stream);
+  xfer_code s = xfer_cu_wait(dev, XFER_OP_COPY, cd->stream, NULL, rc ? &ignored : err);
+  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->stream);
   return rc ? rc : s;
 }
 

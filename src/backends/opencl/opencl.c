@@ -218,6 +218,7 @@ static void opencl_close(xfer_runtime *rt)
     pthread_mutex_destroy(&cd->externals_lock);
     free(cd->externals);
     xfer_cl_crc_release(api, cd);
+    if (cd->idle_marker) api->clReleaseEvent(cd->idle_marker);
     api->clReleaseCommandQueue(cd->queue);
     api->clReleaseContext(cd->context);
     free(cd);
@@ -278,11 +279,7 @@ static xfer_code mapped_copy(xfer_device *dev, cl_mem mem, size_t offset, void *
     memcpy(host, mapped, n);
   CL_CALL(dev, op, err, clEnqueueUnmapMemObject, q, mem, mapped, 0, NULL, NULL);
   /* an injected failure of the wait still waits: the unmap lands before the memory is reused */
-  cl_int rc = CL_SUCCESS;
-  int injected = xfer_cl_injected(dev, op, &rc);
-  cl_int finished = api_of(dev)->clFinish(q);
-  if (!injected) rc = finished;
-  return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(op, "clFinish", rc, injected, err);
+  return xfer_cl_wait(dev, op, NULL, 1, err);
 }
 
 static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const void *src,
@@ -295,8 +292,11 @@ static xfer_code opencl_write(xfer_device *dev, void *buf, size_t offset, const 
   cl_uint next = xfer_cl_externals_of(cl_of(dev), &mem, 1, ext);
   xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
-  CL_STEP(code, dev, XFER_OP_WRITE, err, clEnqueueWriteBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset,
-          n, src, 0, NULL, NULL);
+  cl_event done = NULL; /* waited for below: until the deadline at most */
+  CL_STEP(code, dev, XFER_OP_WRITE, err, clEnqueueWriteBuffer, cl_of(dev)->queue, mem, CL_FALSE, offset,
+          n, src, 0, NULL, &done);
+  if (!code) code = xfer_cl_wait(dev, XFER_OP_WRITE, done, 0, err);
+  if (done) api_of(dev)->clReleaseEvent(done);
   return xfer_cl_externals_release(dev, ext, next, 0, code, err);
 }
 
@@ -309,8 +309,11 @@ static xfer_code opencl_read(xfer_device *dev, void *buf, size_t offset, void *d
   cl_uint next = xfer_cl_externals_of(cl_of(dev), &mem, 1, ext);
   xfer_code code = xfer_cl_externals_acquire(dev, ext, next, err);
   if (code) return code;
-  CL_STEP(code, dev, XFER_OP_READ, err, clEnqueueReadBuffer, cl_of(dev)->queue, mem, CL_TRUE, offset, n,
-          dst, 0, NULL, NULL);
+  cl_event done = NULL; /* waited for below: until the deadline at most */
+  CL_STEP(code, dev, XFER_OP_READ, err, clEnqueueReadBuffer, cl_of(dev)->queue, mem, CL_FALSE, offset, n,
+          dst, 0, NULL, &done);
+  if (!code) code = xfer_cl_wait(dev, XFER_OP_READ, done, 0, err);
+  if (done) api_of(dev)->clReleaseEvent(done);
   return xfer_cl_externals_release(dev, ext, next, 0, code, err);
 }
 
@@ -328,11 +331,12 @@ static xfer_code rows_move(xfer_device *dev, void *buf, size_t offset, size_t pi
   const size_t origin[3] = {offset % pitch, offset / pitch, 0}, at_host[3] = {0, 0, 0};
   const size_t region[3] = {run, rows, 1};
   if (to_device)
-    CL_STEP(code, dev, op, err, clEnqueueWriteBufferRect, cl_of(dev)->queue, mem, CL_TRUE, origin,
+    CL_STEP(code, dev, op, err, clEnqueueWriteBufferRect, cl_of(dev)->queue, mem, CL_FALSE, origin,
             at_host, region, pitch, 0, run, 0, host, 0, NULL, NULL);
   else
-    CL_STEP(code, dev, op, err, clEnqueueReadBufferRect, cl_of(dev)->queue, mem, CL_TRUE, origin,
+    CL_STEP(code, dev, op, err, clEnqueueReadBufferRect, cl_of(dev)->queue, mem, CL_FALSE, origin,
             at_host, region, pitch, 0, run, 0, host, 0, NULL, NULL);
+  if (!code) code = xfer_cl_wait(dev, op, NULL, 0, err); /* until the deadline at most */
   return xfer_cl_externals_release(dev, ext, next, 0, code, err);
 }
 
@@ -376,14 +380,10 @@ static xfer_code opencl_finish(xfer_device *dev, int slot, xfer_error *err)
   cl_event done = cd->queued[slot];
   if (!done) return XFER_E_OK;
   cd->queued[slot] = NULL;
-  cl_int rc = CL_SUCCESS;
-  int injected = xfer_cl_injected(dev, cd->queued_op[slot], &rc);
   /* an injected failure still waits: the host memory is the caller's again only after */
-  cl_int waited = api_of(dev)->clWaitForEvents(1, &done);
+  xfer_code rc = xfer_cl_wait(dev, cd->queued_op[slot], done, 1, err);
   api_of(dev)->clReleaseEvent(done);
-  if (!injected) rc = waited;
-  return rc == CL_SUCCESS ? XFER_E_OK
-                          : xfer_cl_fail(cd->queued_op[slot], "clWaitForEvents", rc, injected, err);
+  return rc;
 }
 
 static xfer_code opencl_copy(xfer_device *dev, void *dst, size_t dst_offset, void *src,
@@ -538,6 +538,7 @@ static const xfer_copy_ops opencl_copies = {
   .many = xfer_cl_many,
   .within_rows = opencl_copy_rows,
   .crc32c = xfer_cl_crc32c,
+  .idle = xfer_cl_idle,
 };
 static const xfer_share_ops opencl_share = {
   .import_fd = opencl_import_fd,

@@ -21,7 +21,8 @@
   X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFinish)                      \
   X(clGetExtensionFunctionAddressForPlatform) X(clWaitForEvents) X(clReleaseEvent)         \
   X(clGetMemObjectInfo) X(clCreateProgramWithSource) X(clBuildProgram) X(clReleaseProgram)  \
-  X(clCreateKernel) X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel)
+  X(clCreateKernel) X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel)         \
+  X(clFlush) X(clGetEventInfo) X(clEnqueueMarkerWithWaitList)
 
 /* OpenCL 3.0's clCreateBufferWithProperties, for importing external memory; resolved
 ** only where the loader has it. */
@@ -57,6 +58,7 @@ typedef struct cl_dev {
   cl_kernel crc_kernel;
   cl_mem crc_table;
   int crc_refused;              /* building it failed once: sums are read back instead */
+  cl_event idle_marker;         /* copy->idle's marker behind the queue's work, until it is done */
 } cl_dev;
 
 /* opencl_crc.c: copy->crc32c, and what it made, let go when the device closes */

@@ -100,9 +100,78 @@ xfer_code xfer_cl_externals_release(xfer_device *dev, const cl_mem *list, cl_uin
 {
   cl_dev *cd = cl_of(dev);
   cl_int released = n ? cd->release(cd->queue, n, list, 0, NULL, NULL) : CL_SUCCESS;
-  cl_int finished = n || finish ? api_of(dev)->clFinish(cd->queue) : CL_SUCCESS;
   if (!code && released != CL_SUCCESS)
     code = xfer_cl_fail(XFER_OP_SYNC, "clEnqueueReleaseExternalMemObjectsKHR", released, 0, err);
-  if (!code && finished != CL_SUCCESS) code = xfer_cl_fail(XFER_OP_SYNC, "clFinish", finished, 0, err);
+  /* (past the deadline already: not waited for again -- the device is stalled) */
+  if ((n || finish) && code != XFER_E_TIMEOUT) {
+    xfer_error ignored;
+    xfer_code waited = xfer_cl_wait(dev, XFER_OP_SYNC, NULL, 0, code ? &ignored : err);
+    if (!code) code = waited;
+  }
   return code;
+}
+
+/* -- Waits that end at the move's deadline ---------------------------------------------------- */
+
+static int cl_done(void *arg)
+{
+  void **a = arg;
+  xfer_device *dev = a[0];
+  cl_event ev = a[1];
+  cl_int status = CL_QUEUED;
+  cl_int rc = api_of(dev)->clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+  *(cl_int *)a[2] = rc != CL_SUCCESS ? rc : status < 0 ? status : CL_SUCCESS;
+  return rc != CL_SUCCESS || status == CL_COMPLETE || status < 0;
+}
+
+xfer_code xfer_cl_wait(xfer_device *dev, xfer_op op, cl_event ev, int inject, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  cl_api *api = api_of(dev);
+  long long native = 0;
+  int stalled = xfer_fault_hit(dev->ctx, "opencl", XFER_OP_STALL, &native);
+  cl_int rc = CL_SUCCESS;
+  int injected = inject && xfer_cl_injected(dev, op, &rc);
+  const char *fn = ev ? "clWaitForEvents" : "clFinish";
+  if (!stalled && !xfer_watch_deadline()) { /* no deadline: the driver's own wait */
+    cl_int waited = ev ? api->clWaitForEvents(1, &ev) : api->clFinish(cd->queue);
+    if (!injected) rc = waited;
+    return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(op, fn, rc, injected, err);
+  }
+  cl_event marker = NULL;
+  if (!ev) { /* the queue's work: a marker behind it */
+    cl_int made = api->clEnqueueMarkerWithWaitList(cd->queue, 0, NULL, &marker);
+    if (made != CL_SUCCESS) return xfer_cl_fail(op, "clEnqueueMarkerWithWaitList", made, 0, err);
+    ev = marker;
+  }
+  api->clFlush(cd->queue);
+  cl_int status = CL_SUCCESS;
+  void *arg[3] = {dev, ev, &status};
+  double start = xfer_now();
+  int done = xfer_wait_until(cl_done, arg, stalled);
+  if (marker) api->clReleaseEvent(marker);
+  if (!done) {
+    __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE); /* its work may still write */
+    return xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, "clGetEventInfo",
+                       xfer_now() - start);
+  }
+  if (!injected) rc = status;
+  return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(op, fn, rc, injected, err);
+}
+
+int xfer_cl_idle(xfer_device *dev)
+{
+  cl_dev *cd = cl_of(dev);
+  cl_api *api = api_of(dev);
+  if (!cd->idle_marker && api->clEnqueueMarkerWithWaitList(cd->queue, 0, NULL, &cd->idle_marker) != CL_SUCCESS)
+    return 0;
+  api->clFlush(cd->queue);
+  cl_int status = CL_QUEUED;
+  if (api->clGetEventInfo(cd->idle_marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
+      CL_SUCCESS)
+    return 0;
+  if (status != CL_COMPLETE && status >= 0) return 0;
+  api->clReleaseEvent(cd->idle_marker);
+  cd->idle_marker = NULL;
+  return 1;
 }

@@ -45,6 +45,14 @@ int xfer_cl_injected(xfer_device *dev, xfer_op op, cl_int *rc);
     }                                                                                  \
   } while (0)
 
+/* Waits for an event (NULL: everything queued so far): the driver's blocking wait when the move
+** has no deadline, else polled until the deadline -- XFER_E_TIMEOUT then, the device marked
+** stalled (its work may still write). A stall fault never sees it done; `inject`: a fault rule
+** of `op` may fail the wait (which still waits). */
+xfer_code xfer_cl_wait(xfer_device *dev, xfer_op op, cl_event ev, int inject, xfer_error *err);
+/* copy->idle: whether the queue's work is done, asked without waiting. */
+int xfer_cl_idle(xfer_device *dev);
+
 /* Whether a buffer was imported from another runtime (acquired and released around use). */
 int xfer_cl_is_external(xfer_device *dev, void *buf);
 /* The list of buffers imported from other runtimes (a device's, under its lock). */

@@ -67,13 +67,11 @@ static xfer_code many_mapped(xfer_device *dev, const xfer_piece *pieces, size_t 
     if (u != CL_SUCCESS && !unmapped)
       unmapped = xfer_cl_fail(XFER_OP_MAP, "clEnqueueUnmapMemObject", u, 0, rc ? &ignored : err);
   }
-  cl_int rcode = CL_SUCCESS;
-  int injected = xfer_cl_injected(dev, XFER_OP_SYNC, &rcode);
-  cl_int finished = api_of(dev)->clFinish(cl_of(dev)->queue); /* waits even when injected */
-  if (!injected) rcode = finished;
+  /* waits even when injected; until the deadline at most */
+  xfer_code waited = xfer_cl_wait(dev, XFER_OP_SYNC, NULL, 1, rc || unmapped ? &ignored : err);
   if (rc) return rc;
   if (unmapped) return unmapped;
-  return rcode == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(XFER_OP_SYNC, "clFinish", rcode, injected, err);
+  return waited;
 }
 
 /* Device memory: every piece enqueued without blocking, one clFinish at the end (also after a
@@ -97,12 +95,9 @@ static xfer_code many_enqueued(xfer_device *dev, const xfer_piece *pieces, size_
               p->src.offset, p->n, p->dst.host, 0, NULL, NULL);
     }
   }
-  cl_int rcode = CL_SUCCESS;
-  int injected = xfer_cl_injected(dev, XFER_OP_SYNC, &rcode);
-  cl_int finished = api_of(dev)->clFinish(q);
-  if (!injected) rcode = finished;
-  if (rc) return rc;
-  return rcode == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(XFER_OP_SYNC, "clFinish", rcode, injected, err);
+  xfer_error ignored; /* waits even when injected; until the deadline at most */
+  xfer_code waited = xfer_cl_wait(dev, XFER_OP_SYNC, NULL, 1, rc ? &ignored : err);
+  return rc ? rc : waited;
 }
 
 xfer_code xfer_cl_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err)

@@ -595,6 +595,7 @@ static const xfer_copy_ops vulkan_copies = {
   .within_rows = vulkan_copy_rows,
   .many = xfer_vk_many,
   .crc32c = xfer_vk_crc32c,
+  .idle = xfer_vk_idle,
 };
 static const xfer_share_ops vulkan_share = {
   .export_fd = vulkan_export_fd,

@@ -116,6 +116,8 @@ typedef struct vk_dev {
   size_t crc_room;              /* pieces crc_pieces and crc_sums hold */
   int crc_refused;
   VkDeviceSize max_storage_range, storage_alignment;
+  VkFence idle_fence;           /* copy->idle's empty submission, and whether it is in flight */
+  int idle_submitted;
 #define XFER_VK_POINTER(name) PFN_##name name;
   XFER_VK_DEVICE(XFER_VK_POINTER)
   XFER_VK_DEVICE_OPTIONAL(XFER_VK_POINTER)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vulkan_call.h"
 
@@ -120,9 +121,40 @@ xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cm
 ** vkWaitForFences sleeps, and NVIDIA's wakes it late enough to starve the staged pipeline,
 ** which waits once per chunk (measured in the note of issue 6). An injected failure still
 ** waits: the host memory of the copy is the caller's again only once it has landed. */
+/* Past the move's deadline (or under a stall fault, never done): VK_TIMEOUT at the deadline. */
+static VkResult wait_until_deadline(vk_dev *vd, VkFence fence, int stalled, double deadline)
+{
+  for (;;) {
+    double left = deadline - xfer_now();
+    if (stalled) { /* the fence is never looked at: as if its work never ended */
+      if (deadline && left <= 0) return VK_TIMEOUT;
+      struct timespec nap = {0, deadline && left < 1e-3 ? (long)(left * 1e9) + 1 : 1000000};
+      nanosleep(&nap, NULL);
+      continue;
+    }
+    uint64_t ns = left > 0 ? (uint64_t)(left * 1e9) : 0;
+    VkResult r = vd->vkWaitForFences(vd->device, 1, &fence, VK_TRUE, ns);
+    if (r != VK_TIMEOUT || xfer_now() >= deadline) return r;
+  }
+}
+
 xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
+  long long native = 0;
+  int stalled = xfer_fault_hit(dev->ctx, "vulkan", XFER_OP_STALL, &native);
+  double deadline = xfer_watch_deadline();
+  if (stalled || deadline) {
+    double start = xfer_now();
+    VkResult r = wait_until_deadline(vd, fence, stalled, deadline);
+    if (r == VK_TIMEOUT) {
+      __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE); /* its work may still write */
+      return xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, "vkWaitForFences",
+                         xfer_now() - start);
+    }
+    if (xfer_vk_injected(dev, op)) return xfer_vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
+    return xfer_vk_check(dev, op, "vkWaitForFences", r, err);
+  }
   int injected = xfer_vk_injected(dev, op);
   VkResult r = VK_NOT_READY;
   const char *fn = "vkGetFenceStatus";
@@ -190,4 +222,24 @@ const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n
   xfer_vk_destroy_buffer(vd, &b); /* another move imported it a moment ago, or no room to keep it */
   free(im);
   return NULL;
+}
+
+/* copy->idle: an empty submission behind everything submitted so far, its fence looked at
+** (submitted once, then asked again until it signals). */
+int xfer_vk_idle(xfer_device *dev)
+{
+  vk_dev *vd = vk_of(dev);
+  if (!vd->idle_fence) {
+    VkFenceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if (vd->vkCreateFence(vd->device, &info, NULL, &vd->idle_fence) != VK_SUCCESS) return 0;
+  }
+  if (!vd->idle_submitted) {
+    if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||
+        vd->vkQueueSubmit(vd->queue, 0, NULL, vd->idle_fence) != VK_SUCCESS)
+      return 0;
+    vd->idle_submitted = 1;
+  }
+  if (vd->vkGetFenceStatus(vd->device, vd->idle_fence) != VK_SUCCESS) return 0;
+  vd->idle_submitted = 0;
+  return 1;
 }

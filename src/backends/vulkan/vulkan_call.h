@@ -43,11 +43,15 @@ typedef struct vk_copy {
 xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cmd,
                                 const vk_copy *copies, size_t ncopies, VkFence fence,
                                 xfer_error *err);
-/* Waits for a submitted copy (an injected failure still waits). */
+/* Waits for a submitted copy (an injected failure still waits) -- until the move's deadline at
+** most: XFER_E_TIMEOUT then, the device marked stalled (a stall fault: never done). */
 xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err);
 /* The imported host segment holding [ptr, ptr+n) (imported on first use and kept with the
 ** segment), or NULL: memory xferlua does not own, a driver without the import, n < min. */
 const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n, size_t min);
+
+/* copy->idle: whether everything submitted so far is done, asked without waiting. */
+int xfer_vk_idle(xfer_device *dev);
 
 /* vulkan_crc.c: the CRC32C of ranges of buffers by a compute shader (xfer_copy_ops.crc32c) */
 xfer_code xfer_vk_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,

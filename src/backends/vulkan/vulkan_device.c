@@ -166,6 +166,7 @@ static void destroy_device(vk_dev *vd)
 {
   if (vd->device) {
     xfer_vk_crc_release(vd);
+    if (vd->idle_fence) vd->vkDestroyFence(vd->device, vd->idle_fence, NULL);
     if (vd->fence) vd->vkDestroyFence(vd->device, vd->fence, NULL);
     if (vd->pool) vd->vkDestroyCommandPool(vd->device, vd->pool, NULL);
     vd->vkDestroyDevice(vd->device, NULL);
