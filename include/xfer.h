@@ -254,6 +254,9 @@ int xfer_tensor_is_freed(const xfer_tensor *t);
 /* XFER_E_OK for a usable tensor; XFER_E_FREED ("attempt to use a freed tensor") or
 ** XFER_E_DEVICE_LOST otherwise, with `op` naming what was attempted. */
 xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *err);
+/* xfer_tensor_check, and XFER_E_INVALID for a tensor that holds no valid bytes (a move into it
+** timed out or was canceled, and nothing wrote it since): what reading it needs. */
+xfer_code xfer_tensor_readable(const xfer_tensor *t, const char *op, xfer_error *err);
 
 xfer_dtype xfer_tensor_dtype(const xfer_tensor *t);
 const xfer_shape *xfer_tensor_shape(const xfer_tensor *t);

@@ -45,6 +45,14 @@ xfer_code xfer_tensor_check(const xfer_tensor *t, const char *op, xfer_error *er
   return rc;
 }
 
+xfer_code xfer_tensor_readable(const xfer_tensor *t, const char *op, xfer_error *err)
+{
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_OTHER, err);
+  if (!rc) rc = xfer_tensor_valid(t, XFER_OP_OTHER, err);
+  if (rc) xfer_err_call(err, op);
+  return rc;
+}
+
 static xfer_code check_shape(xfer_dtype dtype, const xfer_shape *shape, size_t *numel,
                              xfer_error *err)
 {
@@ -365,6 +373,8 @@ xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_err
   xfer_code rc = xfer_hold_take(&h, devs, 2, NULL, 0, err);
   if (!rc) rc = xfer_tensor_usable(a, XFER_OP_EQUALS, err);
   if (!rc) rc = xfer_tensor_usable(b, XFER_OP_EQUALS, err);
+  if (!rc) rc = xfer_tensor_valid(a, XFER_OP_EQUALS, err);
+  if (!rc) rc = xfer_tensor_valid(b, XFER_OP_EQUALS, err);
   xfer_hold_drop(&h);
   if (rc) return rc;
   if (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim ||

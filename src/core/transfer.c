@@ -177,6 +177,7 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   xfer_path path = route->path;
   size_t n = src->nbytes;
   xfer_code rc = xfer_progress(0, n, err); /* the start */
+  if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
   if (rc || n == 0) return rc;
   double start = xfer_now();
   xfer_verify v; /* the ends' sums, made beside the move (sums.c) */

@@ -492,12 +492,13 @@ static int l_plan(lua_State *L)
 static const char *host_bytes(lua_State *L, xfer_tensor *t, tensor_box **copy_box)
 {
   *copy_box = NULL;
+  xfer_error err;
+  if (xfer_tensor_readable(t, "read", &err)) xl_raise(L, &err); /* (in place: checked here) */
   /* in place when its elements lie packed in host memory; a view's are gathered */
   const char *in_place = xfer_tensor_is_contiguous(t) ? xfer_tensor_host_data(t) : NULL;
   if (in_place || xfer_tensor_nbytes(t) == 0) return in_place;
   tensor_box *box = new_box(L);
   xfer_tensor *copy;
-  xfer_error err;
   if (XL_ALLOCATING(L, xfer_transfer_to(t, host_device(L), NULL, &copy, &err))) xl_raise(L, &err);
   box_adopt(L, box, copy);
   *copy_box = box;

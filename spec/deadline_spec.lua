@@ -1,0 +1,163 @@
+-- Deadlines and cancel: opts.timeout and xfer.config's timeout end a move as `timeout` at its
+-- deadline -- between its steps, and in a device's wait (the "stall" fault: a wait that never
+-- sees its work done) -- leaving its target not valid until written again and the memory a
+-- stalled device may still write held until the device is done; job:cancel() returns once
+-- nothing more writes into the job's targets, the job then `canceled`.
+local xfer = require "xfer"
+local h = require "support.helpers"
+
+local devices = {}
+for _, d in ipairs(xfer.devices()) do
+  if d.runtime ~= "remote" then devices[#devices + 1] = d end
+end
+
+local N = 2^22 -- u32: 16 MiB
+
+describe("deadlines #deadline", function()
+  after_each(function()
+    xfer.faults.clear()
+    xfer.config({ timeout = 0 })
+  end)
+
+  it("says what a timeout must be", function()
+    local t = xfer.arange(4)
+    for _, bad in ipairs({ 0, -1, 1e9, "1", true, 0 / 0 }) do
+      local e = h.raises("invalid", t.to, t, "host", { timeout = bad })
+      assert.is_truthy(tostring(e):find("'timeout' must be seconds", 1, true), tostring(e))
+    end
+    assert.is_true(t:to("host", { timeout = false }):equals(t)) -- false: none
+    local e = h.raises("invalid", xfer.config, { timeout = -2 })
+    assert.is_truthy(tostring(e):find("timeout must be 0 (none) or 0.001 to 86400 seconds", 1, true),
+                     tostring(e))
+    xfer.config({ timeout = 30 })
+    assert.are.equal(30, xfer.config().timeout)
+  end)
+
+  it("ends a move past its deadline between its steps, its target not valid until written", function()
+    h.no_setaside()
+    local src = xfer.arange(N, { dtype = "u32" })
+    for _, d in ipairs(devices) do
+      local dst = xfer.zeros({ N }, { dtype = "u32", device = d })
+      local e = h.raises("timeout", dst.copy_from, dst, src, { timeout = 1e-6 })
+      assert.are.equal("deadline", e.op)
+      assert.is_truthy(tostring(e):find("passed its deadline (1e-06 s)", 1, true), tostring(e))
+      assert.are.equal(src.device.name, e.from)
+      assert.are.equal(d.name, e.to)
+      -- not valid: reading it, or moving from it, says so
+      local r = h.raises("invalid", dst.tobytes, dst)
+      assert.is_truthy(tostring(r):find("holds no valid bytes: a move into it ended timeout", 1, true),
+                       tostring(r))
+      h.raises("invalid", dst.to, dst, "host")
+      dst:copy_from(src) -- written again: valid
+      assert.is_true(dst:equals(src), d.name)
+      -- a new tensor of to() that timed out is not made at all
+      h.raises("timeout", src.to, src, d, { timeout = 1e-6 })
+    end
+  end)
+
+  it("takes xfer.config's timeout unless a move's own says otherwise", function()
+    local src = xfer.arange(N, { dtype = "u32" })
+    xfer.config({ timeout = 1e-3 })
+    local d = devices[#devices]
+    local dst = xfer.zeros({ N }, { dtype = "u32", device = d })
+    local e = h.raises("timeout", dst.copy_from, dst, src, { timeout = 1e-6 })
+    assert.is_truthy(tostring(e):find("(1e-06 s)", 1, true), tostring(e))
+    dst:copy_from(src, { timeout = false }) -- none
+    assert.is_true(dst:equals(src))
+    dst:copy_from(src, { timeout = 60 })
+    assert.is_true(dst:equals(src))
+  end)
+
+  it("ends a device's wait that never sees its work done at the deadline (the stall fault)", function()
+    h.no_setaside()
+    local host = xfer.device("host")
+    for _, d in ipairs(devices) do
+      if d ~= host then
+        -- within the device, host to it, and back: each path that waits for the device
+        for _, case in ipairs({ "within", "to", "from" }) do
+          local src = xfer.arange(N, { dtype = "u32" })
+          if case ~= "to" then src = src:to(d) end
+          local dst = xfer.zeros({ N }, { dtype = "u32", device = case == "from" and host or d })
+          xfer.faults.inject({ runtime = d.runtime, op = "stall" })
+          local t0 = xfer.clock()
+          local ok, e = pcall(dst.copy_from, dst, src, { timeout = 0.2 })
+          local took = xfer.clock() - t0
+          local waited = #xfer.faults.list() == 0 -- the rule was used: a wait of the device
+          xfer.faults.clear()
+          local what = d.name .. " " .. case
+          if waited then
+            assert.is_false(ok, what)
+            assert.are.equal("timeout", e.code, tostring(e))
+            assert.is_truthy(tostring(e):find("had not done its work by the move's deadline", 1, true),
+                             tostring(e))
+            assert.is_true(took >= 0.2 and took < 2, what .. (": %.3f s"):format(took))
+            h.raises("invalid", dst.tobytes, dst)
+          else -- a path with no wait of its own (lavapipe's mapped memory: a memcpy)
+            assert.is_true(ok, tostring(e))
+          end
+          -- the device goes on: the next move lands whole, the stalled target freed and reused
+          dst:copy_from(src)
+          assert.is_true(dst:equals(src), what)
+          dst:free()
+        end
+      end
+    end
+  end)
+
+  it("stops a batch run between its groups past the deadline, its targets left not valid", function()
+    local d = devices[#devices]
+    local src = xfer.arange(N, { dtype = "u32" })
+    local dst = xfer.zeros({ N }, { dtype = "u32", device = d })
+    local other = xfer.zeros({ N }, { dtype = "u32", device = "host" })
+    local b = xfer.batch({ { dst = dst, src = src }, { dst = other, src = src } }, { timeout = 1e-6 })
+    local e = h.raises("timeout", b.run, b)
+    assert.is_number(e.element)
+    h.raises("invalid", dst.tobytes, dst)
+    xfer.batch({ { dst = dst, src = src }, { dst = other, src = src } }):run()
+    assert.is_true(dst:equals(src) and other:equals(src))
+  end)
+end)
+
+describe("cancel #deadline", function()
+  it("returns once the job is through: canceled, or done before it was asked", function()
+    local src = xfer.arange(16 * N, { dtype = "u32" }) -- 256 MiB: steps of 64 MiB
+    local d = devices[#devices]
+    local canceled, done = 0, 0
+    for _ = 1, 6 do
+      local job = src:to_async(d)
+      job:cancel()
+      assert.is_true(job:done()) -- cancel returned: the job is through
+      local ok, e = pcall(job.wait, job)
+      if ok then
+        done = done + 1
+        assert.is_true(e:equals(src))
+      else
+        canceled = canceled + 1
+        assert.are.equal("canceled", e.code, tostring(e))
+        assert.are.equal("cancel", e.op)
+      end
+      job:cancel() -- a no-op once ended
+    end
+    assert.is_true(canceled > 0, ("%d canceled, %d done"):format(canceled, done))
+  end)
+
+  it("cancels a batch run: its elements not done are not valid", function()
+    local d = devices[#devices]
+    local src = xfer.arange(4 * N, { dtype = "u32" })
+    local items, dsts = {}, {}
+    for i = 1, 8 do
+      dsts[i] = xfer.zeros({ 4 * N }, { dtype = "u32", device = d })
+      items[i] = { dst = dsts[i], src = src }
+    end
+    local b = xfer.batch(items)
+    local job = b:run_async()
+    job:cancel()
+    local ok, e = pcall(job.wait, job)
+    if not ok then assert.are.equal("canceled", e.code, tostring(e)) end
+    local done = b:done()
+    for i = 1, 8 do
+      if done[i] then assert.is_true(dsts[i]:equals(src), i)
+      elseif not ok then h.raises("invalid", dsts[i].tobytes, dsts[i]) end
+    end
+  end)
+end)
