@@ -378,6 +378,51 @@ local ops = {
     count(ok and "verified" or "error " .. result.code)
     if ok then live[#live + 1] = { t = result, bytes = e.bytes, dev = dev, from = origin("verified to", e) } end
   end,
+  deadline = function() -- past its deadline (spent at once, or a stall of the target's device)
+    local a = random_live()
+    if not a or a.t.freed then return end
+    local b = partner_of(a)
+    if not b or b == a or b.t.freed or a.t.dtype ~= b.t.dtype or
+       table.concat(a.t.shape, ",") ~= table.concat(b.t.shape, ",") then return end
+    local stall = rand(2) == 1
+    xfer.faults.clear()
+    faulted = false
+    if stall then xfer.faults.inject({ runtime = b.dev.runtime, op = "stall" }) end
+    local ok, err = pcall(b.t.copy_from, b.t, a.t, { timeout = stall and 0.02 or 1e-6 })
+    xfer.faults.clear()
+    if ok then
+      b.bytes, b.from = a.bytes, origin("copy_from in time", a)
+      count("deadline met")
+      return
+    end
+    if not xfer.is_error(err) then fail(origin("deadline", a, ": " .. tostring(err))) end
+    count("deadline " .. err.code)
+    if err.code ~= "timeout" then return end -- (a source left not valid: invalid)
+    local read, rerr = pcall(b.t.tobytes, b.t)
+    if read or not xfer.is_error(rerr) or rerr.code ~= "invalid" then
+      fail(origin("deadline", a, ": its target read as valid after a timeout"))
+    end
+    local again = pcall(b.t.copy_from, b.t, a.t) -- written again: valid
+    b.bytes, b.from = again and a.bytes or nil, origin("copy_from after a timeout", a)
+  end,
+  cancel = function() -- a job canceled: through when cancel returns, canceled or done before
+    local e = random_live()
+    if not e or e.t.freed then return end
+    local dev = pick(devices)
+    local ok, job = call("to_async", nil, e.t.to_async, e.t, dev)
+    if not ok then return end
+    job:cancel()
+    if not job:done() then fail(origin("cancel", e, ": cancel returned before its job was through")) end
+    local waited, moved = pcall(job.wait, job)
+    if waited then
+      live[#live + 1] = { t = moved, bytes = e.bytes, dev = dev, from = origin("to_async, canceled late", e) }
+      count("cancel too late")
+    elseif not xfer.is_error(moved) then
+      fail(origin("cancel", e, ": " .. tostring(moved)))
+    else
+      count(moved.code == "canceled" and "canceled" or "error " .. moved.code)
+    end
+  end,
   config = function()
     local r = rand(4)
     if r == 1 then xfer.config({ staging_chunk = pick({ 4096, 65536, 1024 * 1024, 4 * 1024 * 1024 }),
@@ -389,7 +434,7 @@ local ops = {
 }
 local weights = { create = 14, to = 14, copy_from = 8, clone = 5, async = 4, transfer = 4, free = 8,
                   drop = 5, gc = 4, check = 10, fault = 3, clear_faults = 4, config = 3, close = 1,
-                  view = 6, batch = 4, file = 3, verified = 3 }
+                  view = 6, batch = 4, file = 3, verified = 3, deadline = 3, cancel = 3 }
 local bag = {}
 for name, w in pairs(weights) do for _ = 1, w do bag[#bag + 1] = name end end
 table.sort(bag)

@@ -250,7 +250,7 @@ describe("transfer engine", function()
         { { staging_chunk = 100 }, "staging_chunk must be 4096 to 1073741824 bytes, not 100" },
         { { staging_depth = 1 }, "staging_depth must be 2 to 16, not 1" },
         { { staging_depth = 2.5 }, "config: 'staging_depth' must be a whole number" },
-        { { chunk = 4096 }, "config: unknown option 'chunk' (known: staging_chunk, staging_depth, cache, cache_limit, setaside_after, remote_timeout, remote_chunk, remote_depth, remote_device_chunk, verify)" },
+        { { chunk = 4096 }, "config: unknown option 'chunk' (known: staging_chunk, staging_depth, cache, cache_limit, setaside_after, remote_timeout, remote_chunk, remote_depth, remote_device_chunk, verify, timeout)" },
         { { cache = 0 }, "config: 'cache' must be a boolean, not number" },
         { { cache_limit = -1 }, "config: 'cache_limit' must be a whole number" },
       }

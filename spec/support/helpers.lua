@@ -132,7 +132,8 @@ end
 function helpers.default_config()
   return { staging_chunk = 4194304, staging_depth = 3, cache = os.getenv("XFER_CACHE") ~= "0",
            cache_limit = 0, setaside_after = 3, remote_timeout = 10,
-           remote_chunk = 4194304, remote_depth = 4, remote_device_chunk = 67108864, verify = false }
+           remote_chunk = 4194304, remote_depth = 4, remote_device_chunk = 67108864, verify = false,
+           timeout = 0 }
 end
 
 --- The xferlua binary under test (scripts/test sets XFERLUA).

@@ -23,6 +23,15 @@ xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error 
 
 /* Moves may run on worker threads (to_async, the staged reader): a device's driver state
 ** is used by one move at a time. Host memory needs no lock: its backend is stateless. */
+xfer_code xfer_device_stalled(xfer_device *dev, xfer_op op, const char *fn, double waited,
+                              xfer_error *err)
+{
+  __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE);
+  xfer_code rc = xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, fn, waited);
+  if (err) err->retryable = 1;
+  return rc;
+}
+
 void xfer_device_lock(xfer_device *dev)
 {
   if (!xfer_is_host(dev)) pthread_mutex_lock(&dev->lock);

@@ -142,7 +142,11 @@ void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
                         xfer_code rc, const xfer_error *err)
 {
   /* the caller stopped it (its progress callback): neither a move nor a failure */
-  if (rc && err && err->op_id == XFER_OP_PROGRESS) return;
+  /* a move its caller stopped (its progress callback, a cancel, its deadline between steps)
+  ** says nothing about the path; one a device did not finish by the deadline does */
+  if (rc && err && (err->op_id == XFER_OP_PROGRESS || err->op_id == XFER_OP_CANCEL ||
+                    err->op_id == XFER_OP_DEADLINE))
+    return;
   /* the last resort is never set aside: its failures are not counted */
   if (rc && path == XFER_PATH_HOST && !runner) return;
   pthread_mutex_lock(&ctx->lock);

@@ -151,9 +151,7 @@ xfer_code xfer_cl_wait(xfer_device *dev, xfer_op op, cl_event ev, int inject, xf
   int done = xfer_wait_until(cl_done, arg, stalled);
   if (marker) api->clReleaseEvent(marker);
   if (!done) {
-    __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE); /* its work may still write */
-    return xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, "clGetEventInfo",
-                       xfer_now() - start);
+    return xfer_device_stalled(dev, op, "clGetEventInfo", xfer_now() - start, err);
   }
   if (!injected) rc = status;
   return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(op, fn, rc, injected, err);

@@ -148,9 +148,7 @@ xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_e
     double start = xfer_now();
     VkResult r = wait_until_deadline(vd, fence, stalled, deadline);
     if (r == VK_TIMEOUT) {
-      __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE); /* its work may still write */
-      return xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, "vkWaitForFences",
-                         xfer_now() - start);
+    return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, err);
     }
     if (xfer_vk_injected(dev, op)) return xfer_vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
     return xfer_vk_check(dev, op, "vkWaitForFences", r, err);
