@@ -5,7 +5,9 @@
 -- by a prepared batch; and a safetensors file of --file-size bytes loaded onto each device
 -- with verify against the sums xfer.save recorded. The cost is the time with verify over the
 -- time without, less one (issue 37's goal on the H200: <= 5% at 256 MiB, <= 10% for batches).
--- Sums of device memory are made on the host from a read-back until a device computes its own.
+-- Then cancel and deadlines: cancel()'s latency at random points of each pair's move, the
+-- target's checksum 100 ms after cancel returned (0 changed: nothing wrote after it), and how
+-- late a move given a deadline ended past it.
 local xfer = require "xfer"
 local bench = require "xfer.bench"
 
@@ -90,6 +92,70 @@ local function loads(B, rows, devs)
   os.remove(path)
 end
 
+local function wait_for(seconds)
+  local until_ = xfer.clock() + seconds
+  while xfer.clock() < until_ do end
+end
+
+local function percentile(list, p)
+  if #list == 0 then return nil end
+  table.sort(list)
+  return list[math.max(1, math.ceil(#list * p))]
+end
+
+local function ms(x) return x and ("%.2f"):format(x * 1e3) or "-" end
+
+-- One pair's cancels and deadlines: `runs` batch runs of one element (its target kept) canceled
+-- at a random point of the move -- how long cancel() took, and whether the target changed in
+-- the 100 ms after it returned -- then `runs` moves given a deadline at a random point: how late
+-- each that timed out ended past its deadline.
+local function cancels_of(pair, n, runs, rng)
+  local src = xfer.full({ n }, 7, { dtype = "u8", device = pair[1] })
+  local dst = xfer.full({ n }, 1, { dtype = "u8", device = pair[2] })
+  local whole = bench.time(function() dst:copy_from(src) end, 3)
+  local latency, changed, canceled = {}, 0, 0
+  local b = xfer.batch({ { dst = dst, src = src } })
+  for _ = 1, runs do
+    local job = b:run_async()
+    wait_for(rng() * whole)
+    local t0 = xfer.clock()
+    job:cancel()
+    latency[#latency + 1] = xfer.clock() - t0
+    local ok = pcall(job.wait, job)
+    if not ok then
+      canceled = canceled + 1
+      local at_return = dst:crc32c() -- (not valid: read for the check only)
+      wait_for(0.1)
+      if dst:crc32c() ~= at_return then changed = changed + 1 end
+    end
+  end
+  local late = {}
+  for _ = 1, runs do
+    local timeout = math.max(1e-4, rng() * whole)
+    local t0 = xfer.clock()
+    local ok = pcall(dst.copy_from, dst, src, { timeout = timeout })
+    if not ok then late[#late + 1] = xfer.clock() - t0 - timeout end
+  end
+  src:free()
+  dst:free()
+  return { pair[1].name .. " -> " .. pair[2].name, bench.format_size(n), ("%.2f"):format(whole * 1e3),
+           ("%d/%d"):format(canceled, runs), ms(percentile(latency, 0.5)), ms(percentile(latency, 0.99)),
+           tostring(changed), ("%d/%d"):format(#late, runs), ms(percentile(late, 0.5)), ms(percentile(late, 0.99)) }
+end
+
+local function cancels(B, devs)
+  local rows = { { "cancel and deadline", "size", "move ms", "canceled", "cancel p50 ms", "p99 ms",
+                   "changed after", "timed out", "late p50 ms", "p99 ms" } }
+  local seed = 12345
+  local function rng() seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 end
+  local runs = B.cancel_runs or 20
+  for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = cancels_of(p, B.pair_size, runs, rng) end
+  B.emit(rows)
+  B.say(("cancel: %d batch runs of one element canceled at random points of the move: cancel()'s time," ..
+         " and targets whose CRC32C changed in the 100 ms after cancel returned (must be 0); then %d" ..
+         " moves given a deadline at a random point: how late those that timed out ended"):format(runs, runs))
+end
+
 return function(B)
   local rows = { { "verify = true (CRC32C at both ends)", "size", "without GB/s", "with GB/s", "cost" } }
   local devs = xfer.devices()
@@ -98,5 +164,7 @@ return function(B)
   loads(B, rows, devs)
   B.emit(rows)
   B.say("guard: each move's time with verify over the same move's without, the median of several;" ..
-        " a device end's sum made on the host from a read-back (no device kernel yet)")
+        " a device end's sum made by the device (CUDA, OpenCL, Vulkan kernels) or, for a device of the" ..
+        " host's memory, by the CPU from a read-back")
+  cancels(B, devs)
 end

@@ -340,7 +340,10 @@ xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfe
   int aside = !rc && g->many &&
               xfer_ledger_set_aside(g->from->ctx, g->from, g->to, g->route.path, g->many, NULL, 0);
   if (aside) xfer_ledger_note_decision(g->from->ctx);
-  if (!rc && (!g->many || aside || !run_at_once_group(g, done, failed, &rc, err)))
+  /* a watched group of one element (a deadline, a job that may be canceled) goes on its route
+  ** in steps, so that it stops within one: a submission at once cannot stop part way */
+  int stepped = g->count == 1 && xfer_progress_wanted();
+  if (!rc && (!g->many || aside || stepped || !run_at_once_group(g, done, failed, &rc, err)))
     rc = run_one_by_one(g, done, failed, err);
   xfer_hold_drop(&h);
   return rc;
