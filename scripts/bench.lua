@@ -89,7 +89,9 @@ Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua s
   deadline  a server stopped mid-move --deadline-runs times: the timeout's lateness past its
             deadline; healthy moves with a 3 s deadline, how many missed it
   guard     what verify = true costs: the same move with and without it -- --pair-size host <->
-            each device and cuda:0 <-> vulkan:0, 4096 x 16 KiB batches, a file load
+            each device and cuda:0 <-> vulkan:0, 4096 x 16 KiB batches, a file load; then
+            --cancels cancels at random points of each pair's move (cancel's latency, bytes
+            changed after it returned) and deadlines (how late a move past one ended)
   selftest  how long the quick and full self-tests take
 
 --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
@@ -117,6 +119,8 @@ parser:option("--file-size", "The safetensors file of the files table.", "4G"):a
 parser:option("--file-dir", "Where the files table writes its file.", "build/bench-files"):argname("DIR")
 parser:option("--deadline-runs", "How often the deadline table stops a server.", "20")
   :argname("N"):convert(runs)
+parser:option("--cancels", "How many cancels (and deadlines) the guard table makes per pair.", "20")
+  :argname("N"):convert(count)
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
 parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
   :argname("PROGRAM")
@@ -187,6 +191,7 @@ local B = {
   remote_chunks = opts.remote_chunks,     -- --remote-chunks, bytes (nil: the default)
   remote_depths = opts.remote_depths,     -- --remote-depths, counts (nil: the default)
   deadline_runs = opts.deadline_runs,     -- --deadline-runs
+  cancel_runs = opts.cancels,             -- --cancels
   scripts_dir = scripts_dir,
   emit = emit, say = say, progress = progress, run_raw = run_raw,
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,
