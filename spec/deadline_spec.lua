@@ -39,8 +39,12 @@ describe("deadlines #deadline", function()
     for _, d in ipairs(devices) do
       local dst = xfer.zeros({ N }, { dtype = "u32", device = d })
       local e = h.raises("timeout", dst.copy_from, dst, src, { timeout = 1e-6 })
-      assert.are.equal("deadline", e.op)
-      assert.is_truthy(tostring(e):find("passed its deadline (1e-06 s)", 1, true), tostring(e))
+      -- stopped between steps, or (a slow start: caching off) in the device's first wait
+      if e.op == "deadline" then
+        assert.is_truthy(tostring(e):find("passed its deadline (1e-06 s)", 1, true), tostring(e))
+      else
+        assert.is_truthy(tostring(e):find("had not done its work by the move's deadline", 1, true), tostring(e))
+      end
       assert.are.equal(src.device.name, e.from)
       assert.are.equal(d.name, e.to)
       -- not valid: reading it, or moving from it, says so

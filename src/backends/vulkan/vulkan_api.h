@@ -118,6 +118,10 @@ typedef struct vk_dev {
   VkDeviceSize max_storage_range, storage_alignment;
   VkFence idle_fence;           /* copy->idle's empty submission, and whether it is in flight */
   int idle_submitted;
+  /* fences whose wait ended at a deadline: their work may be pending still, so each is waited
+  ** for (until the next deadline) before it or its command buffer is used again */
+  VkFence unsettled[8];
+  int nunsettled;
 #define XFER_VK_POINTER(name) PFN_##name name;
   XFER_VK_DEVICE(XFER_VK_POINTER)
   XFER_VK_DEVICE_OPTIONAL(XFER_VK_POINTER)

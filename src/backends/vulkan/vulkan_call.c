@@ -94,6 +94,28 @@ xfer_code xfer_vk_create_buffer(xfer_device *dev, xfer_op op, VkDeviceSize n,
 
 /* -- Submission ------------------------------------------------------------------------ */
 
+static VkResult wait_until_deadline(vk_dev *vd, VkFence fence, int stalled, double deadline);
+
+static int unsettled_at(const vk_dev *vd, VkFence fence)
+{
+  for (int i = 0; i < vd->nunsettled; i++)
+    if (vd->unsettled[i] == fence) return i;
+  return -1;
+}
+
+xfer_code xfer_vk_fence_settle(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err)
+{
+  vk_dev *vd = vk_of(dev);
+  int at = unsettled_at(vd, fence);
+  if (at < 0) return XFER_E_OK;
+  double deadline = xfer_watch_deadline(), start = xfer_now();
+  VkResult r = deadline ? wait_until_deadline(vd, fence, 0, deadline)
+                        : vd->vkWaitForFences(vd->device, 1, &fence, VK_TRUE, UINT64_MAX);
+  if (r == VK_TIMEOUT) return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, err);
+  vd->unsettled[at] = vd->unsettled[--vd->nunsettled];
+  return xfer_vk_check(dev, op, "vkWaitForFences", r, err);
+}
+
 xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cmd,
                                 const vk_copy *copies, size_t ncopies, VkFence fence,
                                 xfer_error *err)
@@ -101,7 +123,9 @@ xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cm
   vk_dev *vd = vk_of(dev);
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  xfer_code rc = VK(dev, op, err, vkBeginCommandBuffer, cmd, &begin);
+  xfer_code rc = xfer_vk_fence_settle(dev, op, fence, err); /* its command buffer is free then too */
+  if (rc) return rc;
+  rc = VK(dev, op, err, vkBeginCommandBuffer, cmd, &begin);
   if (rc) return rc;
   for (size_t c = 0; c < ncopies; c++)
     vd->vkCmdCopyBuffer(cmd, copies[c].src, copies[c].dst, copies[c].count, copies[c].regions);
@@ -148,7 +172,9 @@ xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_e
     double start = xfer_now();
     VkResult r = wait_until_deadline(vd, fence, stalled, deadline);
     if (r == VK_TIMEOUT) {
-    return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, err);
+      if (unsettled_at(vd, fence) < 0 && vd->nunsettled < (int)(sizeof vd->unsettled / sizeof vd->unsettled[0]))
+        vd->unsettled[vd->nunsettled++] = fence;
+      return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, err);
     }
     if (xfer_vk_injected(dev, op)) return xfer_vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
     return xfer_vk_check(dev, op, "vkWaitForFences", r, err);
@@ -239,5 +265,8 @@ int xfer_vk_idle(xfer_device *dev)
   }
   if (vd->vkGetFenceStatus(vd->device, vd->idle_fence) != VK_SUCCESS) return 0;
   vd->idle_submitted = 0;
+  for (int i = vd->nunsettled; i-- > 0;) /* done before the empty submission: seen done now */
+    if (vd->vkGetFenceStatus(vd->device, vd->unsettled[i]) == VK_SUCCESS)
+      vd->unsettled[i] = vd->unsettled[--vd->nunsettled];
   return 1;
 }

@@ -39,7 +39,10 @@ typedef struct vk_copy {
   const VkBufferCopy *regions;
   uint32_t count;
 } vk_copy;
-/* Records the copies in one command buffer and submits it behind `fence`. */
+/* A fence (and its command buffer) whose wait ended at a deadline, waited for before reuse (until
+** the move's deadline at most); nothing for any other. */
+xfer_code xfer_vk_fence_settle(xfer_device *dev, xfer_op op, VkFence fence, xfer_error *err);
+/* Records the copies in one command buffer and submits it behind `fence` (settled first). */
 xfer_code xfer_vk_submit_copies(xfer_device *dev, xfer_op op, VkCommandBuffer cmd,
                                 const vk_copy *copies, size_t ncopies, VkFence fence,
                                 xfer_error *err);

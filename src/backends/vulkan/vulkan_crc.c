@@ -190,7 +190,8 @@ static xfer_code dispatch(xfer_device *dev, uint32_t groups, xfer_error *err)
   VkCommandBuffer cmd = vd->cmd;
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  xfer_code rc = VK(dev, XFER_OP_VERIFY, err, vkBeginCommandBuffer, cmd, &begin);
+  xfer_code rc = xfer_vk_fence_settle(dev, XFER_OP_VERIFY, vd->fence, err);
+  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkBeginCommandBuffer, cmd, &begin);
   if (rc) return rc;
   /* the bytes may have been written by copies of earlier submissions */
   VkMemoryBarrier before = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
