@@ -65,7 +65,9 @@ describe("deadlines #deadline", function()
     local d = devices[#devices]
     local dst = xfer.zeros({ N }, { dtype = "u32", device = d })
     local e = h.raises("timeout", dst.copy_from, dst, src, { timeout = 1e-6 })
-    assert.is_truthy(tostring(e):find("(1e-06 s)", 1, true), tostring(e))
+    -- the move's own deadline (or, with a slow start, the device's first wait past it)
+    assert.is_truthy(tostring(e):find("(1e-06 s)", 1, true) or
+                     tostring(e):find("had not done its work by the move's deadline", 1, true), tostring(e))
     dst:copy_from(src, { timeout = false }) -- none
     assert.is_true(dst:equals(src))
     dst:copy_from(src, { timeout = 60 })
