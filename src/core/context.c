@@ -113,7 +113,7 @@ xfer_ctx *xfer_ctx_retain(xfer_ctx *ctx)
 void xfer_ctx_release(xfer_ctx *ctx)
 {
   if (!ctx || __atomic_sub_fetch(&ctx->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
-  for (size_t d = 0; d < ctx->ndevices; d++) xfer_mem_quarantine_settle(ctx->devices[d], 1);
+  for (size_t d = 0; d < ctx->ndevices; d++) xfer_mem_quarantine_settle(ctx->devices[d], XFER_SETTLE_END);
   xfer_mem_release_all(ctx); /* pinned and imported memory: before the runtimes close */
   for (size_t i = ctx->nruntimes; i-- > 0;) {
     xfer_runtime *rt = &ctx->runtimes[i];
@@ -202,7 +202,7 @@ xfer_code xfer_device_close(xfer_device *dev, xfer_error *err)
     return xfer_err_op(err, XFER_E_INVALID, XFER_OP_CLOSE, XFER_S_HOST_NOT_CLOSED);
   /* the device's lock: no move runs on it now, and one that waits for it finds it closed */
   xfer_device_lock(dev);
-  xfer_mem_quarantine_settle(dev, 1); /* closed: its work no longer writes */
+  xfer_mem_quarantine_settle(dev, XFER_SETTLE_CLOSE); /* its work done first, as far as can be */
   pthread_mutex_lock(&ctx->lock);
   __atomic_store_n(&dev->closed, 1, __ATOMIC_RELEASE);
   size_t n = 0;

@@ -10,6 +10,7 @@
 */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend_call.h"
@@ -715,10 +716,25 @@ void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b)
   stalled->quarantine[stalled->nquarantine++] = b;
 }
 
-void xfer_mem_quarantine_settle(xfer_device *dev, int closing)
+/* Whether the device's work is done, asked for up to `seconds` (a millisecond apart). */
+static int idle_within(xfer_device *dev, double seconds)
+{
+  double until = xfer_now() + seconds;
+  for (;;) {
+    if (xfer_be_idle(dev)) return 1;
+    if (xfer_now() >= until) return 0;
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+}
+
+void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how)
 {
   if (!__atomic_load_n(&dev->stalled, __ATOMIC_ACQUIRE)) return;
-  if (!closing && !xfer_be_idle(dev)) return; /* its work goes on: held still */
+  /* closing: the driver's work is given a while to end; a device closed with its work still
+  ** going keeps what it holds (the memory is lost rather than handed on while written) */
+  int idle = idle_within(dev, how == XFER_SETTLE_NOW ? 0 : 2.0);
+  if (!idle && how != XFER_SETTLE_END) return; /* its work goes on: held still */
   for (size_t i = 0; i < dev->nquarantine; i++) {
     xfer_block *b = dev->quarantine[i];
     xfer_allocator *a = b->seg->dev->alloc;

@@ -31,9 +31,12 @@ void xfer_mem_link_backing(xfer_ctx *ctx);
 ** the device worked on): held -- freed meanwhile, it goes back only once settled -- until
 ** xfer_mem_quarantine_settle finds the device done. Both under stalled's lock. */
 void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b);
-/* A stalled device whose work is done now (copy->idle), or that closes: its blocks let go, the
-** device no longer stalled. Nothing for a device not stalled. */
-void xfer_mem_quarantine_settle(xfer_device *dev, int closing);
+/* When a stalled device's blocks are let go (and it is no longer stalled): NOW, if its work is
+** done (copy->idle); CLOSE (the device closes), once it is within 2 s, else kept; END (the
+** context goes, its runtimes next), after 2 s at most whatever its work. Nothing for a device
+** not stalled. */
+typedef enum { XFER_SETTLE_NOW, XFER_SETTLE_CLOSE, XFER_SETTLE_END } xfer_settle;
+void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how);
 /* Blocks the device holds in quarantine now. */
 size_t xfer_mem_quarantined(const xfer_device *dev);
 

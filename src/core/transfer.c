@@ -35,19 +35,23 @@ static xfer_code hold_take(hold *h, const xfer_route *route, xfer_tensor *src, x
   xfer_code rc = xfer_hold_take(&h->held, devs, n, h->tensors, 2, err);
   /* a device whose work outlived a deadline: its quarantine let go once it is done */
   for (int i = 0; !rc && i < n; i++)
-    if (devs[i]) xfer_mem_quarantine_settle(devs[i], 0);
+    if (devs[i]) xfer_mem_quarantine_settle(devs[i], XFER_SETTLE_NOW);
   return rc;
 }
 
-/* A move that ended at its deadline while a device of its route still worked on it: the
-** target's memory held by each such device until it is done (memory.c's quarantine). */
-static void quarantine_target(const xfer_route *route, const xfer_tensor *dst)
+/* A move that ended at its deadline while a device of its route still worked on it: both
+** ends' memory held by each such device until it is done (memory.c's quarantine) -- the
+** target's, which its work may still write, and the source's, which it may still read (a
+** driver that reads freed memory crashes: lavapipe's queue thread did, under the fuzzer). */
+static void quarantine_ends(const xfer_route *route, const xfer_tensor *src, const xfer_tensor *dst)
 {
   xfer_device *devs[4];
   int n = xfer_route_devices(route, devs);
-  for (int i = 0; i < n; i++)
-    if (devs[i] && __atomic_load_n(&devs[i]->stalled, __ATOMIC_ACQUIRE))
-      xfer_mem_quarantine(devs[i], (xfer_block *)xfer_tensor_block(dst));
+  for (int i = 0; i < n; i++) {
+    if (!devs[i] || !__atomic_load_n(&devs[i]->stalled, __ATOMIC_ACQUIRE)) continue;
+    xfer_mem_quarantine(devs[i], (xfer_block *)xfer_tensor_block(dst));
+    xfer_mem_quarantine(devs[i], (xfer_block *)xfer_tensor_block(src));
+  }
 }
 
 static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
@@ -201,7 +205,7 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     break;
   }
   if (!rc && v.landed < n) landed(&v, dst, v.landed, n - v.landed); /* (a path not in steps) */
-  if (rc == XFER_E_TIMEOUT) quarantine_target(route, dst);
+  if (rc == XFER_E_TIMEOUT) quarantine_ends(route, src, dst);
   xfer_code checked = xfer_verify_end(&v, !rc, err);
   if (!rc) rc = checked;
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
@@ -281,7 +285,7 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
   if (!*rc && !g->many) return 0;
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
   for (size_t k = 0; *rc == XFER_E_TIMEOUT && k < g->count; k++)
-    quarantine_target(&g->route, g->items[g->order[g->first + k]].dst);
+    quarantine_ends(&g->route, g->items[g->order[g->first + k]].src, g->items[g->order[g->first + k]].dst);
   if (!*rc) {
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
@@ -324,7 +328,7 @@ xfer_code xfer_group_run(xfer_group *g, unsigned char *done, size_t *failed, xfe
   int ndevs = xfer_group_devices(g, devs);
   xfer_code rc = xfer_hold_take(&h, devs, ndevs, NULL, 0, err);
   for (int i = 0; !rc && i < ndevs; i++)
-    if (devs[i]) xfer_mem_quarantine_settle(devs[i], 0);
+    if (devs[i]) xfer_mem_quarantine_settle(devs[i], XFER_SETTLE_NOW);
   for (size_t u = 0; u < g->nuses && !rc; u++) { /* each tensor once, in the order of use */
     rc = xfer_tensor_usable(g->uses[u].t, XFER_OP_BATCH, err);
     if (!rc && g->uses[u].first % 2) rc = xfer_tensor_valid(g->uses[u].t, XFER_OP_BATCH, err); /* a source */
