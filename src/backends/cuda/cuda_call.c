@@ -109,3 +109,15 @@ int xfer_cu_idle(xfer_device *dev)
   if (xfer_cu_enter(dev, XFER_OP_SYNC, &ignored)) return 0;
   return cu_api_of(dev)->cuStreamQuery(cu_of(dev)->stream) == CUDA_SUCCESS;
 }
+
+xfer_code xfer_cu_room(xfer_device *dev, CUdeviceptr *at, size_t *room, size_t bytes, xfer_error *err)
+{
+  if (*room >= bytes) return XFER_E_OK;
+  if (*at) cu_api_of(dev)->cuMemFree(*at);
+  *at = 0;
+  *room = 0;
+  size_t grown = bytes < 65536 ? 65536 : bytes * 2;
+  xfer_code rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, at, grown);
+  if (!rc) *room = grown;
+  return rc;
+}

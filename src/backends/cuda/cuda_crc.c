@@ -225,15 +225,7 @@ void xfer_cu_crc_release(cu_api *api, cu_dev *cd)
 /* Device memory for `bytes` of descriptors and sums, kept and grown with the device. */
 static xfer_code room_for(xfer_device *dev, size_t bytes, xfer_error *err)
 {
-  cu_dev *cd = cu_of(dev);
-  if (cd->crc_room_bytes >= bytes) return XFER_E_OK;
-  if (cd->crc_room) cu_api_of(dev)->cuMemFree(cd->crc_room);
-  cd->crc_room = 0;
-  cd->crc_room_bytes = 0;
-  size_t room = bytes < 65536 ? 65536 : bytes * 2;
-  xfer_code rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->crc_room, room);
-  if (!rc) cd->crc_room_bytes = room;
-  return rc;
+  return xfer_cu_room(dev, &cu_of(dev)->crc_room, &cu_of(dev)->crc_room_bytes, bytes, err);
 }
 
 static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }

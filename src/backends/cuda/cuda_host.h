@@ -34,6 +34,10 @@ xfer_code xfer_cu_wait(xfer_device *dev, xfer_op op, CUstream stream, CUevent ev
 /* copy->idle: whether the stream's work is done, asked without waiting. */
 int xfer_cu_idle(xfer_device *dev);
 
+/* Device memory kept with the device and grown to at least `bytes` (twice what is asked, 64 KiB
+** at least): a kernel's descriptors and sums. */
+xfer_code xfer_cu_room(xfer_device *dev, CUdeviceptr *at, size_t *room, size_t bytes, xfer_error *err);
+
 /* Makes the device's primary context current. */
 xfer_code xfer_cu_enter(xfer_device *dev, xfer_op op, xfer_error *err);
 

@@ -95,15 +95,7 @@ static xfer_code kernel_of(xfer_device *dev, CUfunction *fn, xfer_error *err)
 /* Device memory for `bytes` of descriptors, kept and grown with the device. */
 static xfer_code descriptors_room(xfer_device *dev, size_t bytes, xfer_error *err)
 {
-  cu_dev *cd = cu_of(dev);
-  if (cd->many_room >= bytes) return XFER_E_OK;
-  if (cd->many_desc) cu_api_of(dev)->cuMemFree(cd->many_desc);
-  cd->many_desc = 0;
-  cd->many_room = 0;
-  size_t room = bytes < 65536 ? 65536 : bytes * 2;
-  xfer_code rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->many_desc, room);
-  if (!rc) cd->many_room = room;
-  return rc;
+  return xfer_cu_room(dev, &cu_of(dev)->many_desc, &cu_of(dev)->many_room, bytes, err);
 }
 
 /* The list of kept tables is touched by runs (one at a time: the device is held) and by a
