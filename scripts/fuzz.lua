@@ -385,6 +385,7 @@ local ops = {
     if not b or b == a or b.t.freed or a.t.dtype ~= b.t.dtype or
        table.concat(a.t.shape, ",") ~= table.concat(b.t.shape, ",") then return end
     local stall = rand(2) == 1
+    if verbose then io.write("  deadline ", a.dev.name, " -> ", b.dev.name, " stall=", tostring(stall), " ", a.t.dtype, "[", table.concat(a.t.shape, ","), "]\n") end
     xfer.faults.clear()
     faulted = false
     if stall then xfer.faults.inject({ runtime = b.dev.runtime, op = "stall" }) end

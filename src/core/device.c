@@ -26,20 +26,39 @@ xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error 
 xfer_code xfer_device_stalled(xfer_device *dev, xfer_op op, const char *fn, double waited,
                               xfer_error *err)
 {
+  __atomic_add_fetch(&dev->stalls, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE);
   xfer_code rc = xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, fn, waited);
   if (err) err->retryable = 1;
   return rc;
 }
 
+/* Device locks this thread holds: none, and it may settle stalled devices (memory.c) without
+** stepping into a move of its own that is under way. */
+static _Thread_local int locks_held;
+
 void xfer_device_lock(xfer_device *dev)
 {
-  if (!xfer_is_host(dev)) pthread_mutex_lock(&dev->lock);
+  if (xfer_is_host(dev)) return;
+  pthread_mutex_lock(&dev->lock);
+  locks_held++;
 }
 
 void xfer_device_unlock(xfer_device *dev)
 {
-  if (!xfer_is_host(dev)) pthread_mutex_unlock(&dev->lock);
+  if (xfer_is_host(dev)) return;
+  locks_held--;
+  pthread_mutex_unlock(&dev->lock);
+}
+
+int xfer_device_locks_held(void) { return locks_held; }
+
+int xfer_device_trylock(xfer_device *dev)
+{
+  if (xfer_is_host(dev)) return 1;
+  if (pthread_mutex_trylock(&dev->lock)) return 0;
+  locks_held++;
+  return 1;
 }
 
 size_t xfer_device_count(const xfer_ctx *ctx) { return ctx->ndevices; }

@@ -11,6 +11,10 @@
 ** its devices through a hold (hold.h), which locks them in one order. */
 void xfer_device_lock(xfer_device *dev);
 void xfer_device_unlock(xfer_device *dev);
+/* The lock if it is free now (1), else 0: for settling a stalled device in passing. */
+int xfer_device_trylock(xfer_device *dev);
+/* Device locks the calling thread holds. */
+int xfer_device_locks_held(void);
 /* Whether a and b are one physical GPU of this machine (equal device UUIDs; a device that
 ** shares nothing here -- another machine's, even this very GPU served back over the network --
 ** is on no GPU of ours). The one test of it: interop, backing and the routes ask it. */

@@ -2,6 +2,7 @@
 ** hold.c -- a move's hold: its devices locked in one global order, its tensors busy.
 */
 #include "hold.h"
+#include "memory.h"
 
 static xfer_ctx *ctx_of(xfer_tensor *const *tensors, size_t n)
 {
@@ -54,7 +55,9 @@ xfer_code xfer_hold_take(xfer_hold *h, xfer_device *const *devs, int ndevs,
 void xfer_hold_drop(xfer_hold *h)
 {
   xfer_tensors_busy(h->tensors, h->ntensors, -1);
+  xfer_ctx *ctx = h->ndevs ? h->devs[0]->ctx : NULL;
   for (int i = h->ndevs; i-- > 0;) xfer_device_unlock(h->devs[i]);
   h->ndevs = 0;
+  if (ctx) xfer_mem_settle_stalled(ctx); /* what stalled devices hold, let go once they are done */
   h->ntensors = 0;
 }

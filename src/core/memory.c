@@ -15,6 +15,7 @@
 
 #include "backend_call.h"
 #include "memory.h"
+#include "device.h"
 
 #define SMALL_SIZE ((size_t)1 << 20)      /* the largest block of the small pool */
 #define SMALL_SEGMENT ((size_t)2 << 20)   /* what the small pool asks the driver for */
@@ -666,13 +667,20 @@ xfer_code xfer_mem_alloc(xfer_device *dev, size_t nbytes, xfer_block **out, xfer
 /* (a->lock held) */
 static void block_free(xfer_allocator *a, xfer_block *b);
 
+static void hold_for_stalled(xfer_block *b);
+
 void xfer_mem_free(xfer_block *b)
 {
   if (!b) return;
+  hold_for_stalled(b); /* a stalled device's work may use any memory a move gave it */
   xfer_allocator *a = b->seg->dev->alloc;
   pthread_mutex_lock(&a->lock);
-  if (b->held) b->free_asked = 1; /* a stalled device may still write it: later */
-  else block_free(a, b);
+  if (b->held && !b->free_asked) { /* a stalled device may still use it: later */
+    b->free_asked = 1;
+    a->stats.held += b->requested;
+  } else if (!b->held) {
+    block_free(a, b);
+  }
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -697,11 +705,15 @@ static void block_free(xfer_allocator *a, xfer_block *b)
     release_cached(a, limit);
 }
 
-/* -- Quarantine: memory a stalled device's work may still write --------------------------------- */
+/* -- Quarantine: memory a stalled device's work may still use ------------------------------ */
 
-void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b)
+/* The devices' quarantine lists, taken before any allocator's lock: blocks are freed, and
+** quarantined, from worker threads (jobs, the staged reader) as well as the caller's. */
+static pthread_mutex_t quarantine_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* (quarantine_lock held) */
+static void hold_locked(xfer_device *stalled, xfer_block *b)
 {
-  if (!b) return;
   if (stalled->nquarantine == stalled->quarantine_cap) {
     size_t cap = stalled->quarantine_cap ? 2 * stalled->quarantine_cap : 8;
     xfer_block **grown = realloc(stalled->quarantine, cap * sizeof *grown);
@@ -714,6 +726,25 @@ void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b)
   b->held++;
   pthread_mutex_unlock(&a->lock);
   stalled->quarantine[stalled->nquarantine++] = b;
+}
+
+/* A block freed while devices of its context are stalled is held by each: which memory their
+** work was given -- a move's ends, its staging and scratch, a backend's chunks -- is not
+** known here, and any of it freed and handed on (or its segment and import released, with
+** caching off) is written, or read, by the driver after the fact: heap corruption under
+** PoCL, a crash in lavapipe's queue thread (CI fuzz seeds 201-216). Held only while
+** stalled: the first move on a device that finds its work done lets go (settle). */
+static void hold_for_stalled(xfer_block *b)
+{
+  xfer_ctx *ctx = b->seg->dev->ctx;
+  size_t n = __atomic_load_n(&ctx->ndevices, __ATOMIC_ACQUIRE);
+  int any = 0;
+  for (size_t d = 0; d < n && !any; d++) any = __atomic_load_n(&ctx->devices[d]->stalled, __ATOMIC_ACQUIRE);
+  if (!any) return;
+  pthread_mutex_lock(&quarantine_lock);
+  for (size_t d = 0; d < n; d++)
+    if (__atomic_load_n(&ctx->devices[d]->stalled, __ATOMIC_ACQUIRE)) hold_locked(ctx->devices[d], b);
+  pthread_mutex_unlock(&quarantine_lock);
 }
 
 /* Whether the device's work is done, asked for up to `seconds` (a millisecond apart). */
@@ -735,23 +766,47 @@ void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how)
   ** going keeps what it holds (the memory is lost rather than handed on while written) */
   int idle = idle_within(dev, how == XFER_SETTLE_NOW ? 0 : 2.0);
   if (!idle && how != XFER_SETTLE_END) return; /* its work goes on: held still */
-  for (size_t i = 0; i < dev->nquarantine; i++) {
-    xfer_block *b = dev->quarantine[i];
+  /* no longer stalled before the list is taken: a block freed from now on is not held */
+  pthread_mutex_lock(&quarantine_lock);
+  __atomic_store_n(&dev->stalled, 0, __ATOMIC_RELEASE);
+  xfer_block **held = dev->quarantine;
+  size_t nheld = dev->nquarantine;
+  dev->quarantine = NULL;
+  dev->nquarantine = dev->quarantine_cap = 0;
+  pthread_mutex_unlock(&quarantine_lock);
+  for (size_t i = 0; i < nheld; i++) {
+    xfer_block *b = held[i];
     xfer_allocator *a = b->seg->dev->alloc;
     pthread_mutex_lock(&a->lock);
     if (--b->held == 0 && b->free_asked) {
       b->free_asked = 0;
+      a->stats.held -= b->requested;
       block_free(a, b);
     }
     pthread_mutex_unlock(&a->lock);
   }
-  free(dev->quarantine);
-  dev->quarantine = NULL;
-  dev->nquarantine = dev->quarantine_cap = 0;
-  __atomic_store_n(&dev->stalled, 0, __ATOMIC_RELEASE);
+  free(held);
 }
 
-size_t xfer_mem_quarantined(const xfer_device *dev) { return dev->nquarantine; }
+void xfer_mem_settle_stalled(xfer_ctx *ctx)
+{
+  if (xfer_device_locks_held()) return; /* (inside a move: its own end settles) */
+  size_t n = __atomic_load_n(&ctx->ndevices, __ATOMIC_ACQUIRE);
+  for (size_t d = 0; d < n; d++) {
+    xfer_device *dev = ctx->devices[d];
+    if (!__atomic_load_n(&dev->stalled, __ATOMIC_ACQUIRE) || !xfer_device_trylock(dev)) continue;
+    xfer_mem_quarantine_settle(dev, XFER_SETTLE_NOW);
+    xfer_device_unlock(dev);
+  }
+}
+
+size_t xfer_mem_quarantined(const xfer_device *dev)
+{
+  pthread_mutex_lock(&quarantine_lock);
+  size_t n = dev->nquarantine;
+  pthread_mutex_unlock(&quarantine_lock);
+  return n;
+}
 
 /* -- Devices and the context ----------------------------------------------------------- */
 

@@ -27,16 +27,18 @@ xfer_code xfer_mem_device_init(xfer_device *dev, int host);
 void xfer_mem_device_fini(xfer_device *dev);
 /* After the runtimes open: which devices keep their memory in another runtime's. */
 void xfer_mem_link_backing(xfer_ctx *ctx);
-/* A block that `stalled`'s work may still write (a move into it ended at its deadline while
-** the device worked on): held -- freed meanwhile, it goes back only once settled -- until
-** xfer_mem_quarantine_settle finds the device done. Both under stalled's lock. */
-void xfer_mem_quarantine(xfer_device *stalled, xfer_block *b);
+/* Quarantine: a block freed while a device of its context is stalled (a wait for its work
+** ended at a move's deadline) is held by each such device -- its work may still use it --
+** and goes back only when xfer_mem_quarantine_settle finds the device done. */
 /* When a stalled device's blocks are let go (and it is no longer stalled): NOW, if its work is
 ** done (copy->idle); CLOSE (the device closes), once it is within 2 s, else kept; END (the
 ** context goes, its runtimes next), after 2 s at most whatever its work. Nothing for a device
 ** not stalled. */
 typedef enum { XFER_SETTLE_NOW, XFER_SETTLE_CLOSE, XFER_SETTLE_END } xfer_settle;
 void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how);
+/* Every stalled device of the context whose lock is free settled NOW: called when a move lets
+** its devices go, so that a device no move uses again does not hold what is freed for good. */
+void xfer_mem_settle_stalled(xfer_ctx *ctx);
 /* Blocks the device holds in quarantine now. */
 size_t xfer_mem_quarantined(const xfer_device *dev);
 

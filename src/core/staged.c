@@ -216,12 +216,9 @@ xfer_code xfer_staged_run(const xfer_route *route, xfer_tensor *src, xfer_tensor
   if (whole && !rc) rc = xfer_be_write(dst->dev, dst->buf, dst->offset, st.slot[0], src->nbytes, err);
   if (whole && !rc) rc = xfer_progress(src->nbytes, src->nbytes, err);
   if (!whole) rc = pipelined(&st, src, dst, err);
-  /* past the deadline a device may still use the chunks: held by each that stalled */
-  for (int s = 0; rc == XFER_E_TIMEOUT && s < st.depth; s++) {
-    if (__atomic_load_n(&src->dev->stalled, __ATOMIC_ACQUIRE)) xfer_mem_quarantine(src->dev, st.block[s]);
-    if (__atomic_load_n(&dst->dev->stalled, __ATOMIC_ACQUIRE)) xfer_mem_quarantine(dst->dev, st.block[s]);
-  }
-  staging_free(&st); /* every queued move on the chunks has finished (or they are held) */
+  /* every queued move on the chunks has finished -- or, past the deadline, a stalled device
+  ** holds them (memory.c's quarantine takes what is freed while a device is stalled) */
+  staging_free(&st);
   return rc;
 }
 

@@ -149,15 +149,20 @@ static xfer_code device_sums(const xfer_sum_range *ranges, size_t count, size_t 
   xfer_sum_piece *pieces = malloc((count - first) * sizeof *pieces);
   size_t *index = malloc((count - first) * sizeof *index);
   uint32_t *sums = malloc((count - first) * sizeof *sums);
-  xfer_code rc = pieces && index && sums ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  if (!pieces || !index || !sums) {
+    free(pieces);
+    free(index);
+    free(sums);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
   size_t k = 0;
-  for (size_t i = first; !rc && i < count; i++) {
+  for (size_t i = first; i < count; i++) {
     if (seen[i] || ranges[i].t->dev != dev) continue;
     seen[i] = 1;
     index[k] = i;
     pieces[k++] = (xfer_sum_piece){ranges[i].t->buf, ranges[i].t->offset + ranges[i].at, ranges[i].n};
   }
-  xfer_code own = rc ? rc : sums_itself(dev) ? xfer_be_crc32c(dev, pieces, k, sums, err) : XFER_E_UNSUPPORTED;
+  xfer_code own = sums_itself(dev) ? xfer_be_crc32c(dev, pieces, k, sums, err) : XFER_E_UNSUPPORTED;
   if (own == XFER_E_UNSUPPORTED) { /* read back, each */
     own = XFER_E_OK;
     for (size_t j = 0; !own && j < k; j++) {

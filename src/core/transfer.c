@@ -39,21 +39,6 @@ static xfer_code hold_take(hold *h, const xfer_route *route, xfer_tensor *src, x
   return rc;
 }
 
-/* A move that ended at its deadline while a device of its route still worked on it: both
-** ends' memory held by each such device until it is done (memory.c's quarantine) -- the
-** target's, which its work may still write, and the source's, which it may still read (a
-** driver that reads freed memory crashes: lavapipe's queue thread did, under the fuzzer). */
-static void quarantine_ends(const xfer_route *route, const xfer_tensor *src, const xfer_tensor *dst)
-{
-  xfer_device *devs[4];
-  int n = xfer_route_devices(route, devs);
-  for (int i = 0; i < n; i++) {
-    if (!devs[i] || !__atomic_load_n(&devs[i]->stalled, __ATOMIC_ACQUIRE)) continue;
-    xfer_mem_quarantine(devs[i], (xfer_block *)xfer_tensor_block(dst));
-    xfer_mem_quarantine(devs[i], (xfer_block *)xfer_tensor_block(src));
-  }
-}
-
 static void hold_drop(hold *h) { xfer_hold_drop(&h->held); }
 
 /* -- Integrity ------------------------------------------------------------------------------ */
@@ -205,7 +190,6 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     break;
   }
   if (!rc && v.landed < n) landed(&v, dst, v.landed, n - v.landed); /* (a path not in steps) */
-  if (rc == XFER_E_TIMEOUT) quarantine_ends(route, src, dst);
   xfer_code checked = xfer_verify_end(&v, !rc, err);
   if (!rc) rc = checked;
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
@@ -284,8 +268,6 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     *rc = run_way(g, err);
   if (!*rc && !g->many) return 0;
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
-  for (size_t k = 0; *rc == XFER_E_TIMEOUT && k < g->count; k++)
-    quarantine_ends(&g->route, g->items[g->order[g->first + k]].src, g->items[g->order[g->first + k]].dst);
   if (!*rc) {
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
@@ -491,14 +473,15 @@ static xfer_code run_scatter(const xfer_step *s, xfer_tensor *from, xfer_tensor 
   }
   if (!from->nbytes) return XFER_E_OK;
   void *bytes = xfer_be_host_address(from->dev, from->buf, from->offset);
-  char *scratch = NULL;
+  xfer_block *scratch = NULL; /* the host pool's: held, not freed, while a stalled read may land */
   if (!bytes) { /* a contiguous device source: read it packed first */
-    bytes = scratch = malloc(from->nbytes);
-    rc = scratch ? xfer_tensor_read(from, scratch, from->nbytes, err)
-                 : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_COPY);
+    xfer_device *host = xfer_host_of(from->dev->ctx);
+    rc = xfer_mem_alloc(host, from->nbytes, &scratch, err);
+    if (!rc) bytes = xfer_be_host_address(host, scratch->buf, scratch->offset);
+    if (!rc) rc = xfer_tensor_read(from, bytes, from->nbytes, err);
   }
   if (!rc) rc = xfer_tensor_write(dst, bytes, from->nbytes, err);
-  free(scratch);
+  xfer_mem_free(scratch);
   return rc;
 }
 

@@ -261,9 +261,12 @@ struct xfer_device {
   struct xfer_device *backing;
   pthread_mutex_t lock;         /* one move at a time uses the driver state (recursive) */
   /* A wait for its work ended at a move's deadline (the backend said so: xfer_device_stall):
-  ** the work may still write the moves' targets, whose memory it holds (quarantine, memory.c)
-  ** until the backend says the device is done (copy->idle) or it closes (its lock) */
+  ** the work may still use any memory the moves gave it, so what is freed meanwhile it holds
+  ** (quarantine, memory.c) until the backend says it is done (copy->idle) or it closes */
   int stalled;
+  /* waits that ended at a deadline, counted: a backend's idle marker placed before the last
+  ** one says nothing about the work that outlived it (it is placed again) */
+  unsigned stalls;
   struct xfer_block **quarantine;
   size_t nquarantine, quarantine_cap;
 };

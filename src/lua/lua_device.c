@@ -102,7 +102,7 @@ static int l_memory(lua_State *L)
     XL_COUNT(in_use), XL_COUNT(peak), XL_COUNT(allocated), XL_COUNT(peak_allocated),
     XL_COUNT(reserved), XL_COUNT(peak_reserved), XL_COUNT(cached), XL_COUNT(buffers),
     XL_COUNT(segments), XL_COUNT(driver_allocs), XL_COUNT(driver_frees), XL_COUNT(cache_hits),
-    XL_COUNT(oom_retries), XL_COUNT(objects),
+    XL_COUNT(oom_retries), XL_COUNT(objects), XL_COUNT(held),
 #undef XL_COUNT
   };
   xfer_device *dev = xl_check_device(L, 1, "memory");

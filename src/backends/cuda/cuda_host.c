@@ -129,17 +129,15 @@ void xfer_cu_staging_release(cu_api *api, cu_dev *cd)
 }
 
 /* After a failure part way: let what was queued finish before the chunks are reused -- or,
-** past the move's deadline, hold the chunks `c` (quarantine; NULL: none) while the copies may
-** still use them. */
-static xfer_code settle(xfer_device *dev, xfer_op op, xfer_code rc, chunks *c, xfer_error *err)
+** past the move's deadline, leave them to the device's quarantine (memory.c holds what is freed
+** while a device is stalled). */
+static xfer_code settle(xfer_device *dev, xfer_op op, xfer_code rc, xfer_error *err)
 {
   xfer_error ignored;
   xfer_code s = xfer_cu_wait(dev, op, cu_of(dev)->stream, NULL, rc ? &ignored : err);
   /* an injected failure of the wait still waits: host memory of a copy in flight is the
   ** caller's again only once the copy has landed */
   if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cu_of(dev)->stream);
-  if (c && (s == XFER_E_TIMEOUT || rc == XFER_E_TIMEOUT))
-    for (int k = 0; k < XFER_CU_STAGING_SLOTS; k++) xfer_mem_quarantine(dev, c->block[k]);
   return rc ? rc : s;
 }
 
@@ -165,7 +163,7 @@ static xfer_code staged_write(xfer_device *dev, CUdeviceptr dst, const char *src
     if (!rc) rc = CU(dev, XFER_OP_WRITE, err, cuEventRecord, cd->staged[s], cd->stream);
     used[s] = 1;
   }
-  rc = settle(dev, XFER_OP_WRITE, rc, &c, err);
+  rc = settle(dev, XFER_OP_WRITE, rc, err);
   chunks_give(&c); /* every copy out of them has landed (or they are held) */
   return rc;
 }
@@ -198,7 +196,7 @@ static xfer_code staged_read(xfer_device *dev, CUdeviceptr src, char *dst, size_
       if (!rc) rc = CU(dev, XFER_OP_READ, err, cuEventRecord, cd->staged[s], cd->stream);
     }
   }
-  rc = settle(dev, XFER_OP_READ, rc, &c, err);
+  rc = settle(dev, XFER_OP_READ, rc, err);
   chunks_give(&c);
   return rc;
 }
@@ -216,11 +214,11 @@ xfer_code xfer_cu_write(xfer_device *dev, void *buf, size_t offset, const void *
     /* on our stream and waited for: cuMemcpyHtoD from pageable memory returns before its
     ** DMA lands, and our (non-blocking) stream would not wait for it */
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    return settle(dev, XFER_OP_WRITE, rc, NULL, err);
+    return settle(dev, XFER_OP_WRITE, rc, err);
   }
   if (xfer_cu_pinned(dev, src, n)) {
     rc = CU(dev, XFER_OP_WRITE, err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    return settle(dev, XFER_OP_WRITE, rc, NULL, err);
+    return settle(dev, XFER_OP_WRITE, rc, err);
   }
   return staged_write(dev, dst, src, n, err);
 }
@@ -240,14 +238,14 @@ xfer_code xfer_cu_read(xfer_device *dev, void *buf, size_t offset, void *dst, si
     int staged = !chunks_take(dev, n, 1, &c, &ignored);
     void *into = staged ? c.at[0] : dst;
     rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, into, src, n, stream);
-    rc = settle(dev, XFER_OP_READ, rc, staged ? &c : NULL, err);
+    rc = settle(dev, XFER_OP_READ, rc, err);
     if (!rc && staged) memcpy(dst, into, n);
     if (staged) chunks_give(&c);
     return rc;
   }
   if (xfer_cu_pinned(dev, dst, n)) {
     rc = CU(dev, XFER_OP_READ, err, cuMemcpyDtoHAsync, dst, src, n, stream);
-    return settle(dev, XFER_OP_READ, rc, NULL, err);
+    return settle(dev, XFER_OP_READ, rc, err);
   }
   return staged_read(dev, src, dst, n, err);
 }
@@ -284,7 +282,7 @@ xfer_code xfer_cu_rows(xfer_device *dev, void *buf, size_t offset, size_t pitch,
   copy.WidthInBytes = run;
   copy.Height = rows;
   rc = CU(dev, op, err, cuMemcpy2DAsync, &copy, cu_of(dev)->stream);
-  return settle(dev, op, rc, NULL, err);
+  return settle(dev, op, rc, err);
 }
 
 
@@ -310,7 +308,7 @@ xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, 
     rc = to_device ? CU(dev, op, err, cuMemcpyHtoDAsync, at, host, n, cd->stream)
                    : CU(dev, op, err, cuMemcpyDtoHAsync, host, at, n, cd->stream);
   if (!rc) rc = CU(dev, op, err, cuEventRecord, cd->queued[slot], cd->stream);
-  if (rc) return settle(dev, op, rc, NULL, err); /* a copy queued before a failed record lands first */
+  if (rc) return settle(dev, op, rc, err); /* a copy queued before a failed record lands first */
   cd->pending[slot] = 1;
   cd->queued_op[slot] = op;
   *queued = 1;

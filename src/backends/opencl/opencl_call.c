@@ -161,8 +161,20 @@ int xfer_cl_idle(xfer_device *dev)
 {
   cl_dev *cd = cl_of(dev);
   cl_api *api = api_of(dev);
-  if (!cd->idle_marker && api->clEnqueueMarkerWithWaitList(cd->queue, 0, NULL, &cd->idle_marker) != CL_SUCCESS)
-    return 0;
+  unsigned stalls = __atomic_load_n(&dev->stalls, __ATOMIC_ACQUIRE);
+  if (cd->idle_marker && cd->idle_stalls != stalls) { /* placed before work that outlived a
+    ** deadline: done, it would say the device is idle while that work still writes (PoCL
+    ** wrote a freed host block: heap corruption, CI fuzz seeds 201, 202) */
+    api->clReleaseEvent(cd->idle_marker);
+    cd->idle_marker = NULL;
+  }
+  if (!cd->idle_marker) {
+    if (api->clEnqueueMarkerWithWaitList(cd->queue, 0, NULL, &cd->idle_marker) != CL_SUCCESS) {
+      cd->idle_marker = NULL;
+      return 0;
+    }
+    cd->idle_stalls = stalls;
+  }
   api->clFlush(cd->queue);
   cl_int status = CL_QUEUED;
   if (api->clGetEventInfo(cd->idle_marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=

@@ -154,11 +154,16 @@ static xfer_code buffer_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
   size_t blocks = 0;
   for (size_t i = first; i < count; i++)
     if (pieces[i].buf == buf) blocks += pieces_in(pieces[i].n);
-  cl_ulong *desc = malloc(blocks * 2 * sizeof *desc);
-  uint32_t *sums = malloc(blocks * sizeof *sums);
-  xfer_code rc = desc && sums ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  cl_ulong *desc = malloc((blocks ? blocks : 1) * 2 * sizeof *desc);
+  uint32_t *sums = malloc((blocks ? blocks : 1) * sizeof *sums);
+  if (!desc || !sums) {
+    free(desc);
+    free(sums);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
+  xfer_code rc = XFER_E_OK;
   size_t k = 0;
-  for (size_t i = first; !rc && i < count; i++)
+  for (size_t i = first; i < count; i++)
     for (size_t at = 0; pieces[i].buf == buf && at < pieces[i].n; at += PIECE, k++) {
       desc[2 * k] = pieces[i].offset + at;
       desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;

@@ -196,6 +196,8 @@ typedef struct stage {
   size_t chunk;
 } stage;
 
+/* Past a deadline the device's copies may still use the chunks: freed while it is stalled,
+** its quarantine holds them until it is done (memory.c). */
 static void stage_give(stage *sg)
 {
   for (int s = 0; s < XFER_VK_STAGING_SLOTS; s++) xfer_mem_free(sg->block[s]);

@@ -248,25 +248,38 @@ const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n
   return NULL;
 }
 
+/* The device found idle: fences still listed as unsettled signaled before its empty
+** submission (seen done now). */
+static int idle_seen(vk_dev *vd)
+{
+  for (int i = vd->nunsettled; i-- > 0;)
+    if (vd->vkGetFenceStatus(vd->device, vd->unsettled[i]) == VK_SUCCESS)
+      vd->unsettled[i] = vd->unsettled[--vd->nunsettled];
+  return 1;
+}
+
 /* copy->idle: an empty submission behind everything submitted so far, its fence looked at
-** (submitted once, then asked again until it signals). */
+** (submitted once, then asked again until it signals). One submitted before a wait that
+** outlived a deadline is behind less than that work: once it signals, submitted again. */
 int xfer_vk_idle(xfer_device *dev)
 {
   vk_dev *vd = vk_of(dev);
+  unsigned stalls = __atomic_load_n(&dev->stalls, __ATOMIC_ACQUIRE);
   if (!vd->idle_fence) {
     VkFenceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (vd->vkCreateFence(vd->device, &info, NULL, &vd->idle_fence) != VK_SUCCESS) return 0;
   }
-  if (!vd->idle_submitted) {
-    if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||
-        vd->vkQueueSubmit(vd->queue, 0, NULL, vd->idle_fence) != VK_SUCCESS)
-      return 0;
-    vd->idle_submitted = 1;
+  if (vd->idle_submitted) {
+    if (vd->vkGetFenceStatus(vd->device, vd->idle_fence) != VK_SUCCESS) return 0;
+    vd->idle_submitted = 0;
+    if (vd->idle_stalls == stalls) return idle_seen(vd);
   }
+  if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||
+      vd->vkQueueSubmit(vd->queue, 0, NULL, vd->idle_fence) != VK_SUCCESS)
+    return 0;
+  vd->idle_submitted = 1;
+  vd->idle_stalls = stalls;
   if (vd->vkGetFenceStatus(vd->device, vd->idle_fence) != VK_SUCCESS) return 0;
   vd->idle_submitted = 0;
-  for (int i = vd->nunsettled; i-- > 0;) /* done before the empty submission: seen done now */
-    if (vd->vkGetFenceStatus(vd->device, vd->unsettled[i]) == VK_SUCCESS)
-      vd->unsettled[i] = vd->unsettled[--vd->nunsettled];
-  return 1;
+  return idle_seen(vd);
 }

@@ -138,7 +138,7 @@ static xfer_code ready(xfer_device *dev)
   if (vd->crc_refused || !host_types(vd) || !queue_computes(dev)) return XFER_E_UNSUPPORTED;
   xfer_error quiet;
   xfer_code rc = make_pipeline(dev, &quiet);
-  if (!rc) rc = mapped_buffer(dev, TABLE_WORDS * 4, &vd->crc_table, &quiet);
+  if (!rc) rc = mapped_buffer(dev, (size_t)TABLE_WORDS * 4, &vd->crc_table, &quiet);
   if (rc) {
     xfer_vk_crc_release(vd);
     vd->crc_refused = 1;
