@@ -75,8 +75,15 @@ typedef struct xfer_file_opts {
   /* loads: 1: each tensor's bytes as they landed checked against the CRC32C the file records
   ** for it ("crc32c.NAME" in a safetensors __metadata__, as xfer_file_save writes for every
   ** tensor): XFER_E_CORRUPT naming the tensor where they differ, XFER_E_UNSUPPORTED where
-  ** the file records none for a tensor loaded */
+  ** the file records none for a tensor loaded;
+  ** saves: 1: each tensor's bytes checked from where they lie to the file -- its device's
+  ** CRC32C against the sum of what was written, and the file read back before it is put in
+  ** place: XFER_E_CORRUPT naming the tensor where they differ, and no file is left */
   int verify;
+  /* seconds: past this deadline the load or save ends XFER_E_TIMEOUT (op deadline) between its
+  ** requests, its device pieces' waits at the deadline -- nothing half-loaded stays, a save
+  ** leaves no file; 0: xfer_config's timeout; < 0: none */
+  double timeout;
 } xfer_file_opts;
 
 #define XFER_FILE_STEPS 8

@@ -132,22 +132,27 @@ describe("deadlines #deadline", function()
         xfer.faults.inject({ runtime = d.runtime, op = "stall" })
         local ok, e = pcall(dst.copy_from, dst, a, { timeout = 0.05 })
         local waited = #xfer.faults.list() == 0
-        xfer.faults.clear()
+        local in_use = d:memory().in_use
         if waited then -- (lavapipe's mapped memory has no wait to stall)
           stalled = stalled + 1
           assert.is_false(ok, d.name)
           assert.are.equal("timeout", e.code, tostring(e))
-          local in_use = d:memory().in_use
           dst:free()
           from:free()
           other:free()
           -- the stalled work may use what it was given, and which that was is not known
-          -- where memory is freed: all held, counted still
+          -- where memory is freed: all held, counted still (the stall fault's device is not
+          -- done until the rules change)
           assert.are.equal(4 * N, d:memory().held, d.name)
           assert.are.equal(in_use, d:memory().in_use, d.name)
           assert.is_true(host:memory().held >= 8 * N, d.name)
-          t0 = xfer.clock() -- a move on the device lets go once its work is done
-          repeat b:copy_from(a) until held() == 0 or xfer.clock() - t0 > 10
+          b:copy_from(a) -- a move meanwhile: the device is held still
+          assert.are.equal(4 * N, d:memory().held, d.name)
+        end
+        xfer.faults.clear()
+        if waited then
+          local t1 = xfer.clock() -- a move on the device lets go once its work is done
+          repeat b:copy_from(a) until held() == 0 or xfer.clock() - t1 > 10
           assert.are.equal(0, held(), d.name)
           assert.are.equal(in_use - 4 * N, d:memory().in_use, d.name)
           assert.is_true(b:equals(a), d.name)
@@ -156,6 +161,32 @@ describe("deadlines #deadline", function()
       end
     end
     if stalled == 0 then pending("no device here waits for its work (each moved by a memcpy)") end
+  end)
+
+  it("ends a load and a save at their deadline: nothing half-loaded, no file left", function()
+    local path = os.tmpname() .. ".safetensors"
+    local a = xfer.arange(N / 4, { dtype = "u32" }) -- 4 MiB: 64 chunks of 64 KiB
+    for _, d in ipairs(devices) do
+      local t = a:to(d)
+      local e = h.raises("timeout", xfer.save, path, { a = t }, { chunk = 65536, timeout = 1e-6 })
+      assert.are.equal("deadline", e.op, d.name)
+      assert.is_nil(io.open(path, "rb"), d.name .. ": a file was left")
+      xfer.save(path, { a = t }, { chunk = 65536, timeout = 60 })
+      e = h.raises("timeout", xfer.load, path, { device = d, chunk = 65536, timeout = 1e-6 })
+      assert.are.equal("deadline", e.op, d.name)
+      assert.are.equal(path, e.file)
+      assert.is_true(xfer.load(path, { device = d, timeout = false }).a:equals(a), d.name)
+      xfer.config({ timeout = 0.001 }) -- xfer.config's, where the call gives none
+      local t0 = xfer.clock()
+      local ok = pcall(xfer.save, path .. ".big", { a = xfer.zeros({ 64 * N }, { dtype = "u8" }) },
+                       { chunk = 65536 })
+      xfer.config({ timeout = 0 })
+      assert.is_false(ok, d.name)
+      assert.is_true(xfer.clock() - t0 < 5, d.name)
+      os.remove(path)
+    end
+    local e = h.raises("invalid", xfer.save, path, { a = a }, { timeout = -1 })
+    assert.is_truthy(tostring(e):find("'timeout' must be seconds", 1, true), tostring(e))
   end)
 
   it("stops a batch run between its groups past the deadline, its targets left not valid", function()

@@ -289,6 +289,42 @@ describe("integrity of files #integrity", function()
     assert.are_not.equal(seed, xfer.load(path).a:tobytes()) -- unseen without verify
   end)
 
+  it("saves with verify from every device, every format, and leaves no file when a bit flipped on the way", function()
+    h.no_setaside()
+    local seed = h.random_bytes(65536 * 3 + 5)
+    local dir = os.tmpname()
+    os.remove(dir)
+    for _, d in ipairs(devices) do
+      local t = xfer.tensor(seed, { dtype = "u8" }):to(d)
+      local i = xfer.arange(300, { dtype = "i32" }):to(d)
+      for _, ext in ipairs({ ".safetensors", ".npz", ".npy" }) do
+        local file = dir .. ext
+        local what = d.name .. " " .. ext
+        local tensors = ext == ".npy" and t or { a = t, b = i }
+        xfer.save(file, tensors, { verify = true, chunk = 65536 })
+        local back = xfer.load(file)
+        assert.are.equal(seed, (ext == ".npy" and back or back.a):tobytes(), what)
+        os.remove(file)
+        -- a bit flipped in a chunk the save writes, or in the move off the device
+        for _, runtime in ipairs(d.runtime == "host" and { "file" } or { "file", "host" }) do
+          xfer.faults.inject({ runtime = runtime, op = "corrupt", nth = 1 })
+          local e = h.raises("corrupt", xfer.save, file, tensors, { verify = true, chunk = 65536 })
+          xfer.faults.clear()
+          assert.are.equal("verify", e.op, what)
+          assert.is_nil(io.open(file, "rb"), what .. ": a file was left")
+        end
+      end
+    end
+    -- unseen without verify: the file is written with the bit flipped, and its recorded sum
+    -- (taken before the write) tells a verified load
+    local file = dir .. ".safetensors"
+    xfer.faults.inject({ runtime = "file", op = "corrupt", nth = 1 })
+    xfer.save(file, { a = xfer.tensor(seed, { dtype = "u8" }) }, { chunk = 65536 })
+    xfer.faults.clear()
+    h.raises("corrupt", xfer.load, file, { verify = true })
+    os.remove(file)
+  end)
+
   it("says so when a file records no sums to verify against", function()
     -- a safetensors file written by hand, as another tool would: no __metadata__
     local json = '{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}'

@@ -9,6 +9,7 @@
 
 #include "backend_call.h"
 #include "device.h"
+#include "faults.h"
 
 void xfer_device_retain(xfer_device *dev) { __atomic_add_fetch(&dev->refs, 1, __ATOMIC_ACQ_REL); }
 
@@ -24,8 +25,9 @@ xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error 
 /* Moves may run on worker threads (to_async, the staged reader): a device's driver state
 ** is used by one move at a time. Host memory needs no lock: its backend is stateless. */
 xfer_code xfer_device_stalled(xfer_device *dev, xfer_op op, const char *fn, double waited,
-                              xfer_error *err)
+                              int faulted, xfer_error *err)
 {
+  if (faulted) __atomic_store_n(&dev->stall_fault_epoch, xfer_fault_epoch(dev->ctx) + 1, __ATOMIC_RELEASE);
   __atomic_add_fetch(&dev->stalls, 1, __ATOMIC_ACQ_REL);
   __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE);
   xfer_code rc = xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, fn, waited);

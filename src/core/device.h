@@ -22,9 +22,11 @@ int xfer_same_gpu(const xfer_device *a, const xfer_device *b);
 /* A lost device's error, for op: its code and "device X was lost[: why]". */
 xfer_code xfer_device_lost_error(const xfer_device *dev, xfer_op op, xfer_error *err);
 /* A backend's wait (`fn`, `waited` seconds) ended at the move's deadline before the device did
-** its work: the device marked stalled (its work may still write; the runner holds the move's
-** memory) and XFER_E_TIMEOUT in op `op`, retryable (a device late once is not a broken path). */
+** its work: the device marked stalled (its work may still use memory: memory.c holds what is
+** freed) and XFER_E_TIMEOUT in op `op`, retryable (a device late once is not a broken path).
+** `faulted`: the stall fault made it -- the device is then not done (copy->idle is not asked)
+** until the fault rules change, as a device whose work truly never ends. */
 xfer_code xfer_device_stalled(xfer_device *dev, xfer_op op, const char *fn, double waited,
-                              xfer_error *err);
+                              int faulted, xfer_error *err);
 
 #endif

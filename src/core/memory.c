@@ -15,6 +15,7 @@
 
 #include "backend_call.h"
 #include "memory.h"
+#include "faults.h"
 #include "device.h"
 
 #define SMALL_SIZE ((size_t)1 << 20)      /* the largest block of the small pool */
@@ -751,8 +752,9 @@ static void hold_for_stalled(xfer_block *b)
 static int idle_within(xfer_device *dev, double seconds)
 {
   double until = xfer_now() + seconds;
+  uint64_t faulted = __atomic_load_n(&dev->stall_fault_epoch, __ATOMIC_ACQUIRE);
   for (;;) {
-    if (xfer_be_idle(dev)) return 1;
+    if ((!faulted || faulted != xfer_fault_epoch(dev->ctx) + 1) && xfer_be_idle(dev)) return 1;
     if (xfer_now() >= until) return 0;
     struct timespec nap = {0, 1000000};
     nanosleep(&nap, NULL);

@@ -267,6 +267,8 @@ struct xfer_device {
   /* waits that ended at a deadline, counted: a backend's idle marker placed before the last
   ** one says nothing about the work that outlived it (it is placed again) */
   unsigned stalls;
+  uint64_t stall_fault_epoch;   /* the fault rules' epoch + 1 when the stall fault last made it
+                                ** stalled: not done while the rules stay so (0: none) */
   struct xfer_block **quarantine;
   size_t nquarantine, quarantine_cap;
 };

@@ -58,30 +58,6 @@ size_t xfer_pool_sum_threads(void);
 int xfer_progress_wanted(void);
 void xfer_progress_restore(const xfer_transfer_opts *before);
 
-/* The deadline and cancel flag of the moves this thread runs (progress.c). */
-typedef struct xfer_watch {
-  double deadline_at, timeout;
-  const int *canceled;
-} xfer_watch;
-/* Installs a deadline (`at`, xfer_now() seconds, from a timeout of `timeout` seconds; 0: none --
-** an earlier one installed already holds) and a cancel flag (NULL: the one installed holds)
-** until the returned watch is put back. */
-xfer_watch xfer_watch_install(double at, double timeout, const int *canceled);
-void xfer_watch_restore(xfer_watch before);
-/* The deadline a move's options ask for (`asked` seconds: > 0 a timeout, < 0 none, 0 the
-** context's `configured`), installed as above. */
-xfer_watch xfer_watch_for(double asked, double configured);
-/* XFER_E_INVALID for a timeout setting out of range (xfer_config_set). */
-xfer_code xfer_watch_config_check(const xfer_config *c, xfer_error *err);
-/* XFER_E_CANCELED (op cancel) once the flag is up, XFER_E_TIMEOUT (op deadline) past the
-** deadline, saying how far the move got; XFER_E_OK otherwise (also what xfer_progress checks
-** first). */
-xfer_code xfer_watch_check(uint64_t done, uint64_t total, xfer_error *err);
-/* The watch this thread runs under: what a move's helper thread installs for itself (its
-** waits end at the move's deadline, its steps stop when the move is canceled). */
-xfer_watch xfer_watch_current(void);
-/* The deadline installed (xfer_now() seconds), 0 for none: a backend's wait ends there. */
-double xfer_watch_deadline(void);
 /* Polls ready(arg) until it is (1) or the deadline passes (0); `stalled` (a fault): never
 ** ready -- with no deadline, a wait that never ends, as a stalled device's. */
 int xfer_wait_until(int (*ready)(void *), void *arg, int stalled);

@@ -56,9 +56,9 @@ static int injected(const xfer_fio *f, xfer_op op, int *native)
   return 1;
 }
 
-/* A fault rule "file:corrupt" hit: one bit flipped in the bytes a queued read brought (a load's
-** request, not a header's read: what a disk or a bus that corrupts would give), for `verify`
-** to be seen to catch. */
+/* A fault rule "file:corrupt" hit: one bit flipped in the bytes a queued read brought or a
+** queued write takes (a load's or a save's request, not a header's: what a disk or a bus that
+** corrupts would give), for `verify` to be seen to catch. */
 static void corrupt_if_asked(const xfer_fio *f, void *buf, size_t len)
 {
   int native;
@@ -421,6 +421,7 @@ void xfer_fio_submit(xfer_fio_queue *q, int slot_index, int write, void *buf, si
   fio_slot *slot = &q->slots[slot_index];
   *slot = (fio_slot){ .state = SLOT_QUEUED, .write = write, .buf = buf, .len = len,
                       .need = need, .offset = offset };
+  if (write) corrupt_if_asked(&q->file, buf, need);
   int native;
   if (injected(&q->file, write ? XFER_OP_WRITE : XFER_OP_READ, &native)) {
     slot->state = SLOT_DONE;

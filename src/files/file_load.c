@@ -398,6 +398,10 @@ static xfer_code run_requests(loading *l, xfer_error *err)
     }
     if ((code = scatter(l, r, err))) break;
     l->done += q->need;
+    if ((code = xfer_watch_check(l->done, l->total, err))) { /* past the deadline, or canceled */
+      frame(err, l->f, item_name(l, pc->item), (long long)q->start, NULL);
+      break;
+    }
     if (submitted < n) submit(l, submitted++);
     if (l->opts && l->opts->progress &&
         l->opts->progress(l->opts->progress_ud, l->done, l->total)) {
@@ -649,10 +653,31 @@ static xfer_code prepare_requests(loading *l, xfer_device *host, xfer_error *err
   return code;
 }
 
+static xfer_code load(xfer_file *f, const xfer_load_item *items, size_t n, const xfer_file_opts *opts,
+                      xfer_tensor **out, xfer_error *err);
+
+/* The deadline the load's options ask for (or xfer.config's), from now, over its reads and
+** its device pieces' batch runs (which keep the earlier deadline of theirs and this). */
+static xfer_watch watch_of(xfer_ctx *ctx, const xfer_file_opts *opts)
+{
+  xfer_config config;
+  xfer_config_get(ctx, &config);
+  return xfer_watch_for(opts ? opts->timeout : 0, config.timeout);
+}
+
 xfer_code xfer_file_load(xfer_file *f, const xfer_load_item *items, size_t n,
                          const xfer_file_opts *opts, xfer_tensor **out, xfer_error *err)
 {
   for (size_t i = 0; i < n; i++) out[i] = NULL;
+  xfer_watch outer = watch_of(f->ctx, opts);
+  xfer_code code = load(f, items, n, opts, out, err);
+  xfer_watch_restore(outer);
+  return code;
+}
+
+static xfer_code load(xfer_file *f, const xfer_load_item *items, size_t n, const xfer_file_opts *opts,
+                      xfer_tensor **out, xfer_error *err)
+{
   loading l = { .f = f, .items = items, .nitems = n, .targets = out, .opts = opts, .io = { f->ctx, -1, 0, f->path } };
   xfer_code code = xfer_file_plan(f, items, n, opts, &l.route, err);
   if (code) return code;

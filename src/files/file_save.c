@@ -473,6 +473,10 @@ static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
       break;
     }
     size_t len = (size_t)(total - at < chunk ? total - at : chunk);
+    if ((code = xfer_watch_check(at, total, err))) { /* past the deadline, or canceled */
+      frame(err, s, segment_of(s, at, chunk), (long long)at);
+      break;
+    }
     if ((code = fill(s, bufs[slot], at, len, err))) break;
     size_t wlen = len;
     if (io->direct && len % XFER_FIO_ALIGN) { /* the tail, padded; cut off by ftruncate */
@@ -678,10 +682,64 @@ static void saving_free(saving *s)
   free(s->sum_at);
 }
 
+/* save{verify}: each tensor's CRC32C where it lies (its device sums its own memory) against the
+** CRC32C of its bytes read back from the file written -- end to end, the move to the host, the
+** chunk, the write and the file system -- before the file is put in place. */
+static xfer_code verify_written(const saving *s, const xfer_fio *plain, uint64_t chunk, xfer_error *err)
+{
+  size_t cap = (size_t)(chunk ? chunk : 16u << 20);
+  char *buf = malloc(cap);
+  if (!buf) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  xfer_code code = XFER_E_OK;
+  for (size_t g = 0; g < s->nsegs && !code; g++) {
+    const segment *sg = &s->segs[g];
+    if (sg->bytes) continue;
+    uint32_t source = 0, written = 0;
+    if ((code = xfer_tensor_crc32c(sg->tensor, &source, err))) {
+      code = frame(err, s, sg->index, -1);
+      break;
+    }
+    for (uint64_t at = 0; at < sg->len && !code; at += cap) {
+      size_t len = (size_t)(sg->len - at < cap ? sg->len - at : cap);
+      if ((code = xfer_fio_read(plain, buf, len, sg->at + at, err))) code = frame(err, s, sg->index, (long long)(sg->at + at));
+      else written = xfer_crc32c(written, buf, len);
+    }
+    if (!code && written != source) {
+      xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, "written changed: CRC32C %08x on %s, %08x "
+                  "read back from the file (not put in place)", (unsigned)source,
+                  xfer_device_name(xfer_tensor_device(sg->tensor)), (unsigned)written);
+      frame(err, s, sg->index, (long long)sg->at);
+      code = XFER_E_CORRUPT;
+    }
+  }
+  free(buf);
+  return code;
+}
+
+static xfer_code save(xfer_ctx *ctx, const char *path, const char *format_name,
+                      const char *const *names, xfer_tensor *const *tensors, size_t n,
+                      const char *const *meta_keys, const char *const *meta_values, size_t nmeta,
+                      const xfer_file_opts *opts, xfer_error *err);
+
 xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_name,
                          const char *const *names, xfer_tensor *const *tensors, size_t n,
                          const char *const *meta_keys, const char *const *meta_values,
                          size_t nmeta, const xfer_file_opts *opts, xfer_error *err)
+{
+  /* the deadline its options ask for (or xfer.config's), from now, over its chunks and the
+  ** moves that bring device tensors' bytes to them */
+  xfer_config config;
+  xfer_config_get(ctx, &config);
+  xfer_watch outer = xfer_watch_for(opts ? opts->timeout : 0, config.timeout);
+  xfer_code code = save(ctx, path, format_name, names, tensors, n, meta_keys, meta_values, nmeta, opts, err);
+  xfer_watch_restore(outer);
+  return code;
+}
+
+static xfer_code save(xfer_ctx *ctx, const char *path, const char *format_name,
+                      const char *const *names, xfer_tensor *const *tensors, size_t n,
+                      const char *const *meta_keys, const char *const *meta_values, size_t nmeta,
+                      const xfer_file_opts *opts, xfer_error *err)
 {
   if (!path || !*path) return xfer_err_op(err, XFER_E_INVALID, XFER_OP_SAVE, "no file name");
   int format;
@@ -719,6 +777,7 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format_nam
   }
   int sync = !opts || opts->sync >= 0;
   if (!code && sync && (code = xfer_fio_sync(&plain, err))) code = frame(err, &s, n, -1);
+  if (!code && opts && opts->verify) code = verify_written(&s, &plain, route.chunk, err);
   if (dfd >= 0) close(dfd);
   if (fd >= 0) close(fd);
   if (!code) code = rename_into_place(tmp, path, dir, sync, err);

@@ -53,6 +53,9 @@ const char *xl_opt_string(lua_State *L, int idx, const char *fname, const char *
 /* Field `key` of the options at `idx` as a flag: 1 true, -1 false, 0 absent; anything else
 ** raises invalid ("option 'verify' must be true or false"). */
 int xl_opt_flag(lua_State *L, int idx, const char *fname, const char *key);
+/* Field `timeout` of the options at `idx`: seconds (> 0, at most a day), -1 for false (none),
+** 0 when absent (xfer.config's); anything else raises invalid. */
+double xl_opt_timeout(lua_State *L, int idx, const char *fname);
 
 /* lua_common.c: the state's context; owners of wrapped memory; a move's fields */
 xfer_ctx *xl_ctx(lua_State *L);

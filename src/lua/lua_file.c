@@ -119,6 +119,7 @@ static void io_opts(lua_State *L, int idx, const char *fname, xfer_file_opts *o)
   if (!lua_isnil(L, -1)) o->sync = lua_toboolean(L, -1) ? 0 : -1;
   lua_pop(L, 1);
   o->verify = xl_opt_flag(L, idx, fname, "verify") > 0;
+  o->timeout = xl_opt_timeout(L, idx, fname);
   lua_getfield(L, idx, "progress");
   int given = !lua_isnil(L, -1), callable = lua_isfunction(L, -1);
   lua_pop(L, 1);
@@ -258,7 +259,7 @@ static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const cha
 }
 
 static const char *const load_keys[] = { "device", "dtype", "names", "direct", "engine",
-                                         "chunk", "depth", "progress", "verify", NULL };
+                                         "chunk", "depth", "progress", "verify", "timeout", NULL };
 
 /* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
 ** tensor on the stack. */
@@ -468,7 +469,7 @@ static int l_save(lua_State *L)
 {
   const char *path = luaL_checkstring(L, 1);
   static const char *const keys[] = { "format", "metadata", "direct", "engine", "chunk",
-                                      "depth", "sync", "progress", NULL };
+                                      "depth", "sync", "progress", "verify", "timeout", NULL };
   xl_check_options(L, 3, "save", keys);
   const char *format = xl_opt_string(L, 3, "save", "format", NULL);
   size_t n = 0;

@@ -173,22 +173,6 @@ void xl_progress_error(const xfer_transfer_opts *opts, xfer_error *err)
   snprintf(err->message, sizeof err->message, "%.200s: %.250s", head, pc->raised);
 }
 
-/* opts.timeout: seconds (> 0), or false for none; absent: 0 (xfer.config's) */
-static double xl_opt_timeout(lua_State *L, int opts, const char *fname)
-{
-  if (lua_isnoneornil(L, opts)) return 0;
-  lua_getfield(L, opts, "timeout");
-  int type = lua_type(L, -1), truth = lua_toboolean(L, -1);
-  double v = lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  if (type == LUA_TNIL) return 0;
-  if (type == LUA_TBOOLEAN && !truth) return -1;
-  if (type != LUA_TNUMBER || !(v > 0 && v <= 86400))
-    xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'timeout' must be seconds (0 to 86400, "
-                  "not 0) or false for none", fname);
-  return v;
-}
-
 void xl_transfer_opts(lua_State *L, int opts, const char *fname, xfer_transfer_opts *out)
 {
   static const char *const keys[] = {"via", "dtype", "progress", "verify", "timeout", NULL};

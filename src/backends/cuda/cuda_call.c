@@ -98,7 +98,7 @@ xfer_code xfer_cu_wait(xfer_device *dev, xfer_op op, CUstream stream, CUevent ev
   cu_waited w = {cu_api_of(dev), stream, event, CUDA_SUCCESS};
   double start = xfer_now();
   if (!xfer_wait_until(cu_ready, &w, stalled)) {
-    return xfer_device_stalled(dev, op, event ? "cuEventQuery" : "cuStreamQuery", xfer_now() - start, err);
+    return xfer_device_stalled(dev, op, event ? "cuEventQuery" : "cuStreamQuery", xfer_now() - start, stalled, err);
   }
   return xfer_cu_check(dev, op, event ? "cuEventQuery" : "cuStreamQuery", w.r, err);
 }

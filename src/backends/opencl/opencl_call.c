@@ -151,7 +151,7 @@ xfer_code xfer_cl_wait(xfer_device *dev, xfer_op op, cl_event ev, int inject, xf
   int done = xfer_wait_until(cl_done, arg, stalled);
   if (marker) api->clReleaseEvent(marker);
   if (!done) {
-    return xfer_device_stalled(dev, op, "clGetEventInfo", xfer_now() - start, err);
+    return xfer_device_stalled(dev, op, "clGetEventInfo", xfer_now() - start, stalled, err);
   }
   if (!injected) rc = status;
   return rc == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(op, fn, rc, injected, err);

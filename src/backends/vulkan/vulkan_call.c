@@ -111,7 +111,7 @@ xfer_code xfer_vk_fence_settle(xfer_device *dev, xfer_op op, VkFence fence, xfer
   double deadline = xfer_watch_deadline(), start = xfer_now();
   VkResult r = deadline ? wait_until_deadline(vd, fence, 0, deadline)
                         : vd->vkWaitForFences(vd->device, 1, &fence, VK_TRUE, UINT64_MAX);
-  if (r == VK_TIMEOUT) return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, err);
+  if (r == VK_TIMEOUT) return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, 0, err);
   vd->unsettled[at] = vd->unsettled[--vd->nunsettled];
   return xfer_vk_check(dev, op, "vkWaitForFences", r, err);
 }
@@ -174,7 +174,7 @@ xfer_code xfer_vk_wait_fence(xfer_device *dev, xfer_op op, VkFence fence, xfer_e
     if (r == VK_TIMEOUT) {
       if (unsettled_at(vd, fence) < 0 && vd->nunsettled < (int)(sizeof vd->unsettled / sizeof vd->unsettled[0]))
         vd->unsettled[vd->nunsettled++] = fence;
-      return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, err);
+      return xfer_device_stalled(dev, op, "vkWaitForFences", xfer_now() - start, stalled, err);
     }
     if (xfer_vk_injected(dev, op)) return xfer_vk_fail(dev, op, "vkWaitForFences", (VkResult)vd->injected, 1, err);
     return xfer_vk_check(dev, op, "vkWaitForFences", r, err);
