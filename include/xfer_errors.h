@@ -27,7 +27,8 @@
   XFER_ERRDEF(UNAUTHORIZED, "unauthorized", "the remote peer refused the token")        \
   XFER_ERRDEF(VERSION_MISMATCH, "version_mismatch", "the remote peer speaks another protocol version") \
   XFER_ERRDEF(CORRUPT, "corrupt", "the bytes that arrived are not the bytes sent")        \
-  XFER_ERRDEF(CANCELED, "canceled", "the operation was canceled")
+  XFER_ERRDEF(CANCELED, "canceled", "the operation was canceled")                        \
+  XFER_ERRDEF(STALE, "stale", "a remote buffer's handle names memory freed since")
 
 /* XFER_OPDEF(NAME, name, failure) -- the operations the core and the backends tell apart:
 ** a driver call's phase (what fault rules target and backends fail in) and the steps of a

@@ -128,7 +128,7 @@ describe("xfer module", function()
     it("lists the codes", function()
       assert.are.same({ "read", "write", "alloc", "freed", "closed", "invalid", "unsupported",
                         "unavailable", "device_lost", "in_use", "peer_lost", "timeout", "unreachable",
-                        "unauthorized", "version_mismatch", "corrupt", "canceled" }, xfer.codes)
+                        "unauthorized", "version_mismatch", "corrupt", "canceled", "stale" }, xfer.codes)
     end)
 
     it("carry their code's words from the error table, the core's own cause in them", function()

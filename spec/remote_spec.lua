@@ -1049,6 +1049,16 @@ except socket.timeout:
     still_serves(server)
   end)
 
+  it("answers a handle used after its FREE stale, never with another buffer's bytes", function()
+    local fuzz = built("wire_fuzz")
+    if not fuzz then return pending("wire_fuzz was not built (it links UCX's libraries)") end
+    local server = start_server({ name = "nodeS" })
+    local out, code = h.run(("timeout 60 %s %s stale 1"):format(fuzz, server.url))
+    assert.are.equal(0, code, out .. read(server.log))
+    assert.is_truthy(out:find("stale, stale, stale, stale; invalid", 1, true), out)
+    still_serves(server)
+  end)
+
   it("takes a client's whole depth of 64 MiB requests (remote_chunk 64 MiB, depth 4, 16 KiB blocks)", function()
     local server = start_server({ name = "nodeQ" })
     local p = connect(server.url, { timeout = 60 })

@@ -200,6 +200,60 @@ static int greedy(const char *host, const char *port, int reads, unsigned device
   return dropped ? 0 : 1;
 }
 
+/* One request and its answer's code (-1: none in time). */
+static int ask(ucp_ep_h ep, const wire_header *h, const void *payload, size_t len)
+{
+  replied = 0;
+  send_raw(ep, h, sizeof *h, payload, len);
+  double until = now() + 5;
+  while (!replied && !ep_failed && now() < until) ucp_worker_progress(worker);
+  return replied ? reply_code : -1;
+}
+
+/* A handle used after its FREE: the server answers `stale` (a write, a read, a second FREE, a
+** batch piece), and a handle it never gave `invalid`; prints each and whether all were so. */
+static int stale(const char *host, const char *port)
+{
+  ucp_ep_h ep = connect_to(host, port);
+  if (!ep) return 1;
+  wire_header h = wire_make(WIRE_HELLO, 1);
+  ask(ep, &h, NULL, 0);
+  h = wire_make(WIRE_ALLOC, 2);
+  h.length = 4096;
+  if (ask(ep, &h, NULL, 0) != 0) return 1;
+  uint64_t handle = reply_handle;
+  h = wire_make(WIRE_FREE, 3);
+  h.handle = handle;
+  int freed = ask(ep, &h, NULL, 0);
+  char bytes[16] = {0};
+  h = wire_make(WIRE_WRITE, 4);
+  h.handle = handle;
+  h.length = sizeof bytes;
+  int write = ask(ep, &h, bytes, sizeof bytes);
+  h = wire_make(WIRE_READ, 5);
+  h.handle = handle;
+  h.length = sizeof bytes;
+  int read = ask(ep, &h, NULL, 0);
+  h = wire_make(WIRE_FREE, 6);
+  h.handle = handle;
+  int again = ask(ep, &h, NULL, 0);
+  wire_piece piece = {handle, 0, sizeof bytes};
+  h = wire_make(WIRE_READ_MANY, 7);
+  h.offset = 1;
+  h.length = sizeof bytes;
+  int many = ask(ep, &h, &piece, sizeof piece);
+  h = wire_make(WIRE_READ, 8);
+  h.handle = handle + 1000;
+  h.length = sizeof bytes;
+  int never = ask(ep, &h, NULL, 0);
+  int ok = freed == 0 && write == XFER_E_STALE && read == XFER_E_STALE && again == XFER_E_STALE &&
+           many == XFER_E_STALE && never == XFER_E_INVALID;
+  printf("stale: free %d, then write %d, read %d, free %d, batch %d; a handle never given %d: %s\n",
+         freed, write, read, again, many, never, ok ? "stale, stale, stale, stale; invalid" : "NOT SO");
+  close_ep(ep);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
   /* a line at a time: a run stopped by timeout still says how far it got */
@@ -208,7 +262,8 @@ int main(int argc, char **argv)
   signal(SIGALRM, on_alarm);
   alarm(100);
   if ((argc != 4 && argc != 5) || strncmp(argv[1], "ucx://", 6)) {
-    fprintf(stderr, "usage: wire_fuzz ucx://host:port SEED ROUNDS | ucx://host:port greedy READS DEVICE\n");
+    fprintf(stderr, "usage: wire_fuzz ucx://host:port SEED ROUNDS | ucx://host:port greedy READS DEVICE | "
+                    "ucx://host:port stale 1\n");
     return 2;
   }
   char host[256];
@@ -237,6 +292,7 @@ int main(int argc, char **argv)
   hp.cb = on_reply;
   ucp_worker_set_am_recv_handler(worker, &hp);
   if (argc == 5 && !strcmp(argv[2], "greedy")) return greedy(host, port, atoi(argv[3]), (unsigned)atoi(argv[4]));
+  if (argc == 4 && !strcmp(argv[2], "stale")) return stale(host, port);
 
   /* another protocol version at the gate: told so, nothing opened */
   int gate_ok = 0;

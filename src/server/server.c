@@ -740,11 +740,23 @@ static buffer_entry *buffer_of(conn *c, uint64_t handle)
   return NULL;
 }
 
+/* The error of a handle that names no buffer of this client: `stale` when it named one freed
+** since -- a client's handles are numbered from 1 and never given twice, so a handle below the
+** next one was given and freed, and never names another buffer's bytes -- else `invalid`. */
+static void no_buffer(const conn *c, uint64_t handle, xfer_op op, const char *what, xfer_error *e)
+{
+  if (handle && handle < c->next_handle)
+    xfer_err_op(e, XFER_E_STALE, op, "%sbuffer %llu of this client was freed: its handle names "
+                "nothing now", what, (unsigned long long)handle);
+  else
+    xfer_err_op(e, XFER_E_INVALID, op, "%sno buffer %llu on this server for this client", what,
+                (unsigned long long)handle);
+}
+
 static void unknown_handle(xfer_listener *l, conn *c, const message *m, xfer_op op)
 {
   xfer_error e;
-  xfer_err_op(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
-               (unsigned long long)m->h.handle);
+  no_buffer(c, m->h.handle, op, "", &e);
   reply_error(l, c, &m->h, &e);
 }
 
@@ -827,8 +839,7 @@ static xfer_tensor *range_at(xfer_listener *l, conn *c, const message *m, uint64
   buffer_entry *b = buffer_of(c, handle);
   xfer_error e;
   if (!b) {
-    xfer_err_op(&e, XFER_E_INVALID, op, "no buffer %llu on this server for this client",
-                 (unsigned long long)handle);
+    no_buffer(c, handle, op, "", &e);
     reply_error(l, c, &m->h, &e);
     return NULL;
   }
@@ -949,10 +960,16 @@ static int piece_buffer(xfer_listener *l, conn *c, const message *m, uint64_t ha
 {
   buffer_entry *b = buffer_of(c, handle);
   xfer_error e;
-  if (!b || !length || offset + length < offset || offset + length > xfer_tensor_nbytes(b->t)) {
+  if (!b) {
+    char what[48];
+    snprintf(what, sizeof what, "batch piece %zu: ", i + 1);
+    no_buffer(c, handle, XFER_OP_COPY, what, &e);
+    reply_error(l, c, &m->h, &e);
+    return 0;
+  }
+  if (!length || offset + length < offset || offset + length > xfer_tensor_nbytes(b->t)) {
     xfer_err_op(&e, XFER_E_INVALID, XFER_OP_COPY, "batch piece %zu: %s", i + 1,
-                !b ? "no such buffer on this server for this client"
-                   : !length ? "no bytes" : "bytes outside its buffer");
+                !length ? "no bytes" : "bytes outside its buffer");
     reply_error(l, c, &m->h, &e);
     return 0;
   }
