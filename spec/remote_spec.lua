@@ -277,6 +277,55 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  it("ends a move at its own deadline while the server is slow, keeps the peer, and its late answer lands nowhere", function()
+    local server = start_server({ name = "nodeD" })
+    local p = connect(server.url, { timeout = 30 })
+    local n = 1048576
+    local src = xfer.arange(n, { dtype = "u32" })
+    local r = xfer.zeros({ n }, { dtype = "u32", device = "nodeD/host" })
+    local r2 = src:to("nodeD/host")
+    local dst = xfer.full({ n }, 7, { dtype = "u32" })
+    local spare = xfer.zeros({ n }, { dtype = "u32" })
+    os.execute("kill -STOP " .. server.pid)
+    local ok, e, ok2, e2, took, held
+    local done = pcall(function()
+      local t0 = xfer.clock()
+      ok, e = pcall(r.copy_from, r, src, { timeout = 0.3 })
+      ok2, e2 = pcall(dst.copy_from, dst, r2, { timeout = 0.3 })
+      took = xfer.clock() - t0
+      spare:free() -- freed while the device is stalled: held, its requests may still use memory
+      held = xfer.device("host"):memory().held
+    end)
+    os.execute("kill -CONT " .. server.pid)
+    assert(done)
+    assert.is_false(ok)
+    assert.are.equal("timeout", e.code, tostring(e))
+    assert.is_false(ok2)
+    assert.are.equal("timeout", e2.code, tostring(e2))
+    assert.is_true(took >= 0.6 and took < 2, ("took %.2f s"):format(took))
+    assert.is_false(p.lost) -- a slow server is not a lost one
+    assert.is_true(held >= 4 * n, tostring(held))
+    h.raises("invalid", dst.tobytes, dst) -- its bytes are not valid: not read as such
+    -- the server goes on: the next moves land whole, and the requests the deadlines left are
+    -- answered into nothing (dst is written by nothing but its next move)
+    local t1 = xfer.clock()
+    repeat r:copy_from(src) until xfer.device("host"):memory().held == 0 or xfer.clock() - t1 > 10
+    assert.are.equal(0, xfer.device("host"):memory().held)
+    assert.is_true(r:equals(src))
+    dst:copy_from(r2)
+    assert.is_true(dst:equals(src))
+    -- the stall fault: a server that never answers this request
+    xfer.faults.inject({ runtime = "remote", op = "stall" })
+    local e3 = h.raises("timeout", r.copy_from, r, src, { timeout = 0.2 })
+    xfer.faults.clear()
+    assert.is_truthy(tostring(e3):find("had not done its work by the move's deadline", 1, true), tostring(e3))
+    assert.is_false(p.lost)
+    r:copy_from(src)
+    assert.is_true(r:equals(src))
+    p:close()
+    server.stop()
+  end)
+
   -- A deadline is how long a server may stay silent, not how long a move may take: with four
   -- requests in flight, the last one waits for the three before it, and a move of many
   -- requests takes far longer than the deadline while every answer comes well within it.

@@ -31,6 +31,9 @@
 ** them when they end). It bounds how late a timeout surfaces: each of them waited up to a
 ** quarter of a second, and a pipelined move's error once came 290 ms past its deadline. */
 #define GIVE_UP_SECONDS 0.1
+/* Sends and receives of requests a move's deadline left behind, kept until they end (the
+** device is stalled meanwhile: memory freed is held): more than this, and the peer is lost. */
+#define ORPHANS 64
 
 typedef struct pending {          /* a request on its way, and its answer */
   uint64_t id;                    /* 0: the slot is free */
@@ -78,6 +81,10 @@ struct xfer_peer {
   char text[WIRE_MAX_TEXT + 1];
   int bad_answer;                 /* the server broke the protocol */
   const char *bad_why;            /* how */
+  /* what a move's deadline left unfinished: a send that still reads the move's memory, a
+  ** receive that still writes it (copy->idle: none left) */
+  void *orphans[ORPHANS];
+  int norphans;
 };
 
 /* The runtime's state: devices that gave their places back, kept until the context closes
@@ -392,18 +399,77 @@ static int moving(xfer_peer *p)
   return 0;
 }
 
+/* (peer->lock held) The orphans that have ended, let go of. */
+static void orphans_prune(xfer_peer *p)
+{
+  const ucx_api *api = p->node.api;
+  for (int i = p->norphans; i-- > 0;) {
+    if (api->ucp_request_check_status(p->orphans[i]) == UCS_INPROGRESS) continue;
+    api->ucp_request_free(p->orphans[i]);
+    p->orphans[i] = p->orphans[--p->norphans];
+  }
+}
+
+/* (peer->lock held) Slot w's request outlived its move's deadline: the slot is freed (a late
+** answer finds no request and is dropped, its bytes never received), its send or receive still
+** under way kept as an orphan -- it reads or writes the move's memory until it ends, so the
+** device is stalled (memory freed meanwhile is held) until copy->idle sees none left. The peer
+** is not lost: a slow server is not a broken one. */
+static xfer_code orphan(xfer_peer *p, xfer_device *dev, pending *w, xfer_op op, double waited,
+                        int faulted, xfer_error *err)
+{
+  const ucx_api *api = p->node.api;
+  void *under_way[2] = {w->sending, w->receiving};
+  for (int k = 0; k < 2; k++) {
+    if (!under_way[k]) continue;
+    if (api->ucp_request_check_status(under_way[k]) != UCS_INPROGRESS) api->ucp_request_free(under_way[k]);
+    else if (p->norphans < ORPHANS) p->orphans[p->norphans++] = under_way[k];
+    else lose(p, "too many requests left behind by deadlines"); /* (the forced close ends it) */
+  }
+  w->sending = w->receiving = NULL;
+  w->id = 0;
+  if (p->lost) { /* its requests end with the forced close: let go of them now */
+    for (int i = 0; i < p->norphans; i++) xfer_ucx_abandon(&p->node, p->orphans[i], p->settle_by);
+    p->norphans = 0;
+  }
+  xfer_code rc = xfer_device_stalled(dev, op, "ucp_worker_progress", waited, faulted, err);
+  if (err) snprintf(err->device, sizeof err->device, "%s", dev ? dev->name : p->name);
+  return rc;
+}
+
+/* copy->idle: no send or receive a deadline left behind is still under way. */
+static int remote_idle(xfer_device *dev)
+{
+  xfer_peer *p = peer_of(dev);
+  pthread_mutex_lock(&p->lock);
+  if (!p->lost) p->node.api->ucp_worker_progress(p->node.worker);
+  orphans_prune(p);
+  int idle = p->norphans == 0;
+  pthread_mutex_unlock(&p->lock);
+  return idle;
+}
+
 /* (peer->lock held) Waits for slot w's request to be sent and answered, by its deadline; the
 ** answer (and its words) become p->answer and p->text. Frees the slot whatever happens. */
-static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op op,
+static xfer_code await(xfer_peer *p, xfer_device *dev, pending *w, xfer_op op,
                        xfer_error *err)
 {
   const ucx_api *api = p->node.api;
   xfer_code rc = p->lost ? lost_error(p, op, err) : injected(p, dev, XFER_OP_RECV, err);
+  /* a move's own deadline bounds the wait for its bytes (not an ALLOC's or a FREE's answer:
+  ** one given up on would leave a buffer, or free one, unknown to this side); the stall fault
+  ** is a server that never answers */
+  long long native;
+  wire_type type = (wire_type)w->header.type;
+  int moves_bytes = dev && type != WIRE_HELLO && type != WIRE_ALLOC && type != WIRE_FREE;
+  double deadline = moves_bytes ? xfer_watch_deadline() : 0, start = xfer_now();
+  int stalled = !rc && moves_bytes && xfer_fault_hit(p->ctx, "remote", XFER_OP_STALL, &native);
   ucx_idler idler = {0};
   while (!rc && !p->broken && !p->bad_answer &&
          ((w->sending && api->ucp_request_check_status(w->sending) == UCS_INPROGRESS) ||
-          !w->answered ||
+          !w->answered || stalled ||
           (w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS))) {
+    if (deadline && xfer_now() > deadline) return orphan(p, dev, w, op, xfer_now() - start, stalled, err);
     unsigned progressed = api->ucp_worker_progress(p->node.worker);
     /* a deadline is how long the server may stay silent, not how long a move may take: a
     ** pipelined request waits behind the others while their answers come, and while the
@@ -458,7 +524,7 @@ static xfer_code await(xfer_peer *p, const xfer_device *dev, pending *w, xfer_op
 }
 
 /* (peer->lock held) Sends a request and waits for its answer, by the peer's deadline. */
-static xfer_code request(xfer_peer *p, const xfer_device *dev, wire_header h, const void *payload,
+static xfer_code request(xfer_peer *p, xfer_device *dev, wire_header h, const void *payload,
                          size_t len, char *read_into, xfer_op op, xfer_error *err)
 {
   request_body body = {payload, len, read_into, XFER_MEMORY_HOST, NULL, 0, 0};
@@ -905,6 +971,7 @@ static const xfer_copy_ops remote_copies = {
   .within = remote_copy,
   .many = remote_many,
   .crc32c = remote_crc32c,
+  .idle = remote_idle,
   .peer = remote_peer,
   .peer_joins = remote_peer_joins,
 };
