@@ -701,7 +701,8 @@ static xfer_code verify_written(const saving *s, const xfer_fio *plain, uint64_t
     }
     for (uint64_t at = 0; at < sg->len && !code; at += cap) {
       size_t len = (size_t)(sg->len - at < cap ? sg->len - at : cap);
-      if ((code = xfer_fio_read(plain, buf, len, sg->at + at, err))) code = frame(err, s, sg->index, (long long)(sg->at + at));
+      uint64_t where = sg->at + at;
+      if ((code = xfer_fio_read(plain, buf, len, where, err))) frame(err, s, sg->index, (long long)where);
       else written = xfer_crc32c(written, buf, len);
     }
     if (!code && written != source) {
