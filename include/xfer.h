@@ -498,6 +498,17 @@ void xfer_job_progress(xfer_job *job, uint64_t *done, uint64_t *total);
 /* A batch run on a thread of its own (the job holds a reference to the batch; running it again
 ** meanwhile is refused): xfer_job_wait gives its error, or XFER_E_OK and *out NULL. */
 xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err);
+/* A job of the caller's own: fn(arg, err) on a thread of the same pool, under a deadline
+** (`timeout` seconds from now; 0: xfer_config's; < 0: none) and the job's cancel flag, which
+** the moves, batch runs, loads and saves fn makes honour; fn's code and error are the job's
+** (xfer_job_wait: *out NULL). The `ntensors` tensors fn uses are busy meanwhile (freeing one
+** waits for fn). release(arg), if given, runs once the caller and the thread have both let
+** go of the job. (The file layer's loads and saves run so: xfer_files.h.) */
+xfer_code xfer_job_start_call(xfer_ctx *ctx, xfer_code (*fn)(void *arg, xfer_error *err), void *arg,
+                              void (*release)(void *arg), double timeout, xfer_tensor *const *tensors,
+                              size_t ntensors, xfer_job **out, xfer_error *err);
+/* The `arg` a job of the caller's own was started with (NULL for a move or a batch run). */
+void *xfer_job_arg(xfer_job *job);
 /* Waits for the move: XFER_E_OK and *out (a new reference), or its error. May be called
 ** again: the same tensor or error comes back. */
 xfer_code xfer_job_wait(xfer_job *job, xfer_tensor **out, xfer_error *err);

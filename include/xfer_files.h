@@ -136,6 +136,25 @@ xfer_code xfer_file_save(xfer_ctx *ctx, const char *path, const char *format,
                          const char *const *meta_keys, const char *const *meta_values,
                          size_t nmeta, const xfer_file_opts *opts, xfer_error *err);
 
+/* A load on a thread of the job pool (as xfer_transfer_start's moves): returns at once. The
+** job reads its own opening of the file's path (closing `file` meanwhile is harmless) with
+** copies of the items and options; xfer_job_wait gives its code, then each
+** xfer_file_load_take(job, i) its tensor. xfer_job_cancel returns once nothing more is
+** written: the load stops between requests (its device pieces' copies in flight waited for),
+** ends XFER_E_CANCELED and keeps nothing. opts->timeout counts from this call. */
+xfer_code xfer_file_load_start(xfer_file *file, const xfer_load_item *items, size_t n,
+                               const xfer_file_opts *opts, xfer_job **job, xfer_error *err);
+/* Item i's tensor of a load job that ended XFER_E_OK (a new reference, taken once: NULL
+** after, or before the job ended well). */
+xfer_tensor *xfer_file_load_take(xfer_job *job, size_t i);
+/* A save on a thread of the job pool: the arguments are copied, the tensors busy (freeing one
+** waits for the save) until the job ends. A canceled or failed save leaves no file. */
+xfer_code xfer_file_save_start(xfer_ctx *ctx, const char *path, const char *format,
+                               const char *const *names, xfer_tensor *const *tensors, size_t n,
+                               const char *const *meta_keys, const char *const *meta_values,
+                               size_t nmeta, const xfer_file_opts *opts, xfer_job **job,
+                               xfer_error *err);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -245,4 +245,54 @@ describe("cancel #deadline", function()
       elseif not ok then h.raises("invalid", dsts[i].tobytes, dsts[i]) end
     end
   end)
+
+  it("cancels a load and a save: nothing loaded kept, no file left; done ones whole", function()
+    local path = os.tmpname() .. ".safetensors"
+    local big = xfer.arange(4 * N, { dtype = "u32" }) -- 64 MiB in requests of 64 KiB
+    local opts = { chunk = 65536 }
+    local canceled = 0
+    for _, d in ipairs(devices) do
+      local there = big:to(d)
+      local job = xfer.save_async(path, { big = there }, opts)
+      job:cancel()
+      assert.is_true(job:done(), d.name)
+      local ok, e = pcall(job.wait, job)
+      if ok then
+        assert.is_true(xfer.load(path).big:equals(big), d.name)
+      else
+        canceled = canceled + 1
+        assert.are.equal("canceled", e.code, tostring(e))
+        assert.is_nil(io.open(path, "rb"), d.name .. ": a file was left")
+        xfer.save(path, { big = big }, opts)
+      end
+      there:free() -- (no longer busy: the job is through)
+      collectgarbage("collect")
+      local in_use = d:memory().in_use
+      job = xfer.load_async(path, { device = d, chunk = 65536 })
+      job:cancel()
+      ok, e = pcall(job.wait, job)
+      if ok then
+        assert.is_true(e.big:equals(big), d.name)
+      else
+        canceled = canceled + 1
+        assert.are.equal("canceled", e.code, tostring(e))
+        collectgarbage("collect")
+        assert.are.equal(in_use, d:memory().in_use - d:memory().held, d.name .. ": a load kept memory")
+      end
+      os.remove(path)
+    end
+    assert.is_true(canceled > 0, "no load or save was canceled")
+    -- whole when not canceled, verified; a Lua progress callback cannot run on a job's thread
+    local job = xfer.save_async(path, { a = big }, { verify = true, timeout = 60 })
+    assert.is_true(job:wait())
+    assert.is_true(xfer.load_async(path, { verify = true }):wait().a:equals(big))
+    local f = xfer.open(path)
+    local lj = f:load_async({ names = { "a" } })
+    f:close() -- the job reads its own opening of the file
+    assert.is_true(lj:wait().a:equals(big))
+    local e = h.raises("invalid", xfer.load_async, path, { progress = function() end })
+    assert.is_truthy(tostring(e):find("cannot run on the job's thread", 1, true), tostring(e))
+    h.raises("invalid", xfer.save_async, path, { a = big }, { progress = function() end })
+    os.remove(path)
+  end)
 end)

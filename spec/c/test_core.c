@@ -3,7 +3,9 @@
 ** embedding application sees, with no Lua involved.
 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "xfer.h"
@@ -452,6 +454,64 @@ static void test_batch_parts(xfer_ctx *ctx)
   xfer_tensor_release(dst);
 }
 
+/* A job of the caller's own: its code comes back; its tensors are busy while it runs; its arg
+** is released once both ends let go; a deadline it was started with stops the moves it makes. */
+typedef struct call_arg {
+  xfer_tensor *src, *dst;
+  int released;
+} call_arg;
+
+static xfer_code call_copy(void *arg, xfer_error *err)
+{
+  call_arg *a = arg;
+  return xfer_transfer_copy(a->dst, a->src, NULL, err);
+}
+
+static xfer_code call_fails(void *arg, xfer_error *err)
+{
+  (void)arg;
+  memset(err, 0, sizeof *err);
+  err->code = XFER_E_UNSUPPORTED;
+  snprintf(err->message, sizeof err->message, "the caller's own failure");
+  return XFER_E_UNSUPPORTED;
+}
+
+static void call_release(void *arg) { ((call_arg *)arg)->released++; }
+
+static void test_call_jobs(xfer_ctx *ctx)
+{
+  xfer_device *host = xfer_device_at(ctx, 0);
+  xfer_error err;
+  xfer_shape shape = {1, {1 << 20}};
+  call_arg a = {NULL, NULL, 0};
+  CHECK(xfer_tensor_empty(host, XFER_U8, &shape, &a.src, &err) == XFER_E_OK);
+  CHECK(xfer_tensor_empty(host, XFER_U8, &shape, &a.dst, &err) == XFER_E_OK);
+  unsigned char seven = 7;
+  CHECK(xfer_tensor_fill(a.src, &seven, &err) == XFER_E_OK);
+  xfer_job *job;
+  xfer_tensor *uses[2] = {a.src, a.dst};
+  CHECK(xfer_job_start_call(ctx, call_copy, &a, call_release, -1, uses, 2, &job, &err) == XFER_E_OK);
+  CHECK(xfer_job_arg(job) == &a);
+  xfer_tensor *out = (xfer_tensor *)1;
+  CHECK(xfer_job_wait(job, &out, &err) == XFER_E_OK && out == NULL);
+  CHECK(a.released == 0); /* the caller holds the job still */
+  xfer_job_release(job);
+  CHECK(a.released == 1);
+  int eq = 0;
+  CHECK(xfer_tensor_equal(a.src, a.dst, &eq, &err) == XFER_E_OK && eq);
+  /* a deadline spent at once: the move it makes ends timeout */
+  CHECK(xfer_job_start_call(ctx, call_copy, &a, NULL, 1e-9, uses, 2, &job, &err) == XFER_E_OK);
+  CHECK(xfer_job_wait(job, &out, &err) == XFER_E_TIMEOUT);
+  xfer_job_release(job);
+  CHECK(a.released == 1); /* (none given) */
+  /* its code and error are the job's */
+  CHECK(xfer_job_start_call(ctx, call_fails, &a, NULL, 0, NULL, 0, &job, &err) == XFER_E_OK);
+  CHECK(xfer_job_wait(job, &out, &err) == XFER_E_UNSUPPORTED && err.code == XFER_E_UNSUPPORTED);
+  xfer_job_release(job);
+  xfer_tensor_release(a.src);
+  xfer_tensor_release(a.dst);
+}
+
 int main(void)
 {
   xfer_ctx *ctx;
@@ -473,6 +533,7 @@ int main(void)
   test_memory(ctx);
   test_batch(ctx);
   test_batch_parts(ctx);
+  test_call_jobs(ctx);
   xfer_ctx_release(ctx);
   return check_summary("test_core");
 }

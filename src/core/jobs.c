@@ -28,6 +28,12 @@ struct xfer_job {
   int canceled;                 /* xfer_job_cancel: the move stops at its next step (atomic) */
   double deadline_at;           /* from the start call's timeout (xfer_now() seconds), 0: none */
   double timeout;
+  /* a job of the caller's own (xfer_job_start_call) instead of a move */
+  xfer_code (*call)(void *arg, xfer_error *err);
+  void *arg;
+  void (*release)(void *arg);
+  xfer_tensor **uses;           /* busy (and retained) while it runs */
+  size_t nuses;
 };
 
 /* The job's own progress callback: counts for xfer_job_progress, then the caller's. */
@@ -47,6 +53,9 @@ void xfer_job_progress(xfer_job *job, uint64_t *done, uint64_t *total)
 
 static void job_destroy(xfer_job *job)
 {
+  if (job->release) job->release(job->arg);
+  for (size_t i = 0; i < job->nuses; i++) xfer_tensor_release(job->uses[i]);
+  free(job->uses);
   xfer_tensor_release(job->result);
   xfer_tensor_release(job->src);
   xfer_batch_release(job->batch);
@@ -94,7 +103,10 @@ static void *run_job(void *arg)
   /* a job waiting its turn counts its deadline from the start call, and may be canceled
   ** before it starts: then it ends at its first step */
   xfer_watch outer = xfer_watch_install(job->deadline_at, job->timeout, &job->canceled);
-  if (job->batch) {
+  if (job->call) {
+    job->rc = job->call(job->arg, &job->err);
+    xfer_tensors_busy(job->uses, job->nuses, -1);
+  } else if (job->batch) {
     job->rc = xfer_batch_run_claimed(job->batch, &job->err); /* claimed by xfer_batch_start */
     xfer_batch_release(job->batch);
     job->batch = NULL;
@@ -185,6 +197,43 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err)
   *out = job;
   return XFER_E_OK;
 }
+
+xfer_code xfer_job_start_call(xfer_ctx *ctx, xfer_code (*fn)(void *arg, xfer_error *err), void *arg,
+                              void (*release)(void *arg), double timeout, xfer_tensor *const *tensors,
+                              size_t ntensors, xfer_job **out, xfer_error *err)
+{
+  *out = NULL;
+  xfer_job *job = job_new();
+  xfer_tensor **uses = ntensors ? calloc(ntensors, sizeof *uses) : NULL;
+  if (!job || (ntensors && !uses)) {
+    free(job);
+    free(uses);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_RUN_ASYNC);
+  }
+  job->call = fn;
+  job->arg = arg;
+  job->ctx = xfer_ctx_retain(ctx);
+  for (size_t i = 0; i < ntensors; i++) uses[job->nuses++] = xfer_tensor_retain(tensors[i]);
+  job->uses = uses;
+  double configured;
+  __atomic_load(&ctx->config.timeout, &configured, __ATOMIC_RELAXED);
+  job->timeout = timeout ? timeout : configured;
+  job->deadline_at = job->timeout > 0 ? xfer_now() + job->timeout : 0;
+  xfer_tensors_busy(job->uses, job->nuses, 1);
+  jobs_running(ctx, 1);
+  if (xfer_spawn(XFER_POOL_JOBS, run_job, job, NULL)) {
+    xfer_tensors_busy(job->uses, job->nuses, -1);
+    jobs_running(ctx, -1);
+    xfer_ctx_release(ctx);
+    job_destroy(job); /* (not given release: the caller keeps arg on failure) */
+    return xfer_err_op(err, XFER_E_UNAVAILABLE, XFER_OP_RUN_ASYNC, XFER_S_THREAD_NOT_STARTED);
+  }
+  job->release = release; /* (read by job_destroy only once both have let go) */
+  *out = job;
+  return XFER_E_OK;
+}
+
+void *xfer_job_arg(xfer_job *job) { return job ? job->arg : NULL; }
 
 int xfer_job_done(xfer_job *job) { return __atomic_load_n(&job->done, __ATOMIC_ACQUIRE); }
 

@@ -17,6 +17,7 @@
 #endif
 
 #include "file_format.h"
+#include "file_load.h"
 #include "file_route.h"
 
 struct xfer_file {
@@ -102,6 +103,7 @@ void xfer_file_close(xfer_file *f)
 
 const char *xfer_file_format(const xfer_file *f) { return xfer_format_name(f->layout.format); }
 const char *xfer_file_path(const xfer_file *f) { return f->path; }
+xfer_ctx *xfer_file_context(const xfer_file *f) { return f->ctx; }
 uint64_t xfer_file_size(const xfer_file *f) { return f->size; }
 size_t xfer_file_count(const xfer_file *f) { return f->layout.count; }
 size_t xfer_file_metadata_count(const xfer_file *f) { return f->layout.meta_count; }

@@ -140,6 +140,10 @@ void xl_open_file(lua_State *L, int module);
 int xl_to_async(lua_State *L);
 /* An empty xfer.Transfer pushed, its job to be set (the collector detaches it). */
 xfer_job **xl_new_job_box(lua_State *L);
+/* The job box at idx builds its result when first waited for: the function on top of the
+** stack (popped) is called with the job (light userdata) once the job ended well, and what it
+** returns is every wait's result (a load's table). */
+void xl_job_finish_with(lua_State *L, int idx);
 void xl_open_job(lua_State *L, int module);
 
 /* lua_convert.c: Lua values <-> tensor elements */

@@ -263,17 +263,28 @@ static const char *const load_keys[] = { "device", "dtype", "names", "direct", "
 
 /* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
 ** tensor on the stack. */
-static void load_entries(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
-                         const char *fname)
+/* The items of the entries `which` per opts (each device and dtype asked of its function now),
+** kept on the stack. */
+static xfer_load_item *load_items(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
+                                  const char *fname)
 {
   xfer_load_item *items = lua_newuserdata(L, (n ? n : 1) * sizeof *items);
-  xfer_tensor **out = lua_newuserdata(L, (n ? n : 1) * sizeof *out);
-  lua_createtable(L, (int)n, 0); /* the boxes, made before anything is allocated */
-  int boxes = lua_gettop(L);
   for (size_t i = 0; i < n; i++) {
     items[i].entry = which[i];
     items[i].dev = entry_device(L, opts, f, which[i], fname);
     items[i].convert = entry_dtype(L, opts, f, which[i], fname, &items[i].dtype);
+  }
+  return items;
+}
+
+static void load_entries(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
+                         const char *fname)
+{
+  xfer_load_item *items = load_items(L, f, which, n, opts, fname);
+  xfer_tensor **out = lua_newuserdata(L, (n ? n : 1) * sizeof *out);
+  lua_createtable(L, (int)n, 0); /* the boxes, made before anything is allocated */
+  int boxes = lua_gettop(L);
+  for (size_t i = 0; i < n; i++) {
     xl_new_tensor_box(L);
     lua_rawseti(L, boxes, (int)i + 1);
   }
@@ -293,6 +304,58 @@ static void load_entries(lua_State *L, xfer_file *f, const size_t *which, size_t
     out[i] = NULL;
     lua_setfield(L, -2, info.name);
   }
+}
+
+/* A load job's result, made when it is first waited for: {name = tensor} (upvalue 1: the
+** names in the items' order), or the tensor of an .npy file (upvalue 2). */
+static int load_job_result(lua_State *L)
+{
+  xfer_job *job = lua_touserdata(L, 1);
+  size_t n = lua_objlen(L, lua_upvalueindex(1));
+  lua_createtable(L, 0, (int)n);
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, lua_upvalueindex(1), (int)i + 1);
+    xfer_tensor *t = xfer_file_load_take(job, i);
+    if (t) {
+      xl_push_tensor(L, t);
+      xfer_tensor_release(t); /* the userdata holds its own reference */
+    } else {
+      lua_pushnil(L);
+    }
+    lua_settable(L, -3);
+  }
+  if (lua_toboolean(L, lua_upvalueindex(2))) lua_getfield(L, -1, "");
+  return 1;
+}
+
+/* Starts the load of the entries `which` as a job; leaves its xfer.Transfer on the stack. */
+static void start_load(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
+                       const char *fname)
+{
+  if (!lua_isnoneornil(L, opts)) { /* a Lua callback cannot run on the job's thread */
+    lua_getfield(L, opts, "progress");
+    if (!lua_isnil(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: option 'progress' is not taken (a Lua function "
+                    "cannot run on the job's thread): ask job:done() or job:wait()", fname);
+    lua_pop(L, 1);
+  }
+  xfer_load_item *items = load_items(L, f, which, n, opts, fname);
+  xfer_file_opts io;
+  io_opts(L, opts, fname, &io);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    xfer_file_info info;
+    xfer_file_entry(f, which[i], &info, NULL);
+    lua_pushstring(L, info.name);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lua_pushboolean(L, !strcmp(xfer_file_format(f), "npy"));
+  lua_pushcclosure(L, load_job_result, 2);
+  xfer_job **job = xl_new_job_box(L);
+  xfer_error err;
+  if (xfer_file_load_start(f, items, n, &io, job, &err)) xl_raise(L, &err);
+  lua_pushvalue(L, -2);
+  xl_job_finish_with(L, -2);
 }
 
 /* The entries opts.names lists (all when absent), in file order of the list. */
@@ -342,6 +405,18 @@ static int f_load(lua_State *L)
   size_t n;
   size_t *which = chosen_entries(L, f, 2, &n, "load");
   load_entries(L, f, which, n, 2, "load");
+  return 1;
+}
+
+/* f:load_async(opts) -> an xfer.Transfer whose :wait() gives what f:load(opts) would */
+static int f_load_async(lua_State *L)
+{
+  xfer_file *f = check_file(L, 1, "load_async");
+  lua_settop(L, 2);
+  xl_check_options(L, 2, "load_async", load_keys);
+  size_t n;
+  size_t *which = chosen_entries(L, f, 2, &n, "load_async");
+  start_load(L, f, which, n, 2, "load_async");
   return 1;
 }
 
@@ -419,6 +494,25 @@ static int f_gc(lua_State *L)
 
 /* xfer.load(path, opts): every tensor ({name = tensor}); an .npy file's one array as itself,
 ** as numpy.load gives it */
+/* xfer.load_async(path, opts) -> an xfer.Transfer whose :wait() gives what xfer.load would */
+static int l_load_async(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  xl_check_options(L, 2, "load_async", load_keys);
+  lua_settop(L, 2);
+  lua_pushcfunction(L, l_open);
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  int fi = lua_gettop(L);
+  xfer_file *f = check_file(L, fi, "load_async");
+  size_t n;
+  size_t *which = chosen_entries(L, f, 2, &n, "load_async");
+  start_load(L, f, which, n, 2, "load_async"); /* (the job reads its own opening of the path) */
+  xfer_file_close(f);
+  ((file_box *)lua_touserdata(L, fi))->file = NULL;
+  return 1;
+}
+
 static int l_load(lua_State *L)
 {
   luaL_checkstring(L, 1);
@@ -465,13 +559,22 @@ static size_t save_metadata(lua_State *L, int idx, const char ***keys, const cha
   return n;
 }
 
-static int l_save(lua_State *L)
+/* A save's arguments, checked, their arrays and strings kept on the stack. */
+typedef struct save_args {
+  const char *path, *format;
+  const char **names, **keys, **values;
+  xfer_tensor **tensors;
+  size_t n, nmeta;
+  xfer_file_opts io;
+} save_args;
+
+static void check_save(lua_State *L, const char *fname, save_args *a)
 {
-  const char *path = luaL_checkstring(L, 1);
+  a->path = luaL_checkstring(L, 1);
   static const char *const keys[] = { "format", "metadata", "direct", "engine", "chunk",
                                       "depth", "sync", "progress", "verify", "timeout", NULL };
-  xl_check_options(L, 3, "save", keys);
-  const char *format = xl_opt_string(L, 3, "save", "format", NULL);
+  xl_check_options(L, 3, fname, keys);
+  a->format = xl_opt_string(L, 3, fname, "format", NULL);
   size_t n = 0;
   if (xl_test_udata(L, 2, "xfer.Tensor")) {
     lua_createtable(L, 0, 1);
@@ -479,16 +582,16 @@ static int l_save(lua_State *L)
     lua_setfield(L, -2, "");
     lua_replace(L, 2);
   } else if (!lua_istable(L, 2)) {
-    xl_arg_error(L, 2, "save", "table {name = tensor} or an xfer.Tensor");
+    xl_arg_error(L, 2, fname, "table {name = tensor} or an xfer.Tensor");
   }
   /* the names, sorted, so that a file's order does not depend on a table's */
   lua_newtable(L);
   int names = lua_gettop(L);
   for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1)) {
     if (lua_type(L, -2) != LUA_TSTRING)
-      xl_raise_code(L, XFER_E_INVALID, "save", "save: tensor names are strings, not %s",
+      xl_raise_code(L, XFER_E_INVALID, fname, "%s: tensor names are strings, not %s", fname,
                     luaL_typename(L, -2));
-    xl_check_tensor(L, -1, "save");
+    xl_check_tensor(L, -1, fname);
     lua_pushvalue(L, -2);
     lua_rawseti(L, names, (int)++n);
   }
@@ -497,27 +600,54 @@ static int l_save(lua_State *L)
   lua_pushvalue(L, names);
   lua_call(L, 1, 0);
   lua_pop(L, 1);
-  const char **cnames = lua_newuserdata(L, (n ? n : 1) * sizeof *cnames);
-  xfer_tensor **tensors = lua_newuserdata(L, (n ? n : 1) * sizeof *tensors);
+  a->n = n;
+  a->names = lua_newuserdata(L, (n ? n : 1) * sizeof *a->names);
+  a->tensors = lua_newuserdata(L, (n ? n : 1) * sizeof *a->tensors);
   for (size_t i = 0; i < n; i++) {
     lua_rawgeti(L, names, (int)i + 1);
-    cnames[i] = lua_tostring(L, -1); /* the names table keeps the strings */
+    a->names[i] = lua_tostring(L, -1); /* the names table keeps the strings */
     lua_gettable(L, 2);
-    tensors[i] = xl_check_tensor(L, -1, "save");
+    a->tensors[i] = xl_check_tensor(L, -1, fname);
     lua_pop(L, 1);
   }
-  const char **mkeys = NULL, **mvalues = NULL;
-  size_t nmeta = save_metadata(L, 3, &mkeys, &mvalues);
-  xfer_file_opts io;
-  io_opts(L, 3, "save", &io);
+  a->keys = a->values = NULL;
+  a->nmeta = save_metadata(L, 3, &a->keys, &a->values);
+  io_opts(L, 3, fname, &a->io);
+}
+
+static int l_save(lua_State *L)
+{
+  save_args a;
+  check_save(L, "save", &a);
   xfer_error err;
-  if (XL_ALLOCATING(L, xfer_file_save(xl_ctx(L), path, format, cnames,
-                                       (xfer_tensor *const *)tensors, n, mkeys, mvalues, nmeta,
-                                       &io, &err))) {
-    xl_progress_explain(io.progress_ud, &err);
+  if (XL_ALLOCATING(L, xfer_file_save(xl_ctx(L), a.path, a.format, a.names,
+                                       (xfer_tensor *const *)a.tensors, a.n, a.keys, a.values, a.nmeta,
+                                       &a.io, &err))) {
+    xl_progress_explain(a.io.progress_ud, &err);
     xl_raise(L, &err);
   }
   return 0;
+}
+
+/* xfer.save_async(path, tensors, opts) -> an xfer.Transfer whose :wait() gives true once saved;
+** the tensors are busy meanwhile (freeing one waits for the save) */
+static int l_save_async(lua_State *L)
+{
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "progress");
+    if (!lua_isnil(L, -1))
+      xl_raise_code(L, XFER_E_INVALID, "save_async", "save_async: option 'progress' is not taken (a "
+                    "Lua function cannot run on the job's thread): ask job:done() or job:wait()");
+    lua_pop(L, 1);
+  }
+  save_args a;
+  check_save(L, "save_async", &a);
+  xfer_job **job = xl_new_job_box(L);
+  xfer_error err;
+  if (xfer_file_save_start(xl_ctx(L), a.path, a.format, a.names, (xfer_tensor *const *)a.tensors, a.n,
+                           a.keys, a.values, a.nmeta, &a.io, job, &err))
+    xl_raise(L, &err);
+  return 1;
 }
 
 /* xfer.file_route(): how the last load or save on this thread read or wrote its file */
@@ -533,7 +663,8 @@ void xl_open_file(lua_State *L, int module)
   if (luaL_newmetatable(L, XL_FILE)) {
     static const luaL_Reg methods[] = {
       {"names", f_names}, {"info", f_info}, {"entries", f_entries}, {"metadata", f_metadata},
-      {"load", f_load}, {"plan", f_plan}, {"close", f_close}, {NULL, NULL}};
+      {"load", f_load}, {"load_async", f_load_async}, {"plan", f_plan}, {"close", f_close},
+      {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, methods);
     lua_setfield(L, -2, "methods");
@@ -550,6 +681,7 @@ void xl_open_file(lua_State *L, int module)
   }
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {{"open", l_open}, {"load", l_load}, {"save", l_save},
+                                 {"load_async", l_load_async}, {"save_async", l_save_async},
                                  {"file_route", l_file_route}, {NULL, NULL}};
   for (const luaL_Reg *r = fns; r->name; r++) {
     lua_pushcfunction(L, r->func);

@@ -10,6 +10,7 @@
 
 typedef struct job_box {
   xfer_job *job;
+  int finishes;                 /* its uservalue holds {finisher, result}: a load's table */
 } job_box;
 
 static job_box *check_job(lua_State *L, int idx, const char *fname)
@@ -19,19 +20,51 @@ static job_box *check_job(lua_State *L, int idx, const char *fname)
   xl_arg_error(L, idx, fname, XL_TRANSFER);
 }
 
+/* What the job at idx, ended well, gives: its tensor (t), a load's table (its finisher's, made
+** once and kept), or true (a batch run, a save). */
+static void push_result(lua_State *L, int idx, job_box *box, xfer_tensor *t)
+{
+  if (t) {
+    xl_push_tensor(L, t);
+    xfer_tensor_release(t); /* the userdata holds its own reference */
+    return;
+  }
+  if (!box->finishes) {
+    lua_pushboolean(L, 1);
+    return;
+  }
+  lua_getfenv(L, idx);
+  lua_rawgeti(L, -1, 2);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_rawgeti(L, -1, 1);
+    lua_pushlightuserdata(L, box->job);
+    lua_call(L, 1, 1);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, -3, 2);
+  }
+  lua_remove(L, -2);
+}
+
 static int job_wait(lua_State *L)
 {
   job_box *box = check_job(L, 1, "wait");
   xfer_tensor *t;
   xfer_error err;
   if (xfer_job_wait(box->job, &t, &err)) xl_raise(L, &err);
-  if (!t) { /* a batch's run: it made nothing */
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  xl_push_tensor(L, t);
-  xfer_tensor_release(t); /* the userdata holds its own reference */
+  push_result(L, 1, box, t);
   return 1;
+}
+
+void xl_job_finish_with(lua_State *L, int idx)
+{
+  job_box *box = lua_touserdata(L, idx);
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lua_createtable(L, 2, 0);
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, 1);
+  lua_setfenv(L, idx);
+  box->finishes = 1;
 }
 
 /* job:cancel(): returns once nothing more will be written into the job's targets; the job
@@ -69,6 +102,7 @@ xfer_job **xl_new_job_box(lua_State *L)
 {
   job_box *box = lua_newuserdata(L, sizeof *box);
   box->job = NULL;
+  box->finishes = 0;
   luaL_getmetatable(L, XL_TRANSFER);
   lua_setmetatable(L, -2);
   return &box->job;
@@ -81,12 +115,9 @@ int xl_to_async(lua_State *L)
   xfer_device *dev = xl_check_device(L, 2, "to_async");
   xfer_transfer_opts opts;
   xl_transfer_opts(L, 3, "to_async", &opts);
-  job_box *box = lua_newuserdata(L, sizeof *box);
-  box->job = NULL;
-  luaL_getmetatable(L, XL_TRANSFER);
-  lua_setmetatable(L, -2);
+  xfer_job **job = xl_new_job_box(L);
   xfer_error err;
-  if (xfer_transfer_start(t, dev, &opts, &box->job, &err)) xl_raise(L, &err);
+  if (xfer_transfer_start(t, dev, &opts, job, &err)) xl_raise(L, &err);
   return 1;
 }
 
@@ -121,17 +152,17 @@ static int l_wait_all(lua_State *L)
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, 1, i);
     job_box *box = lua_touserdata(L, -1);
-    lua_pop(L, 1);
     xfer_tensor *t;
     xfer_error err;
     if (xfer_job_wait(box->job, &t, &err)) {
+      lua_pop(L, 1);
       if (!failed) first = err;
       failed = 1;
       continue;
     }
-    xl_push_tensor(L, t);
-    xfer_tensor_release(t);
+    push_result(L, lua_gettop(L), box, t);
     lua_rawseti(L, results, i);
+    lua_pop(L, 1);
   }
   if (failed) xl_raise(L, &first);
   return 1;
