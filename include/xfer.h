@@ -679,6 +679,15 @@ void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k);
 uint64_t xfer_fault_calls(xfer_ctx *ctx);
 /* 1, with the runtime and op of the call and nth = its number, once fail_at has failed one. */
 int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out);
+/* The points torture counts, and what the k-th of a kind does when armed: a fallible driver
+** call fails (xfer_fault_fail_at); a wait for a device's work under a deadline stalls -- it
+** never sees the work done and ends at the deadline, as the "stall" fault (op "stall"); a step, a point
+** where a move tells its progress, cancels the move there, as job:cancel() would (op
+** "cancel", no runtime). Arming one kind disarms the others and counts every kind from 0. */
+typedef enum { XFER_POINT_CALL, XFER_POINT_WAIT, XFER_POINT_STEP } xfer_point;
+void xfer_fault_fail_at_point(xfer_ctx *ctx, xfer_point kind, uint64_t k);
+/* Points of the kind seen since the last arming (or since the context opened). */
+uint64_t xfer_fault_points(xfer_ctx *ctx, xfer_point kind);
 
 /* The ops a fault may name, NULL-terminated. */
 const char *const *xfer_fault_ops(void);

@@ -12,9 +12,15 @@
 -- passed, and says how many of the runs it made (a bounded run where the machine's time is
 -- short: the GPU machine); --calls K,K... fails only those calls (a problem found again).
 -- A run with a problem is told with the call that failed and the errors that surfaced.
+-- --points wait stalls the k-th wait for a device's work instead (it never sees the work done,
+-- every move under a deadline of --stall-timeout seconds, 0.25 by default: the move must end
+-- `timeout` and what it leaves be given back once the device is done); --points step cancels
+-- the move at its k-th step (a point where it tells its progress: it must end `canceled`, op
+-- cancel, its sources as they were, nothing leaked).
 local xfer = require "xfer"
 
 local stride, verbose, files, deadline = 1, false, {}, nil
+local points, stall_timeout = "call", 0.25
 local shard, shards, only_calls = 1, 1, nil
 local args = { ... }
 -- line by line: a run that hangs until a timeout kills the process leaves its call in the log
@@ -43,13 +49,21 @@ while i <= #args do
     deadline = tonumber(args[i + 1])
     assert(deadline and deadline > 0, "--deadline takes a number of seconds > 0")
     deadline, i = os.time() + deadline, i + 2
+  elseif args[i] == "--points" then
+    points = args[i + 1]
+    assert(points == "call" or points == "wait" or points == "step", "--points takes call, wait or step")
+    i = i + 2
+  elseif args[i] == "--stall-timeout" then
+    stall_timeout = tonumber(args[i + 1])
+    assert(stall_timeout and stall_timeout > 0, "--stall-timeout takes a number of seconds > 0")
+    i = i + 2
   elseif args[i] == "--verbose" then
     verbose, i = true, i + 1
   else
     files[#files + 1], i = args[i], i + 1
   end
 end
-assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--shard I/N] [--calls K,K...] [--deadline SECONDS] [--verbose] SCENARIO.lua ...")
+assert(#files > 0, "usage: xferlua scripts/torture.lua [--stride S] [--shard I/N] [--calls K,K...] [--deadline SECONDS] [--points call|wait|step] [--stall-timeout S] [--verbose] SCENARIO.lua ...")
 
 -- This process's open fds: /proc/self opened here is this process (in a shell it would be
 -- the shell's).
@@ -73,6 +87,21 @@ local function open_fds()
   return fds
 end
 
+-- Memory a stalled device holds (freed while its wait had ended at a deadline) goes back once a
+-- move finds the device done: moves of a byte until none is held (a stall is a fault's, over
+-- once the rules change; the device's real work ends at once), 10 s at most.
+local function settle_held()
+  local t0 = xfer.clock()
+  while xfer.clock() - t0 < 10 do
+    local held = 0
+    for _, dev in ipairs(xfer.devices()) do held = held + xfer.memory(dev).held end
+    if held == 0 then break end
+    xfer.zeros({ 1 }, { dtype = "u8" }):to("host")
+  end
+  collectgarbage() -- (the byte moves' tensors)
+  collectgarbage()
+end
+
 -- What must come back after every run: each device's memory (with the caches given back)
 -- and the open file descriptors (interop fds, driver handles).
 -- Bytes in use on every device now, after collecting: what a run's end must find back --
@@ -83,6 +112,7 @@ local function in_use_now()
   if jit then jit.flush() end
   collectgarbage()
   collectgarbage()
+  settle_held() -- (held for a stalled device: not a job's late release)
   local s = {}
   for _, dev in ipairs(xfer.devices()) do s[dev.name] = xfer.memory(dev).in_use end
   return s
@@ -93,6 +123,9 @@ local function snapshot()
   -- of one run alive after every collection, none with -joff or after jit.flush)
   if jit then jit.flush() end
   xfer.synchronize() -- a move whose job was dropped unwaited gives its memory back when it ends
+  collectgarbage()
+  collectgarbage()
+  settle_held()
   collectgarbage()
   collectgarbage()
   xfer.empty_cache()
@@ -192,6 +225,11 @@ local function check(T, ok, raised, failed)
       problems[#problems + 1] = rec.what .. ": not an xfer.Error: " .. tostring(e)
     elseif not failed then
       problems[#problems + 1] = rec.what .. ": failed with no call failed: " .. e.message
+    elseif failed.op == "stall" or failed.op == "cancel" then -- a stalled wait, a canceled step
+      local want = failed.op == "stall" and "timeout" or "canceled"
+      if e.code ~= want or (want == "canceled" and e.op ~= "cancel") then
+        problems[#problems + 1] = ("%s: %s at the %s, not %s: %s"):format(rec.what, e.code, failed.op, want, e.message)
+      end
     elseif not e.injected or e.op ~= failed.op or
            (failed.runtime == "file" and not (e.file and e.file ~= "")) or
            (failed.runtime ~= "file" and device_runtime(e.device) ~= failed.runtime) then
@@ -222,11 +260,13 @@ end
 -- failed (or nil), whether an error surfaced, and how many fallible calls the run made.
 local function one_run(scenario, k)
   local base = snapshot()
-  xfer.faults.fail_at(k)
+  xfer.faults.fail_at(k, points)
+  if points == "wait" then xfer.config({ timeout = stall_timeout }) end
   local T = new_T()
   local ok, raised = xpcall(scenario.run, function(e) return tostring(e) .. (os.getenv("XFER_TORTURE_TRACE") and debug.traceback("", 2) or "") end, T)
-  local failed, calls = xfer.faults.failed(), xfer.faults.calls()
-  xfer.faults.fail_at(0)
+  local failed, calls = xfer.faults.failed(), xfer.faults.calls(points)
+  xfer.faults.fail_at(0, points)
+  if points == "wait" then xfer.config({ timeout = 0 }) end
   local problems, seen = check(T, ok, raised, failed)
   -- what happened in the run, for the report of a run with a problem
   local told = { failed and ("the call failed: %s:%s"):format(failed.runtime, failed.op) or "no call failed" }
@@ -313,9 +353,9 @@ for _, file in ipairs(files) do
   local ops = {}
   for key, n in pairs(by_op) do ops[#ops + 1] = key .. " " .. n end
   table.sort(ops)
-  io.write(("torture %s: %d calls, %d runs (stride %d%s): %d surfaced as errors, %d recovered " ..
+  io.write(("torture %s: %d %s, %d runs (stride %d%s): %d surfaced as errors, %d recovered " ..
             "(bytes right), %d with no call failed; faults by runtime:op: %s\n")
-           :format(name, calls, runs, stride, shards > 1 and (", shard %d/%d"):format(shard, shards) or "", surfaced, recovered, missed, table.concat(ops, ", ")))
+           :format(name, calls, points == "call" and "calls" or points == "wait" and "waits" or "steps", runs, stride, shards > 1 and (", shard %d/%d"):format(shard, shards) or "", surfaced, recovered, missed, table.concat(ops, ", ")))
   io.write(("torture %s: %d s, %s\n"):format(name, os.time() - started, cut and
     ("stopped by --deadline after %d of its %d runs"):format(runs, planned) or "every run made"))
   if scenario.finish then scenario.finish() end -- what it started for every run (a server)

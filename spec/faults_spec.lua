@@ -154,6 +154,42 @@ describe("fault injection (host)", function()
     h.raises("invalid", xfer.faults.fail_at, 1.5)
   end)
 
+  it("fail_at cancels a move at its k-th step, and stalls its k-th wait under a deadline", function()
+    local t = xfer.arange(1024)
+    xfer.faults.fail_at(0, "step") -- counting only
+    t:clone():to(host)
+    local steps = xfer.faults.calls("step")
+    assert.is_true(steps >= 2)
+    for k = 1, steps do
+      xfer.faults.fail_at(k, "step")
+      local ok, e = pcall(function() return t:clone():to(host) end)
+      assert.is_false(ok, "step " .. k)
+      assert.are.equal("canceled", e.code, tostring(e))
+      assert.are.equal("cancel", e.op)
+      assert.are.same({ op = "cancel", call = k, runtime = "" }, xfer.faults.failed())
+    end
+    xfer.faults.fail_at(0, "step")
+    assert.are.equal(1024, #t:clone():to(host))
+    -- a wait is counted only under a deadline (with none, a stalled wait would never end)
+    local waiting
+    for _, d in ipairs(xfer.devices()) do
+      if d.runtime == "opencl" then waiting = d end
+    end
+    if waiting then
+      xfer.faults.fail_at(0, "wait")
+      t:to(waiting, { timeout = 10 })
+      assert.is_true(xfer.faults.calls("wait") >= 1)
+      xfer.faults.fail_at(1, "wait")
+      local e = h.raises("timeout", t.to, t, waiting, { timeout = 0.05 })
+      assert.is_truthy(tostring(e):find("had not done its work by the move's deadline", 1, true), tostring(e))
+      assert.are.same({ op = "stall", call = 1, runtime = "opencl" }, xfer.faults.failed())
+      xfer.faults.fail_at(0, "wait")
+      assert.is_true(t:to(waiting):equals(t))
+    end
+    h.raises("invalid", xfer.faults.fail_at, 1, "sometimes")
+    h.raises("invalid", xfer.faults.calls, "sometimes")
+  end)
+
   it("nth skips matching calls and count fails several", function()
     h.no_setaside() -- the same path fails again on purpose
     local t = xfer.arange(4)

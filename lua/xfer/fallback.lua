@@ -14,7 +14,7 @@ end
 --- retryable is tried again up to opts.retries times (default 0); every failed attempt is
 --- passed to opts.log (default: a line on stderr; false: silent). Returns the new tensor and
 --- the list of failed attempts {path, code, op, message, retryable}; raises the last error
---- when every path failed.
+--- when every path failed, and a canceled move's at once (no other path is tried).
 local paths_known = {}
 for _, name in ipairs(xfer.paths) do paths_known[name] = true end
 local paths_listed = table.concat(xfer.paths, ", ", 1, #xfer.paths - 1) .. " or " .. xfer.paths[#xfer.paths]
@@ -84,6 +84,8 @@ function xfer.transfer(t, dev, opts)
         attempts[#attempts + 1] = attempt
         log(attempt)
         last = result
+        -- canceled: whoever canceled wants the move stopped, not moved another way
+        if result.code == "canceled" then error(result, 0) end
         if not result.retryable then break end
       end
     elseif not xfer.is_error(why) or why.code ~= "unsupported" then

@@ -150,27 +150,57 @@ size_t xfer_fault_list(xfer_ctx *ctx, xfer_fault *out, size_t max)
 
 /* -- Failing the k-th call (torture) ---------------------------------------------- */
 
-void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k)
+void xfer_fault_fail_at_point(xfer_ctx *ctx, xfer_point kind, uint64_t k)
 {
   pthread_mutex_lock(&ctx->lock);
   memset(&ctx->failed, 0, sizeof ctx->failed);
   __atomic_store_n(&ctx->fault_calls, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&ctx->fail_at, k, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->fault_waits, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->fail_at, kind == XFER_POINT_CALL ? k : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctx->stall_at, kind == XFER_POINT_WAIT ? k : 0, __ATOMIC_RELAXED);
+  xfer_watch_cancel_at(kind == XFER_POINT_STEP ? k : 0);
+  ctx->cancel_armed = kind == XFER_POINT_STEP ? k : 0;
   __atomic_add_fetch(&ctx->fault_epoch, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->lock);
 }
 
-uint64_t xfer_fault_calls(xfer_ctx *ctx)
+void xfer_fault_fail_at(xfer_ctx *ctx, uint64_t k) { xfer_fault_fail_at_point(ctx, XFER_POINT_CALL, k); }
+
+uint64_t xfer_fault_points(xfer_ctx *ctx, xfer_point kind)
 {
-  return __atomic_load_n(&ctx->fault_calls, __ATOMIC_RELAXED);
+  return kind == XFER_POINT_CALL ? __atomic_load_n(&ctx->fault_calls, __ATOMIC_RELAXED)
+         : kind == XFER_POINT_WAIT ? __atomic_load_n(&ctx->fault_waits, __ATOMIC_RELAXED)
+                                   : xfer_watch_steps();
 }
+
+uint64_t xfer_fault_calls(xfer_ctx *ctx) { return xfer_fault_points(ctx, XFER_POINT_CALL); }
 
 int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out)
 {
   pthread_mutex_lock(&ctx->lock);
   *out = ctx->failed;
+  if (!out->nth && ctx->cancel_armed && xfer_watch_step_hit()) { /* the step that canceled */
+    xfer_copy_text(out->op, sizeof out->op, xfer_op_name(XFER_OP_CANCEL));
+    out->nth = ctx->cancel_armed > INT_MAX ? INT_MAX : (int)ctx->cancel_armed;
+    out->count = 1;
+  }
   pthread_mutex_unlock(&ctx->lock);
   return out->nth > 0;
+}
+
+/* The k-th wait the torture stalls: counted here, on every wait of a device, from any thread. */
+static int stall_at_hit(xfer_ctx *ctx, const char *runtime)
+{
+  if (!xfer_watch_deadline()) return 0; /* (a wait with no deadline to end it is not one) */
+  uint64_t wait = __atomic_add_fetch(&ctx->fault_waits, 1, __ATOMIC_RELAXED);
+  if (wait != __atomic_load_n(&ctx->stall_at, __ATOMIC_RELAXED)) return 0;
+  pthread_mutex_lock(&ctx->lock);
+  xfer_copy_text(ctx->failed.runtime, sizeof ctx->failed.runtime, runtime);
+  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, xfer_op_name(XFER_OP_STALL));
+  ctx->failed.nth = wait > INT_MAX ? INT_MAX : (int)wait;
+  ctx->failed.count = 1;
+  pthread_mutex_unlock(&ctx->lock);
+  return 1;
 }
 
 /* The call fail_at names: counted here, on every fallible call, from any thread. */
@@ -194,6 +224,7 @@ int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, xfer_op op, long long *na
   /* "corrupt" is asked after a move and "stall" of a wait, of no driver call: fail_at counts
   ** calls alone */
   if (op != XFER_OP_CORRUPT && op != XFER_OP_STALL && fail_at_hit(ctx, runtime, op)) return 1;
+  if (op == XFER_OP_STALL && stall_at_hit(ctx, runtime)) return 1;
   if (!__atomic_load_n(&ctx->nfaults, __ATOMIC_ACQUIRE)) return 0; /* the common case */
   pthread_mutex_lock(&ctx->lock); /* the staged path calls from two threads */
   for (size_t i = 0; i < ctx->nfaults; i++) {

@@ -17,9 +17,26 @@ static _Thread_local double deadline_at;      /* xfer_now() seconds; 0: none */
 static _Thread_local double deadline_given;   /* ... and the timeout it came from */
 static _Thread_local const int *canceled_by;  /* nonzero there: stop */
 
+static uint64_t steps_seen, cancel_at; /* torture's (atomic) */
+static int step_hit;
+
+void xfer_watch_cancel_at(uint64_t k)
+{
+  __atomic_store_n(&cancel_at, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&steps_seen, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&step_hit, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&cancel_at, k, __ATOMIC_RELEASE);
+}
+
+uint64_t xfer_watch_steps(void) { return __atomic_load_n(&steps_seen, __ATOMIC_ACQUIRE); }
+int xfer_watch_step_hit(void) { return __atomic_load_n(&step_hit, __ATOMIC_ACQUIRE); }
+
 xfer_code xfer_watch_check(uint64_t done, uint64_t total, xfer_error *err)
 {
-  if (canceled_by && __atomic_load_n(canceled_by, __ATOMIC_ACQUIRE))
+  uint64_t step = __atomic_add_fetch(&steps_seen, 1, __ATOMIC_ACQ_REL);
+  int torture_cancel = step == __atomic_load_n(&cancel_at, __ATOMIC_ACQUIRE);
+  if (torture_cancel) __atomic_store_n(&step_hit, 1, __ATOMIC_RELEASE);
+  if (torture_cancel || (canceled_by && __atomic_load_n(canceled_by, __ATOMIC_ACQUIRE)))
     return xfer_err_op(err, XFER_E_CANCELED, XFER_OP_CANCEL, XFER_S_CANCELED, (unsigned long long)done,
                        (unsigned long long)total);
   if (deadline_at && xfer_now() > deadline_at)

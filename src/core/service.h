@@ -73,6 +73,11 @@ xfer_code xfer_watch_config_check(const xfer_config *c, xfer_error *err);
 ** deadline, saying how far the move got; XFER_E_OK otherwise (also what xfer_progress checks
 ** first). */
 xfer_code xfer_watch_check(uint64_t done, uint64_t total, xfer_error *err);
+/* Torture's steps (process-wide): every xfer_watch_check is one; the k-th from this call
+** cancels (0: none), and xfer_watch_step_hit says whether it has. */
+void xfer_watch_cancel_at(uint64_t k);
+uint64_t xfer_watch_steps(void);
+int xfer_watch_step_hit(void);
 /* The watch this thread runs under: what a move's helper thread installs for itself (its
 ** waits end at the move's deadline, its steps stop when the move is canceled). */
 xfer_watch xfer_watch_current(void);

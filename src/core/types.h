@@ -299,6 +299,9 @@ struct xfer_ctx {
   size_t nfaults;
   uint64_t fault_calls;         /* fallible driver calls since the last fail_at (atomic) */
   uint64_t fail_at;             /* that call fails (0: none) (atomic) */
+  uint64_t fault_waits;         /* waits for a device's work since the last arming (atomic) */
+  uint64_t stall_at;            /* that wait stalls (0: none) (atomic) */
+  uint64_t cancel_armed;        /* the step torture cancels at (progress.c counts; ctx->lock) */
   xfer_fault failed;            /* what fail_at failed: runtime, op, nth = the call (ctx->lock) */
   uint64_t fault_epoch;         /* rules cleared or replaced so far (atomic; faults.h) */
   pthread_mutex_t lock;         /* faults, stats, busy tensors */

@@ -364,7 +364,20 @@ static int l_faults_list(lua_State *L)
   return 1;
 }
 
-/* faults.fail_at(k): the k-th fallible driver call from now fails (0: none). */
+/* The kind of point at idx: "call" (absent too), "wait" or "step". */
+static xfer_point point_kind(lua_State *L, int idx, const char *fname)
+{
+  const char *kind = luaL_optstring(L, idx, "call");
+  if (!strcmp(kind, "call")) return XFER_POINT_CALL;
+  if (!strcmp(kind, "wait")) return XFER_POINT_WAIT;
+  if (!strcmp(kind, "step")) return XFER_POINT_STEP;
+  xl_raise_code(L, XFER_E_INVALID, fname, "bad argument #%d to '%s' (\"call\", \"wait\" or \"step\" "
+                "expected, got \"%s\")", idx, fname, kind);
+}
+
+/* faults.fail_at(k [, kind]): the k-th point of the kind from now (0: none) fails -- a
+** fallible driver call ("call"), stalls -- a wait for a device's work ("wait") -- or cancels
+** the move there -- a step ("step"). */
 static int l_faults_fail_at(lua_State *L)
 {
   lua_Number k = lua_tonumber(L, 1);
@@ -372,14 +385,14 @@ static int l_faults_fail_at(lua_State *L)
     xl_raise_code(L, XFER_E_INVALID, "fail_at",
                   "bad argument #1 to 'fail_at' (a call number >= 0 expected, got %s)",
                   lua_type(L, 1) == LUA_TNUMBER ? lua_tostring(L, 1) : luaL_typename(L, 1));
-  xfer_fault_fail_at(xl_ctx(L), (uint64_t)k);
+  xfer_fault_fail_at_point(xl_ctx(L), point_kind(L, 2, "fail_at"), (uint64_t)k);
   return 0;
 }
 
+/* faults.calls([kind]): points of the kind seen since the last fail_at */
 static int l_faults_calls(lua_State *L)
 {
-  xl_no_args(L, "faults.calls");
-  lua_pushnumber(L, (lua_Number)xfer_fault_calls(xl_ctx(L)));
+  lua_pushnumber(L, (lua_Number)xfer_fault_points(xl_ctx(L), point_kind(L, 1, "faults.calls")));
   return 1;
 }
 
