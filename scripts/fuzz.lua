@@ -269,7 +269,29 @@ local ops = {
     local path = ("%s/f%d.%s"):format(file_dir, step, format)
     local tensors = {}
     for _, n in ipairs(names) do tensors[n] = picked[n].t end
-    local saved = call("save", nil, xfer.save, path, format == "npy" and tensors.t1 or tensors)
+    -- at once, as a job, or as a job canceled at once (through when cancel returns: no file
+    -- then, nor a load's tensors); verified now and then
+    local how = rand(3)
+    local verify = rand(4) == 1
+    local canceled = { canceled = true }
+    local function as_job(what, start, ...)
+      local started, job = call(what, nil, start, ...)
+      if not started then return false end
+      if how == 3 then
+        job:cancel()
+        if not job:done() then fail(what .. ": cancel returned before its job was through") end
+      end
+      local ok, result = call(what .. " (waited)", how == 3 and canceled or nil, job.wait, job)
+      if not ok and result.code == "canceled" then count(what .. " canceled") end
+      return ok, result
+    end
+    local saved
+    if how == 1 then
+      saved = call("save", nil, xfer.save, path, format == "npy" and tensors.t1 or tensors, { verify = verify })
+    else
+      saved = as_job("save_async", xfer.save_async, path, format == "npy" and tensors.t1 or tensors,
+                     { verify = verify })
+    end
     if not saved then
       local f = io.open(path)
       if f then f:close() fail("a failed save left its file " .. path) end
@@ -280,7 +302,10 @@ local ops = {
       return
     end
     local dev = pick(devices)
-    local loaded_ok, loaded = call("load", nil, xfer.load, path, { device = dev })
+    local load_opts = { device = dev, verify = verify and format == "safetensors" }
+    local loaded_ok, loaded
+    if how == 1 then loaded_ok, loaded = call("load", nil, xfer.load, path, load_opts)
+    else loaded_ok, loaded = as_job("load_async", xfer.load_async, path, load_opts) end
     os.remove(path)
     if not loaded_ok then return end
     if format == "npy" then loaded = { t1 = loaded } end
