@@ -90,8 +90,10 @@ Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua s
             deadline; healthy moves with a 3 s deadline, how many missed it
   guard     what verify = true costs: the same move with and without it -- --pair-size host <->
             each device and cuda:0 <-> vulkan:0, 4096 x 16 KiB batches, a file load; then
-            --cancels cancels at random points of each pair's move (cancel's latency, bytes
-            changed after it returned) and deadlines (how late a move past one ended)
+            --cancels cancels at random points of each pair's move, a batch of 16 KiB pieces, a
+            save and a load of --cancel-size bytes, and of moves to and from the --remote
+            server's devices (cancel's latency, bytes changed after it returned) and deadlines
+            (how late one past its deadline ended)
   selftest  how long the quick and full self-tests take
 
 --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
@@ -121,6 +123,8 @@ parser:option("--deadline-runs", "How often the deadline table stops a server.",
   :argname("N"):convert(runs)
 parser:option("--cancels", "How many cancels (and deadlines) the guard table makes per pair.", "20")
   :argname("N"):convert(count)
+parser:option("--cancel-size", "The size each of the guard table's canceled moves, batches, saves and loads moves.", "1G")
+  :argname("SIZE"):convert(size)
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
 parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
   :argname("PROGRAM")
@@ -192,6 +196,7 @@ local B = {
   remote_depths = opts.remote_depths,     -- --remote-depths, counts (nil: the default)
   deadline_runs = opts.deadline_runs,     -- --deadline-runs
   cancel_runs = opts.cancels,             -- --cancels
+  cancel_size = opts.cancel_size,         -- --cancel-size, bytes
   scripts_dir = scripts_dir,
   emit = emit, say = say, progress = progress, run_raw = run_raw,
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,

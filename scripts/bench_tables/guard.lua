@@ -143,17 +143,116 @@ local function cancels_of(pair, n, runs, rng)
            tostring(changed), ("%d/%d"):format(#late, runs), ms(percentile(late, 0.5)), ms(percentile(late, 0.99)) }
 end
 
+-- Cancels and deadlines of any job: `start()` starts it, `after()` says whether something
+-- changed in the 100 ms after a cancel returned (nil: nothing to look at), `timed(s)` runs it
+-- with a deadline of s seconds.
+local function job_cancels(what, size, whole, runs, rng, start, after, timed)
+  local latency, changed, canceled = {}, 0, 0
+  for _ = 1, runs do
+    local job = start()
+    wait_for(rng() * whole)
+    local t0 = xfer.clock()
+    job:cancel()
+    latency[#latency + 1] = xfer.clock() - t0
+    if not pcall(job.wait, job) then
+      canceled = canceled + 1
+      if after and after() then changed = changed + 1 end
+    end
+    collectgarbage()
+  end
+  local late = {}
+  for _ = 1, runs do
+    local timeout = math.max(1e-4, rng() * whole)
+    local t0 = xfer.clock()
+    if not pcall(timed, timeout) then late[#late + 1] = xfer.clock() - t0 - timeout end
+    collectgarbage()
+  end
+  return { what, size, ("%.2f"):format(whole * 1e3), ("%d/%d"):format(canceled, runs), ms(percentile(latency, 0.5)),
+           ms(percentile(latency, 0.99)), after and tostring(changed) or "-", ("%d/%d"):format(#late, runs),
+           ms(percentile(late, 0.5)), ms(percentile(late, 0.99)) }
+end
+
+-- A batch of 16 KiB pieces of one buffer into another's (the dst's CRC32C looked at again
+-- 100 ms after cancel returned).
+local function batch_cancels(pair, n, runs, rng)
+  local block = 16384
+  local count = math.max(1, math.floor(n / block))
+  local src = xfer.full({ count * block }, 7, { dtype = "u8", device = pair[1] })
+  local dst = xfer.full({ count * block }, 1, { dtype = "u8", device = pair[2] })
+  local blocks = {}
+  for i = 1, count do blocks[i] = i - 1 end
+  local spec = { dst = dst, src = src, src_blocks = blocks, dst_blocks = blocks, block_bytes = block }
+  local b = xfer.batch(spec)
+  local whole = bench.time(function() b:run() end, 3)
+  local row = job_cancels(("batch %s -> %s"):format(pair[1].name, pair[2].name),
+                          ("%d x 16 KiB"):format(count), whole, runs, rng, function() return b:run_async() end,
+                          function()
+                            local at_return = dst:crc32c()
+                            wait_for(0.1)
+                            return dst:crc32c() ~= at_return
+                          end,
+                          function(s) xfer.batch(spec, { timeout = s }):run() end)
+  src:free()
+  dst:free()
+  return row
+end
+
+-- A safetensors file of n bytes saved (a canceled save's file looked for 100 ms after cancel
+-- returned: none may appear) and loaded onto dev (a canceled load keeps nothing to look at).
+local function file_cancels(B, dev, n, runs, rng)
+  local dir = B.file_dir or "build/bench-files"
+  os.execute("mkdir -p '" .. dir .. "'")
+  local path = dir .. "/guard-cancel.safetensors"
+  local t = xfer.full({ n }, 5, { dtype = "u8", device = dev })
+  local opts = { chunk = 16 * 2^20 }
+  local whole = bench.time(function() xfer.save(path, { t = t }, opts) end, 3)
+  local saves = job_cancels("save " .. dev.name .. " -> file", bench.format_size(n), whole, runs, rng,
+                            function() os.remove(path) return xfer.save_async(path, { t = t }, opts) end,
+                            function()
+                              wait_for(0.1)
+                              local f = io.open(path, "rb")
+                              if f then f:close() end
+                              return f ~= nil
+                            end,
+                            function(s) xfer.save(path, { t = t }, { chunk = opts.chunk, timeout = s }) end)
+  xfer.save(path, { t = t }, opts)
+  whole = bench.time(function() xfer.load(path, { device = dev }) collectgarbage() end, 3)
+  local loads = job_cancels("load file -> " .. dev.name, bench.format_size(n) .. " warm", whole, runs, rng,
+                            function() return xfer.load_async(path, { device = dev, chunk = opts.chunk }) end, nil,
+                            function(s) xfer.load(path, { device = dev, chunk = opts.chunk, timeout = s }) end)
+  os.remove(path)
+  t:free()
+  return saves, loads
+end
+
 local function cancels(B, devs)
   local rows = { { "cancel and deadline", "size", "move ms", "canceled", "cancel p50 ms", "p99 ms",
                    "changed after", "timed out", "late p50 ms", "p99 ms" } }
   local seed = 12345
   local function rng() seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 end
   local runs = B.cancel_runs or 20
-  for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = cancels_of(p, B.pair_size, runs, rng) end
+  local n = B.cancel_size or B.pair_size
+  for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = cancels_of(p, n, runs, rng) end
+  for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = batch_cancels(p, n, runs, rng) end
+  for _, d in ipairs(devs) do
+    if d.runtime ~= "remote" then
+      local saves, loads = file_cancels(B, d, n, runs, rng)
+      rows[#rows + 1] = saves
+      rows[#rows + 1] = loads
+    end
+  end
+  if B.remote_url then -- moves to and from the server's first device (--remote)
+    local peer = xfer.connect(B.remote_url, { token = B.remote_token, timeout = 30 })
+    local far = peer.devices[1]
+    rows[#rows + 1] = cancels_of({ B.host, far }, n, runs, rng)
+    rows[#rows + 1] = cancels_of({ far, B.host }, n, runs, rng)
+    peer:close()
+  end
   B.emit(rows)
-  B.say(("cancel: %d batch runs of one element canceled at random points of the move: cancel()'s time," ..
-         " and targets whose CRC32C changed in the 100 ms after cancel returned (must be 0); then %d" ..
-         " moves given a deadline at a random point: how late those that timed out ended"):format(runs, runs))
+  B.say(("cancel: %d runs of each canceled at random points -- a move (a batch of one element), a" ..
+         " batch of 16 KiB pieces, a save, a load: cancel()'s time, and targets whose CRC32C changed" ..
+         " in the 100 ms after cancel returned (a save: its file appearing; must be 0); then %d runs" ..
+         " given a deadline at a random point: how late those that timed out ended"):format(runs, runs))
 end
 
 return function(B)

@@ -777,6 +777,9 @@ static xfer_code save(xfer_ctx *ctx, const char *path, const char *format_name,
                           "ftruncate: %s", strerror(e));
   }
   int sync = !opts || opts->sync >= 0;
+  /* past the deadline (or canceled) once every write landed: not synced, not put in place --
+  ** an fdatasync cannot be cut short, and would make the end later still */
+  if (!code && (code = xfer_watch_check(s.total, s.total, err))) frame(err, &s, n, -1);
   if (!code && sync && (code = xfer_fio_sync(&plain, err))) code = frame(err, &s, n, -1);
   if (!code && opts && opts->verify) code = verify_written(&s, &plain, route.chunk, err);
   if (dfd >= 0) close(dfd);
