@@ -214,13 +214,32 @@ static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
   return w;
 }
 
+/* A watched group (a deadline, a job that may be canceled) is submitted in slices of pieces
+** of about this many bytes, its watch asked between them: it stops within a slice (one
+** submission of a whole 1 GiB group could not stop part way). */
+#define WATCHED_SLICE ((size_t)16 << 20)
+
 /* The group at once in its way in use: through host chunks, or one submission of `many`
-** (over imports: an import no longer to be had refuses it, as a driver would). */
+** (over imports: an import no longer to be had refuses it, as a driver would) -- in slices
+** when watched. */
 static xfer_code run_way(xfer_group *g, xfer_error *err)
 {
   if (g->through) return xfer_through_run(&g->staged, g->from->ctx, err);
   xfer_error ignored;
   if (g->nviews && xfer_group_views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
+  if (xfer_progress_wanted() && g->bytes > WATCHED_SLICE) {
+    xfer_code rc = XFER_E_OK;
+    size_t moved = 0;
+    for (size_t k = 0; k < g->count && !rc;) { /* (slices are not kept: keep 0) */
+      size_t m = 0, bytes = 0;
+      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= WATCHED_SLICE)) bytes += g->pieces[k + m++].n;
+      rc = xfer_be_many(g->many, g->pieces + k, m, 0, err);
+      k += m;
+      moved += bytes;
+      if (!rc && k < g->count) rc = xfer_watch_check(moved, g->bytes, err);
+    }
+    return rc;
+  }
   static uint64_t names; /* of pieces, process-wide: never one name for two lists */
   if (g->runs++ && !g->keep) g->keep = __atomic_add_fetch(&names, 1, __ATOMIC_RELAXED);
   return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
