@@ -78,7 +78,7 @@ end
 local no_args = {
   { "runtimes", xfer.runtimes }, { "stats", xfer.stats },
   { "stats_reset", xfer.stats_reset }, { "clock", xfer.clock }, { "synchronize", xfer.synchronize }, { "describe", xfer.describe },
-  { "faults.calls", xfer.faults.calls }, { "faults.failed", xfer.faults.failed },
+  { "faults.failed", xfer.faults.failed },
   { "faults.clear", xfer.faults.clear }, { "faults.list", xfer.faults.list },
 }
 

@@ -367,6 +367,9 @@ static int l_faults_list(lua_State *L)
 /* The kind of point at idx: "call" (absent too), "wait" or "step". */
 static xfer_point point_kind(lua_State *L, int idx, const char *fname)
 {
+  if (!lua_isnoneornil(L, idx) && lua_type(L, idx) != LUA_TSTRING)
+    xl_raise_code(L, XFER_E_INVALID, fname, "bad argument #%d to '%s' (\"call\", \"wait\" or \"step\" "
+                  "expected, got %s)", idx, fname, luaL_typename(L, idx));
   const char *kind = luaL_optstring(L, idx, "call");
   if (!strcmp(kind, "call")) return XFER_POINT_CALL;
   if (!strcmp(kind, "wait")) return XFER_POINT_WAIT;
