@@ -222,7 +222,9 @@ static inline void xfer_be_many_forget(xfer_device *dev, uint64_t keep)
 /* Whether every copy submitted to the device so far is done (without waiting). */
 static inline int xfer_be_idle(xfer_device *dev)
 {
-  return !xfer_be(dev)->copy->idle || xfer_be(dev)->copy->idle(dev);
+  if (xfer_be(dev)->copy->idle) return xfer_be(dev)->copy->idle(dev);
+  dev->idle_upto = xfer_now(); /* (no copy outlives its wait) */
+  return 1;
 }
 
 /* The device's own CRC32C of ranges of its buffers; XFER_E_UNSUPPORTED, nothing said, where

@@ -28,7 +28,8 @@ xfer_code xfer_device_stalled(xfer_device *dev, xfer_op op, const char *fn, doub
                               int faulted, xfer_error *err)
 {
   if (faulted) __atomic_store_n(&dev->stall_fault_epoch, xfer_fault_epoch(dev->ctx) + 1, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&dev->stalls, 1, __ATOMIC_ACQ_REL);
+  double now = xfer_now();
+  __atomic_store(&dev->stalled_at, &now, __ATOMIC_RELEASE);
   __atomic_store_n(&dev->stalled, 1, __ATOMIC_RELEASE);
   xfer_code rc = xfer_err_op(err, XFER_E_TIMEOUT, op, XFER_S_WAIT_DEADLINE, dev->name, fn, waited);
   if (err) err->retryable = 1;

@@ -713,19 +713,22 @@ static void block_free(xfer_allocator *a, xfer_block *b)
 static pthread_mutex_t quarantine_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* (quarantine_lock held) */
-static void hold_locked(xfer_device *stalled, xfer_block *b)
+static void hold_locked(xfer_device *stalled, xfer_block *b, double since)
 {
   if (stalled->nquarantine == stalled->quarantine_cap) {
     size_t cap = stalled->quarantine_cap ? 2 * stalled->quarantine_cap : 8;
     xfer_block **grown = realloc(stalled->quarantine, cap * sizeof *grown);
-    if (!grown) return; /* (out of memory: the block is not held -- the best left to do) */
-    stalled->quarantine = grown;
+    if (grown) stalled->quarantine = grown;
+    double *times = grown ? realloc(stalled->quarantine_since, cap * sizeof *times) : NULL;
+    if (!times) return; /* (out of memory: the block is not held -- the best left to do) */
+    stalled->quarantine_since = times;
     stalled->quarantine_cap = cap;
   }
   xfer_allocator *a = b->seg->dev->alloc;
   pthread_mutex_lock(&a->lock);
   b->held++;
   pthread_mutex_unlock(&a->lock);
+  stalled->quarantine_since[stalled->nquarantine] = since;
   stalled->quarantine[stalled->nquarantine++] = b;
 }
 
@@ -735,16 +738,28 @@ static void hold_locked(xfer_device *stalled, xfer_block *b)
 ** caching off) is written, or read, by the driver after the fact: heap corruption under
 ** PoCL, a crash in lavapipe's queue thread (CI fuzz seeds 201-216). Held only while
 ** stalled: the first move on a device that finds its work done lets go (settle). */
+static int any_stalled(xfer_ctx *ctx)
+{
+  size_t n = __atomic_load_n(&ctx->ndevices, __ATOMIC_ACQUIRE);
+  for (size_t d = 0; d < n; d++)
+    if (__atomic_load_n(&ctx->devices[d]->stalled, __ATOMIC_ACQUIRE)) return 1;
+  return 0;
+}
+
 static void hold_for_stalled(xfer_block *b)
 {
   xfer_ctx *ctx = b->seg->dev->ctx;
+  if (!any_stalled(ctx)) return;
+  /* a device whose work is done by now holds nothing more: asked first, where this thread is
+  ** in no move (memory freed with no move to follow -- a save's chunks, a device never used
+  ** again -- was held for good: 12 GB in a loop of saves past their deadline) */
+  xfer_mem_settle_stalled(ctx);
+  if (!any_stalled(ctx)) return;
   size_t n = __atomic_load_n(&ctx->ndevices, __ATOMIC_ACQUIRE);
-  int any = 0;
-  for (size_t d = 0; d < n && !any; d++) any = __atomic_load_n(&ctx->devices[d]->stalled, __ATOMIC_ACQUIRE);
-  if (!any) return;
+  double now = xfer_now();
   pthread_mutex_lock(&quarantine_lock);
   for (size_t d = 0; d < n; d++)
-    if (__atomic_load_n(&ctx->devices[d]->stalled, __ATOMIC_ACQUIRE)) hold_locked(ctx->devices[d], b);
+    if (__atomic_load_n(&ctx->devices[d]->stalled, __ATOMIC_ACQUIRE)) hold_locked(ctx->devices[d], b, now);
   pthread_mutex_unlock(&quarantine_lock);
 }
 
@@ -761,6 +776,16 @@ static int idle_within(xfer_device *dev, double seconds)
   }
 }
 
+/* (a->lock held) One hold of b let go: back to its pool if it was freed and none holds it. */
+static void unhold_locked(xfer_allocator *a, xfer_block *b)
+{
+  if (--b->held == 0 && b->free_asked) {
+    b->free_asked = 0;
+    a->stats.held -= b->requested;
+    block_free(a, b);
+  }
+}
+
 void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how)
 {
   if (!__atomic_load_n(&dev->stalled, __ATOMIC_ACQUIRE)) return;
@@ -768,26 +793,45 @@ void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how)
   ** going keeps what it holds (the memory is lost rather than handed on while written) */
   int idle = idle_within(dev, how == XFER_SETTLE_NOW ? 0 : 2.0);
   if (!idle && how != XFER_SETTLE_END) return; /* its work goes on: held still */
-  /* no longer stalled before the list is taken: a block freed from now on is not held */
+  /* what was submitted before idle_upto is done: what was freed before then goes back (its
+  ** users were submitted before it was freed); once that covers the last wait that ended at a
+  ** deadline, the device is no longer stalled and everything goes back. Where stalls keep
+  ** coming, memory still goes back as the markers pass it. */
+  double stalled_at;
+  __atomic_load(&dev->stalled_at, &stalled_at, __ATOMIC_ACQUIRE);
+  int all = how == XFER_SETTLE_END || dev->idle_upto > stalled_at;
+  xfer_block **released = NULL;
+  size_t nreleased = 0;
   pthread_mutex_lock(&quarantine_lock);
-  __atomic_store_n(&dev->stalled, 0, __ATOMIC_RELEASE);
-  xfer_block **held = dev->quarantine;
-  size_t nheld = dev->nquarantine;
-  dev->quarantine = NULL;
-  dev->nquarantine = dev->quarantine_cap = 0;
-  pthread_mutex_unlock(&quarantine_lock);
-  for (size_t i = 0; i < nheld; i++) {
-    xfer_block *b = held[i];
-    xfer_allocator *a = b->seg->dev->alloc;
-    pthread_mutex_lock(&a->lock);
-    if (--b->held == 0 && b->free_asked) {
-      b->free_asked = 0;
-      a->stats.held -= b->requested;
-      block_free(a, b);
+  if (all) {
+    __atomic_store_n(&dev->stalled, 0, __ATOMIC_RELEASE); /* a block freed from now on is not held */
+    released = dev->quarantine;
+    nreleased = dev->nquarantine;
+    free(dev->quarantine_since);
+    dev->quarantine = NULL;
+    dev->quarantine_since = NULL;
+    dev->nquarantine = dev->quarantine_cap = 0;
+  } else {
+    released = malloc((dev->nquarantine ? dev->nquarantine : 1) * sizeof *released);
+    size_t kept = 0;
+    for (size_t i = 0; released && i < dev->nquarantine; i++) {
+      if (dev->quarantine_since[i] < dev->idle_upto) {
+        released[nreleased++] = dev->quarantine[i];
+      } else {
+        dev->quarantine_since[kept] = dev->quarantine_since[i];
+        dev->quarantine[kept++] = dev->quarantine[i];
+      }
     }
+    if (released) dev->nquarantine = kept;
+  }
+  pthread_mutex_unlock(&quarantine_lock);
+  for (size_t i = 0; i < nreleased; i++) {
+    xfer_allocator *a = released[i]->seg->dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    unhold_locked(a, released[i]);
     pthread_mutex_unlock(&a->lock);
   }
-  free(held);
+  free(released);
 }
 
 void xfer_mem_settle_stalled(xfer_ctx *ctx)

@@ -132,8 +132,10 @@ typedef struct xfer_copy_ops {
   xfer_code (*many_again)(xfer_device *dev, const xfer_piece *pieces, size_t n, uint64_t keep,
                           xfer_error *err);
   void (*many_forget)(xfer_device *dev, uint64_t keep);
-  /* optional: 1 once every copy and kernel submitted to the device so far has completed (asked
-  ** without waiting, after a wait ended at a deadline: xfer_device_stall); NULL: always. */
+  /* optional: asked without waiting, after a wait ended at a deadline (xfer_device_stalled):
+  ** 1 once every copy and kernel submitted before some time is done -- that time, xfer_now()'s,
+  ** in dev->idle_upto (a marker behind the queue: when it was placed; a query of the queue:
+  ** when it was asked) -- else 0. NULL: always done. */
   int (*idle)(xfer_device *dev);
   /* optional: the CRC32C (as xfer_crc32c gives it, from 0) of each of `count` ranges into
   ** crc[], summed by the device itself (a batch's ranges in one submission where it can) and
@@ -264,12 +266,14 @@ struct xfer_device {
   ** the work may still use any memory the moves gave it, so what is freed meanwhile it holds
   ** (quarantine, memory.c) until the backend says it is done (copy->idle) or it closes */
   int stalled;
-  /* waits that ended at a deadline, counted: a backend's idle marker placed before the last
-  ** one says nothing about the work that outlived it (it is placed again) */
-  unsigned stalls;
+  double stalled_at;            /* xfer_now() of the last wait that ended at a deadline */
+  /* what copy->idle said when it said 1: every copy submitted before this xfer_now() time is
+  ** done (its marker's placing; CUDA's query) -- what was freed before it may go back */
+  double idle_upto;
   uint64_t stall_fault_epoch;   /* the fault rules' epoch + 1 when the stall fault last made it
                                 ** stalled: not done while the rules stay so (0: none) */
   struct xfer_block **quarantine;
+  double *quarantine_since;     /* xfer_now() of each one's hold */
   size_t nquarantine, quarantine_cap;
 };
 

@@ -180,6 +180,7 @@ struct xfer_fio_queue {
   struct io_uring ring;
   int inflight;   /* reads and writes the kernel holds (the cancel is not counted) */
   int cancelling; /* a cancel of everything in flight is on the ring */
+  int dropping;   /* ... asked by xfer_fio_drop: a request it cancels is dropped, not stalled */
   int stall_ms;
 #endif
 };
@@ -350,6 +351,7 @@ static void uring_cancel_all(xfer_fio_queue *q)
 static void uring_cancel_done(xfer_fio_queue *q, int res)
 {
   q->cancelling = 0;
+  q->dropping = 0;
   if (res == -ENOENT && q->inflight > 0) uring_fail_running(q, ETIMEDOUT, 1);
 }
 
@@ -358,9 +360,9 @@ static void uring_complete(xfer_fio_queue *q, int s, int res)
 {
   q->inflight--;
   fio_slot *slot = &q->slots[s];
-  if (res == -ECANCELED) { /* only the stall guard cancels */
-    slot->result = ETIMEDOUT;
-    slot->stalled = 1;
+  if (res == -ECANCELED) { /* the stall guard's cancel, or xfer_fio_drop's */
+    slot->result = q->dropping ? ECANCELED : ETIMEDOUT;
+    slot->stalled = !q->dropping;
     slot->state = SLOT_DONE;
     return;
   }
@@ -414,6 +416,30 @@ static void uring_reap(xfer_fio_queue *q)
     uring_complete(q, (int)tag, res);
 }
 #endif
+
+void xfer_fio_drop(xfer_fio_queue *q)
+{
+  if (!q) return;
+#ifdef XFER_WITH_URING
+  if (q->engine == XFER_FIO_URING) {
+    if (q->inflight > 0 && !q->cancelling) {
+      uring_cancel_all(q);
+      q->dropping = 1;
+      io_uring_submit(&q->ring);
+    }
+    return;
+  }
+#endif
+  pthread_mutex_lock(&q->lock);
+  for (; q->count > 0; q->count--) { /* not started: never will be */
+    fio_slot *slot = &q->slots[q->fifo[q->head]];
+    q->head = (q->head + 1) % q->nslots;
+    slot->result = ECANCELED;
+    slot->state = SLOT_DONE;
+  }
+  pthread_cond_broadcast(&q->finished);
+  pthread_mutex_unlock(&q->lock);
+}
 
 void xfer_fio_submit(xfer_fio_queue *q, int slot_index, int write, void *buf, size_t len,
                      size_t need, uint64_t offset)

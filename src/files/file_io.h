@@ -69,6 +69,10 @@ void xfer_fio_submit(xfer_fio_queue *q, int slot, int write, void *buf, size_t l
 xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot, xfer_error *err);
 /* Waits for every request in flight, then frees the queue. */
 void xfer_fio_queue_close(xfer_fio_queue *q);
+/* The requests not started yet never start (ECANCELED, what their waits then give); those the
+** kernel or a worker runs already end as they would. For a load or a save that stopped: what
+** it waits for before its buffers go is one request a worker, not the whole depth. */
+void xfer_fio_drop(xfer_fio_queue *q);
 /* Whether io_uring can be set up here: 1, or 0 with the reason in why. */
 int xfer_fio_uring_usable(char *why, size_t cap);
 const char *xfer_fio_engine_name(xfer_fio_engine engine);

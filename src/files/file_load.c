@@ -411,7 +411,8 @@ static xfer_code run_requests(loading *l, xfer_error *err)
       code = frame(err, l->f, item_name(l, pc->item), (long long)q->start, NULL);
     }
   }
-  /* every request still in flight lands before its buffer goes */
+  /* every request still in flight lands before its buffer goes (those not started: dropped) */
+  if (code) xfer_fio_drop(l->queue);
   for (; waited < submitted; waited++) {
     xfer_error ignored;
     xfer_fio_wait(l->queue, (int)(waited % (size_t)l->nslots), &ignored);

@@ -489,7 +489,9 @@ static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
       code = frame(err, s, segment_of(s, at, chunk), (long long)at);
     }
   }
-  /* the requests in flight land before their buffers go, and their failures count */
+  /* the requests in flight land before their buffers go, and their failures count (stopped
+  ** or failed already: those not started are dropped) */
+  if (code) xfer_fio_drop(q);
   for (size_t j = k >= (size_t)slots ? k - (size_t)slots : 0; q && j < k; j++) {
     xfer_error e2;
     xfer_code c2 = xfer_fio_wait(q, (int)(j % (size_t)slots), code ? &e2 : err);

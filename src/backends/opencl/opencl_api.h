@@ -59,7 +59,7 @@ typedef struct cl_dev {
   cl_mem crc_table;
   int crc_refused;              /* building it failed once: sums are read back instead */
   cl_event idle_marker;         /* copy->idle's marker behind the queue's work, until it is done */
-  unsigned idle_stalls;         /* the device's stall count when the marker was placed */
+  double idle_placed;           /* xfer_now() when it was placed */
 } cl_dev;
 
 /* opencl_crc.c: copy->crc32c, and what it made, let go when the device closes */

@@ -161,19 +161,13 @@ int xfer_cl_idle(xfer_device *dev)
 {
   cl_dev *cd = cl_of(dev);
   cl_api *api = api_of(dev);
-  unsigned stalls = __atomic_load_n(&dev->stalls, __ATOMIC_ACQUIRE);
-  if (cd->idle_marker && cd->idle_stalls != stalls) { /* placed before work that outlived a
-    ** deadline: done, it would say the device is idle while that work still writes (PoCL
-    ** wrote a freed host block: heap corruption, CI fuzz seeds 201, 202) */
-    api->clReleaseEvent(cd->idle_marker);
-    cd->idle_marker = NULL;
-  }
-  if (!cd->idle_marker) {
+  if (!cd->idle_marker) { /* behind everything enqueued so far: done, so is all of that */
+    double placed = xfer_now();
     if (api->clEnqueueMarkerWithWaitList(cd->queue, 0, NULL, &cd->idle_marker) != CL_SUCCESS) {
       cd->idle_marker = NULL;
       return 0;
     }
-    cd->idle_stalls = stalls;
+    cd->idle_placed = placed;
   }
   api->clFlush(cd->queue);
   cl_int status = CL_QUEUED;
@@ -183,5 +177,6 @@ int xfer_cl_idle(xfer_device *dev)
   if (status != CL_COMPLETE && status >= 0) return 0;
   api->clReleaseEvent(cd->idle_marker);
   cd->idle_marker = NULL;
+  dev->idle_upto = cd->idle_placed;
   return 1;
 }

@@ -442,9 +442,11 @@ static int remote_idle(xfer_device *dev)
 {
   xfer_peer *p = peer_of(dev);
   pthread_mutex_lock(&p->lock);
+  double asked = xfer_now(); /* none left: none of those made by now */
   if (!p->lost) p->node.api->ucp_worker_progress(p->node.worker);
   orphans_prune(p);
   int idle = p->norphans == 0;
+  if (idle) dev->idle_upto = asked;
   pthread_mutex_unlock(&p->lock);
   return idle;
 }

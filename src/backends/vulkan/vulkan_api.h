@@ -118,7 +118,7 @@ typedef struct vk_dev {
   VkDeviceSize max_storage_range, storage_alignment;
   VkFence idle_fence;           /* copy->idle's empty submission, and whether it is in flight */
   int idle_submitted;
-  unsigned idle_stalls;         /* the device's stall count when it was submitted */
+  double idle_placed;           /* xfer_now() when it was submitted */
   /* fences whose wait ended at a deadline: their work may be pending still, so each is waited
   ** for (until the next deadline) before it or its command buffer is used again */
   VkFence unsettled[8];

@@ -259,27 +259,24 @@ static int idle_seen(vk_dev *vd)
 }
 
 /* copy->idle: an empty submission behind everything submitted so far, its fence looked at
-** (submitted once, then asked again until it signals). One submitted before a wait that
-** outlived a deadline is behind less than that work: once it signals, submitted again. */
+** (submitted once, then asked again until it signals: everything submitted before it is done). */
 int xfer_vk_idle(xfer_device *dev)
 {
   vk_dev *vd = vk_of(dev);
-  unsigned stalls = __atomic_load_n(&dev->stalls, __ATOMIC_ACQUIRE);
   if (!vd->idle_fence) {
     VkFenceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (vd->vkCreateFence(vd->device, &info, NULL, &vd->idle_fence) != VK_SUCCESS) return 0;
   }
-  if (vd->idle_submitted) {
-    if (vd->vkGetFenceStatus(vd->device, vd->idle_fence) != VK_SUCCESS) return 0;
-    vd->idle_submitted = 0;
-    if (vd->idle_stalls == stalls) return idle_seen(vd);
+  if (!vd->idle_submitted) {
+    double placed = xfer_now();
+    if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||
+        vd->vkQueueSubmit(vd->queue, 0, NULL, vd->idle_fence) != VK_SUCCESS)
+      return 0;
+    vd->idle_submitted = 1;
+    vd->idle_placed = placed;
   }
-  if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||
-      vd->vkQueueSubmit(vd->queue, 0, NULL, vd->idle_fence) != VK_SUCCESS)
-    return 0;
-  vd->idle_submitted = 1;
-  vd->idle_stalls = stalls;
   if (vd->vkGetFenceStatus(vd->device, vd->idle_fence) != VK_SUCCESS) return 0;
   vd->idle_submitted = 0;
+  dev->idle_upto = vd->idle_placed;
   return idle_seen(vd);
 }
