@@ -846,14 +846,6 @@ void xfer_mem_settle_stalled(xfer_ctx *ctx)
   }
 }
 
-size_t xfer_mem_quarantined(const xfer_device *dev)
-{
-  pthread_mutex_lock(&quarantine_lock);
-  size_t n = dev->nquarantine;
-  pthread_mutex_unlock(&quarantine_lock);
-  return n;
-}
-
 /* -- Devices and the context ----------------------------------------------------------- */
 
 /* After every runtime has opened: a device that imports, and whose GPU has a device of

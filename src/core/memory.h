@@ -39,8 +39,6 @@ void xfer_mem_quarantine_settle(xfer_device *dev, xfer_settle how);
 /* Every stalled device of the context whose lock is free settled NOW: called when a move lets
 ** its devices go, so that a device no move uses again does not hold what is freed for good. */
 void xfer_mem_settle_stalled(xfer_ctx *ctx);
-/* Blocks the device holds in quarantine now. */
-size_t xfer_mem_quarantined(const xfer_device *dev);
 
 /* At close, before the runtimes: every cached segment back to its driver. */
 void xfer_mem_release_all(xfer_ctx *ctx);
