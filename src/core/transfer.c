@@ -253,8 +253,14 @@ static xfer_code verify_group(const xfer_group *g, size_t *good, xfer_error *err
   size_t n = g->count;
   xfer_sum_range *ranges = malloc(2 * n * sizeof *ranges);
   uint32_t *crc = malloc(2 * n * sizeof *crc);
-  xfer_code rc = ranges && crc ? XFER_E_OK : xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  for (size_t k = 0; !rc && k < n; k++) {
+  *good = 0;
+  if (!ranges || !crc) {
+    free(ranges);
+    free(crc);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
+  xfer_code rc = XFER_E_OK;
+  for (size_t k = 0; k < n; k++) {
     const xfer_batch_item *it = &g->items[g->order[g->first + k]];
     ranges[k] = (xfer_sum_range){it->src, it->src_offset, xfer_item_bytes(it)};
     ranges[n + k] = (xfer_sum_range){it->dst, it->dst_offset, xfer_item_bytes(it)};
