@@ -481,7 +481,11 @@ static xfer_code await(xfer_peer *p, xfer_device *dev, pending *w, xfer_op op,
     ** of ours is unfinished; a stopped server's stall none (its socket buffers full, its
     ** shared-memory rings full). */
     if (progressed && moving(p)) p->heard = xfer_now();
-    double due = w->deadline > p->heard + p->timeout ? w->deadline : p->heard + p->timeout;
+    /* a HELLO is due at its own deadline, the connect's timeout: no server has been heard yet,
+    ** and UCX's events while its first connection is under way are not the server's (CI saw
+    ** a connect given 10 s wait 135 s, the kernel's SYN retries to an address no door lets in) */
+    double due = type == WIRE_HELLO || w->deadline > p->heard + p->timeout ? w->deadline
+                                                                           : p->heard + p->timeout;
     xfer_ucx_idle(&p->node, &idler, progressed, due);
     if (progressed) continue;
     if (xfer_now() > due) {
