@@ -251,6 +251,8 @@ static int stale(const char *host, const char *port)
   printf("stale: free %d, then write %d, read %d, free %d, batch %d; a handle never given %d: %s\n",
          freed, write, read, again, many, never, ok ? "stale, stale, stale, stale; invalid" : "NOT SO");
   close_ep(ep);
+  ucp_worker_destroy(worker);
+  ucp_cleanup(context);
   return ok ? 0 : 1;
 }
 
