@@ -188,33 +188,32 @@ int xfer_fault_failed(xfer_ctx *ctx, xfer_fault *out)
   return out->nth > 0;
 }
 
-/* The k-th wait the torture stalls: counted here, on every wait of a device, from any thread. */
-static int stall_at_hit(xfer_ctx *ctx, const char *runtime)
+/* Counts a point of a kind (*seen) and says whether it is the armed one (*at), recording it as
+** what failed (runtime, op, its number): from any thread. */
+static int point_hit(xfer_ctx *ctx, uint64_t *seen, const uint64_t *at, const char *runtime, xfer_op op)
 {
-  if (!xfer_watch_deadline()) return 0; /* (a wait with no deadline to end it is not one) */
-  uint64_t wait = __atomic_add_fetch(&ctx->fault_waits, 1, __ATOMIC_RELAXED);
-  if (wait != __atomic_load_n(&ctx->stall_at, __ATOMIC_RELAXED)) return 0;
+  uint64_t n = __atomic_add_fetch(seen, 1, __ATOMIC_RELAXED);
+  if (n != __atomic_load_n(at, __ATOMIC_RELAXED)) return 0;
   pthread_mutex_lock(&ctx->lock);
   xfer_copy_text(ctx->failed.runtime, sizeof ctx->failed.runtime, runtime);
-  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, xfer_op_name(XFER_OP_STALL));
-  ctx->failed.nth = wait > INT_MAX ? INT_MAX : (int)wait;
+  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, xfer_op_name(op));
+  ctx->failed.nth = n > INT_MAX ? INT_MAX : (int)n;
   ctx->failed.count = 1;
   pthread_mutex_unlock(&ctx->lock);
   return 1;
 }
 
-/* The call fail_at names: counted here, on every fallible call, from any thread. */
+/* The k-th wait the torture stalls: every wait of a device under a deadline is counted (one
+** with no deadline to end it is not one). */
+static int stall_at_hit(xfer_ctx *ctx, const char *runtime)
+{
+  return xfer_watch_deadline() && point_hit(ctx, &ctx->fault_waits, &ctx->stall_at, runtime, XFER_OP_STALL);
+}
+
+/* The call fail_at names: every fallible call is counted. */
 static int fail_at_hit(xfer_ctx *ctx, const char *runtime, xfer_op op)
 {
-  uint64_t call = __atomic_add_fetch(&ctx->fault_calls, 1, __ATOMIC_RELAXED);
-  if (call != __atomic_load_n(&ctx->fail_at, __ATOMIC_RELAXED)) return 0;
-  pthread_mutex_lock(&ctx->lock);
-  xfer_copy_text(ctx->failed.runtime, sizeof ctx->failed.runtime, runtime);
-  xfer_copy_text(ctx->failed.op, sizeof ctx->failed.op, xfer_op_name(op));
-  ctx->failed.nth = call > INT_MAX ? INT_MAX : (int)call;
-  ctx->failed.count = 1;
-  pthread_mutex_unlock(&ctx->lock);
-  return 1;
+  return point_hit(ctx, &ctx->fault_calls, &ctx->fail_at, runtime, op);
 }
 
 int xfer_fault_hit(xfer_ctx *ctx, const char *runtime, xfer_op op, long long *native)

@@ -492,39 +492,41 @@ static int f_gc(lua_State *L)
   return 0;
 }
 
-/* xfer.load(path, opts): every tensor ({name = tensor}); an .npy file's one array as itself,
-** as numpy.load gives it */
-/* xfer.load_async(path, opts) -> an xfer.Transfer whose :wait() gives what xfer.load would */
-static int l_load_async(lua_State *L)
+/* xfer.load's and load_async's file (path at 1, options at 2), opened, its box at *fi, and the
+** entries its options name (*which, *n). */
+static xfer_file *open_to_load(lua_State *L, const char *fname, int *fi, size_t **which, size_t *n)
 {
   luaL_checkstring(L, 1);
-  xl_check_options(L, 2, "load_async", load_keys);
+  xl_check_options(L, 2, fname, load_keys);
   lua_settop(L, 2);
   lua_pushcfunction(L, l_open);
   lua_pushvalue(L, 1);
   lua_call(L, 1, 1);
-  int fi = lua_gettop(L);
-  xfer_file *f = check_file(L, fi, "load_async");
-  size_t n;
-  size_t *which = chosen_entries(L, f, 2, &n, "load_async");
+  *fi = lua_gettop(L);
+  xfer_file *f = check_file(L, *fi, fname);
+  *which = chosen_entries(L, f, 2, n, fname);
+  return f;
+}
+
+/* xfer.load_async(path, opts) -> an xfer.Transfer whose :wait() gives what xfer.load would */
+static int l_load_async(lua_State *L)
+{
+  int fi;
+  size_t n, *which;
+  xfer_file *f = open_to_load(L, "load_async", &fi, &which, &n);
   start_load(L, f, which, n, 2, "load_async"); /* (the job reads its own opening of the path) */
   xfer_file_close(f);
   ((file_box *)lua_touserdata(L, fi))->file = NULL;
   return 1;
 }
 
+/* xfer.load(path, opts): every tensor ({name = tensor}); an .npy file's one array as itself,
+** as numpy.load gives it */
 static int l_load(lua_State *L)
 {
-  luaL_checkstring(L, 1);
-  xl_check_options(L, 2, "load", load_keys);
-  lua_settop(L, 2);
-  lua_pushcfunction(L, l_open);
-  lua_pushvalue(L, 1);
-  lua_call(L, 1, 1);
-  int fi = lua_gettop(L);
-  xfer_file *f = check_file(L, fi, "load");
-  size_t n;
-  size_t *which = chosen_entries(L, f, 2, &n, "load");
+  int fi;
+  size_t n, *which;
+  xfer_file *f = open_to_load(L, "load", &fi, &which, &n);
   load_entries(L, f, which, n, 2, "load");
   int npy = !strcmp(xfer_file_format(f), "npy");
   xfer_file_close(f);
