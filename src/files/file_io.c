@@ -262,6 +262,7 @@ xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slo
   pthread_mutex_init(&q->lock, NULL);
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->finished, NULL);
+  (void)stall_ms; /* only io_uring's requests have a stall guard */
   if (engine == XFER_FIO_URING) {
 #ifdef XFER_WITH_URING
     q->stall_ms = stall_ms;
