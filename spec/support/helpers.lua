@@ -129,11 +129,22 @@ function helpers.uncached()
 end
 
 --- The settings a spec starts from: the defaults, caching as XFER_CACHE says.
+--- nil when the remote runtime is built here, or why not (a build without UCX's headers).
+function helpers.remote_missing()
+  for _, rt in ipairs(xfer.runtimes()) do
+    if rt.name == "remote" and rt.reason and rt.reason:find("^built without") then return rt.reason end
+  end
+  return nil
+end
+
+--- xfer.config()'s defaults: a runtime's own settings are its table's (the remote runtime's
+--- are 0 in a build without it: nothing there reads them).
 function helpers.default_config()
+  local built = not helpers.remote_missing()
   return { staging_chunk = 4194304, staging_depth = 3, cache = os.getenv("XFER_CACHE") ~= "0",
-           cache_limit = 0, setaside_after = 3, remote_timeout = 10,
-           remote_chunk = 4194304, remote_depth = 4, remote_device_chunk = 67108864, verify = false,
-           timeout = 0 }
+           cache_limit = 0, setaside_after = 3, remote_timeout = built and 10 or 0,
+           remote_chunk = built and 4194304 or 0, remote_depth = built and 4 or 0,
+           remote_device_chunk = built and 67108864 or 0, verify = false, timeout = 0 }
 end
 
 --- The xferlua binary under test (scripts/test sets XFERLUA).

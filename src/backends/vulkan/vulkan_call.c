@@ -263,10 +263,6 @@ static int idle_seen(vk_dev *vd)
 int xfer_vk_idle(xfer_device *dev)
 {
   vk_dev *vd = vk_of(dev);
-  if (!vd->idle_fence) {
-    VkFenceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if (vd->vkCreateFence(vd->device, &info, NULL, &vd->idle_fence) != VK_SUCCESS) return 0;
-  }
   if (!vd->idle_submitted) {
     double placed = xfer_now();
     if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||

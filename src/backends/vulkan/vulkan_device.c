@@ -230,6 +230,11 @@ static const char *create_device(vk_api *api, vk_dev *vd, const vk_extensions *e
   VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   if ((*r = vd->vkCreateFence(vd->device, &fence, NULL, &vd->fence)) != VK_SUCCESS)
     return "vkCreateFence";
+  /* copy->idle's marker, made here rather than at the first stall: NVIDIA's driver opens a
+  ** /dev/nvidia0 fd for it, which torture --stall counted as leaked by the run that stalled
+  ** first (the fence lives as long as the device) */
+  if ((*r = vd->vkCreateFence(vd->device, &fence, NULL, &vd->idle_fence)) != VK_SUCCESS)
+    return "vkCreateFence";
 
   /* which memory types can hold a tensor buffer: ask with a small one */
   VkBufferCreateInfo probe = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
