@@ -37,6 +37,9 @@ const char *xfer_peer_name(const xfer_peer *peer);
 size_t xfer_peer_device_count(const xfer_peer *peer);
 xfer_device *xfer_peer_device(xfer_peer *peer, size_t index);
 int xfer_peer_is_lost(const xfer_peer *peer);
+/* Requests the server answered `canceled` without touching their memory: this side told it
+** (WIRE_CANCEL) that a canceled job or a move past its deadline no longer wants them. */
+uint64_t xfer_peer_canceled(const xfer_peer *peer);
 /* Host memory registered with UCX for moves to and from this peer (ucp_mem_map, once per
 ** host segment of xferlua's pool): segments and their bytes now, registrations made since the
 ** connection (each segment once while it lives), and mappings UCX refused. */
@@ -84,6 +87,9 @@ xfer_code xfer_listener_progress(xfer_listener *listener, double seconds, xfer_e
 /* Clients connected now, requests served, clients dropped (for breaking the protocol, or gone). */
 void xfer_listener_stats(const xfer_listener *listener, uint64_t *clients, uint64_t *served,
                          uint64_t *dropped);
+/* Requests the listener answered `canceled` untouched: their client's CANCEL (a canceled
+** job, a move past its deadline) came before their turn. */
+uint64_t xfer_listener_canceled(const xfer_listener *listener);
 /* The server's registrations, as xfer_peer_registered. */
 void xfer_listener_registered(const xfer_listener *listener, xfer_registered *out);
 void xfer_listener_close(xfer_listener *listener);

@@ -326,6 +326,67 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  -- WIRE_CANCEL (protocol 7): what a move no longer wants, the server answers `canceled`
+  -- without touching memory. The server is stopped (SIGSTOP) so that the requests are still
+  -- queued when the CANCEL comes behind them; p.canceled counts its canceled answers.
+  it("tells the server what a move past its deadline no longer wants: answered canceled, untouched", function()
+    local server = start_server({ name = "nodeK" })
+    local p = connect(server.url, { timeout = 30 })
+    local n = 1048576
+    local src = xfer.arange(n, { dtype = "u32" })
+    local r = src:to("nodeK/host")
+    local r2 = xfer.zeros({ n }, { dtype = "u32", device = "nodeK/host" })
+    assert.are.equal(0, p.canceled)
+    os.execute("kill -STOP " .. server.pid)
+    local ok, e = pcall(r2.copy_from, r2, r, { timeout = 0.3 }) -- a COPY on the server
+    os.execute("kill -CONT " .. server.pid)
+    assert.is_false(ok)
+    assert.are.equal("timeout", e.code, tostring(e))
+    -- the server, going on, finds the CANCEL behind the COPY: it answers canceled, copies nothing
+    local t0 = xfer.clock()
+    repeat xfer.arange(1):to("nodeK/host") until p.canceled >= 1 or xfer.clock() - t0 > 10
+    assert.are.equal(1, p.canceled)
+    assert.is_false(p.lost)
+    r2:copy_from(r)
+    assert.is_true(r2:equals(src))
+    p:close()
+    server.stop()
+  end)
+
+  it("cancels a job whose server is stopped: returns at once, canceled; the server skips the rest", function()
+    local server = start_server({ name = "nodeC" })
+    local p = connect(server.url, { timeout = 30 })
+    xfer.config({ remote_chunk = 65536 })
+    local n = 262144 -- 1 MiB: 16 requests of 64 KiB, 4 on their way at a time
+    local src = xfer.arange(n, { dtype = "u32" })
+    local r = src:to("nodeC/host")
+    os.execute("kill -STOP " .. server.pid)
+    local took, ok, e
+    local done = pcall(function()
+      local job = r:to_async("host")
+      os.execute("sleep 0.05") -- its first requests sent, unanswered
+      local t0 = xfer.clock()
+      job:cancel()
+      took = xfer.clock() - t0
+      ok, e = pcall(job.wait, job)
+    end)
+    os.execute("kill -CONT " .. server.pid)
+    xfer.config({ remote_chunk = h.default_config().remote_chunk })
+    assert(done)
+    assert.is_false(ok)
+    assert.are.equal("canceled", e.code, tostring(e))
+    assert.is_true(took < 0.5, ("cancel took %.3f s"):format(took))
+    -- the server, going on, answers the requests it was told of canceled (all of them: it
+    -- served none while stopped), and nothing of theirs lands here
+    local t0 = xfer.clock()
+    repeat xfer.arange(1):to("nodeC/host") until p.canceled >= 4 or xfer.clock() - t0 > 10
+    assert.are.equal(4, p.canceled)
+    assert.is_false(p.lost)
+    assert.is_true(r:to("host"):equals(src))
+    p:close()
+    server.stop()
+  end)
+
   -- A deadline is how long a server may stay silent, not how long a move may take: with four
   -- requests in flight, the last one waits for the three before it, and a move of many
   -- requests takes far longer than the deadline while every answer comes well within it.

@@ -330,6 +330,7 @@ int main(int argc, char **argv)
   static char junk[1 << 20];
   int kinds[11] = {0};
   for (int r = 0; r < rounds; r++) {
+    double round_start = now();
     snprintf(doing, sizeof doing, "connecting, round %d", r + 1);
     ep = connect_to(host, port);
     if (!ep) return 1;
@@ -397,6 +398,9 @@ int main(int argc, char **argv)
     }
     snprintf(doing, sizeof doing, "closing the endpoint of round %d", r + 1);
     close_ep(ep);
+    /* a round takes milliseconds: a slow one says so (CI once saw the watchdog at round 62) */
+    if (now() - round_start > 1.0)
+      printf("round %d took %.2f s (%u sends unfinished so far)\n", r + 1, now() - round_start, unfinished);
   }
   if (unfinished) printf("fuzz: %u sends the server never took (given up on after their time)\n", unfinished);
   printf("fuzz: %d connections, messages by kind: random %d, cut %d, type %d, lying %d, huge alloc %d, "

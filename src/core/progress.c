@@ -90,6 +90,8 @@ void xfer_watch_restore(xfer_watch before)
 
 double xfer_watch_deadline(void) { return deadline_at; }
 
+int xfer_watch_canceled(void) { return canceled_by && __atomic_load_n(canceled_by, __ATOMIC_ACQUIRE); }
+
 xfer_watch xfer_watch_current(void) { return (xfer_watch){deadline_at, deadline_given, canceled_by}; }
 
 xfer_code xfer_watch_config_check(const xfer_config *c, xfer_error *err)

@@ -83,6 +83,9 @@ int xfer_watch_step_hit(void);
 xfer_watch xfer_watch_current(void);
 /* The deadline installed (xfer_now() seconds), 0 for none: a backend's wait ends there. */
 double xfer_watch_deadline(void);
+/* Whether the move running on this thread was canceled (its job's flag is up): a backend's
+** wait for an answer that may take long (a remote server's) tells the other side and ends. */
+int xfer_watch_canceled(void);
 
 /* -- crc32c.c ------------------------------------------------------------------------------ */
 

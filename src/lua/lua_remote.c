@@ -76,6 +76,7 @@ static int l_connect(lua_State *L)
 static void p_name(lua_State *L, xfer_peer *p) { lua_pushstring(L, xfer_peer_name(p)); }
 static void p_timeout(lua_State *L, xfer_peer *p) { lua_pushnumber(L, xfer_peer_timeout(p)); }
 static void p_lost(lua_State *L, xfer_peer *p) { lua_pushboolean(L, xfer_peer_is_lost(p)); }
+static void p_canceled(lua_State *L, xfer_peer *p) { lua_pushnumber(L, (lua_Number)xfer_peer_canceled(p)); }
 
 static void p_registered(lua_State *L, xfer_peer *p)
 {
@@ -131,6 +132,7 @@ static const struct {
   void (*get)(lua_State *L, xfer_peer *p);
 } peer_fields[] = {
   {"name", p_name}, {"timeout", p_timeout}, {"lost", p_lost}, {"registered", p_registered},
+  {"canceled", p_canceled},
   {"memory", p_memory}, {"transports", p_transports}, {"devices", p_devices},
 };
 
@@ -255,13 +257,15 @@ static int listener_stats(lua_State *L)
   xfer_listener *l = check_listener(L, "stats");
   uint64_t clients, served, dropped;
   xfer_listener_stats(l, &clients, &served, &dropped);
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 5);
   lua_pushnumber(L, (lua_Number)clients);
   lua_setfield(L, -2, "clients");
   lua_pushnumber(L, (lua_Number)served);
   lua_setfield(L, -2, "served");
   lua_pushnumber(L, (lua_Number)dropped);
   lua_setfield(L, -2, "dropped");
+  lua_pushnumber(L, (lua_Number)xfer_listener_canceled(l));
+  lua_setfield(L, -2, "canceled");
   xfer_registered r;
   xfer_listener_registered(l, &r);
   push_registered(L, &r);

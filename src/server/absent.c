@@ -42,3 +42,9 @@ const char *xfer_listener_url(const xfer_listener *l)
   (void)l;
   return "";
 }
+
+uint64_t xfer_listener_canceled(const xfer_listener *l)
+{
+  (void)l;
+  return 0;
+}

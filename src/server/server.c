@@ -79,6 +79,7 @@ typedef struct message {
                                      ** (direct): host buffers of its client, none going */
   ucs_status_t received;             /* how the rendezvous receive ended */
   void *receiving;                   /* a rendezvous receive in progress */
+  int canceled;                      /* its client's CANCEL came first: answered canceled */
   struct message *next;
 } message;
 
@@ -125,7 +126,7 @@ struct xfer_listener {
   conn *conns;
   message *head, *tail;
   sending *sends;
-  uint64_t served, dropped;
+  uint64_t served, dropped, canceled;
   char url[300]; /* where it listens, the port the system chose for port 0 */
 };
 
@@ -393,6 +394,18 @@ static void receive(xfer_listener *l, conn *c, message *m, void *data, char *int
   else m->receiving = r;
 }
 
+/* A client's CANCEL, taken as it arrives (not queued behind what it cancels): its requests up
+** to number `upto` still waiting their turn will be answered canceled, their memory untouched.
+** ALLOCs and FREEs are served all the same: the client must know which buffers it has. */
+static ucs_status_t cancel_queued(xfer_listener *l, conn *c, uint64_t upto)
+{
+  for (message *m = l->head; m; m = m->next)
+    if (m->c == c && m->h.request <= upto && m->h.type != WIRE_ALLOC && m->h.type != WIRE_FREE &&
+        m->h.type != WIRE_HELLO)
+      m->canceled = 1;
+  return UCS_OK;
+}
+
 static ucs_status_t on_message(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
@@ -408,6 +421,7 @@ static ucs_status_t on_message(void *arg, const void *header, size_t header_len,
     h.type = WIRE_HELLO;
     len = 0;
   }
+  if (h.type == WIRE_CANCEL && !bad && c->authorized) return cancel_queued(l, c, h.handle);
   if (c->queued + len > MAX_QUEUED) return discard(c); /* more than its share */
   xfer_memory device = {NULL, XFER_MEMORY_HOST};
   char *direct = write_in_place(c, &h, len, param, &device);
@@ -1105,6 +1119,13 @@ static void serve(xfer_listener *l, message *m)
     reply_error(l, c, &m->h, &e);
     return;
   }
+  if (m->canceled) {
+    xfer_error e;
+    xfer_err_op(&e, XFER_E_CANCELED, XFER_OP_CANCEL, "canceled by the client before it was served");
+    reply_error(l, c, &m->h, &e);
+    __atomic_add_fetch(&l->canceled, 1, __ATOMIC_RELAXED);
+    return;
+  }
   switch (m->h.type) {
   case WIRE_ALLOC: alloc_buffer(l, c, m); break;
   case WIRE_FREE: free_buffer(l, c, m); break;
@@ -1134,6 +1155,9 @@ static int serve_ready(xfer_listener *l)
   int did = gate_front_poll(&l->front, decide, l), orphans = 0;
   did |= close_doors(l);
   while (l->head) {
+    /* before each request, what has arrived (UCX hands over a message or a few per call): a
+    ** CANCEL behind it, of it and those still queued, is heard before it is served */
+    for (int k = 0; k < 16 && l->node.api->ucp_worker_progress(l->node.worker); k++) continue;
     message *m = l->head;
     if (m->receiving) {
       if (l->node.api->ucp_request_check_status(m->receiving) == UCS_INPROGRESS) break;
@@ -1295,6 +1319,11 @@ void xfer_listener_stats(const xfer_listener *l, uint64_t *clients, uint64_t *se
   if (clients) *clients = __atomic_load_n(&l->clients, __ATOMIC_RELAXED);
   if (served) *served = __atomic_load_n(&l->served, __ATOMIC_RELAXED);
   if (dropped) *dropped = __atomic_load_n(&l->dropped, __ATOMIC_RELAXED);
+}
+
+uint64_t xfer_listener_canceled(const xfer_listener *l)
+{
+  return __atomic_load_n(&l->canceled, __ATOMIC_RELAXED);
 }
 
 void xfer_listener_registered(const xfer_listener *l, xfer_registered *out)

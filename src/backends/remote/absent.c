@@ -23,6 +23,7 @@ const char *xfer_peer_name(const xfer_peer *peer) { (void)peer; return ""; }
 size_t xfer_peer_device_count(const xfer_peer *peer) { (void)peer; return 0; }
 xfer_device *xfer_peer_device(xfer_peer *peer, size_t index) { (void)peer, (void)index; return NULL; }
 int xfer_peer_is_lost(const xfer_peer *peer) { (void)peer; return 1; }
+uint64_t xfer_peer_canceled(const xfer_peer *peer) { (void)peer; return 0; }
 void xfer_peer_close(xfer_peer *peer) { (void)peer; }
 double xfer_peer_timeout(const xfer_peer *peer) { (void)peer; return 0; }
 xfer_code xfer_peer_set_timeout(xfer_peer *peer, double seconds, xfer_error *err)

@@ -85,6 +85,12 @@ struct xfer_peer {
   ** receive that still writes it (copy->idle: none left) */
   void *orphans[ORPHANS];
   int norphans;
+  /* the last CANCEL told (tell_cancel): its header, read by UCX until its send is done */
+  wire_header cancel_header;
+  void *canceling;
+  uint64_t canceled;              /* answers "canceled, untouched" (late ones too) (atomic) */
+  double cancel_by;               /* the move was canceled and the server told: it has until
+                                  ** then to answer (0: not yet; each move starts at 0) */
 };
 
 /* The runtime's state: devices that gave their places back, kept until the context closes
@@ -197,6 +203,7 @@ static ucs_status_t on_answer(void *arg, const void *header, size_t header_len, 
     p->bad_why = bad ? bad : "a client's message";
     return drop_data(p, data, param);
   }
+  if (h.type == WIRE_REPLY && h.code == XFER_E_CANCELED) __atomic_add_fetch(&p->canceled, 1, __ATOMIC_RELAXED);
   pending *w = NULL;
   for (int i = 0; i < PIPELINE; i++)
     if (p->slot[i].id && p->slot[i].id == h.request && !p->slot[i].answered) w = &p->slot[i];
@@ -410,6 +417,35 @@ static void orphans_prune(xfer_peer *p)
   }
 }
 
+/* How long a canceled move waits for the server's answers once it has told it: a server that is
+** serving one of the move's requests answers when that is done (a 64 MiB chunk: milliseconds) */
+#define CANCEL_GRACE 0.05
+
+/* (peer->lock held) A move stopped early (canceled, past its deadline, failed): the server is
+** told that its requests sent so far and not yet begun are to be answered `canceled` untouched
+** (WIRE_CANCEL), so that the requests still on their way end at once rather than move bytes no
+** one wants -- a canceled job returns when their answers are in, a move past its deadline
+** orphans them. One CANCEL at a time: while the last is still being sent, the server hears of
+** none later (the requests after it are then served as they come). */
+static void tell_cancel(xfer_peer *p)
+{
+  const ucx_api *api = p->node.api;
+  if (p->lost || !p->ep) return;
+  if (p->canceling) {
+    if (api->ucp_request_check_status(p->canceling) == UCS_INPROGRESS) return;
+    api->ucp_request_free(p->canceling);
+    p->canceling = NULL;
+  }
+  p->cancel_header = wire_make(WIRE_CANCEL, ++p->next_request);
+  p->cancel_header.handle = p->cancel_header.request - 1; /* every request before it */
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof prm);
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = UCP_AM_SEND_FLAG_REPLY; /* the server knows its clients by their reply endpoint */
+  void *r = api->ucp_am_send_nbx(p->ep, WIRE_AM_ID, &p->cancel_header, sizeof p->cancel_header, NULL, 0, &prm);
+  if (!UCS_PTR_IS_ERR(r)) p->canceling = r; /* (a failed send: the connection's own error tells) */
+}
+
 /* (peer->lock held) Slot w's request outlived its move's deadline: the slot is freed (a late
 ** answer finds no request and is dropped, its bytes never received), its send or receive still
 ** under way kept as an orphan -- it reads or writes the move's memory until it ends, so the
@@ -428,6 +464,7 @@ static xfer_code orphan(xfer_peer *p, xfer_device *dev, pending *w, xfer_op op, 
   }
   w->sending = w->receiving = NULL;
   w->id = 0;
+  tell_cancel(p); /* the server skips it if it has not begun it yet */
   if (p->lost) { /* its requests end with the forced close: let go of them now */
     for (int i = 0; i < p->norphans; i++) xfer_ucx_abandon(&p->node, p->orphans[i], p->settle_by);
     p->norphans = 0;
@@ -472,6 +509,18 @@ static xfer_code await(xfer_peer *p, xfer_device *dev, pending *w, xfer_op op,
           !w->answered || stalled ||
           (w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS))) {
     if (deadline && xfer_now() > deadline) return orphan(p, dev, w, op, xfer_now() - start, stalled, err);
+    if (moves_bytes && !p->cancel_by && xfer_watch_canceled()) {
+      tell_cancel(p); /* its requests not begun are answered at once, untouched */
+      p->cancel_by = xfer_now() + CANCEL_GRACE;
+    }
+    /* a server silent past the grace is taken for stalled, unless bytes of the answer are
+    ** landing in the move's memory: those are waited for, so that none land after cancel */
+    if (p->cancel_by && xfer_now() > p->cancel_by &&
+        !(w->receiving && api->ucp_request_check_status(w->receiving) == UCS_INPROGRESS)) {
+      orphan(p, dev, w, op, xfer_now() - start, stalled, err);
+      return xfer_err_op(err, XFER_E_CANCELED, XFER_OP_CANCEL, "%s: canceled; %s had not answered %g s after "
+                         "being told (its memory is held until it does)", xfer_op_name(op), p->name, CANCEL_GRACE);
+    }
     unsigned progressed = api->ucp_worker_progress(p->node.worker);
     /* a deadline is how long the server may stay silent, not how long a move may take: a
     ** pipelined request waits behind the others while their answers come, and while the
@@ -534,6 +583,7 @@ static xfer_code request(xfer_peer *p, xfer_device *dev, wire_header h, const vo
                          size_t len, char *read_into, xfer_op op, xfer_error *err)
 {
   request_body body = {payload, len, read_into, XFER_MEMORY_HOST, NULL, 0, 0};
+  p->cancel_by = 0; /* a move of its own */
   xfer_code rc = post(p, dev, &p->slot[0], h, &body, op, err);
   return rc ? rc : await(p, dev, &p->slot[0], op, err);
 }
@@ -647,9 +697,12 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
   size_t chunk = chunk_setting(kind == XFER_MEMORY_HOST ? &p->ctx->config.remote_chunk
                                                         : &p->ctx->config.remote_device_chunk);
   size_t depth = depth_setting(p->ctx);
+  int told = 0, watched = xfer_progress_wanted();
   pthread_mutex_lock(&p->lock);
+  p->cancel_by = 0;
   for (size_t done = 0; done < n || awaited < posted;) {
     int room = posted - awaited < depth;
+    if (done < n && !rc && room && watched) rc = xfer_progress(done, n, err); /* canceled, late */
     if (done < n && !rc && room) {
       size_t len = n - done < chunk ? n - done : chunk;
       wire_header h = wire_make(to_remote ? WIRE_WRITE : WIRE_READ, 0);
@@ -665,6 +718,7 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
       continue;
     }
     if (awaited == posted) break; /* failed before anything was on its way */
+    if (rc && !told) tell_cancel(p), told = 1;
     pending *w = &p->slot[awaited % depth];
     xfer_error *into = rc ? &later : err;
     xfer_code r = await(p, dev, w, op, into);
@@ -777,9 +831,12 @@ static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *piec
   }
   xfer_error later;
   size_t posted = 0, awaited = 0, i = 0, off = 0;
+  int told = 0, watched = xfer_progress_wanted();
   pthread_mutex_lock(&p->lock);
+  p->cancel_by = 0;
   while (!rc || awaited < posted) {
     while (i < n && (!is(&pieces[i]) || pieces[i].n == 0)) i++, off = 0;
+    if (i < n && !rc && watched && posted - awaited < depth) rc = xfer_progress(i, n, err);
     int more = i < n && !rc;
     if (more && posted - awaited < depth) { /* fill the next message and post it */
       many_msg *m = &msg[posted % depth];
@@ -800,6 +857,7 @@ static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *piec
       continue;
     }
     if (awaited == posted) break;
+    if (rc && !told) tell_cancel(p), told = 1;
     xfer_error *into = rc ? &later : err;
     xfer_code r = await(p, dev, &p->slot[awaited % depth], op, into);
     if (!r && t == WIRE_READ_MANY && p->answer.type != WIRE_DATA)
@@ -1004,6 +1062,8 @@ static void peer_release(xfer_peer *p)
   if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   pthread_mutex_lock(&p->lock);
   lose(p, "disconnected");
+  if (p->canceling) xfer_ucx_abandon(&p->node, p->canceling, p->settle_by); /* (ended by the close) */
+  p->canceling = NULL;
   pthread_mutex_unlock(&p->lock);
   xfer_ucx_node_close(&p->node);
   pthread_mutex_destroy(&p->lock);
@@ -1304,6 +1364,8 @@ xfer_code xfer_connect(xfer_ctx *ctx, const char *url, const xfer_connect_opts *
 const char *xfer_peer_name(const xfer_peer *p) { return p->name; }
 size_t xfer_peer_device_count(const xfer_peer *p) { return p->ndevices; }
 xfer_device *xfer_peer_device(xfer_peer *p, size_t i) { return i < p->ndevices ? p->devices[i] : NULL; }
+uint64_t xfer_peer_canceled(const xfer_peer *p) { return __atomic_load_n(&p->canceled, __ATOMIC_RELAXED); }
+
 int xfer_peer_is_lost(const xfer_peer *p) { return __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE); }
 
 void xfer_peer_registered(const xfer_peer *p, xfer_registered *out)

@@ -13,11 +13,12 @@
 
 #define WIRE_AM_ID 11
 #define WIRE_MAGIC 0x58465231u /* "XFR1" */
-#define WIRE_VERSION 6 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY);
+#define WIRE_VERSION 7 /* 2: flags (WIRE_FLAG_RNDV); 3: batches (WRITE_MANY, READ_MANY, COPY_MANY);
                          ** 4: a knock at the gate (gate.h) before UCX connects;
                          ** 5: the knock names the port the client connects from;
                          ** 6: WRITE_MANY's pieces in its header, its payload their bytes
-                         ** alone: the server receives them straight into its buffers; CRC */
+                         ** alone: the server receives them straight into its buffers; CRC;
+                         ** 7: CANCEL */
 /* the largest payload of one message: a move's bytes go in chunks of at most this */
 #define WIRE_CHUNK ((uint64_t)64 << 20)
 /* the most requests a client has on their way at once (xfer_config's remote_depth): what a
@@ -49,6 +50,9 @@ typedef enum {
   WIRE_CRC,         /* client: handle, offset, length -> REPLY, the CRC32C of those bytes in its
                     ** handle (summed by the server's device where it can: `verify` reads
                     ** nothing back) */
+  WIRE_CANCEL,      /* client: its requests numbered up to `handle` that the server has not
+                    ** begun to serve are answered REPLY canceled instead, touching no memory
+                    ** (a canceled job's, or one past its deadline); no answer of its own */
   WIRE__LAST
 } wire_type;
 
