@@ -189,6 +189,27 @@ describe("deadlines #deadline", function()
     assert.is_truthy(tostring(e):find("'timeout' must be seconds", 1, true), tostring(e))
   end)
 
+  it("keeps a watched load's and save's requests in flight few (they are waited for when it stops)", function()
+    local path = os.tmpname() .. ".safetensors"
+    local a = xfer.zeros({ 16 * N }, { dtype = "u8" })
+    xfer.save(path, { a = a }, { timeout = 60 })
+    local saved = xfer.file_route()
+    assert.is_true(saved.depth * saved.chunk <= 8 * 1048576 or saved.depth == 2, saved.reason)
+    xfer.load(path)
+    local plain = xfer.file_route()
+    assert.is_true(xfer.load(path, { timeout = 60 }).a:equals(a))
+    local watched = xfer.file_route()
+    assert.is_true(watched.depth * watched.chunk <= 8 * 1048576 or watched.depth == 2, watched.reason)
+    assert.is_true(watched.depth <= plain.depth, watched.reason)
+    if plain.depth * plain.chunk > 8 * 1048576 then
+      assert.is_truthy(watched.reason:find("(watched: canceled or timed, it stops within them)", 1, true), watched.reason)
+    end
+    -- a depth asked for is kept
+    xfer.load(path, { timeout = 60, depth = 16 })
+    assert.are.equal(16, xfer.file_route().depth)
+    os.remove(path)
+  end)
+
   it("stops a batch run between its groups past the deadline, its targets left not valid", function()
     local d = devices[#devices]
     local src = xfer.arange(N, { dtype = "u32" })

@@ -21,6 +21,9 @@
 
 #include "file_route.h"
 
+/* the most bytes of requests in flight of a watched read or write (xfer_file_route_make) */
+#define WATCHED_BYTES ((size_t)8 << 20)
+
 /* below this, a read or write is one syscall's worth: O_DIRECT gains nothing */
 #define SMALL_BYTES (64u << 20)
 
@@ -219,11 +222,19 @@ xfer_code xfer_file_route_make(const char *path, int fd, uint64_t size, uint64_t
   out->engine = engine;
   out->threads = engine == XFER_FILE_ENGINE_THREADS ? threads : 0;
   int depth = opts->depth ? opts->depth : engine == XFER_FILE_ENGINE_THREADS ? 2 * threads : 8;
+  /* A watched read or write (a job, which may be canceled, or one with a deadline) stops
+  ** between its requests but waits for those in flight (they land in its memory): at most
+  ** WATCHED_BYTES of them, so that it stops within a few requests' time. A 256 MiB load's
+  ** cancel on the 2-core VM: p50 18 ms with 8 requests of 4 MiB in flight (page cache) */
+  xfer_watch watch = xfer_watch_current();
+  int watched = !opts->depth && (watch.deadline_at > 0 || watch.canceled) && depth > 2 &&
+                (size_t)depth * chunk > WATCHED_BYTES;
+  if (watched) depth = WATCHED_BYTES / chunk < 2 ? 2 : (int)(WATCHED_BYTES / chunk);
   if (depth < 2) depth = 2;
   if (depth > 64) depth = 64;
   out->depth = depth;
-  snprintf(out->reason, sizeof out->reason, "%s; %s; %d requests of %zu KiB in flight", why,
-           ewhy, depth, chunk >> 10);
+  snprintf(out->reason, sizeof out->reason, "%s; %s; %d requests of %zu KiB in flight%s", why,
+           ewhy, depth, chunk >> 10, watched ? " (watched: canceled or timed, it stops within them)" : "");
   out->writing = writing;
   say_io(out, writing);
   return XFER_E_OK;

@@ -702,7 +702,7 @@ static xfer_code move_chunks(xfer_device *dev, void *buf, size_t offset, char *l
   p->cancel_by = 0;
   for (size_t done = 0; done < n || awaited < posted;) {
     int room = posted - awaited < depth;
-    if (done < n && !rc && room && watched) rc = xfer_progress(done, n, err); /* canceled, late */
+    if (done < n && !rc && room && watched) rc = xfer_watch_check(done, n, err); /* canceled, late */
     if (done < n && !rc && room) {
       size_t len = n - done < chunk ? n - done : chunk;
       wire_header h = wire_make(to_remote ? WIRE_WRITE : WIRE_READ, 0);
@@ -832,11 +832,14 @@ static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *piec
   xfer_error later;
   size_t posted = 0, awaited = 0, i = 0, off = 0;
   int told = 0, watched = xfer_progress_wanted();
+  uint64_t total = 0, sent = 0; /* bytes, for a cancel's words */
+  for (size_t k = 0; watched && k < n; k++) total += is(&pieces[k]) ? pieces[k].n : 0;
   pthread_mutex_lock(&p->lock);
   p->cancel_by = 0;
   while (!rc || awaited < posted) {
     while (i < n && (!is(&pieces[i]) || pieces[i].n == 0)) i++, off = 0;
-    if (i < n && !rc && watched && posted - awaited < depth) rc = xfer_progress(i, n, err);
+    /* canceled or late: nothing more is sent (no progress callback: the runner tells the move's) */
+    if (i < n && !rc && watched && posted - awaited < depth) rc = xfer_watch_check(sent, total, err);
     int more = i < n && !rc;
     if (more && posted - awaited < depth) { /* fill the next message and post it */
       many_msg *m = &msg[posted % depth];
@@ -853,7 +856,7 @@ static xfer_code many_send(xfer_device *dev, wire_type t, const xfer_piece *piec
         if (off == pieces[i].n) i++, off = 0;
       }
       rc = many_post(p, dev, &p->slot[posted % depth], t, m, op, err);
-      if (!rc) posted++;
+      if (!rc) posted++, sent += m->bytes;
       continue;
     }
     if (awaited == posted) break;
