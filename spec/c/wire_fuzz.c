@@ -329,6 +329,7 @@ int main(int argc, char **argv)
 
   static char junk[1 << 20];
   int kinds[11] = {0};
+  double run_start = now();
   for (int r = 0; r < rounds; r++) {
     double round_start = now();
     snprintf(doing, sizeof doing, "connecting, round %d", r + 1);
@@ -344,7 +345,8 @@ int main(int argc, char **argv)
       for (size_t i = 0; i < (1 << 16); i++) junk[i] = (char)rand();
       int kind = rand() % 11;
       kinds[kind]++;
-      snprintf(doing, sizeof doing, "round %d, message %d of kind %d", r + 1, m + 1, kind);
+      snprintf(doing, sizeof doing, "round %d, message %d of kind %d, %.1f s into the run", r + 1, m + 1,
+               kind, now() - run_start);
       h = wire_make((wire_type)(1 + rand() % (WIRE__LAST - 1)), (uint64_t)rand());
       h.handle = (uint64_t)rand() % 4;
       h.offset = (uint64_t)rand();
