@@ -329,6 +329,12 @@ describe("remote devices #remote", function()
   -- WIRE_CANCEL (protocol 7): what a move no longer wants, the server answers `canceled`
   -- without touching memory. The server is stopped (SIGSTOP) so that the requests are still
   -- queued when the CANCEL comes behind them; p.canceled counts its canceled answers.
+  local function canceled_answers(p, dev, want) -- p.canceled once `want` came (10 s at most)
+    local t0 = xfer.clock()
+    repeat xfer.arange(1):to(dev) until p.canceled >= want or xfer.clock() - t0 > 10
+    return p.canceled
+  end
+
   it("tells the server what a move past its deadline no longer wants: answered canceled, untouched", function()
     local server = start_server({ name = "nodeK" })
     local p = connect(server.url, { timeout = 30 })
@@ -343,9 +349,7 @@ describe("remote devices #remote", function()
     assert.is_false(ok)
     assert.are.equal("timeout", e.code, tostring(e))
     -- the server, going on, finds the CANCEL behind the COPY: it answers canceled, copies nothing
-    local t0 = xfer.clock()
-    repeat xfer.arange(1):to("nodeK/host") until p.canceled >= 1 or xfer.clock() - t0 > 10
-    assert.are.equal(1, p.canceled)
+    assert.are.equal(1, canceled_answers(p, "nodeK/host", 1))
     assert.is_false(p.lost)
     r2:copy_from(r)
     assert.is_true(r2:equals(src))
@@ -378,9 +382,7 @@ describe("remote devices #remote", function()
     assert.is_true(took < 0.5, ("cancel took %.3f s"):format(took))
     -- the server, going on, answers the requests it was told of canceled (all of them: it
     -- served none while stopped), and nothing of theirs lands here
-    local t0 = xfer.clock()
-    repeat xfer.arange(1):to("nodeC/host") until p.canceled >= 4 or xfer.clock() - t0 > 10
-    assert.are.equal(4, p.canceled)
+    assert.are.equal(4, canceled_answers(p, "nodeC/host", 4))
     assert.is_false(p.lost)
     assert.is_true(r:to("host"):equals(src))
     p:close()
