@@ -12,6 +12,7 @@
 */
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,10 @@ static void on_alarm(int sig)
   w += write(STDOUT_FILENO, doing, strnlen(doing, sizeof doing));
   w += write(STDOUT_FILENO, "\n", 1);
   (void)w;
+  /* and where: twice in CI a round's first send never came back (every wait here is
+  ** bounded, so a call into UCX did not return) */
+  void *frames[32];
+  backtrace_symbols_fd(frames, backtrace(frames, 32), STDOUT_FILENO);
   _exit(3);
 }
 
@@ -262,6 +267,8 @@ int main(int argc, char **argv)
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* the spec stops a run after 120 s (timeout): before that, this says where it waits */
   signal(SIGALRM, on_alarm);
+  void *warm[1];
+  (void)backtrace(warm, 1); /* loads what backtrace needs now, not in the signal handler */
   alarm(100);
   if ((argc != 4 && argc != 5) || strncmp(argv[1], "ucx://", 6)) {
     fprintf(stderr, "usage: wire_fuzz ucx://host:port SEED ROUNDS | ucx://host:port greedy READS DEVICE | "
