@@ -33,7 +33,17 @@ local wire_version = tonumber(read("src/transport/ucx/wire.h"):match("#define WI
 -- list its devices in the specs that follow).
 local started, peers = {}, {}
 local function connect(url, opts)
-  local p = xfer.connect(url, opts)
+  local ok, p = pcall(xfer.connect, url, opts)
+  if not ok then -- a connect that fails where it should not says what the server said (CI saw
+    -- "Connection refused" once from a server that had just said it serves)
+    for _, server in ipairs(started) do
+      if server.url == url then
+        local alive = os.execute("kill -0 " .. server.pid .. " 2>/dev/null") == 0
+        error(tostring(p) .. "\nserver " .. (alive and "running" or "GONE") .. ", its log:\n" .. read(server.log), 2)
+      end
+    end
+    error(p, 2)
+  end
   peers[#peers + 1] = p
   return p
 end
