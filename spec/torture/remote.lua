@@ -18,18 +18,23 @@ local function start()
   local p = io.popen(("timeout 900 %s --serve ucx://127.0.0.1:0 --name tort >%s 2>&1 & echo $!"):format(self, log))
   local pid = p:read("*n")
   p:close()
-  for _ = 1, 200 do
+  -- 60 s: the server opens every runtime first, and on the GPU machine, 85 torture processes
+  -- on 16 cores beside it, that took over 10 s (2026-12-05, H100: "did not come up" at 10 s)
+  local text = ""
+  for _ = 1, 1200 do
     local f = io.open(log)
-    local text = f and f:read("*a") or ""
+    text = f and f:read("*a") or ""
     if f then f:close() end
     local url = text:match("serving .- on (ucx://%S+)")
     if url then
       server = { url = url, pid = pid, log = log }
       return server
     end
+    local alive = os.execute(("kill -0 %d 2>/dev/null"):format(pid)) -- (LuaJIT: 0, Lua 5.2: true)
+    if alive ~= 0 and alive ~= true then break end -- it ended
     os.execute("sleep 0.05")
   end
-  error("the torture server did not come up")
+  error(("the torture server did not come up; it printed: %s"):format(text ~= "" and text or "(nothing)"))
 end
 
 return {
