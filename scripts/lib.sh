@@ -8,7 +8,8 @@ cd "$XFER_ROOT"
 XFER_PACKAGES="cmake make gcc libc6-dev pkg-config luajit libluajit-5.1-dev lua-busted
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libvulkan-dev mesa-vulkan-drivers glslc
   vulkan-validationlayers python3-numpy luarocks libucx-dev ucx-utils liburing-dev zlib1g-dev
-  lua-dkjson lua-argparse python3-venv python3-setuptools curl patch"
+  lua-dkjson lua-argparse python3-venv python3-setuptools python3-dev python3-wheel python3-pip curl
+  patch"
 
 xfer_log() { printf '%s\n' "$*" >&2; }
 

@@ -1,0 +1,282 @@
+"""xferlua for Python: tensors on host, CUDA, Vulkan and OpenCL devices, moved between them by
+one engine, and errors you can catch.
+
+    import numpy, xferlua
+    t = xferlua.from_numpy(numpy.arange(6, dtype=numpy.float32).reshape(2, 3))  # no copy
+    g = t.to("cuda:0")                          # any device xferlua sees (xferlua.devices())
+    h = g.to_async("vulkan:0").wait()           # on xferlua's threads, the GIL released
+    state = xferlua.load("model.safetensors", device="cuda:0")   # {name: Tensor}
+    try:
+        g.to("opencl:0", timeout=0.5, verify=True)
+    except xferlua.Timeout as e:                # every code is a class: Corrupt, Canceled, ...
+        print(e.code, e.op, e.from_, e.to, e.message)
+
+The classes are a C extension (xferlua._xferlua) over libxfer.so, xferlua's C API: a move costs
+what it costs from C. It finds libxfer.so.0 in $XFERLUA_LIBRARY, beside this package, in the
+build tree it sits in, or where the dynamic linker looks; NumPy and PyTorch are imported only
+by the calls that need them. docs/python.md is the guide.
+"""
+
+from . import _library
+
+library_path = _library.load()  # libxfer.so.0, before the extension that links it
+_library.find_extension(__path__)
+from . import _xferlua as _x  # noqa: E402  (after the library it needs)
+
+__version__ = _x.version
+__all__ = ["Error", "Tensor", "Job", "Batch", "Device", "devices", "device", "runtimes", "tensor",
+           "empty", "zeros", "from_bytes", "from_numpy", "to_numpy", "from_torch", "to_torch",
+           "from_dlpack", "batch", "copy_many", "move_many", "load", "save", "load_async",
+           "save_async", "open", "config", "memory", "synchronize", "empty_cache", "library_path"]
+
+Batch = _x.Batch
+runtimes = _x.runtimes
+memory = _x.memory
+synchronize = _x.synchronize
+empty_cache = _x.empty_cache
+config = _x.config
+batch = _x.batch
+copy_many = _x.copy_many
+move_many = _x.move_many
+from_bytes = _x.from_bytes
+empty = _x.empty
+
+
+# -- errors: xferlua.Error and a class per code ------------------------------------------------
+
+class Error(Exception):
+    """A failed xferlua call, as the Lua error has it: code ('read', 'timeout', ...), what (the
+    code in words), op (the phase or call that failed), from_ and to (the move's ends), device
+    (whose call failed), native and native_name (the driver's own code), retryable, injected
+    (by fault injection), element (a batch's, from 1, or None), file, tensor and offset (a
+    file's failure, else None) and message (the whole story)."""
+
+    code = "invalid"
+
+    def __init__(self, message=""):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+def _error_class(code, bases, doc):
+    name = "".join(part.capitalize() for part in code.split("_"))
+    return type(name, (Error,) + bases, {"__doc__": doc, "code": code, "__module__": __name__})
+
+
+_BUILTIN = {"alloc": (MemoryError,), "invalid": (ValueError,), "timeout": (TimeoutError,),
+            "unsupported": (NotImplementedError,), "unreachable": (ConnectionError,),
+            "peer_lost": (ConnectionError,)}
+_errors = {"": Error}
+for _code in _x._codes():
+    _cls = _error_class(_code, _BUILTIN.get(_code, ()), "xferlua's '%s' error." % _code)
+    _errors[_code] = _cls
+    globals()[_cls.__name__] = _cls
+    __all__.append(_cls.__name__)
+# the names a reader looks for first
+ReadError, WriteError, AllocError = _errors["read"], _errors["write"], _errors["alloc"]
+__all__ += ["ReadError", "WriteError", "AllocError"]
+
+
+# -- devices -----------------------------------------------------------------------------------
+
+class Device(str):
+    """A device: its name ('cuda:0') -- it is that string, so it goes wherever a name does -- and
+    what it is: runtime, index, label, platform, vendor, total_memory, max_alloc, unified, uuid,
+    pci_bus_id, compute_capability, backing, remote."""
+
+    def __new__(cls, info):
+        d = super().__new__(cls, info["name"])
+        d.__dict__.update(info)
+        return d
+
+    def memory(self):
+        """The device's caching allocator (xferlua.memory(device))."""
+        return _x.memory(self)
+
+    def __repr__(self):
+        return "xferlua.Device(%s: %s)" % (str(self), self.label)
+
+
+def devices(runtime=None):
+    """Every available device, host first (a list of Device, which are their names);
+    devices('cuda') those of one runtime."""
+    found = [Device(i) for i in _x._devices()]
+    if runtime is None:
+        return found
+    want = "host" if runtime == "cpu" else runtime
+    if want not in [r["name"] for r in _x.runtimes()]:
+        raise _errors["invalid"]("devices: no runtime '%s'" % runtime)
+    return [d for d in found if d.runtime == want]
+
+
+def device(name):
+    """The device named ('host', 'cuda:0'; 'cuda': its first); an unknown name raises
+    xferlua.Invalid naming those there are."""
+    return Device(_x._device_info(name))
+
+
+# -- tensors -------------------------------------------------------------------------------------
+
+_NUMPY_OF = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16",
+             "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+             "u64": "uint64", "bool": "bool"}
+
+
+class Tensor(_x.Tensor):
+    """A tensor on one of xferlua's devices: shape (a tuple), dtype ('f32', 'bf16', ...),
+    device (its name), to(), copy_from(), to_async(), free(); lent to NumPy, PyTorch, CuPy and
+    JAX through DLPack without a copy. `with` frees it at the block's end."""
+
+    __slots__ = ()
+
+    def copy_blocks(self, src, src_blocks, dst_blocks, block_bytes, **options):
+        """Block src_blocks[i] of src into block dst_blocks[i] of this tensor (blocks of
+        block_bytes numbered from 0; NumPy integer arrays, ranges or lists) as one batch."""
+        return _x.copy_blocks(self, src, src_blocks, dst_blocks, block_bytes, **options)
+
+    def clone(self):
+        """A copy on the same device."""
+        return self.to(self.device)
+
+    def numpy(self):
+        """A NumPy array (over this tensor's memory for a host tensor; else over a host copy)."""
+        return to_numpy(self)
+
+    def torch(self):
+        """A torch tensor over this tensor's memory (host or CUDA; other devices through a host copy)."""
+        return to_torch(self)
+
+    def __len__(self):
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.freed:
+            try:
+                self.free()
+            except Error:  # lent to an array that still reads it: it goes with the array
+                pass
+        return False
+
+    def __repr__(self):
+        if self.freed:
+            return "xferlua.Tensor(freed)"
+        head = "xferlua.Tensor(%s%s on %s)" % (self.dtype, list(self.shape), self.device)
+        if not self.valid:
+            return head[:-1] + ", no valid bytes)"
+        try:
+            import numpy
+        except ImportError:
+            return head
+        if self.dtype == "bf16" or self.numel > 1000:
+            return head
+        try:
+            values = numpy.frombuffer(self.tobytes(), dtype=_NUMPY_OF[self.dtype]).reshape(self.shape)
+        except Error as e:
+            return "%s (unreadable: %s)" % (head, e.message)
+        return "%s\n%s" % (head, numpy.array2string(values, threshold=100))
+
+
+class Job(_x.Job):
+    """An asynchronous move, batch run, load or save: wait(), done(), cancel(), progress()."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "xferlua.Job(%s)" % ("done" if self.done() else "running")
+
+
+_x._register(Tensor, Job, _errors)
+
+
+def tensor(values, dtype="f32", device="host"):
+    """A tensor of a (nested) list of numbers, a number, or a NumPy array (a copy), on device."""
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    if numpy is not None:
+        a = numpy.ascontiguousarray(numpy.asarray(values, dtype=_NUMPY_OF.get(dtype, dtype)))
+        return _x.from_bytes(a.tobytes(), dtype, a.shape, device)
+    import array
+    codes = {"f32": "f", "f64": "d", "i32": "i", "i64": "q", "u8": "B", "i8": "b", "i16": "h",
+             "u16": "H", "u32": "I", "u64": "Q"}
+    if dtype not in codes:
+        raise _errors["invalid"]("tensor: without NumPy, dtype is one of %s" % ", ".join(sorted(codes)))
+    flat = values if isinstance(values, (list, tuple)) else [values]
+    data = array.array(codes[dtype], flat)
+    return _x.from_bytes(data.tobytes(), dtype, (len(data),), device)
+
+
+def zeros(shape, dtype="f32", device="host"):
+    """A tensor of zeros."""
+    t = _x.empty(shape, dtype, device)
+    t.write(bytes(t.nbytes))
+    return t
+
+
+# -- DLPack: NumPy, PyTorch, CuPy, JAX ---------------------------------------------------------
+
+def from_dlpack(obj):
+    """A tensor over the memory of any DLPack producer (NumPy, PyTorch, CuPy, JAX arrays: CPU or
+    CUDA), no copy; the producer stays alive while the tensor does."""
+    try:
+        capsule = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:  # a producer before DLPack 1.0 takes no max_version
+        capsule = obj.__dlpack__()
+    return _x._from_capsule(capsule, obj)
+
+
+def _numpy_lends_bool():
+    import numpy
+    return int(numpy.__version__.split(".")[0]) >= 2
+
+
+def from_numpy(array):
+    """A host tensor over a NumPy array's memory (strides kept), no copy: writes show on both
+    sides. A bool array, which NumPy before 2.0 does not lend through DLPack, is copied."""
+    import numpy
+    if array.dtype == numpy.bool_ and not _numpy_lends_bool():
+        return _x.from_bytes(numpy.ascontiguousarray(array).tobytes(), "bool", array.shape)
+    return from_dlpack(array)
+
+
+def to_numpy(t):
+    """A NumPy array over a host tensor's memory, no copy (another device's tensor is moved to
+    the host first: the array is over that copy)."""
+    import numpy
+    if t.device != "host":
+        t = t.to("host")
+    if t.dtype == "bf16":  # NumPy has no bfloat16: its bits as uint16
+        return numpy.frombuffer(t.tobytes(), dtype=numpy.uint16).reshape(t.shape)
+    if t.dtype != "bool" or _numpy_lends_bool():
+        return numpy.from_dlpack(t)
+    return numpy.frombuffer(t.tobytes(), dtype=numpy.bool_).reshape(t.shape).copy()
+
+
+def from_torch(tt):
+    """A tensor over a PyTorch tensor's memory (CPU or CUDA), no copy."""
+    import torch.utils.dlpack
+    return _x._from_capsule(torch.utils.dlpack.to_dlpack(tt), tt)
+
+
+def to_torch(t):
+    """A PyTorch tensor over a host or CUDA tensor's memory, no copy (another device's tensor is
+    moved to the host first)."""
+    import torch.utils.dlpack
+    if t.__dlpack_device__()[0] < 0:  # a runtime DLPack does not lend
+        t = t.to("host")
+    return torch.utils.dlpack.from_dlpack(t)
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+from .files import File, load, load_async, open, save, save_async  # noqa: E402,F401
