@@ -286,6 +286,10 @@ describe("integrity of files #integrity", function()
     f:close()
     local e = h.raises("corrupt", xfer.load, path, { verify = true })
     assert.is_truthy(tostring(e):find("'a' landed changed", 1, true), tostring(e))
+    -- the record names them too, as every file error does
+    assert.are.equal(path, e.file)
+    assert.are.equal("a", e.tensor)
+    assert.are.equal("file", e.from)
     assert.are_not.equal(seed, xfer.load(path).a:tobytes()) -- unseen without verify
   end)
 
@@ -336,6 +340,7 @@ describe("integrity of files #integrity", function()
     assert.are.equal("abcd", xfer.load(path).t:tobytes())
     local e = h.raises("unsupported", xfer.load, path, { verify = true })
     assert.is_truthy(tostring(e):find("records no CRC32C", 1, true), tostring(e))
+    assert.are.equal("t", e.tensor)
     h.raises("invalid", xfer.load, path, { verify = 1 })
   end)
 end)

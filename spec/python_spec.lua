@@ -1,6 +1,7 @@
--- The Python module (src/python/xferlua.py: ctypes over libxfer.so, NumPy and PyTorch through
--- DLPack) as a Python user meets it: imported from the source tree by the system python, and
--- pip-installed into a venv (offline: --no-index, the system's setuptools).
+-- The Python package (src/python/xferlua: a C extension on CPython's stable ABI over libxfer.so,
+-- NumPy and PyTorch through DLPack) as a Python user meets it: imported from the source tree by
+-- the system python (the extension of this build), installed into fresh venvs offline by
+-- `pip install .` (which builds it with CMake) and from the wheel scripts/wheel makes.
 local h = require "support.helpers"
 
 local PYTHON = "/usr/bin/python3"
@@ -12,51 +13,112 @@ local function build_dir()
   return dir
 end
 
--- whether `python` has NumPy, and why not
-local function numpy_in(python)
-  local out, code = h.run(python .. " -c 'import numpy; print(numpy.__version__)'")
-  return code == 0, out
+local function root() return io.popen("pwd"):read("*l") end
+
+-- why the package cannot be tried here, or nil
+local function unusable()
+  if h.sanitized() then return "a sanitizer build: Python cannot load its library" end
+  local out, code = h.run(PYTHON .. " -c 'import numpy; print(numpy.__version__)'")
+  if code ~= 0 then return "no NumPy for " .. PYTHON .. ": " .. out end
+  local f = io.open(build_dir() .. "/python/_xferlua.abi3.so")
+  if not f then return "the extension is not built (python3-dev not installed when cmake ran)" end
+  f:close()
 end
 
-describe("the Python module", function()
+-- a fresh venv (the system's packages visible: NumPy, setuptools, wheel), or nil and why not
+local function venv()
+  local dir = os.tmpname() .. "-venv"
+  local out, code = h.run(("%s -m venv --system-site-packages %s"):format(PYTHON, dir))
+  if code ~= 0 then
+    os.execute("rm -rf " .. dir)
+    return nil, out
+  end
+  return dir
+end
+
+-- the checks, run by the venv's python from /tmp: its installed package, no source tree
+local function run_checks_in(dir)
+  local out, code = h.run(("cd /tmp && %s/bin/python -c 'import xferlua; print(xferlua.__file__, xferlua.library_path)'")
+                          :format(dir))
+  assert.are.equal(0, code, out)
+  assert.is_truthy(out:find(dir, 1, true), out) -- the venv's package, and the library beside it
+  assert.is_truthy(out:find("/site-packages/xferlua/libxfer.so", 1, true), out)
+  out, code = h.run(("cd /tmp && %s/bin/python -m xferlua --devices"):format(dir))
+  assert.are.equal(0, code, out)
+  assert.is_truthy(out:find("host     available", 1, true), out)
+  for _, check in ipairs({ "xferlua_check.py", "api_check.py" }) do
+    out, code = h.run(("cd /tmp && %s/bin/python %s/spec/python/%s"):format(dir, root(), check))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("all checks passed", 1, true), out)
+  end
+end
+
+describe("the Python package", function()
   local function lib() return build_dir() .. "/libxfer.so.0" end
 
   it("works from the source tree with the system python: NumPy in and out, every device, errors", function()
-    if h.sanitized() then return pending("a sanitizer build: Python cannot load its library") end
-    local has, why = numpy_in(PYTHON)
-    if not has then return pending("no NumPy for " .. PYTHON .. ": " .. why) end
+    local why = unusable()
+    if why then return pending(why) end
     local out, code = h.run(("XFERLUA_LIBRARY=%s PYTHONPATH=src/python %s spec/python/xferlua_check.py")
                             :format(lib(), PYTHON))
     assert.are.equal(0, code, out)
     assert.is_truthy(out:find("xferlua python: all checks passed", 1, true), out)
-    assert.is_truthy(out:find("ok: moves to every device and back", 1, true), out)
+    assert.is_truthy(out:find("ok: moves to every device and back hold the values", 1, true), out)
   end)
 
-  it("installs into a venv with pip and works there", function()
-    if h.sanitized() then return pending("a sanitizer build: Python cannot load its library") end
-    local has, why = numpy_in(PYTHON)
-    if not has then return pending("no NumPy for " .. PYTHON .. ": " .. why) end
-    local venv = os.tmpname() .. "-venv"
-    local out, code = h.run(("%s -m venv --system-site-packages %s && %s/bin/pip install --quiet --no-index " ..
-                             "--no-build-isolation src/python"):format(PYTHON, venv, venv))
-    if code ~= 0 and out:find("ensurepip", 1, true) then
-      os.execute("rm -rf " .. venv)
-      return pending("python3-venv is not installed: " .. out)
+  it("offers the whole API: jobs, batches from NumPy tables, files, errors per code, faults, 8 threads", function()
+    local why = unusable()
+    if why then return pending(why) end
+    local out, code = h.run(("XFERLUA_LIBRARY=%s PYTHONPATH=src/python %s spec/python/api_check.py")
+                            :format(lib(), PYTHON))
+    assert.are.equal(0, code, out)
+    for _, line in ipairs({ "ok: to_async: wait() gives the tensor", "ok: batches: copy_blocks",
+                            "ok: files: save with metadata", "a corrupt read raises Corrupt naming file and tensor",
+                            "ok: 8 threads moving and batching at once on one context",
+                            "xferlua python api: all checks passed" }) do
+      assert.is_truthy(out:find(line, 1, true), out)
     end
+  end)
+
+  it("installs into a fresh venv offline with `pip install .`, building libxfer and the extension", function()
+    local why = unusable()
+    if why then return pending(why) end
+    local dir, err = venv()
+    if not dir then return pending("python3-venv is not installed: " .. err) end
+    -- from a copy of the tree: setuptools builds in the project's build/ otherwise
+    local tree = os.tmpname() .. "-tree"
+    local out, code = h.run(("mkdir -p %s && tar -c --exclude='./build*' --exclude=./.git --exclude=./.gpu . | " ..
+                             "tar -x -C %s && cd %s && %s/bin/pip install --quiet --no-index " ..
+                             "--no-build-isolation ."):format(tree, tree, tree, dir))
+    os.execute("rm -rf " .. tree)
+    if code ~= 0 then os.execute("rm -rf " .. dir) end
     assert.are.equal(0, code, out)
-    -- the venv's module, not the source tree's: run from elsewhere
-    out, code = h.run(("cd /tmp && XFERLUA_LIBRARY=%s %s/bin/python -c 'import xferlua; print(xferlua.__file__)'")
-                      :format(lib(), venv))
+    local ok, failure = pcall(run_checks_in, dir)
+    os.execute("rm -rf " .. dir)
+    assert(ok, failure)
+  end)
+
+  it("installs from the wheel scripts/wheel builds (cp310-abi3) into a fresh venv offline", function()
+    local why = unusable()
+    if why then return pending(why) end
+    local out_dir = os.tmpname() .. "-wheel"
+    local out, code = h.run(("scripts/wheel %s"):format(out_dir))
     assert.are.equal(0, code, out)
-    assert.is_truthy(out:find(venv, 1, true), out)
-    local check = io.popen("pwd"):read("*l") .. "/spec/python/xferlua_check.py"
-    out, code = h.run(("cd /tmp && XFERLUA_LIBRARY=%s %s/bin/python %s"):format(lib(), venv, check))
-    os.execute("rm -rf " .. venv)
+    local wheel = out:match("(%S+%-cp310%-abi3%-linux_x86_64%.whl)%s*$")
+    assert.is_truthy(wheel, out)
+    local dir, err = venv()
+    if not dir then return pending("python3-venv is not installed: " .. err) end
+    out, code = h.run(("%s/bin/pip install --quiet --no-index %s"):format(dir, wheel))
+    os.execute("rm -rf " .. out_dir)
+    if code ~= 0 then os.execute("rm -rf " .. dir) end
     assert.are.equal(0, code, out)
-    assert.is_truthy(out:find("xferlua python: all checks passed", 1, true), out)
+    local ok, failure = pcall(run_checks_in, dir)
+    os.execute("rm -rf " .. dir)
+    assert(ok, failure)
   end)
 
   it("says where it looked when it cannot find libxfer.so", function()
+    if h.sanitized() then return pending("a sanitizer build: Python cannot load its library") end
     local out, code = h.run(("XFERLUA_LIBRARY=/nonexistent/libxfer.so.0 PYTHONPATH=src/python %s -c 'import xferlua'")
                             :format(PYTHON))
     assert.are_not.equal(0, code)

@@ -529,15 +529,19 @@ static xfer_code verify_item(loading *l, size_t i, xfer_error *err)
 {
   const xfer_format_entry *e = &l->f->layout.entries[l->items[i].entry];
   uint32_t want = 0, got = 0;
-  if (!recorded_sum(l->f, e->name, &want))
-    return xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_VERIFY, "%s: '%s': the file records no "
-                       "CRC32C of it (crc32c.%s in __metadata__: xferlua's saves write one)",
-                       l->f->path, e->name, e->name);
+  const char *on = xfer_device_name(xfer_tensor_device(l->targets[i]));
+  if (!recorded_sum(l->f, e->name, &want)) {
+    xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_VERIFY, "%s: '%s': the file records no CRC32C "
+                "of it (crc32c.%s in __metadata__: xferlua's saves write one)", l->f->path,
+                e->name, e->name);
+    return frame(err, l->f, e->name, -1, on); /* the record names the file and the tensor */
+  }
   xfer_code code = xfer_tensor_crc32c(l->targets[i], &got, err);
-  if (!code && got != want)
-    code = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, "%s: '%s' landed changed: CRC32C "
-                       "%08x recorded, %08x on %s", l->f->path, e->name, (unsigned)want,
-                       (unsigned)got, xfer_device_name(xfer_tensor_device(l->targets[i])));
+  if (!code && got != want) {
+    xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, "%s: '%s' landed changed: CRC32C %08x "
+                "recorded, %08x on %s", l->f->path, e->name, (unsigned)want, (unsigned)got, on);
+    code = frame(err, l->f, e->name, -1, on);
+  }
   return code;
 }
 

@@ -4,6 +4,7 @@
 ** registration of the package's classes (Tensor, Job, the exceptions).
 */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pyx.h"
@@ -312,6 +313,57 @@ static PyObject *m_codes(PyObject *m, PyObject *unused)
   return out;
 }
 
+/* -- fault injection (xferlua.faults) -- */
+
+static PyObject *m_fault_inject(PyObject *m, PyObject *args, PyObject *kwargs)
+{
+  (void)m;
+  static char *names[] = {"runtime", "op", "nth", "count", "native", NULL};
+  const char *runtime, *op;
+  int nth = 1, count = 1;
+  long long native = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss|iiL:inject", names, &runtime, &op, &nth, &count, &native))
+    return NULL;
+  xfer_ctx *c = pyx_ctx();
+  if (!c) return NULL;
+  xfer_fault f;
+  memset(&f, 0, sizeof f);
+  snprintf(f.runtime, sizeof f.runtime, "%s", runtime);
+  snprintf(f.op, sizeof f.op, "%s", op);
+  f.nth = nth;
+  f.count = count;
+  f.native = native;
+  xfer_error err;
+  if (xfer_fault_inject(c, &f, &err)) return pyx_raise(&err);
+  Py_RETURN_NONE;
+}
+
+static PyObject *m_fault_clear(PyObject *m, PyObject *unused)
+{
+  (void)m, (void)unused;
+  xfer_ctx *c = pyx_ctx();
+  if (!c) return NULL;
+  xfer_fault_clear(c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *m_fault_list(PyObject *m, PyObject *unused)
+{
+  (void)m, (void)unused;
+  xfer_ctx *c = pyx_ctx();
+  if (!c) return NULL;
+  xfer_fault rules[64];
+  size_t n = xfer_fault_list(c, rules, 64);
+  PyObject *out = PyList_New(0);
+  for (size_t i = 0; out && i < n && i < 64; i++) {
+    PyObject *d = Py_BuildValue("{s:s,s:s,s:i,s:i,s:L}", "runtime", rules[i].runtime, "op", rules[i].op,
+                                "nth", rules[i].nth, "count", rules[i].count, "native", rules[i].native);
+    if (!d || PyList_Append(out, d)) Py_CLEAR(out);
+    Py_XDECREF(d);
+  }
+  return out;
+}
+
 static PyMethodDef functions[] = {
   {"_devices", m_devices, METH_NOARGS, NULL},
   {"_device_info", m_device_info, METH_O, NULL},
@@ -330,6 +382,9 @@ static PyMethodDef functions[] = {
    "cache_limit, setaside_after, remote_timeout, remote_chunk, remote_depth, remote_device_chunk, "
    "verify, timeout) and returns them all."},
   {"_register", m_register, METH_VARARGS, NULL},
+  {"_fault_inject", (PyCFunction)(void (*)(void))m_fault_inject, METH_VARARGS | METH_KEYWORDS, NULL},
+  {"_fault_clear", m_fault_clear, METH_NOARGS, NULL},
+  {"_fault_list", m_fault_list, METH_NOARGS, NULL},
   {"_codes", m_codes, METH_NOARGS, NULL},
   {NULL, NULL, 0, NULL},
 };

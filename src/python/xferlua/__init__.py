@@ -19,15 +19,23 @@ by the calls that need them. docs/python.md is the guide.
 
 from . import _library
 
-library_path = _library.load()  # libxfer.so.0, before the extension that links it
+_found = _library.load()  # libxfer.so.0, before the extension that links it
+if isinstance(_found, list) and _library.named():  # the library the user named, and no other
+    raise _library.not_found(_found, "not tried ($XFERLUA_LIBRARY names the library)")
 _library.find_extension(__path__)
-from . import _xferlua as _x  # noqa: E402  (after the library it needs)
+try:
+    from . import _xferlua as _x
+except ImportError as _e:
+    if isinstance(_found, list):
+        raise _library.not_found(_found, _e) from None
+    raise
+library_path = _library.loaded_path(_found)
 
 __version__ = _x.version
 __all__ = ["Error", "Tensor", "Job", "Batch", "Device", "devices", "device", "runtimes", "tensor",
            "empty", "zeros", "from_bytes", "from_numpy", "to_numpy", "from_torch", "to_torch",
            "from_dlpack", "batch", "copy_many", "move_many", "load", "save", "load_async",
-           "save_async", "open", "config", "memory", "synchronize", "empty_cache", "library_path"]
+           "save_async", "open", "faults", "config", "memory", "synchronize", "empty_cache", "library_path"]
 
 Batch = _x.Batch
 runtimes = _x.runtimes
@@ -275,6 +283,21 @@ def to_torch(t):
     if t.__dlpack_device__()[0] < 0:  # a runtime DLPack does not lend
         t = t.to("host")
     return torch.utils.dlpack.from_dlpack(t)
+
+
+# -- fault injection -------------------------------------------------------------------------
+
+class faults:  # noqa: N801  (a namespace, as xfer.faults in Lua)
+    """Fault injection, for testing what a script does when a move fails: every driver call of
+    every runtime passes one checked wrapper, which can be told to fail the same way a real
+    failure does. inject(runtime, op, nth=1, count=1, native=0): the nth matching call from now
+    fails, and the count-1 after it (op 'corrupt' flips a bit in the nth move into the runtime's
+    memory; 'stall' makes the nth wait for a device never see its work done); list(); clear().
+    Or from the environment before the first call: XFER_FAULTS=host:read:1."""
+
+    inject = staticmethod(_x._fault_inject)
+    clear = staticmethod(_x._fault_clear)
+    list = staticmethod(_x._fault_list)
 
 
 # -- files ---------------------------------------------------------------------------------------

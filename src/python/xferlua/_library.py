@@ -9,6 +9,10 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _tree_build = os.path.join(_here, "..", "..", "..", "build")
 
 
+def named():
+    return os.environ.get("XFERLUA_LIBRARY")
+
+
 def _candidates():
     named = os.environ.get("XFERLUA_LIBRARY")
     if named:
@@ -19,7 +23,8 @@ def _candidates():
 
 def load():
     """Loads libxfer.so.0 for the process (RTLD_GLOBAL: the extension, which needs it by that
-    name, then finds it loaded) and returns its path; ImportError saying where it looked."""
+    name, then finds it loaded) and returns its path, or the places it looked (a list) when it
+    found none there: the extension may still find it by its own run path (an installed tree)."""
     tried = []
     for path in _candidates():
         if os.sep in path and not os.path.exists(path):
@@ -31,8 +36,26 @@ def load():
             tried.append("%s (%s)" % (path, e))
             continue
         return os.path.abspath(path) if os.sep in path else path
-    raise ImportError("xferlua: cannot load libxfer.so (set XFERLUA_LIBRARY to its path); tried: " +
-                      "; ".join(tried))
+    return tried
+
+
+def loaded_path(found):
+    """Where libxfer.so.0 was loaded from: `found`, or the process's map of it."""
+    if isinstance(found, str) and os.sep in found:
+        return found
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if "/libxfer.so" in line:
+                    return line.split(None, 5)[-1].strip()
+    except OSError:
+        pass
+    return "libxfer.so.0"
+
+
+def not_found(tried, error):
+    return ImportError("xferlua: cannot load libxfer.so (set XFERLUA_LIBRARY to its path); tried: " +
+                       "; ".join(tried) + "; the extension's own run path: %s" % error)
 
 
 def find_extension(path):
