@@ -160,6 +160,25 @@ assert e.file and e.file.endswith("m.safetensors") and e.tensor in ("w", "b"), (
 ok("files: save with metadata and verify, load onto devices (per-tensor device, dtype), .npy, "
    "a shard index, load_async, save_async, a corrupt read raises Corrupt naming file and tensor")
 
+# -- remote devices: a server of this process's devices, and a client of it -------------------
+remote = [r for r in xferlua.runtimes() if r["name"] == "remote"][0]
+if "built without UCX" in remote["reason"]:
+    print("skip: remote devices: " + remote["reason"])
+else:
+    server = xferlua.serve("ucx://127.0.0.1:0", name="nodeB")
+    peer = xferlua.connect(server.url, timeout=10)
+    assert peer.name == "nodeB" and peer.devices[0] == "nodeB/host" and not peer.lost
+    x = numpy.arange(1 << 18, dtype=numpy.float32)
+    there = xferlua.from_numpy(x).to(peer.devices[-1], verify=True)
+    # (to host: a move from nodeB/D to D itself, the server being this process, waits for the
+    # device its own move holds -- until the request times out)
+    assert (xferlua.to_numpy(there.to("host")) == x).all() and server.stats()["served"] > 0
+    peer.close()
+    e = expect(xferlua.PeerLost, there.to, "host")
+    assert isinstance(e, ConnectionError) and e.code == "peer_lost"
+    server.close()
+    ok("remote: serve() and connect() in Python; a remote tensor moves both ways; a closed peer raises PeerLost")
+
 # -- threads: 8 at once on one context, the GIL released ---------------------------------------
 failures = []
 

@@ -399,7 +399,7 @@ PyMODINIT_FUNC PyInit__xferlua(void)
 {
   PyObject *m = PyModule_Create(&module_def);
   if (!m) return NULL;
-  if (pyx_tensor_init(m) || pyx_job_init(m) || pyx_batch_init(m) ||
+  if (pyx_tensor_init(m) || pyx_job_init(m) || pyx_batch_init(m) || pyx_remote_init(m) ||
       PyModule_AddFunctions(m, pyx_file_functions) ||
       PyModule_AddStringConstant(m, "version", XFER_VERSION)) {
     Py_DECREF(m);

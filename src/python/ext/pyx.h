@@ -78,6 +78,7 @@ int pyx_job_register(PyObject *cls);
 /* -- batches (batch.c), files (files.c), remote (remote.c) -- */
 
 int pyx_batch_init(PyObject *module);
+int pyx_remote_init(PyObject *module);
 extern PyMethodDef pyx_batch_functions[];
 extern PyMethodDef pyx_file_functions[];
 

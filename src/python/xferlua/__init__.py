@@ -35,9 +35,10 @@ __version__ = _x.version
 __all__ = ["Error", "Tensor", "Job", "Batch", "Device", "devices", "device", "runtimes", "tensor",
            "empty", "zeros", "from_bytes", "from_numpy", "to_numpy", "from_torch", "to_torch",
            "from_dlpack", "batch", "copy_many", "move_many", "load", "save", "load_async",
-           "save_async", "open", "faults", "config", "memory", "synchronize", "empty_cache", "library_path"]
+           "save_async", "open", "faults", "connect", "serve", "Peer", "Listener", "config", "memory", "synchronize", "empty_cache", "library_path"]
 
 Batch = _x.Batch
+Peer, Listener, connect, serve = _x.Peer, _x.Listener, _x.connect, _x.serve
 runtimes = _x.runtimes
 memory = _x.memory
 synchronize = _x.synchronize
