@@ -10,8 +10,8 @@ local scripts_dir = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]+$")) or "sc
 package.path = scripts_dir .. "/bench_tables/?.lua;" .. package.path
 
 -- the tables in the order they print; a name may run more than one file
-local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote", "deadline",
-                 "guard", "selftest" }
+local TABLES = { "host", "pairs", "staged", "to", "strided", "batch", "python", "files", "plan", "remote",
+                 "deadline", "guard", "selftest" }
 local FILES = { remote = { "remote", "remote_cuda" } }
 
 local function fail(text)
@@ -78,6 +78,9 @@ Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua s
   strided   every other row of a matrix moved as a view beside contiguous() first
   batch     blocks scattered in a buffer of --batch-buffer bytes, by batch beside a loop of
             copy_from and PyTorch
+  python    what a call costs from Python (the xferlua package) beside C (--calls) and Lua: a 4 KiB
+            copy_from and a prepared batch of 4096 x 16 KiB blocks (NumPy block tables), per
+            device; PyTorch's copy_ loop and index_copy_ of the same blocks where it has CUDA
   files     a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir,
             loaded onto every device cold and warm beside dd and safetensors/fastsafetensors
   plan      after xfer.calibrate (not saved), every pair at --plan-sizes by the default path
@@ -127,6 +130,9 @@ parser:option("--cancel-size", "The size each of the guard table's canceled move
   :argname("SIZE"):convert(size)
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
 parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
+  :argname("PROGRAM")
+-- ... and the C side of the python table (scripts/bench-calls.c)
+parser:option("--calls", "The C calls program of the python table (scripts/bench builds it).")
   :argname("PROGRAM")
 
 local parsed_ok, opts = parser:pparse({ ... })
@@ -198,6 +204,7 @@ local B = {
   cancel_runs = opts.cancels,             -- --cancels
   cancel_size = opts.cancel_size,         -- --cancel-size, bytes
   scripts_dir = scripts_dir,
+  calls = opts.calls,                     -- --calls: scripts/bench-calls.c built ("" or nil: none)
   emit = emit, say = say, progress = progress, run_raw = run_raw,
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,
   fmt_gbps = function(v) return v and ("%.2f"):format(v) or "-" end,
