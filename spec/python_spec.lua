@@ -80,6 +80,19 @@ describe("the Python package", function()
     end
   end)
 
+  it("runs examples/kv_offload.py: a paged KV cache offloaded and loaded back layer by layer", function()
+    local why = unusable()
+    if why then return pending(why) end
+    for _, flags in ipairs({ "--verify", "" }) do
+      local out, code = h.run(("XFERLUA_LIBRARY=%s PYTHONPATH=src/python %s examples/kv_offload.py --layers 4 " ..
+                               "--blocks 64 --request 32 --block-kib 16 --rounds 2 %s"):format(lib(), PYTHON, flags))
+      assert.are.equal(0, code, out)
+      assert.is_truthy(out:find("kv_offload: offload [%d.]+ GB/s, load [%d.]+ GB/s"), out)
+      assert.is_truthy(out:find("every layer's blocks came back bit-exact", 1, true), out)
+      assert.is_truthy(out:find("nothing written after cancel returned", 1, true), out)
+    end
+  end)
+
   it("installs into a fresh venv offline with `pip install .`, building libxfer and the extension", function()
     local why = unusable()
     if why then return pending(why) end
