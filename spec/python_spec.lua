@@ -93,6 +93,21 @@ describe("the Python package", function()
     end
   end)
 
+  it("loads a transformers checkpoint (sharded, with its index) into a model on the meta device: the same logits", function()
+    local why = unusable()
+    if why then return pending(why) end
+    local python = nil -- a python with torch and transformers: the one on PATH (the GPU machine's)
+    for _, p in ipairs({ "python3", PYTHON }) do
+      if select(2, h.run(p .. " -c 'import torch, transformers'")) == 0 then python = p break end
+    end
+    if not python then return pending("no python here has torch and transformers (the GPU machine's has)") end
+    local out, code = h.run(("XFERLUA_LIBRARY=%s PYTHONPATH=src/python %s examples/hf_checkpoint.py --hidden 256 " ..
+                             "--layers 2 --shard 10MB --rounds 1"):format(lib(), python))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("same logits as from_pretrained", 1, true), out)
+    assert.is_truthy(out:find("in %d+ shards with an index"), out)
+  end)
+
   it("installs into a fresh venv offline with `pip install .`, building libxfer and the extension", function()
     local why = unusable()
     if why then return pending(why) end
