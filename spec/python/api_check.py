@@ -33,7 +33,7 @@ other = devs[-1]  # a device that is not the host where there is one
 a = numpy.arange(24, dtype=numpy.float32).reshape(4, 6)
 t = xferlua.from_numpy(a)
 assert isinstance(t, xferlua.Tensor) and t.shape == (4, 6) and t.ndim == 2 and t.numel == 24
-assert t.nbytes == 96 and t.strides == (6, 1) and t.contiguous and t.valid and not t.freed
+assert t.nbytes == 96 and t.strides == (6, 1) and t.is_contiguous() and t.valid and not t.freed
 assert "[[ 0.  1." in repr(t), repr(t)
 for dtype in ("f64", "float64", numpy.float64, numpy.dtype("float64")):
     u = t.to(other, dtype=dtype)
@@ -44,6 +44,19 @@ with xferlua.zeros((2, 2), "i32", other) as z:
 assert z.freed
 assert xferlua.tensor([[1, 2], [3, 4]], "i64").shape == (2, 2)
 ok("tensors: shape, strides, repr with values, dtypes by any name, crc32c, equals, `with` frees")
+
+# -- views: no copy, any device ------------------------------------------------------------------
+for dev in devs:
+    m = t.to(dev)
+    for key in [(1,), (slice(1, 3), slice(None, None, 2)), (-1, slice(2, None)), (slice(None), 3)]:
+        assert (xferlua.to_numpy(m[key]) == a[key]).all(), (dev, key)
+    assert (xferlua.to_numpy(m.transpose()) == a.T).all() and not m.transpose().is_contiguous()
+    assert (xferlua.to_numpy(m.view(2, -1)) == a.reshape(2, -1)).all()
+    assert m[2, 3].item() == 15.0 and m.transpose().reshape(24).tolist() == a.T.reshape(-1).tolist()
+    assert xferlua.zeros((3,), "i32", dev).fill(7).tolist() == [7, 7, 7]
+expect(IndexError, lambda: t[4])
+expect(xferlua.Invalid, t.transpose().view, 24)
+ok("views on every device: indexing and slices, view, reshape, transpose; item, tolist, fill")
 
 # -- every move option ------------------------------------------------------------------------
 d = xferlua.empty((4, 6), "f32", other)

@@ -340,6 +340,21 @@ static PyObject *b_release(PyObject *self, PyObject *unused)
   Py_RETURN_NONE;
 }
 
+static PyObject *b_enter(PyObject *self, PyObject *unused)
+{
+  (void)unused;
+  return Py_NewRef(self);
+}
+
+static PyObject *b_exit(PyObject *self, PyObject *args)
+{
+  (void)args;
+  PyObject *r = b_release(self, NULL);
+  Py_XDECREF(r);
+  if (!r) return NULL;
+  Py_RETURN_FALSE;
+}
+
 static PyObject *b_get(PyObject *self, void *what)
 {
   xfer_batch *b = live(self, "batch");
@@ -372,6 +387,8 @@ static PyMethodDef batch_methods[] = {
   {"done", b_done, METH_NOARGS, "done() -> list[bool]\n\nWhich elements the last run completed."},
   {"plan", b_plan, METH_NOARGS, "plan() -> list[dict]\n\nHow each group moves (path, reason, steps)."},
   {"release", b_release, METH_NOARGS, "release()\n\nLets go of the batch now."},
+  {"__enter__", b_enter, METH_NOARGS, NULL},
+  {"__exit__", b_exit, METH_VARARGS, "released at the block's end"},
   {NULL, NULL, 0, NULL},
 };
 

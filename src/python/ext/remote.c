@@ -76,6 +76,19 @@ static PyObject *p_lost(PyObject *self, void *c)
   return PyBool_FromLong(!p || xfer_peer_is_lost(p));
 }
 
+static PyObject *enter(PyObject *self, PyObject *unused)
+{
+  (void)unused;
+  return Py_NewRef(self);
+}
+
+static PyObject *p_exit(PyObject *self, PyObject *args)
+{
+  (void)args;
+  Py_DECREF(p_close(self, NULL));
+  Py_RETURN_FALSE;
+}
+
 static PyGetSetDef peer_getset[] = {
   {"name", p_name, NULL, "what the server calls its machine ('nodeB')", NULL},
   {"devices", p_devices, NULL, "its devices' names here ('nodeB/cuda:0', ...)", NULL},
@@ -85,6 +98,8 @@ static PyGetSetDef peer_getset[] = {
 
 static PyMethodDef peer_methods[] = {
   {"close", p_close, METH_NOARGS, "close()\n\nDisconnects: its devices' tensors raise xferlua.PeerLost."},
+  {"__enter__", enter, METH_NOARGS, NULL},
+  {"__exit__", p_exit, METH_VARARGS, "closed at the block's end"},
   {NULL, NULL, 0, NULL},
 };
 
@@ -135,6 +150,13 @@ static PyObject *l_stats(PyObject *self, PyObject *unused)
                        (unsigned long long)xfer_listener_canceled(l));
 }
 
+static PyObject *l_exit(PyObject *self, PyObject *args)
+{
+  (void)args;
+  Py_DECREF(l_close(self, NULL));
+  Py_RETURN_FALSE;
+}
+
 static PyGetSetDef listener_getset[] = {
   {"url", l_url, NULL, "where it listens ('ucx://127.0.0.1:40123': the port chosen for port 0)", NULL},
   {NULL, NULL, NULL, NULL, NULL},
@@ -143,6 +165,8 @@ static PyGetSetDef listener_getset[] = {
 static PyMethodDef listener_methods[] = {
   {"stats", l_stats, METH_NOARGS, "stats() -> dict\n\nclients now, requests served, clients dropped, requests canceled."},
   {"close", l_close, METH_NOARGS, "close()\n\nStops serving; its clients lose this peer."},
+  {"__enter__", enter, METH_NOARGS, NULL},
+  {"__exit__", l_exit, METH_VARARGS, "closed at the block's end"},
   {NULL, NULL, 0, NULL},
 };
 

@@ -319,6 +319,57 @@ static PyObject *t_equals(PyObject *self, PyObject *other)
   return PyBool_FromLong(equal);
 }
 
+/* _view(shape, strides, first): the view the package's view(), slicing and transposes make */
+static PyObject *t_view(PyObject *self, PyObject *args)
+{
+  PyObject *shape_o, *strides_o;
+  long long first;
+  if (!PyArg_ParseTuple(args, "OOL:_view", &shape_o, &strides_o, &first)) return NULL;
+  xfer_shape s;
+  memset(&s, 0, sizeof s);
+  int64_t strides[XFER_MAX_DIMS] = {0};
+  PyObject *sh = PySequence_Tuple(shape_o), *st = sh ? PySequence_Tuple(strides_o) : NULL;
+  if (!st) {
+    Py_XDECREF(sh);
+    return NULL;
+  }
+  Py_ssize_t n = PyTuple_Size(sh);
+  if (n > XFER_MAX_DIMS || PyTuple_Size(st) != n) {
+    Py_DECREF(sh);
+    Py_DECREF(st);
+    return pyx_invalid("view", "view: %zd sizes, %zd strides (at most %d dimensions)", n, PyTuple_Size(st), XFER_MAX_DIMS);
+  }
+  s.ndim = (int)n;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    s.dims[i] = PyLong_AsLongLong(PyTuple_GetItem(sh, i));
+    strides[i] = PyLong_AsLongLong(PyTuple_GetItem(st, i));
+  }
+  Py_DECREF(sh);
+  Py_DECREF(st);
+  if (PyErr_Occurred()) return NULL;
+  xfer_tensor *out;
+  xfer_error err;
+  if (xfer_tensor_view(((pyx_tensor *)self)->t, &s, strides, first, &out, &err)) return pyx_raise(&err);
+  return pyx_tensor_new(out, ((pyx_tensor *)self)->keep);
+}
+
+/* fill(value): every element set to value (a number or bool) on its device */
+static PyObject *t_fill(PyObject *self, PyObject *value)
+{
+  xfer_tensor *t = ((pyx_tensor *)self)->t;
+  double v = PyFloat_AsDouble(value);
+  if (v == -1.0 && PyErr_Occurred()) return NULL;
+  unsigned char elem[16];
+  xfer_error err;
+  if (xfer_value_store(xfer_tensor_dtype(t), v, elem, &err)) return pyx_raise(&err);
+  xfer_code rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = xfer_tensor_fill(t, elem, &err);
+  Py_END_ALLOW_THREADS
+  if (rc) return pyx_raise(&err);
+  return Py_NewRef(self);
+}
+
 /* -- DLPack: lending -- */
 
 static void capsule_deleter(PyObject *capsule)
@@ -469,7 +520,14 @@ static PyObject *g_valid(PyObject *self, void *c)
   return PyBool_FromLong(!xfer_tensor_readable(((pyx_tensor *)self)->t, "valid", NULL));
 }
 
+static PyObject *g_first(PyObject *self, void *c)
+{
+  (void)c;
+  return PyLong_FromSize_t(xfer_tensor_first(((pyx_tensor *)self)->t));
+}
+
 static PyGetSetDef tensor_getset[] = {
+  {"offset", g_first, NULL, "the first element's place in the memory it shares, in elements", NULL},
   {"shape", g_shape, NULL, "the sizes, a tuple", NULL},
   {"strides", g_strides, NULL, "steps between neighbours of each dimension, in elements", NULL},
   {"dtype", g_dtype, NULL, "xferlua's dtype name: 'f32', 'bf16', 'i64', ...", NULL},
@@ -478,7 +536,7 @@ static PyGetSetDef tensor_getset[] = {
   {"numel", g_numel, NULL, "the number of elements", NULL},
   {"nbytes", g_nbytes, NULL, "the elements' bytes", NULL},
   {"freed", g_freed, NULL, "True after free()", NULL},
-  {"contiguous", g_contiguous, NULL, "True when the elements lie packed in row-major order", NULL},
+  {"_contiguous", g_contiguous, NULL, "True when the elements lie packed in row-major order", NULL},
   {"valid", g_valid, NULL, "False when it holds no valid bytes (a move into it ended timeout or "
    "canceled, and nothing wrote it since), or it is freed", NULL},
   {NULL, NULL, NULL, NULL, NULL},
@@ -505,6 +563,8 @@ static PyMethodDef tensor_methods[] = {
   {"write", t_write, METH_O, "write(data: bytes) -> self\n\nOverwrites every element from raw bytes."},
   {"crc32c", t_crc32c, METH_NOARGS, "crc32c() -> int\n\nThe CRC32C (Castagnoli) of the elements' bytes."},
   {"equals", t_equals, METH_O, "equals(other) -> bool\n\nSame dtype, shape and bytes."},
+  {"fill", t_fill, METH_O, "fill(value) -> self\n\nEvery element set to value, in place on its device."},
+  {"_view", t_view, METH_VARARGS, NULL},
   {"__dlpack__", (PyCFunction)(void (*)(void))t_dlpack, FAST,
    "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n\nLends a host or "
    "CUDA tensor through DLPack, no copy (moves are complete when they return: no stream to wait on)."},

@@ -17,6 +17,8 @@ build tree it sits in, or where the dynamic linker looks; NumPy and PyTorch are 
 by the calls that need them. docs/python.md is the guide.
 """
 
+from typing import Any, Dict, List, Optional, Union
+
 from . import _library
 
 _found = _library.load()  # libxfer.so.0, before the extension that links it
@@ -109,7 +111,7 @@ class Device(str):
         return "xferlua.Device(%s: %s)" % (str(self), self.label)
 
 
-def devices(runtime=None):
+def devices(runtime: Optional[str] = None) -> List["Device"]:
     """Every available device, host first (a list of Device, which are their names);
     devices('cuda') those of one runtime."""
     found = [Device(i) for i in _x._devices()]
@@ -121,7 +123,7 @@ def devices(runtime=None):
     return [d for d in found if d.runtime == want]
 
 
-def device(name):
+def device(name: str) -> "Device":
     """The device named ('host', 'cuda:0'; 'cuda': its first); an unknown name raises
     xferlua.Invalid naming those there are."""
     return Device(_x._device_info(name))
@@ -145,6 +147,89 @@ class Tensor(_x.Tensor):
         """Block src_blocks[i] of src into block dst_blocks[i] of this tensor (blocks of
         block_bytes numbered from 0; NumPy integer arrays, ranges or lists) as one batch."""
         return _x.copy_blocks(self, src, src_blocks, dst_blocks, block_bytes, **options)
+
+    # -- views: the same memory, another shape (no copy; any device) --
+
+    def view(self, *shape):
+        """The same elements in another shape (one size may be -1); the tensor must be contiguous."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if not self._contiguous:
+            raise _errors["invalid"]("view: the tensor is not contiguous (reshape() copies it)")
+        shape = list(shape)
+        if shape.count(-1) > 1:
+            raise _errors["invalid"]("view: at most one size may be -1")
+        if -1 in shape:
+            known = 1
+            for n in shape:
+                known *= n if n != -1 else 1
+            if known == 0 or self.numel % known:
+                raise _errors["invalid"]("view: %d elements do not fill %s" % (self.numel, tuple(shape)))
+            shape[shape.index(-1)] = self.numel // known
+        strides, step = [0] * len(shape), 1
+        for i in range(len(shape) - 1, -1, -1):
+            strides[i], step = step, step * max(shape[i], 1)
+        return self._view(tuple(shape), tuple(strides), self.offset)
+
+    def reshape(self, *shape):
+        """view() where the strides allow it, else a view of a packed copy."""
+        return self.contiguous().view(*shape)
+
+    def contiguous(self):
+        """This tensor when its elements lie packed in row-major order, else a packed copy."""
+        return self if self._contiguous else self.to(self.device)
+
+    def is_contiguous(self):
+        """True when the elements lie packed in row-major order (what moves need without packing)."""
+        return self._contiguous
+
+    def transpose(self, a=0, b=1):
+        """Dimensions a and b swapped (a view)."""
+        order = list(range(self.ndim))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(*order)
+
+    def permute(self, *order):
+        """The dimensions in another order (a view)."""
+        if sorted(order) != list(range(self.ndim)):
+            raise _errors["invalid"]("permute: %s is not an order of %d dimensions" % (order, self.ndim))
+        shape, strides = self.shape, self.strides
+        return self._view(tuple(shape[i] for i in order), tuple(strides[i] for i in order), self.offset)
+
+    def __getitem__(self, key):
+        """Integers (negative from the end) and slices (steps above 0), as NumPy's basic
+        indexing: a view, no copy, on any device."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        if len(key) > self.ndim:
+            raise IndexError("%d indices for a tensor of %d dimensions" % (len(key), self.ndim))
+        shape, strides, first = [], [], self.offset
+        for dim, (n, stride) in enumerate(zip(self.shape, self.strides)):
+            k = key[dim] if dim < len(key) else slice(None)
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step <= 0:
+                    raise IndexError("slices step forward here (step %d)" % step)
+                count = max(0, (stop - start + step - 1) // step)
+                shape.append(count)
+                strides.append(stride * step)
+                first += start * stride if count else 0
+            else:
+                i = k.__index__()
+                if not -n <= i < n:
+                    raise IndexError("index %d is out of range for size %d (dimension %d)" % (i, n, dim))
+                first += (i % n) * stride
+        return self._view(tuple(shape), tuple(strides), first)
+
+    def item(self):
+        """The value of a one-element tensor."""
+        if self.numel != 1:
+            raise _errors["invalid"]("item: the tensor has %d elements" % self.numel)
+        return self.tolist() if self.ndim == 0 else self.reshape(()).tolist()
+
+    def tolist(self):
+        """Nested lists of the values (NumPy's tolist)."""
+        return to_numpy(self.contiguous()).tolist()
 
     def clone(self):
         """A copy on the same device."""
@@ -206,7 +291,7 @@ class Job(_x.Job):
 _x._register(Tensor, Job, _errors)
 
 
-def tensor(values, dtype="f32", device="host"):
+def tensor(values: Any, dtype: Any = "f32", device: Any = "host") -> "Tensor":
     """A tensor of a (nested) list of numbers, a number, or a NumPy array (a copy), on device."""
     try:
         import numpy
@@ -225,7 +310,7 @@ def tensor(values, dtype="f32", device="host"):
     return _x.from_bytes(data.tobytes(), dtype, (len(data),), device)
 
 
-def zeros(shape, dtype="f32", device="host"):
+def zeros(shape: Any, dtype: Any = "f32", device: Any = "host") -> "Tensor":
     """A tensor of zeros."""
     t = _x.empty(shape, dtype, device)
     t.write(bytes(t.nbytes))
@@ -234,9 +319,28 @@ def zeros(shape, dtype="f32", device="host"):
 
 # -- DLPack: NumPy, PyTorch, CuPy, JAX ---------------------------------------------------------
 
-def from_dlpack(obj):
+def _producer_done(obj):
+    """Waits for the work a CUDA producer queued on its own stream for obj: xferlua's moves run
+    on a stream of their own (CU_STREAM_NON_BLOCKING), which no framework's stream orders."""
+    if not hasattr(obj, "__dlpack_device__") or obj.__dlpack_device__()[0] != 2:
+        return
+    if hasattr(obj, "block_until_ready"):  # JAX
+        obj.block_until_ready()
+        return
+    module = type(obj).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+        torch.cuda.current_stream(obj.device).synchronize()
+    elif module == "cupy":
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def from_dlpack(obj: Any) -> "Tensor":
     """A tensor over the memory of any DLPack producer (NumPy, PyTorch, CuPy, JAX arrays: CPU or
-    CUDA), no copy; the producer stays alive while the tensor does."""
+    CUDA), no copy; the producer stays alive while the tensor does. A CUDA producer's queued work
+    on the array is waited for first (PyTorch's, CuPy's current stream; JAX's block_until_ready)."""
+    _producer_done(obj)
     try:
         capsule = obj.__dlpack__(max_version=(1, 0))
     except TypeError:  # a producer before DLPack 1.0 takes no max_version
@@ -249,7 +353,7 @@ def _numpy_lends_bool():
     return int(numpy.__version__.split(".")[0]) >= 2
 
 
-def from_numpy(array):
+def from_numpy(array: Any) -> "Tensor":
     """A host tensor over a NumPy array's memory (strides kept), no copy: writes show on both
     sides. A bool array, which NumPy before 2.0 does not lend through DLPack, is copied."""
     import numpy
@@ -258,7 +362,7 @@ def from_numpy(array):
     return from_dlpack(array)
 
 
-def to_numpy(t):
+def to_numpy(t: "Tensor") -> Any:
     """A NumPy array over a host tensor's memory, no copy (another device's tensor is moved to
     the host first: the array is over that copy)."""
     import numpy
@@ -271,13 +375,15 @@ def to_numpy(t):
     return numpy.frombuffer(t.tobytes(), dtype=numpy.bool_).reshape(t.shape).copy()
 
 
-def from_torch(tt):
-    """A tensor over a PyTorch tensor's memory (CPU or CUDA), no copy."""
+def from_torch(tt: Any) -> "Tensor":
+    """A tensor over a PyTorch tensor's memory (CPU or CUDA), no copy; a CUDA tensor's queued
+    work on PyTorch's current stream is waited for first."""
     import torch.utils.dlpack
+    _producer_done(tt)
     return _x._from_capsule(torch.utils.dlpack.to_dlpack(tt), tt)
 
 
-def to_torch(t):
+def to_torch(t: "Tensor") -> Any:
     """A PyTorch tensor over a host or CUDA tensor's memory, no copy (another device's tensor is
     moved to the host first)."""
     import torch.utils.dlpack

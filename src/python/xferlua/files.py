@@ -5,6 +5,7 @@ dtype, and reads indexes."""
 import builtins
 import json
 import os
+from typing import Any, Dict, Optional, Union
 
 from . import _xferlua as _x
 
@@ -79,7 +80,7 @@ def _check_io(io):
             raise TypeError("unexpected keyword argument '%s' (I/O options: %s)" % (key, ", ".join(_IO)))
 
 
-def open(path):  # noqa: A001  (xferlua.open, as xfer.open in Lua)
+def open(path: Union[str, "os.PathLike[str]"]) -> File:  # noqa: A001  (xferlua.open, as xfer.open in Lua)
     """The file's header: an xferlua.File."""
     return File(path)
 
@@ -103,7 +104,8 @@ def _read_index(path):
     return shards
 
 
-def load(path, *, device="host", dtype=None, names=None, **io):
+def load(path: Union[str, "os.PathLike[str]"], *, device: Any = "host", dtype: Any = None,
+         names: Optional[list] = None, **io: Any) -> Union[Dict[str, Any], Any]:
     """Every tensor of a safetensors or .npz file as {name: Tensor} (an .npy file: its one array
     as the Tensor itself), read straight onto `device` -- a name, a Device, or a function
     (name, info) -> device. dtype: every floating-point tensor converted to it (or a function
@@ -138,7 +140,8 @@ def load(path, *, device="host", dtype=None, names=None, **io):
     return got
 
 
-def load_async(path, *, device="host", dtype=None, names=None, **io):
+def load_async(path: Union[str, "os.PathLike[str]"], *, device: Any = "host", dtype: Any = None,
+               names: Optional[list] = None, **io: Any) -> Any:
     """load() as a Job: wait() gives the dict; cancel() stops it between its requests and keeps
     nothing. Not for a shard index (load its shards' jobs)."""
     _check_io(io)
@@ -157,7 +160,8 @@ def _pairs(tensors):
     return names, [tensors[n] for n in names]
 
 
-def save(path, tensors, *, metadata=None, format=None, sync=True, **io):
+def save(path: Union[str, "os.PathLike[str]"], tensors: Any, *, metadata: Optional[Dict[str, str]] = None,
+         format: Optional[str] = None, sync: bool = True, **io: Any) -> None:  # noqa: A002
     """Writes tensors ({name: Tensor}, in name order; one Tensor for .npy) from any device to
     path, by way of a temporary file renamed over it once whole (a failed save leaves path as it
     was). Every safetensors file records each tensor's CRC32C in its __metadata__
@@ -168,7 +172,8 @@ def save(path, tensors, *, metadata=None, format=None, sync=True, **io):
     _x._save(os.fspath(path), names, ts, metadata, format=format, sync=sync, **io)
 
 
-def save_async(path, tensors, *, metadata=None, format=None, sync=True, **io):
+def save_async(path: Union[str, "os.PathLike[str]"], tensors: Any, *, metadata: Optional[Dict[str, str]] = None,
+               format: Optional[str] = None, sync: bool = True, **io: Any) -> Any:  # noqa: A002
     """save() as a Job: wait() gives True once the file is in place; cancel() leaves no file."""
     _check_io(io)
     names, ts = _pairs(tensors)
