@@ -34,11 +34,11 @@ static int ints_of_array(const char *op, const char *what, const char *typestr, 
     case 8: { int64_t v; memcpy(&v, at, 8); out[i] = v; break; }
     case 4: { int32_t v; memcpy(&v, at, 4); out[i] = v; break; }
     case 2: { int16_t v; memcpy(&v, at, 2); out[i] = v; break; }
-    case 1: out[i] = (int8_t)*at; break;
+    case 1: { uint8_t v; memcpy(&v, at, 1); out[i] = v >= 128 ? (int64_t)v - 256 : v; break; }
     case -8: { uint64_t v; memcpy(&v, at, 8); out[i] = v > INT64_MAX ? -1 : (int64_t)v; break; }
     case -4: { uint32_t v; memcpy(&v, at, 4); out[i] = v; break; }
     case -2: { uint16_t v; memcpy(&v, at, 2); out[i] = v; break; }
-    case -1: out[i] = (uint8_t)*at; break;
+    case -1: { uint8_t v; memcpy(&v, at, 1); out[i] = v; break; }
     default:
       pyx_invalid(op, "%s: %s: NumPy's '%s' is not an integer type", op, what, typestr);
       return -1;
@@ -549,7 +549,11 @@ static PyObject *m_move_many(PyObject *m, PyObject *args, PyObject *kwargs)
   if (!seq) return NULL;
   Py_ssize_t n = PyTuple_Size(seq);
   xfer_batch_item *items = PyMem_Calloc(n ? (size_t)n : 1, sizeof *items);
-  PyObject *out = items ? PyList_New(n) : PyErr_NoMemory();
+  if (!items) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  PyObject *out = PyList_New(n);
   Py_ssize_t made = 0;
   xfer_error err;
   for (; out && made < n; made++) {

@@ -51,8 +51,9 @@ static xfer_device *by_name(const char *name)
     pyx_raise(&err);
     return NULL;
   }
-  if (nknown < KNOWN && strlen(name) < sizeof known[0].name) {
-    strcpy(known[nknown].name, name);
+  size_t len = strlen(name);
+  if (nknown < KNOWN && len < sizeof known[0].name) {
+    memcpy(known[nknown].name, name, len + 1);
     known[nknown++].dev = dev;
   }
   return dev;
