@@ -94,6 +94,22 @@ xferlua.faults.clear()
 assert (xferlua.to_numpy(moved) == numpy.arange(1 << 16, dtype=numpy.uint8)).all()
 ok("fault injection from Python: the injected failure is an Error with injected=True, a retry moves")
 
+# -- the fall-back policy: a failed path, then an explicit host round-trip ---------------------
+if len(devs) > 2:
+    a_dev, b_dev = devs[1], devs[2]
+    x = xferlua.tensor([1, 2, 3]).to(a_dev)
+    first = x.plan(b_dev)["path"]
+    assert first in xferlua.PATHS and x.plan(b_dev)["moves"]
+    xferlua.faults.inject(b_dev.runtime, "write", nth=1)
+    seen = []
+    y, attempts = xferlua.transfer(x, b_dev, log=seen.append)
+    xferlua.faults.clear()
+    assert y.tolist() == [1, 2, 3] and y.device == b_dev
+    assert [a["path"] for a in attempts] == [first] and seen == attempts and attempts[0]["code"] == "write"
+    ok("xferlua.transfer: %s failed (injected), the host round-trip moved it; plan() says why" % first)
+else:
+    print("skip: transfer's fall-back: fewer than two devices besides the host")
+
 # -- async jobs and cancel ----------------------------------------------------------------------
 big = xferlua.from_numpy(numpy.arange(1 << 22, dtype=numpy.float32))
 job = big.to_async(other)
@@ -221,6 +237,15 @@ for th in threads:
     th.join()
 assert not failures, failures
 ok("8 threads moving and batching at once on one context")
+
+# -- closing a device: its tensors say so; opening it again gives a fresh one -----------------
+if other != "host":
+    kept = xferlua.tensor([1.0]).to(other)
+    xferlua.device(other).close()
+    e = expect(xferlua.Closed, kept.to, "host")
+    assert e.code == "closed"
+    assert xferlua.tensor([2.0]).to(xferlua.device(other)).tolist() == [2.0]
+    ok("Device.close(): its tensors raise Closed; the device opens again")
 
 gc.collect()
 xferlua.synchronize()

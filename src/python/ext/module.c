@@ -123,6 +123,21 @@ static PyObject *m_device_info(PyObject *m, PyObject *name)
   return dev ? info_dict(dev) : NULL;
 }
 
+/* _device_close(name): the device's memory and driver objects given back once its moves end */
+static PyObject *m_device_close(PyObject *m, PyObject *name)
+{
+  (void)m;
+  xfer_device *dev = pyx_device(name);
+  if (!dev) return NULL;
+  xfer_error err;
+  xfer_code rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = xfer_device_close(dev, &err);
+  Py_END_ALLOW_THREADS
+  if (rc) return pyx_raise(&err);
+  Py_RETURN_NONE;
+}
+
 static PyObject *m_runtimes(PyObject *m, PyObject *unused)
 {
   (void)m, (void)unused;
@@ -368,6 +383,7 @@ static PyObject *m_fault_list(PyObject *m, PyObject *unused)
 static PyMethodDef functions[] = {
   {"_devices", m_devices, METH_NOARGS, NULL},
   {"_device_info", m_device_info, METH_O, NULL},
+  {"_device_close", m_device_close, METH_O, NULL},
   {"runtimes", m_runtimes, METH_NOARGS,
    "runtimes() -> list[dict]\n\nEvery runtime (host, cuda, vulkan, opencl, remote): name, "
    "available, reason (why not, or which devices were left out), devices."},

@@ -218,6 +218,43 @@ static PyObject *t_to_async(PyObject *self, PyObject *const *args, Py_ssize_t na
   return pyx_job_new(job, PYX_JOB_MOVE, NULL, NULL);
 }
 
+/* plan(device, *, via, dtype): what the move would do, and why (nothing moved) */
+static PyObject *t_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+  xfer_device *dev;
+  xfer_transfer_opts opts;
+  if (move_args("plan", args, nargs, kwnames, &dev, &opts)) return NULL;
+  xfer_plan plan;
+  xfer_error err;
+  if (xfer_transfer_plan(((pyx_tensor *)self)->t, dev, &opts, &plan, &err)) return pyx_raise(&err);
+  PyObject *steps = PyList_New(0), *moves = PyList_New(0), *estimates = PyDict_New();
+  for (int i = 0; steps && i < plan.nsteps; i++) {
+    PyObject *v = PyUnicode_FromString(plan.steps[i]);
+    if (!v || PyList_Append(steps, v)) Py_CLEAR(steps);
+    Py_XDECREF(v);
+  }
+  for (int i = 0; moves && i < plan.nmoves; i++) {
+    PyObject *v = Py_BuildValue("{s:s,s:s,s:s,s:s,s:O}", "from", plan.moves[i].from, "to", plan.moves[i].to,
+                                "path", xfer_path_name(plan.moves[i].path), "runner", plan.moves[i].runner,
+                                "fallback", plan.moves[i].fallback ? Py_True : Py_False);
+    if (!v || PyList_Append(moves, v)) Py_CLEAR(moves);
+    Py_XDECREF(v);
+  }
+  for (int i = 0; estimates && i < plan.nestimates; i++) {
+    PyObject *v = plan.estimates[i].measured ? PyFloat_FromDouble(plan.estimates[i].seconds) : Py_NewRef(Py_None);
+    if (!v || PyDict_SetItemString(estimates, xfer_path_name(plan.estimates[i].path), v)) Py_CLEAR(estimates);
+    Py_XDECREF(v);
+  }
+  if (!steps || !moves || !estimates) {
+    Py_XDECREF(steps);
+    Py_XDECREF(moves);
+    Py_XDECREF(estimates);
+    return NULL;
+  }
+  return Py_BuildValue("{s:s,s:s,s:N,s:N,s:N}", "path", xfer_path_name(plan.path), "reason", plan.reason,
+                       "steps", steps, "moves", moves, "estimates", estimates);
+}
+
 static PyObject *t_copy_from(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
   static const char *const names[] = {"via", "verify", "timeout", NULL};
@@ -553,6 +590,9 @@ static PyMethodDef tensor_methods[] = {
   {"to_async", (PyCFunction)(void (*)(void))t_to_async, FAST,
    "to_async(device, **options) -> Job\n\nThe move of to() on a thread of xferlua's pool: "
    "job.wait() gives the new tensor, job.cancel() stops it."},
+  {"plan", (PyCFunction)(void (*)(void))t_plan, FAST,
+   "plan(device, *, via=None, dtype=None) -> dict\n\nWhat to() would do, and why, moving nothing: "
+   "path, reason, steps, moves (as the ledger records them), estimates (seconds per path measured)."},
   {"copy_from", (PyCFunction)(void (*)(void))t_copy_from, FAST,
    "copy_from(src, *, via=None, verify=None, timeout=None) -> self\n\nFills this tensor from "
    "`src` (same shape; any devices; another dtype converts)."},

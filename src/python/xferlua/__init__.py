@@ -37,7 +37,7 @@ __version__ = _x.version
 __all__ = ["Error", "Tensor", "Job", "Batch", "Device", "devices", "device", "runtimes", "tensor",
            "empty", "zeros", "from_bytes", "from_numpy", "to_numpy", "from_torch", "to_torch",
            "from_dlpack", "batch", "copy_many", "move_many", "load", "save", "load_async",
-           "save_async", "open", "faults", "connect", "serve", "Peer", "Listener", "config", "memory", "synchronize", "empty_cache", "library_path"]
+           "save_async", "open", "faults", "transfer", "plan", "PATHS", "connect", "serve", "Peer", "Listener", "config", "memory", "synchronize", "empty_cache", "library_path"]
 
 Batch = _x.Batch
 Peer, Listener, connect, serve = _x.Peer, _x.Listener, _x.connect, _x.serve
@@ -106,6 +106,12 @@ class Device(str):
     def memory(self):
         """The device's caching allocator (xferlua.memory(device))."""
         return _x.memory(self)
+
+    def close(self):
+        """Gives back everything the device holds -- its tensors' memory (they raise
+        xferlua.Closed from then on), its cache, its driver objects -- once the moves using it
+        have ended; xferlua.device(name) opens it again. Not the host."""
+        _x._device_close(self)
 
     def __repr__(self):
         return "xferlua.Device(%s: %s)" % (str(self), self.label)
@@ -315,6 +321,63 @@ def zeros(shape: Any, dtype: Any = "f32", device: Any = "host") -> "Tensor":
     t = _x.empty(shape, dtype, device)
     t.write(bytes(t.nbytes))
     return t
+
+
+# -- the fall-back policy: xfer.transfer ---------------------------------------------------------
+
+PATHS = ("same_device", "same_runtime", "interop", "direct", "staged", "host")
+
+
+def _log_attempt(attempt):
+    import sys
+    sys.stderr.write("xferlua.transfer: %s -> %s via %s failed (%s): %s\n"
+                     % (attempt["from"], attempt["to"], attempt["path"], attempt["code"], attempt["message"]))
+
+
+def transfer(t: "Tensor", device: Any, *, fallback: Optional[List[str]] = None, retries: int = 0,
+             log: Any = None) -> "tuple":
+    """Moves t to device trying the paths of `fallback` in order (default: the planner's choice,
+    then 'host': an explicit host round-trip). A path that does not apply is skipped; a failure
+    that says it is retryable is tried again up to `retries` times; every failed attempt goes to
+    `log` (default: a line on stderr; False: silent). Returns (the new tensor, the failed
+    attempts); raises the last error when every path failed, and a canceled move's at once."""
+    paths = list(fallback) if fallback is not None else [t.plan(device)["path"], "host"]
+    for p in paths:
+        if p not in PATHS:
+            raise _errors["invalid"]("transfer: %r is not a path (%s)" % (p, ", ".join(PATHS)))
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise _errors["invalid"]("transfer: retries must be a whole number >= 0")
+    log = _log_attempt if log is None else (log or (lambda attempt: None))
+    attempts, last = [], None
+    for path in paths:
+        try:
+            t.plan(device, via=path)
+        except Error as e:
+            if e.code != "unsupported":
+                raise
+            continue
+        for attempt_no in range(retries + 1):
+            try:
+                return t.to(device, via=path), attempts
+            except Error as e:
+                attempt = {"path": path, "try": attempt_no + 1, "code": e.code, "op": e.op, "from": e.from_,
+                           "to": e.to, "message": e.message, "retryable": e.retryable}
+                attempts.append(attempt)
+                log(attempt)
+                last = e
+                if e.code == "canceled":  # whoever canceled wants it stopped, not moved another way
+                    raise
+                if not e.retryable:
+                    break
+    if last is not None:
+        raise last
+    raise _errors["unsupported"]("transfer: none of the paths %s applies to %s -> %s"
+                                 % (", ".join(paths), t.device, device))
+
+
+def plan(t: "Tensor", device: Any, **options: Any) -> Dict[str, Any]:
+    """What t.to(device, **options) would do, and why: path, reason, steps, moves, estimates."""
+    return t.plan(device, **options)
 
 
 # -- DLPack: NumPy, PyTorch, CuPy, JAX ---------------------------------------------------------
