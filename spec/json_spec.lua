@@ -159,7 +159,7 @@ describe("scripts/bench's arguments", function()
 
   it("refuses an unknown table, an unknown flag, a flag without its value and a bad value, saying which", function()
     for _, case in ipairs({
-      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,files,plan,remote,deadline,guard,selftest)" },
+      { "--tables host,nope", "bench: unknown table 'nope' (tables: host,pairs,staged,to,strided,batch,python,files,plan,remote,deadline,guard,selftest)" },
       { "--frobnicate", "bench: unknown option '--frobnicate'" },
       { "--tabels host", "bench: unknown option '--tabels'\nDid you mean '--tables'?" },
       { "--sizes", "bench: option '--sizes' requires an argument" },
