@@ -99,7 +99,7 @@ int main(int argc, char **argv)
     if (xfer_batch_prepare(items, blocks, NULL, &p.batch, &err)) {
       printf("calls %s failed %s\n", name, err.message);
     } else {
-      s = median_of(run_batch, &p, 3);
+      s = median_of(run_batch, &p, 10);
       if (s >= 0) printf("calls %s batch %.9f %zu\n", name, s, blocks * block);
       else printf("calls %s failed %s\n", name, p.err.message);
       xfer_batch_release(p.batch);
