@@ -76,6 +76,19 @@ local function run_checks_in(dir)
   end
 end
 
+-- A fresh venv, `install` run (VENV in it: the venv's folder), then the checks by its python:
+-- true; false and why where no venv can be made (the venv removed either way).
+local function install_and_check(install)
+  local dir, err = venv()
+  if not dir then return false, "python3-venv is not installed: " .. err end
+  local out, code = h.run((install:gsub("VENV", dir)))
+  local ok, failure = code == 0, out
+  if ok then ok, failure = pcall(run_checks_in, dir) end
+  os.execute("rm -rf " .. dir)
+  assert(ok, failure)
+  return true
+end
+
 describe("the Python package", function()
   local function lib() return build_dir() .. "/libxfer.so.0" end
 
@@ -136,19 +149,13 @@ describe("the Python package", function()
     local why = unusable() or cannot_build() or
                 (h.sanitized() and "a sanitizer build: pip builds a build of its own (the release run installs it)")
     if why then return pending(why) end
-    local dir, err = venv()
-    if not dir then return pending("python3-venv is not installed: " .. err) end
     -- from a copy of the tree: setuptools builds in the project's build/ otherwise
     local tree = os.tmpname() .. "-tree"
-    local out, code = h.run(("mkdir -p %s && tar -c --exclude='./build*' --exclude=./.git --exclude=./.gpu . | " ..
-                             "tar -x -C %s && cd %s && %s/bin/pip install --quiet --no-index " ..
-                             "--no-build-isolation ."):format(tree, tree, tree, dir))
+    local ok, why_not = install_and_check(("mkdir -p %s && tar -c --exclude='./build*' --exclude=./.git " ..
+                                           "--exclude=./.gpu . | tar -x -C %s && cd %s && VENV/bin/pip install " ..
+                                           "--quiet --no-index --no-build-isolation ."):format(tree, tree, tree))
     os.execute("rm -rf " .. tree)
-    if code ~= 0 then os.execute("rm -rf " .. dir) end
-    assert.are.equal(0, code, out)
-    local ok, failure = pcall(run_checks_in, dir)
-    os.execute("rm -rf " .. dir)
-    assert(ok, failure)
+    if not ok then return pending(why_not) end
   end)
 
   it("installs from the wheel scripts/wheel builds (cp310-abi3) into a fresh venv offline", function()
@@ -160,15 +167,9 @@ describe("the Python package", function()
     assert.are.equal(0, code, out)
     local wheel = out:match("(%S+%-cp310%-abi3%-linux_x86_64%.whl)%s*$")
     assert.is_truthy(wheel, out)
-    local dir, err = venv()
-    if not dir then return pending("python3-venv is not installed: " .. err) end
-    out, code = h.run(("%s/bin/pip install --quiet --no-index %s"):format(dir, wheel))
+    local ok, why_not = install_and_check("VENV/bin/pip install --quiet --no-index " .. wheel)
     os.execute("rm -rf " .. out_dir)
-    if code ~= 0 then os.execute("rm -rf " .. dir) end
-    assert.are.equal(0, code, out)
-    local ok, failure = pcall(run_checks_in, dir)
-    os.execute("rm -rf " .. dir)
-    assert(ok, failure)
+    if not ok then return pending(why_not) end
   end)
 
   it("says where it looked when it cannot find libxfer.so", function()

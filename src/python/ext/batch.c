@@ -240,11 +240,8 @@ static int batch_opts(const char *op, PyObject *kwargs, xfer_transfer_opts *opts
 static void batch_dealloc(PyObject *self)
 {
   pyx_batch *o = (pyx_batch *)self;
-  PyTypeObject *type = Py_TYPE(self);
   if (o->batch) xfer_batch_release(o->batch); /* a running job holds its own reference */
-  freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
-  free_(self);
-  Py_DECREF(type);
+  pyx_free(self);
 }
 
 static xfer_batch *live(PyObject *self, const char *op)
@@ -272,9 +269,7 @@ static PyObject *b_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   }
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = part < 0 ? xfer_batch_run(b, &err) : xfer_batch_run_part(b, (size_t)part, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = part < 0 ? xfer_batch_run(b, &err) : xfer_batch_run_part(b, (size_t)part, &err));
   if (rc) return pyx_raise(&err);
   return Py_NewRef(self);
 }
@@ -398,14 +393,11 @@ static PyObject *new_batch(const char *op, const xfer_batch_item *items, size_t 
   xfer_batch *b;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = nparts ? xfer_batch_prepare_parts(items, n, part_end, nparts, opts, &b, &err)
-              : xfer_batch_prepare(items, n, opts, &b, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = nparts ? xfer_batch_prepare_parts(items, n, part_end, nparts, opts, &b, &err)
+                            : xfer_batch_prepare(items, n, opts, &b, &err));
   (void)op;
   if (rc) return pyx_raise(&err);
-  allocfunc alloc = (allocfunc)PyType_GetSlot(batch_type, Py_tp_alloc);
-  pyx_batch *o = (pyx_batch *)alloc(batch_type, 0);
+  pyx_batch *o = (pyx_batch *)pyx_alloc(batch_type);
   if (!o) {
     xfer_batch_release(b);
     return NULL;
@@ -466,17 +458,24 @@ static PyObject *m_batch(PyObject *m, PyObject *args, PyObject *kwargs)
   if (items_of_call("batch", list, kwargs, &items, &n)) return NULL;
   PyObject *parts = kwargs ? PyDict_GetItemString(kwargs, "parts") : NULL;
   int64_t *ends = NULL;
-  size_t nparts = 0;
+  size_t nparts = 0, *part_end = NULL;
   PyObject *out = NULL;
   if (parts && parts != Py_None && pyx_int64s(parts, "batch", "parts", &ends, &nparts)) goto done;
-  for (size_t k = 0; k < nparts; k++)
+  if (nparts && !(part_end = PyMem_Malloc(nparts * sizeof *part_end))) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (size_t k = 0; k < nparts; k++) {
     if (ends[k] < 0 || (k && ends[k] < ends[k - 1]) || (size_t)ends[k] > n ||
         (k == nparts - 1 && (size_t)ends[k] != n)) {
       pyx_invalid("batch", "batch: parts are the elements' ends, ascending, the last = %zu (the count)", n);
       goto done;
     }
-  out = new_batch("batch", items, n, (const size_t *)ends, nparts, &opts);
+    part_end[k] = (size_t)ends[k];
+  }
+  out = new_batch("batch", items, n, part_end, nparts, &opts);
 done:
+  PyMem_Free(part_end);
   PyMem_Free(ends);
   PyMem_Free(items);
   return out;
@@ -486,9 +485,7 @@ static PyObject *run_once(const char *op, const xfer_batch_item *items, size_t n
 {
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_transfer_batch(items, n, opts, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_transfer_batch(items, n, opts, &err));
   (void)op;
   if (rc) return pyx_raise(&err);
   Py_RETURN_NONE;
@@ -619,14 +616,8 @@ int pyx_batch_init(PyObject *module)
     {Py_tp_doc, "A prepared batch (xferlua.batch): checked, grouped and planned once."},
     {0, NULL},
   };
-  PyType_Spec spec = {"xferlua.Batch", sizeof(pyx_batch), 0,
-                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
-  batch_type = (PyTypeObject *)PyType_FromSpec(&spec);
+  batch_type = pyx_add_type(module, "xferlua.Batch", sizeof(pyx_batch),
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots);
   if (!batch_type) return -1;
-  Py_INCREF(batch_type);
-  if (PyModule_AddObject(module, "Batch", (PyObject *)batch_type)) {
-    Py_DECREF(batch_type);
-    return -1;
-  }
   return PyModule_AddFunctions(module, pyx_batch_functions);
 }

@@ -63,9 +63,7 @@ static xfer_file *open_file(const char *path)
   xfer_file *f;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_file_open(ctx, path, &f, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_file_open(ctx, path, &f, &err));
   if (rc) {
     pyx_raise(&err);
     return NULL;
@@ -168,9 +166,7 @@ static PyObject *m_load(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_code rc;
   if (wants_async(kwargs)) {
     xfer_job *job;
-    Py_BEGIN_ALLOW_THREADS
-    rc = xfer_file_load_start(f, items, (size_t)n, &opts, &job, &err);
-    Py_END_ALLOW_THREADS
+    PYX_UNLOCKED(rc = xfer_file_load_start(f, items, (size_t)n, &opts, &job, &err));
     if (rc) {
       pyx_raise(&err);
       goto done;
@@ -179,9 +175,7 @@ static PyObject *m_load(PyObject *m, PyObject *args, PyObject *kwargs)
     names = NULL; /* the job's now */
     goto done;
   }
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_file_load(f, items, (size_t)n, &opts, out, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_file_load(f, items, (size_t)n, &opts, out, &err));
   if (rc) {
     pyx_raise(&err);
     goto done;
@@ -245,16 +239,12 @@ static PyObject *m_save(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_code rc;
   if (wants_async(kwargs)) {
     xfer_job *job;
-    Py_BEGIN_ALLOW_THREADS
-    rc = xfer_file_save_start(ctx, path, format, cnames, ts, (size_t)n, mk, mv, (size_t)nmeta, &opts, &job, &err);
-    Py_END_ALLOW_THREADS
+    PYX_UNLOCKED(rc = xfer_file_save_start(ctx, path, format, cnames, ts, (size_t)n, mk, mv, (size_t)nmeta, &opts, &job, &err));
     if (rc) pyx_raise(&err);
     else result = pyx_job_new(job, PYX_JOB_SAVE, NULL, NULL);
     goto done;
   }
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_file_save(ctx, path, format, cnames, ts, (size_t)n, mk, mv, (size_t)nmeta, &opts, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_file_save(ctx, path, format, cnames, ts, (size_t)n, mk, mv, (size_t)nmeta, &opts, &err));
   if (rc) pyx_raise(&err);
   else result = Py_NewRef(Py_None);
 done:

@@ -19,9 +19,7 @@ static PyTypeObject *job_base, *job_class;
 
 PyObject *pyx_job_new(xfer_job *job, pyx_job_kind kind, PyObject *names, PyObject *keep)
 {
-  PyTypeObject *cls = job_class ? job_class : job_base;
-  allocfunc alloc = (allocfunc)PyType_GetSlot(cls, Py_tp_alloc);
-  pyx_job *o = (pyx_job *)alloc(cls, 0);
+  pyx_job *o = (pyx_job *)pyx_alloc(job_class ? job_class : job_base);
   if (!o) {
     xfer_job_detach(job);
     Py_XDECREF(names);
@@ -39,14 +37,11 @@ PyObject *pyx_job_new(xfer_job *job, pyx_job_kind kind, PyObject *names, PyObjec
 static void job_dealloc(PyObject *self)
 {
   pyx_job *o = (pyx_job *)self;
-  PyTypeObject *type = Py_TYPE(self);
   if (o->job) xfer_job_detach(o->job); /* a collector must not wait */
   Py_CLEAR(o->names);
   Py_CLEAR(o->keep);
   Py_CLEAR(o->result);
-  freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
-  free_(self);
-  Py_DECREF(type);
+  pyx_free(self);
 }
 
 /* A load's tensors as {name: tensor}, each taken from the job once. */
@@ -71,9 +66,7 @@ static PyObject *j_wait(PyObject *self, PyObject *unused)
   xfer_tensor *out = NULL;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_job_wait(o->job, &out, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_job_wait(o->job, &out, &err));
   if (rc) return pyx_raise(&err); /* again on every wait, as the core says it again */
   switch (o->kind) {
   case PYX_JOB_MOVE: o->result = pyx_tensor_new(out, NULL); break;
@@ -92,9 +85,7 @@ static PyObject *j_done(PyObject *self, PyObject *unused)
 static PyObject *j_cancel(PyObject *self, PyObject *unused)
 {
   (void)unused;
-  Py_BEGIN_ALLOW_THREADS
-  xfer_job_cancel(((pyx_job *)self)->job); /* (a no-op for one that ended) */
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(xfer_job_cancel(((pyx_job *)self)->job)); /* (a no-op for one that ended) */
   Py_RETURN_NONE;
 }
 
@@ -139,14 +130,8 @@ int pyx_job_init(PyObject *module)
     {Py_tp_doc, "A move, batch run, load or save running on xferlua's threads."},
     {0, NULL},
   };
-  PyType_Spec spec = {"xferlua._xferlua.Job", sizeof(pyx_job), 0,
-                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
-  job_base = (PyTypeObject *)PyType_FromSpec(&spec);
+  job_base = pyx_add_type(module, "xferlua._xferlua.Job", sizeof(pyx_job),
+                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots);
   if (!job_base) return -1;
-  Py_INCREF(job_base);
-  if (PyModule_AddObject(module, "Job", (PyObject *)job_base)) {
-    Py_DECREF(job_base);
-    return -1;
-  }
   return 0;
 }

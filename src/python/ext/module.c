@@ -131,9 +131,7 @@ static PyObject *m_device_close(PyObject *m, PyObject *name)
   if (!dev) return NULL;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_device_close(dev, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_device_close(dev, &err));
   if (rc) return pyx_raise(&err);
   Py_RETURN_NONE;
 }
@@ -181,9 +179,7 @@ static PyObject *m_synchronize(PyObject *m, PyObject *unused)
   (void)m, (void)unused;
   xfer_ctx *c = pyx_ctx();
   if (!c) return NULL;
-  Py_BEGIN_ALLOW_THREADS
-  xfer_synchronize(c);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(xfer_synchronize(c));
   Py_RETURN_NONE;
 }
 
@@ -193,9 +189,7 @@ static PyObject *m_empty_cache(PyObject *m, PyObject *const *args, Py_ssize_t na
   xfer_ctx *c = pyx_ctx();
   xfer_device *dev = NULL;
   if (!c || (nargs && args[0] != Py_None && !(dev = pyx_device(args[0])))) return NULL;
-  Py_BEGIN_ALLOW_THREADS
-  xfer_empty_cache(c, dev);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(xfer_empty_cache(c, dev));
   Py_RETURN_NONE;
 }
 

@@ -12,9 +12,19 @@
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 #include "xfer.h"
 #include "xfer_files.h"
+
+/* `stmt` run with the GIL released: a move, a wait, a driver call -- other Python threads go on
+** meanwhile. Nothing in stmt may touch a Python object. */
+#define PYX_UNLOCKED(stmt) \
+  do {                     \
+    Py_BEGIN_ALLOW_THREADS \
+    stmt;                  \
+    Py_END_ALLOW_THREADS   \
+  } while (0)
 
 /* -- the module's state (one context per process, as the Lua binding's) -- */
 
@@ -24,6 +34,17 @@ xfer_ctx *pyx_ctx(void);
 /* A device by name ("host", "cuda:0") or an object with a `name` (xferlua.Device); NULL and
 ** the exception set (the core's error: unknown name, unavailable runtime). */
 xfer_device *pyx_device(PyObject *name_or_device);
+
+/* -- types (types.c) -- */
+
+/* A heap type of `slots` named "xferlua.X" (or "xferlua._xferlua.X"), added to the module as X;
+** NULL and the exception set on failure. */
+PyTypeObject *pyx_add_type(PyObject *module, const char *name, size_t size, unsigned int flags,
+                           PyType_Slot *slots);
+/* A new object of `type` (a subclass's too), zeroed; NULL and the exception set. */
+PyObject *pyx_alloc(PyTypeObject *type);
+/* The end of every tp_dealloc: the object's memory given back, and its type's reference. */
+void pyx_free(PyObject *self);
 
 /* -- errors (errors.c) -- */
 

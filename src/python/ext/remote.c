@@ -23,11 +23,8 @@ static PyTypeObject *peer_type, *listener_type;
 
 static void peer_dealloc(PyObject *self)
 {
-  PyTypeObject *type = Py_TYPE(self);
   xfer_peer_close(((pyx_peer *)self)->peer); /* (NULL: closed already) */
-  freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
-  free_(self);
-  Py_DECREF(type);
+  pyx_free(self);
 }
 
 static PyObject *p_close(PyObject *self, PyObject *unused)
@@ -35,9 +32,7 @@ static PyObject *p_close(PyObject *self, PyObject *unused)
   (void)unused;
   xfer_peer *p = ((pyx_peer *)self)->peer;
   ((pyx_peer *)self)->peer = NULL;
-  Py_BEGIN_ALLOW_THREADS
-  xfer_peer_close(p);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(xfer_peer_close(p));
   Py_RETURN_NONE;
 }
 
@@ -105,16 +100,11 @@ static PyMethodDef peer_methods[] = {
 
 static void listener_dealloc(PyObject *self)
 {
-  PyTypeObject *type = Py_TYPE(self);
   xfer_listener *l = ((pyx_listener *)self)->listener;
   if (l) {
-    Py_BEGIN_ALLOW_THREADS /* its thread ends first */
-    xfer_listener_close(l);
-    Py_END_ALLOW_THREADS
+    PYX_UNLOCKED(xfer_listener_close(l)); /* its thread ends first */
   }
-  freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
-  free_(self);
-  Py_DECREF(type);
+  pyx_free(self);
 }
 
 static PyObject *l_close(PyObject *self, PyObject *unused)
@@ -123,9 +113,7 @@ static PyObject *l_close(PyObject *self, PyObject *unused)
   xfer_listener *l = ((pyx_listener *)self)->listener;
   ((pyx_listener *)self)->listener = NULL;
   if (l) {
-    Py_BEGIN_ALLOW_THREADS
-    xfer_listener_close(l);
-    Py_END_ALLOW_THREADS
+    PYX_UNLOCKED(xfer_listener_close(l));
   }
   Py_RETURN_NONE;
 }
@@ -184,12 +172,9 @@ static PyObject *m_connect(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_peer *peer;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_connect(ctx, url, &opts, &peer, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_connect(ctx, url, &opts, &peer, &err));
   if (rc) return pyx_raise(&err);
-  allocfunc alloc = (allocfunc)PyType_GetSlot(peer_type, Py_tp_alloc);
-  pyx_peer *o = (pyx_peer *)alloc(peer_type, 0);
+  pyx_peer *o = (pyx_peer *)pyx_alloc(peer_type);
   if (!o) {
     xfer_peer_close(peer);
     return NULL;
@@ -212,12 +197,9 @@ static PyObject *m_serve(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_listener *l;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_listen(ctx, url, &opts, &l, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_listen(ctx, url, &opts, &l, &err));
   if (rc) return pyx_raise(&err);
-  allocfunc alloc = (allocfunc)PyType_GetSlot(listener_type, Py_tp_alloc);
-  pyx_listener *o = (pyx_listener *)alloc(listener_type, 0);
+  pyx_listener *o = (pyx_listener *)pyx_alloc(listener_type);
   if (!o) {
     xfer_listener_close(l);
     return NULL;
@@ -237,30 +219,21 @@ static PyMethodDef remote_functions[] = {
   {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject *new_type(PyObject *module, const char *name, const char *short_name, size_t size,
-                              void (*dealloc)(PyObject *), PyMethodDef *methods, PyGetSetDef *getset,
-                              const char *doc)
+static PyTypeObject *new_type(PyObject *module, const char *name, size_t size, void (*dealloc)(PyObject *),
+                              PyMethodDef *methods, PyGetSetDef *getset, const char *doc)
 {
   PyType_Slot slots[] = {
     {Py_tp_dealloc, dealloc}, {Py_tp_methods, methods}, {Py_tp_getset, getset},
     {Py_tp_doc, (void *)doc}, {0, NULL},
   };
-  PyType_Spec spec = {name, (int)size, 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
-  PyTypeObject *t = (PyTypeObject *)PyType_FromSpec(&spec);
-  if (!t) return NULL;
-  Py_INCREF(t);
-  if (PyModule_AddObject(module, short_name, (PyObject *)t)) {
-    Py_DECREF(t);
-    return NULL;
-  }
-  return t;
+  return pyx_add_type(module, name, size, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots);
 }
 
 int pyx_remote_init(PyObject *module)
 {
-  peer_type = new_type(module, "xferlua.Peer", "Peer", sizeof(pyx_peer), peer_dealloc, peer_methods,
+  peer_type = new_type(module, "xferlua.Peer", sizeof(pyx_peer), peer_dealloc, peer_methods,
                        peer_getset, "A connection to another machine's devices (xferlua.connect).");
-  listener_type = new_type(module, "xferlua.Listener", "Listener", sizeof(pyx_listener), listener_dealloc,
+  listener_type = new_type(module, "xferlua.Listener", sizeof(pyx_listener), listener_dealloc,
                            listener_methods, listener_getset, "A server of this process's devices (xferlua.serve).");
   if (!peer_type || !listener_type) return -1;
   return PyModule_AddFunctions(module, remote_functions);

@@ -39,9 +39,7 @@ typedef struct dl_managed_versioned {
 
 PyObject *pyx_tensor_new(xfer_tensor *t, PyObject *keep)
 {
-  PyTypeObject *cls = tensor_class ? tensor_class : pyx_tensor_base;
-  allocfunc alloc = (allocfunc)PyType_GetSlot(cls, Py_tp_alloc);
-  pyx_tensor *o = (pyx_tensor *)alloc(cls, 0);
+  pyx_tensor *o = (pyx_tensor *)pyx_alloc(tensor_class ? tensor_class : pyx_tensor_base);
   if (!o) {
     xfer_tensor_release(t);
     return NULL;
@@ -72,12 +70,9 @@ xfer_tensor *pyx_tensor_of(PyObject *o, const char *op)
 static void tensor_dealloc(PyObject *self)
 {
   pyx_tensor *o = (pyx_tensor *)self;
-  PyTypeObject *type = Py_TYPE(self);
   if (o->t) xfer_tensor_release(o->t); /* never blocks: a job using it holds its own */
   Py_CLEAR(o->keep);
-  freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
-  free_(self);
-  Py_DECREF(type);
+  pyx_free(self);
 }
 
 /* -- keyword arguments and a move's options -- */
@@ -195,9 +190,7 @@ static PyObject *t_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
   if (move_args("to", args, nargs, kwnames, &dev, &opts)) return NULL;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_transfer_to(t, dev, &opts, &out, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_transfer_to(t, dev, &opts, &out, &err));
   if (rc) return pyx_raise(&err);
   return pyx_tensor_new(out, NULL);
 }
@@ -211,9 +204,7 @@ static PyObject *t_to_async(PyObject *self, PyObject *const *args, Py_ssize_t na
   xfer_error err;
   xfer_job *job;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_transfer_start(t, dev, &opts, &job, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_transfer_start(t, dev, &opts, &job, &err));
   if (rc) return pyx_raise(&err);
   return pyx_job_new(job, PYX_JOB_MOVE, NULL, NULL);
 }
@@ -271,9 +262,7 @@ static PyObject *t_copy_from(PyObject *self, PyObject *const *args, Py_ssize_t n
   if (!src) return NULL;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_transfer_copy(((pyx_tensor *)self)->t, src, &opts, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_transfer_copy(((pyx_tensor *)self)->t, src, &opts, &err));
   if (rc) return pyx_raise(&err);
   return Py_NewRef(self);
 }
@@ -283,9 +272,7 @@ static PyObject *t_free(PyObject *self, PyObject *unused)
   (void)unused;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS /* waits for a job that uses it */
-  rc = xfer_tensor_free(((pyx_tensor *)self)->t, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_free(((pyx_tensor *)self)->t, &err)); /* waits for a job that uses it */
   if (rc) return pyx_raise(&err);
   Py_RETURN_NONE;
 }
@@ -301,9 +288,7 @@ static PyObject *t_tobytes(PyObject *self, PyObject *unused)
   if (!out) return NULL;
   char *at = PyBytes_AsString(out);
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_read(t, at, n, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_read(t, at, n, &err));
   if (rc) {
     Py_DECREF(out);
     return pyx_raise(&err);
@@ -322,9 +307,7 @@ static PyObject *t_write(PyObject *self, PyObject *data)
   if ((size_t)n != xfer_tensor_nbytes(t))
     return pyx_invalid("write", "write: %zd bytes for a tensor of %zu", n, xfer_tensor_nbytes(t));
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_write(t, bytes, (size_t)n, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_write(t, bytes, (size_t)n, &err));
   if (rc) return pyx_raise(&err);
   return Py_NewRef(self);
 }
@@ -335,9 +318,7 @@ static PyObject *t_crc32c(PyObject *self, PyObject *unused)
   uint32_t crc;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_crc32c(((pyx_tensor *)self)->t, &crc, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_crc32c(((pyx_tensor *)self)->t, &crc, &err));
   if (rc) return pyx_raise(&err);
   return PyLong_FromUnsignedLong(crc);
 }
@@ -349,9 +330,7 @@ static PyObject *t_equals(PyObject *self, PyObject *other)
   int equal = 0;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_equal(((pyx_tensor *)self)->t, b, &equal, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_equal(((pyx_tensor *)self)->t, b, &equal, &err));
   if (rc) return pyx_raise(&err);
   return PyBool_FromLong(equal);
 }
@@ -400,9 +379,7 @@ static PyObject *t_fill(PyObject *self, PyObject *value)
   xfer_error err;
   if (xfer_value_store(xfer_tensor_dtype(t), v, elem, &err)) return pyx_raise(&err);
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_fill(t, elem, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_fill(t, elem, &err));
   if (rc) return pyx_raise(&err);
   return Py_NewRef(self);
 }
@@ -458,9 +435,7 @@ static PyObject *t_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (kw[3] && kw[3] != Py_None && PyObject_IsTrue(kw[3]) == 1) { /* copy=True: a copy of ours */
     xfer_error err;
     xfer_code rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = xfer_transfer_to(t, xfer_tensor_device(t), NULL, &lent, &err);
-    Py_END_ALLOW_THREADS
+    PYX_UNLOCKED(rc = xfer_transfer_to(t, xfer_tensor_device(t), NULL, &lent, &err));
     xfer_tensor_release(t);
     if (rc) return pyx_raise(&err);
   }
@@ -509,73 +484,40 @@ static PyObject *g_strides(PyObject *self, void *c)
   return tuple_of(xfer_tensor_strides(t), xfer_tensor_shape(t)->ndim);
 }
 
-static PyObject *g_dtype(PyObject *self, void *c)
+enum { G_DTYPE, G_DEVICE, G_NDIM, G_NUMEL, G_NBYTES, G_FREED, G_CONTIGUOUS, G_VALID, G_OFFSET };
+
+/* the tensor's facts, one getter told which by its closure */
+static PyObject *g_fact(PyObject *self, void *which)
 {
-  (void)c;
-  return PyUnicode_FromString(xfer_dtype_name(xfer_tensor_dtype(((pyx_tensor *)self)->t)));
+  xfer_tensor *t = ((pyx_tensor *)self)->t;
+  switch ((int)(intptr_t)which) {
+  case G_DTYPE: return PyUnicode_FromString(xfer_dtype_name(xfer_tensor_dtype(t)));
+  case G_DEVICE: return PyUnicode_FromString(xfer_device_name(xfer_tensor_device(t)));
+  case G_NDIM: return PyLong_FromLong(xfer_tensor_shape(t)->ndim);
+  case G_NUMEL: return PyLong_FromSize_t(xfer_tensor_numel(t));
+  case G_NBYTES: return PyLong_FromSize_t(xfer_tensor_nbytes(t));
+  case G_FREED: return PyBool_FromLong(xfer_tensor_is_freed(t));
+  case G_CONTIGUOUS: return PyBool_FromLong(xfer_tensor_is_contiguous(t));
+  case G_VALID: return PyBool_FromLong(!xfer_tensor_readable(t, "valid", NULL));
+  default: return PyLong_FromSize_t(xfer_tensor_first(t));
+  }
 }
 
-static PyObject *g_device(PyObject *self, void *c)
-{
-  (void)c;
-  return PyUnicode_FromString(xfer_device_name(xfer_tensor_device(((pyx_tensor *)self)->t)));
-}
-
-static PyObject *g_ndim(PyObject *self, void *c)
-{
-  (void)c;
-  return PyLong_FromLong(xfer_tensor_shape(((pyx_tensor *)self)->t)->ndim);
-}
-
-static PyObject *g_numel(PyObject *self, void *c)
-{
-  (void)c;
-  return PyLong_FromSize_t(xfer_tensor_numel(((pyx_tensor *)self)->t));
-}
-
-static PyObject *g_nbytes(PyObject *self, void *c)
-{
-  (void)c;
-  return PyLong_FromSize_t(xfer_tensor_nbytes(((pyx_tensor *)self)->t));
-}
-
-static PyObject *g_freed(PyObject *self, void *c)
-{
-  (void)c;
-  return PyBool_FromLong(xfer_tensor_is_freed(((pyx_tensor *)self)->t));
-}
-
-static PyObject *g_contiguous(PyObject *self, void *c)
-{
-  (void)c;
-  return PyBool_FromLong(xfer_tensor_is_contiguous(((pyx_tensor *)self)->t));
-}
-
-static PyObject *g_valid(PyObject *self, void *c)
-{
-  (void)c;
-  return PyBool_FromLong(!xfer_tensor_readable(((pyx_tensor *)self)->t, "valid", NULL));
-}
-
-static PyObject *g_first(PyObject *self, void *c)
-{
-  (void)c;
-  return PyLong_FromSize_t(xfer_tensor_first(((pyx_tensor *)self)->t));
-}
+#define FACT(name, which, doc) {name, g_fact, NULL, doc, (void *)(intptr_t)(which)}
 
 static PyGetSetDef tensor_getset[] = {
-  {"offset", g_first, NULL, "the first element's place in the memory it shares, in elements", NULL},
   {"shape", g_shape, NULL, "the sizes, a tuple", NULL},
   {"strides", g_strides, NULL, "steps between neighbours of each dimension, in elements", NULL},
-  {"dtype", g_dtype, NULL, "xferlua's dtype name: 'f32', 'bf16', 'i64', ...", NULL},
-  {"device", g_device, NULL, "the device's name: 'host', 'cuda:0', ...", NULL},
-  {"ndim", g_ndim, NULL, "the number of dimensions", NULL},
-  {"numel", g_numel, NULL, "the number of elements", NULL},
-  {"nbytes", g_nbytes, NULL, "the elements' bytes", NULL},
-  {"freed", g_freed, NULL, "True after free()", NULL},
-  {"_contiguous", g_contiguous, NULL, "True when the elements lie packed in row-major order", NULL},
-  {"valid", g_valid, NULL, "False when it holds no valid bytes (a move into it ended timeout or "
-   "canceled, and nothing wrote it since), or it is freed", NULL},
+  FACT("offset", G_OFFSET, "the first element's place in the memory it shares, in elements"),
+  FACT("dtype", G_DTYPE, "xferlua's dtype name: 'f32', 'bf16', 'i64', ..."),
+  FACT("device", G_DEVICE, "the device's name: 'host', 'cuda:0', ..."),
+  FACT("ndim", G_NDIM, "the number of dimensions"),
+  FACT("numel", G_NUMEL, "the number of elements"),
+  FACT("nbytes", G_NBYTES, "the elements' bytes"),
+  FACT("freed", G_FREED, "True after free()"),
+  FACT("_contiguous", G_CONTIGUOUS, "True when the elements lie packed in row-major order"),
+  FACT("valid", G_VALID, "False when it holds no valid bytes (a move into it ended timeout or "
+       "canceled, and nothing wrote it since), or it is freed"),
   {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -670,9 +612,7 @@ static PyObject *m_empty(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_tensor *t;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_empty(dev, dt, &s, &t, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_empty(dev, dt, &s, &t, &err));
   if (rc) return pyx_raise(&err);
   return pyx_tensor_new(t, NULL);
 }
@@ -697,9 +637,7 @@ static PyObject *m_from_bytes(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_tensor *t;
   xfer_error err;
   xfer_code rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = xfer_tensor_from_bytes(dev, dt, &s, bytes, (size_t)n, &t, &err);
-  Py_END_ALLOW_THREADS
+  PYX_UNLOCKED(rc = xfer_tensor_from_bytes(dev, dt, &s, bytes, (size_t)n, &t, &err));
   if (rc) return pyx_raise(&err);
   return pyx_tensor_new(t, NULL);
 }
@@ -762,14 +700,9 @@ int pyx_tensor_init(PyObject *module)
                 "directly)."},
     {0, NULL},
   };
-  PyType_Spec spec = {"xferlua._xferlua.Tensor", sizeof(pyx_tensor), 0,
-                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};
-  pyx_tensor_base = (PyTypeObject *)PyType_FromSpec(&spec);
+  pyx_tensor_base = pyx_add_type(module, "xferlua._xferlua.Tensor", sizeof(pyx_tensor),
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                 slots);
   if (!pyx_tensor_base) return -1;
-  Py_INCREF(pyx_tensor_base);
-  if (PyModule_AddObject(module, "Tensor", (PyObject *)pyx_tensor_base)) {
-    Py_DECREF(pyx_tensor_base);
-    return -1;
-  }
   return PyModule_AddFunctions(module, tensor_functions);
 }
