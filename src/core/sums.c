@@ -242,27 +242,43 @@ static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned ch
   *nsegs = k;
 }
 
-xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc, xfer_error *err)
+xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
+                          xfer_error *err)
 {
+  *s = (xfer_sums){.ranges = ranges, .count = count, .crc = crc};
   if (!count) return XFER_E_OK;
-  unsigned char *seen = calloc(count, 1);
-  size_t *index = malloc(count * sizeof *index);
-  seg *segs = malloc(count * sizeof *segs);
-  uint32_t *sums = malloc(count * sizeof *sums);
-  xfer_sum_task *tasks = calloc(count, sizeof *tasks);
-  if (!seen || !index || !segs || !sums || !tasks) {
-    free(seen), free(index), free(segs), free(sums), free(tasks);
+  s->seen = calloc(count, 1);
+  s->index = malloc(count * sizeof *s->index);
+  s->segs = malloc(count * sizeof *s->segs);
+  s->sums = malloc(count * sizeof *s->sums);
+  s->tasks = calloc(count, sizeof *s->tasks);
+  if (!s->seen || !s->index || !s->segs || !s->sums || !s->tasks) {
+    free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks);
+    *s = (xfer_sums){0};
     return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   }
-  size_t nsegs = 0, ntasks = 0;
-  host_bundles(ranges, count, seen, index, segs, sums, &nsegs, tasks, &ntasks);
+  host_bundles(ranges, count, s->seen, s->index, s->segs, s->sums, &s->nsegs, s->tasks, &s->ntasks);
+  return XFER_E_OK;
+}
+
+xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err)
+{
+  if (!s->seen) return XFER_E_OK; /* none begun (none asked, or out of memory, said then) */
   xfer_code rc = XFER_E_OK; /* the devices sum theirs while the pool sums the host's */
-  for (size_t i = 0; i < count && !rc; i++)
-    if (!seen[i]) rc = device_sums(ranges, count, i, seen, crc, err);
-  for (size_t j = 0; j < ntasks; j++) task_wait(&tasks[j]);
-  for (size_t j = 0; j < nsegs; j++) crc[index[j]] = sums[j];
-  free(seen), free(index), free(segs), free(sums), free(tasks);
+  for (size_t i = 0; wanted && i < s->count && !rc; i++)
+    if (!s->seen[i]) rc = device_sums(s->ranges, s->count, i, s->seen, s->crc, err);
+  for (size_t j = 0; j < s->ntasks; j++) task_wait(&s->tasks[j]);
+  for (size_t j = 0; j < s->nsegs; j++) s->crc[s->index[j]] = s->sums[j];
+  free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks);
+  *s = (xfer_sums){0};
   return rc;
+}
+
+xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc, xfer_error *err)
+{
+  xfer_sums s;
+  xfer_code rc = xfer_sums_begin(&s, ranges, count, crc, err);
+  return rc ? rc : xfer_sums_end(&s, 1, err);
 }
 
 /* -- A move verified as it runs ---------------------------------------------------------------- */

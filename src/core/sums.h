@@ -26,16 +26,37 @@ typedef struct xfer_sum_range {
   size_t at, n;
 } xfer_sum_range;
 
+typedef struct xfer_sum_task xfer_sum_task;
+typedef struct xfer_sum_seg xfer_sum_seg;
+
 /* The CRC32C of each of `count` ranges into crc[], their devices held by the caller: host
 ** ranges by the sum pool at once, each device's ranges by one call of its own (copy->crc32c),
 ** the rest read back. */
 xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc, xfer_error *err);
 
+/* The same in two halves, so that host ranges are summed while something else runs (a batch's
+** sources while it moves): xfer_sums_begin gives the host ranges to the sum pool at once;
+** xfer_sums_end (wanted: 0 when the sums are no longer needed) has each device sum its own
+** ranges, waits for the pool's and frees. ranges[] and crc[] live until the end; every begun
+** s is ended, whatever happened between. */
+typedef struct xfer_sums {
+  const xfer_sum_range *ranges;
+  size_t count;
+  uint32_t *crc;
+  unsigned char *seen;      /* summed by the pool (the rest: by their devices at the end) */
+  size_t *index;            /* the range of each host segment */
+  xfer_sum_seg *segs;
+  uint32_t *sums;
+  xfer_sum_task *tasks;
+  size_t nsegs, ntasks;
+} xfer_sums;
+xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
+                          xfer_error *err);
+xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err);
+
 /* A move's verification while it runs: each end's host memory summed by the sum pool beside
 ** the move (the source's at once, the target's as its bytes land), a device end by the device
 ** once the move is done, then both compared. */
-typedef struct xfer_sum_task xfer_sum_task;
-typedef struct xfer_sum_seg xfer_sum_seg;
 typedef struct xfer_verify_side {
   xfer_tensor *t;
   size_t at;

@@ -245,36 +245,60 @@ static xfer_code run_way(xfer_group *g, xfer_error *err)
   return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
 }
 
-/* A group's elements checked once it moved: every end's sum made in one pass (the pool's
-** threads for host memory, one call of a device for its own), the first element whose ends
-** differ XFER_E_CORRUPT. *good: the elements before it. */
-static xfer_code verify_group(const xfer_group *g, size_t *good, xfer_error *err)
+/* A group's sums for `verify`: its sources' host ranges given to the sum pool before the move
+** (they do not change while it runs, and the pool sums them while the bytes move), the rest
+** once it moved. ranges[k] the source of the k-th element in the group's order, ranges[n + k]
+** its target; crc[] alike. */
+typedef struct group_sums {
+  xfer_sum_range *ranges;
+  uint32_t *crc;
+  xfer_sums sources;
+} group_sums;
+
+static xfer_code group_sums_begin(const xfer_group *g, group_sums *gs, xfer_error *err)
 {
   size_t n = g->count;
-  xfer_sum_range *ranges = malloc(2 * n * sizeof *ranges);
-  uint32_t *crc = malloc(2 * n * sizeof *crc);
-  *good = 0;
-  if (!ranges || !crc) {
-    free(ranges);
-    free(crc);
+  gs->ranges = malloc(2 * n * sizeof *gs->ranges);
+  gs->crc = malloc(2 * n * sizeof *gs->crc);
+  gs->sources = (xfer_sums){0};
+  if (!gs->ranges || !gs->crc) {
+    free(gs->ranges), free(gs->crc);
+    gs->ranges = NULL;
+    gs->crc = NULL;
     return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   }
-  xfer_code rc = XFER_E_OK;
   for (size_t k = 0; k < n; k++) {
     const xfer_batch_item *it = &g->items[g->order[g->first + k]];
-    ranges[k] = (xfer_sum_range){it->src, it->src_offset, xfer_item_bytes(it)};
-    ranges[n + k] = (xfer_sum_range){it->dst, it->dst_offset, xfer_item_bytes(it)};
+    gs->ranges[k] = (xfer_sum_range){it->src, it->src_offset, xfer_item_bytes(it)};
+    gs->ranges[n + k] = (xfer_sum_range){it->dst, it->dst_offset, xfer_item_bytes(it)};
   }
-  if (!rc) rc = xfer_sums_of(ranges, 2 * n, crc, err);
-  *good = rc ? 0 : n;
-  for (size_t k = 0; !rc && k < n; k++) {
-    if (crc[k] == crc[n + k]) continue;
+  xfer_code rc = xfer_sums_begin(&gs->sources, gs->ranges, n, gs->crc, err);
+  if (rc) free(gs->ranges), free(gs->crc);
+  return rc;
+}
+
+/* The group's check once it ran (moved: it did; else only its sums end): the targets' host
+** ranges to the pool, the sources' device ranges summed meanwhile, then the targets' device
+** ranges; the first element whose ends differ XFER_E_CORRUPT. *good: the elements before it. */
+static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, size_t *good,
+                                xfer_error *err)
+{
+  size_t n = g->count;
+  xfer_sums targets = {0};
+  xfer_code rc = moved ? xfer_sums_begin(&targets, gs->ranges + n, n, gs->crc + n, err) : XFER_E_OK;
+  xfer_code sources = xfer_sums_end(&gs->sources, moved && !rc, rc ? NULL : err);
+  if (!rc) rc = sources;
+  xfer_code arrived = xfer_sums_end(&targets, moved && !rc, rc ? NULL : err);
+  if (!rc) rc = arrived;
+  *good = rc || !moved ? 0 : n;
+  for (size_t k = 0; moved && !rc && k < n; k++) {
+    if (gs->crc[k] == gs->crc[n + k]) continue;
     *good = k;
-    rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, ranges[k].n, (unsigned)crc[k],
-                     g->from->name, (unsigned)crc[n + k], g->to->name);
+    rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, gs->ranges[k].n,
+                     (unsigned)gs->crc[k], g->from->name, (unsigned)gs->crc[n + k], g->to->name);
   }
-  free(ranges);
-  free(crc);
+  free(gs->ranges);
+  free(gs->crc);
   return rc;
 }
 
@@ -286,19 +310,32 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
                              xfer_error *err)
 {
   double start = xfer_now();
+  group_sums sums; /* `verify`: the sources' host ranges summed while the group moves */
+  int verify = verifies(g->from->ctx, g->verify);
+  *rc = verify ? group_sums_begin(g, &sums, err) : XFER_E_OK;
+  if (*rc) {
+    *failed = g->order[g->first];
+    return 1;
+  }
   *rc = run_way(g, err);
   /* refused (an importer that cannot take these pieces, runtimes that will not take them
   ** after all): the plan's next way */
   while (*rc == XFER_E_UNSUPPORTED && !(*rc = xfer_group_next_way(g, err)) && g->many)
     *rc = run_way(g, err);
-  if (!*rc && !g->many) return 0;
+  size_t good = *rc ? 0 : g->count; /* elements that moved unchanged, in the group's order */
+  if (!*rc && !g->many) { /* element by element from here: the sums begun are not wanted */
+    if (verify) group_sums_end(g, &sums, 0, &good, NULL);
+    return 0;
+  }
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
   if (!*rc) {
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
   }
-  size_t good = *rc ? 0 : g->count; /* elements that moved unchanged, in the group's order */
-  if (!*rc && verifies(g->from->ctx, g->verify)) *rc = verify_group(g, &good, err);
+  if (verify) {
+    xfer_code checked = group_sums_end(g, &sums, !*rc, &good, *rc ? NULL : err);
+    if (!*rc) *rc = checked;
+  }
   for (size_t k = 0; k < good; k++) done[g->order[g->first + k]] = 1;
   if (*rc && good < g->count) *failed = g->order[g->first + good];
   if (*rc) xfer_err_frame(err, g->from, g->to, g->bytes);
