@@ -258,31 +258,33 @@ typedef struct group_sums {
 static xfer_code group_sums_begin(const xfer_group *g, group_sums *gs, xfer_error *err)
 {
   size_t n = g->count;
-  gs->ranges = malloc(2 * n * sizeof *gs->ranges);
-  gs->crc = malloc(2 * n * sizeof *gs->crc);
   gs->sources = (xfer_sums){0};
-  if (!gs->ranges || !gs->crc) {
-    free(gs->ranges), free(gs->crc);
-    gs->ranges = NULL;
-    gs->crc = NULL;
-    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  }
+  gs->ranges = malloc(2 * n * (sizeof *gs->ranges + sizeof *gs->crc)); /* the sums after them */
+  if (!gs->ranges) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  gs->crc = (uint32_t *)(gs->ranges + 2 * n);
   for (size_t k = 0; k < n; k++) {
     const xfer_batch_item *it = &g->items[g->order[g->first + k]];
     gs->ranges[k] = (xfer_sum_range){it->src, it->src_offset, xfer_item_bytes(it)};
     gs->ranges[n + k] = (xfer_sum_range){it->dst, it->dst_offset, xfer_item_bytes(it)};
   }
-  xfer_code rc = xfer_sums_begin(&gs->sources, gs->ranges, n, gs->crc, err);
-  if (rc) free(gs->ranges), free(gs->crc);
+  xfer_sums begun; /* (not begun in gs: the analyzer forgets all of *gs for a call given a part) */
+  xfer_code rc = xfer_sums_begin(&begun, gs->ranges, n, gs->crc, err);
+  gs->sources = begun;
+  if (rc) {
+    free(gs->ranges);
+    gs->ranges = NULL;
+  }
   return rc;
 }
 
 /* The group's check once it ran (moved: it did; else only its sums end): the targets' host
 ** ranges to the pool, the sources' device ranges summed meanwhile, then the targets' device
-** ranges; the first element whose ends differ XFER_E_CORRUPT. *good: the elements before it. */
+** ranges; the first element whose ends differ XFER_E_CORRUPT. *good: the elements before it
+** (left as it is where no sums were begun: no verify). */
 static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, size_t *good,
                                 xfer_error *err)
 {
+  if (!gs->ranges) return XFER_E_OK;
   size_t n = g->count;
   xfer_sums targets = {0};
   xfer_code rc = moved ? xfer_sums_begin(&targets, gs->ranges + n, n, gs->crc + n, err) : XFER_E_OK;
@@ -298,7 +300,7 @@ static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, 
                      (unsigned)gs->crc[k], g->from->name, (unsigned)gs->crc[n + k], g->to->name);
   }
   free(gs->ranges);
-  free(gs->crc);
+  gs->ranges = NULL;
   return rc;
 }
 
@@ -310,9 +312,8 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
                              xfer_error *err)
 {
   double start = xfer_now();
-  group_sums sums; /* `verify`: the sources' host ranges summed while the group moves */
-  int verify = verifies(g->from->ctx, g->verify);
-  *rc = verify ? group_sums_begin(g, &sums, err) : XFER_E_OK;
+  group_sums sums = {0}; /* `verify`: the sources' host ranges summed while the group moves */
+  *rc = verifies(g->from->ctx, g->verify) ? group_sums_begin(g, &sums, err) : XFER_E_OK;
   if (*rc) {
     *failed = g->order[g->first];
     return 1;
@@ -324,7 +325,7 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     *rc = run_way(g, err);
   size_t good = *rc ? 0 : g->count; /* elements that moved unchanged, in the group's order */
   if (!*rc && !g->many) { /* element by element from here: the sums begun are not wanted */
-    if (verify) group_sums_end(g, &sums, 0, &good, NULL);
+    group_sums_end(g, &sums, 0, &good, NULL);
     return 0;
   }
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
@@ -332,10 +333,8 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
   }
-  if (verify) {
-    xfer_code checked = group_sums_end(g, &sums, !*rc, &good, *rc ? NULL : err);
-    if (!*rc) *rc = checked;
-  }
+  xfer_code checked = group_sums_end(g, &sums, !*rc, &good, *rc ? NULL : err);
+  if (!*rc) *rc = checked;
   for (size_t k = 0; k < good; k++) done[g->order[g->first + k]] = 1;
   if (*rc && good < g->count) *failed = g->order[g->first + good];
   if (*rc) xfer_err_frame(err, g->from, g->to, g->bytes);
