@@ -48,10 +48,17 @@ local function cannot_build()
   end
 end
 
--- a fresh venv (the system's packages visible: NumPy, setuptools, wheel), or nil and why not
+-- a fresh venv (the system's packages visible: NumPy, setuptools, wheel), or nil and why not.
+-- Where PYTHON is itself a venv's (the GPU machine's, /opt/torch/.venv), a venv made from it sees
+-- the base interpreter's packages, not that venv's: a .pth file in the new one names PYTHON's.
 local function venv()
   local dir = os.tmpname() .. "-venv"
   local out, code = h.run(("%s -m venv --system-site-packages %s"):format(PYTHON, dir))
+  if code == 0 then
+    out, code = h.run(("%s -c 'import site; print(chr(10).join(site.getsitepackages()))' > " ..
+                       "\"$(%s/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')" ..
+                       "/_parent_packages.pth\""):format(PYTHON, dir))
+  end
   if code ~= 0 then
     os.execute("rm -rf " .. dir)
     return nil, out
