@@ -348,6 +348,12 @@ xfer_code xfer_tensor_fill(xfer_tensor *t, const void *elem, xfer_error *err);
 ** what `verify` compares, and what anyone can compute of the same bytes elsewhere. Device
 ** memory is read to the host in chunks for it. */
 xfer_code xfer_tensor_crc32c(xfer_tensor *t, uint32_t *crc, xfer_error *err);
+/* The CRC32C of each `stretch` bytes of a tensor that is not a view, in order, into crc[count]
+** (count: the stretches its bytes make, the last one shorter where they do not divide): summed
+** where they lie, a device's all in one call of its own. What a file load's verify joins, for
+** a tensor split across devices along a later dimension, into the sum of the whole. */
+xfer_code xfer_tensor_crc32c_each(xfer_tensor *t, size_t stretch, uint32_t *crc, size_t count,
+                                  xfer_error *err);
 /* *equal = 1 when a and b have one dtype, one shape and the same bytes. */
 xfer_code xfer_tensor_equal(xfer_tensor *a, xfer_tensor *b, int *equal, xfer_error *err);
 

@@ -107,13 +107,22 @@ typedef struct xfer_file_route {
   int writing;            /* a save's route */
 } xfer_file_route;
 
-/* One tensor to load: entry `entry` onto `dev`, converted to `dtype` when convert is 1. */
+/* One tensor to load: entry `entry` onto `dev`, converted to `dtype` when convert is 1. With
+** `sliced` 1, only elements [begin, end) of dimension `dim` (a part of a tensor split across
+** devices: one item a part, each read out of the file's chunks onto its own device; the
+** target's shape is the entry's with that dimension end - begin). Zeroed: the whole entry. */
 typedef struct xfer_load_item {
   size_t entry;
   xfer_device *dev;
   int convert;
   xfer_dtype dtype;
+  int sliced, dim;
+  int64_t begin, end;
 } xfer_load_item;
+
+/* Part `part` (from 0) of `parts` of a dimension of `n` elements, as numpy.array_split and
+** torch.tensor_split cut it: the first n % parts parts one element longer. */
+void xfer_split_part(int64_t n, int parts, int part, int64_t *begin, int64_t *end);
 
 /* Loads the items at once: every target allocated first, then the file read in large
 ** requests (several in flight) into host chunks that are scattered to the devices as one

@@ -95,7 +95,8 @@ local function load_index(path, opts)
       o.names = by_shard[shard]
       for name, t in pairs(load_file(dir .. "/" .. shard, o)) do
         result[name] = t
-        made[#made + 1] = t
+        -- a tensor split across devices (opts.shard) is the list of its parts
+        for _, part in ipairs(type(t) == "table" and t or { t }) do made[#made + 1] = part end
       end
     end
   end)

@@ -204,6 +204,22 @@ xferlua.faults.clear()
 assert e.file and e.file.endswith("m.safetensors") and e.tensor in ("w", "b"), (e.file, e.tensor, e.message)
 ok("files: save with metadata and verify, load onto devices (per-tensor device, dtype), .npy, "
    "a shard index, load_async, save_async, a corrupt read raises Corrupt naming file and tensor")
+# a tensor split across devices as it loads: "w" along each dimension over every device
+names = [d.name for d in devs]
+for dim in (0, 1):
+    split = xferlua.load(path, verify=True, shard=lambda n, i: {"dim": dim, "devices": names} if n == "w" else None)
+    parts = split["w"]
+    assert [str(p.device) for p in parts] == names and split["b"].device == "host"
+    assert [p.shape[dim] for p in parts] == [xferlua.files.split_part(w["w"].shape[dim], len(names), k)[1] -
+                                             xferlua.files.split_part(w["w"].shape[dim], len(names), k)[0]
+                                             for k in range(len(names))]
+    joined = numpy.concatenate([xferlua.to_numpy(p.to("host")) for p in parts], axis=dim)
+    assert (joined == xferlua.to_numpy(w["w"])).all(), dim
+assert len(xferlua.load_async(path, shard={"dim": 0, "devices": names}).wait()["b"]) == len(names)
+e = expect(xferlua.Invalid, xferlua.load, path, shard={"dim": 1, "devices": names})
+assert "no dimension 1 to split" in e.message and e.tensor == "b", e.message
+ok("files: shard={'dim': d, 'devices': [...]} splits a tensor across every device as it loads, "
+   "verify joins the parts' sums")
 
 # -- remote devices: a server of this process's devices, and a client of it -------------------
 remote = [r for r in xferlua.runtimes() if r["name"] == "remote"][0]

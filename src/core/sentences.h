@@ -18,6 +18,10 @@
 #define XFER_S_NATIVE "%s (%lld): %s%s"
 #define XFER_S_INJECTED " [injected fault]"
 
+/* a tensor's sums asked stretch by stretch (tensor.c: xfer_tensor_crc32c_each) */
+#define XFER_S_SUM_STRETCHES \
+  "%zu sums asked of %zu bytes in stretches of %zu bytes (a tensor that is not a view): %zu there"
+
 /* a move's bytes checked once they arrived (transfer.c: verify) */
 #define XFER_S_CORRUPT \
   "%zu bytes arrived changed: CRC32C %08x sent from %s, %08x arrived on %s"

@@ -431,3 +431,26 @@ xfer_code xfer_tensor_crc32c(xfer_tensor *t, uint32_t *crc, xfer_error *err)
   xfer_device_unlock(t->dev);
   return rc;
 }
+
+xfer_code xfer_tensor_crc32c_each(xfer_tensor *t, size_t stretch, uint32_t *crc, size_t count,
+                                  xfer_error *err)
+{
+  if (!t) return xfer_tensor_usable(t, XFER_OP_VERIFY, err);
+  size_t there = stretch ? (t->nbytes + stretch - 1) / stretch : 0;
+  if (!t->contiguous || !stretch || count != there)
+    return xfer_err_op(err, XFER_E_INVALID, XFER_OP_VERIFY, XFER_S_SUM_STRETCHES, count,
+                       t->nbytes, stretch, t->contiguous ? there : 0);
+  if (!count) return XFER_E_OK;
+  xfer_sum_range *ranges = malloc(count * sizeof *ranges);
+  if (!ranges) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  for (size_t i = 0; i < count; i++) {
+    size_t at = i * stretch;
+    ranges[i] = (xfer_sum_range){ t, at, t->nbytes - at < stretch ? t->nbytes - at : stretch };
+  }
+  xfer_device_lock(t->dev);
+  xfer_code rc = xfer_tensor_usable(t, XFER_OP_VERIFY, err);
+  if (!rc) rc = xfer_sums_of(ranges, count, crc, err);
+  xfer_device_unlock(t->dev);
+  free(ranges);
+  return rc;
+}

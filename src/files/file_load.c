@@ -189,30 +189,55 @@ static request *add_request(load_plan *p)
   return grow(p, (void **)&p->reqs, &p->nreqs, &p->cap_reqs, sizeof *p->reqs);
 }
 
+/* Where an item's bytes lie in the file: `count` runs of `len` bytes, `stride` apart from byte
+** `first`, landing one after another in its tensor (a whole entry, or a slice along a dimension
+** of dimension 0: one run; a slice along a later one: a run per element of the dimensions
+** before it). */
 typedef struct {
-  const xfer_format_entry *entry;
-  size_t item;
-} order_ref;
+  uint64_t first, len, stride, count;
+} item_runs;
+
+static item_runs runs_of(const xfer_format_entry *e, const xfer_load_item *it)
+{
+  if (!it->sliced) return (item_runs){ e->offset, e->nbytes, e->nbytes, e->nbytes ? 1 : 0 };
+  uint64_t outer = 1, inner = xfer_dtype_size(e->dtype);
+  for (int d = 0; d < it->dim; d++) outer *= (uint64_t)e->shape.dims[d];
+  for (int d = it->dim + 1; d < e->shape.ndim; d++) inner *= (uint64_t)e->shape.dims[d];
+  uint64_t stride = (uint64_t)e->shape.dims[it->dim] * inner;
+  item_runs r = { e->offset + (uint64_t)it->begin * inner, (uint64_t)(it->end - it->begin) * inner,
+                  stride, outer };
+  if (r.len == stride) { /* the whole dimension: the runs touch, one run */
+    r.len *= r.count;
+    r.count = 1;
+  }
+  if (!r.len) r.count = 0;
+  return r;
+}
+
+static uint64_t item_bytes(const xfer_format_entry *e, const xfer_load_item *it)
+{
+  item_runs r = runs_of(e, it);
+  return r.len * r.count;
+}
 
 static int by_file_offset(const void *a, const void *b)
 {
-  const order_ref *x = a, *y = b;
-  return x->entry->offset < y->entry->offset ? -1 : x->entry->offset > y->entry->offset;
+  const piece *x = a, *y = b;
+  return x->file_off < y->file_off ? -1 : x->file_off > y->file_off;
 }
 
 static uint64_t align_down(uint64_t v) { return v / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
 static uint64_t align_up(uint64_t v) { return (v + XFER_FIO_ALIGN - 1) / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
 
-/* An entry bound for host memory in the page cache's mode: read straight into its tensor, in
-** chunk-sized requests. */
-static void requests_into(load_plan *p, const xfer_format_entry *e, size_t item, void *host,
-                          uint64_t chunk)
+/* An item of one run bound for host memory in the page cache's mode: read straight into its
+** tensor, in chunk-sized requests. */
+static void requests_into(load_plan *p, item_runs run, size_t item, void *host, uint64_t chunk)
 {
-  for (uint64_t at = 0; at < e->nbytes && !p->failed; at += chunk) {
+  for (uint64_t at = 0; at < run.len && !p->failed; at += chunk) {
     request *r = add_request(p);
     if (!r) return;
-    r->start = e->offset + at;
-    r->need = r->len = (size_t)(e->nbytes - at < chunk ? e->nbytes - at : chunk);
+    r->start = run.first + at;
+    r->need = r->len = (size_t)(run.len - at < chunk ? run.len - at : chunk);
     r->into = (char *)host + at;
     r->first = p->npieces;
     piece *pc = add_piece(p);
@@ -222,35 +247,58 @@ static void requests_into(load_plan *p, const xfer_format_entry *e, size_t item,
   }
 }
 
+/* The runs of the items read through chunks, each a piece [file_off, +len) -> dst_off, sorted
+** by their place in the file (the parts of a tensor split along a later dimension interleave
+** there); NULL with p->failed set when memory runs out. */
+static piece *spans_of(const xfer_file *f, const xfer_load_item *items, size_t n,
+                       xfer_tensor *const *targets, const xfer_file_route *route, load_plan *p,
+                       size_t *count)
+{
+  size_t m = 0;
+  for (size_t pass = 0; pass < 2; pass++) { /* count, then fill */
+    piece *spans = pass ? malloc((m ? m : 1) * sizeof *spans) : NULL;
+    if (pass && !spans) { p->failed = 1; return NULL; }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      const xfer_format_entry *e = &f->layout.entries[items[i].entry];
+      item_runs r = runs_of(e, &items[i]);
+      void *host = xfer_tensor_host_data(targets[i]);
+      if (e->deflated || (!route->direct && host && r.count == 1)) continue; /* read apart */
+      for (uint64_t j = 0; j < r.count; j++, k++)
+        if (pass) spans[k] = (piece){ i, r.first + j * r.stride, r.len, j * r.len };
+    }
+    if (pass) {
+      qsort(spans, m, sizeof *spans, by_file_offset);
+      *count = m;
+      return spans;
+    }
+    m = k;
+  }
+  return NULL;
+}
+
 /* Cuts the items' bytes into requests, in file order: neighbours share a chunk (gaps under
 ** 1 MiB read through), a chunk holds at most route->chunk bytes; in the page cache's mode an
-** item bound for host memory is read straight into it. */
+** item of one run bound for host memory is read straight into it. */
 static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_t n,
                           xfer_tensor *const *targets, const xfer_file_route *route,
                           load_plan *p)
 {
-  order_ref *order = malloc((n ? n : 1) * sizeof *order);
-  if (!order) { p->failed = 1; return; }
-  size_t m = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && !route->direct && !p->failed; i++) {
     const xfer_format_entry *e = &f->layout.entries[items[i].entry];
-    if (!e->deflated && e->nbytes) order[m++] = (order_ref){ e, i };
+    item_runs r = runs_of(e, &items[i]);
+    void *host = xfer_tensor_host_data(targets[i]);
+    if (!e->deflated && host && r.count == 1) requests_into(p, r, i, host, route->chunk);
   }
-  qsort(order, m, sizeof *order, by_file_offset);
+  size_t m = 0;
+  piece *spans = p->failed ? NULL : spans_of(f, items, n, targets, route, p, &m);
   const uint64_t gap = 1u << 20, chunk = route->chunk;
   request *open_req = NULL;
   for (size_t k = 0; k < m && !p->failed; k++) {
-    const xfer_format_entry *e = order[k].entry;
-    size_t item = order[k].item;
-    void *host = xfer_tensor_host_data(targets[item]);
-    if (!route->direct && host) {
-      requests_into(p, e, item, host, chunk);
-      open_req = NULL;
-      continue;
-    }
+    const piece *span = &spans[k];
     uint64_t at = 0;
-    while (at < e->nbytes && !p->failed) {
-      uint64_t off = e->offset + at;
+    while (at < span->len && !p->failed) {
+      uint64_t off = span->file_off + at;
       if (open_req && (off > open_req->start + open_req->need + gap ||
                        off >= open_req->start + chunk))
         open_req = NULL;
@@ -261,10 +309,10 @@ static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_
         open_req->first = p->npieces;
       }
       uint64_t limit = open_req->start + chunk;
-      uint64_t take = e->nbytes - at < limit - off ? e->nbytes - at : limit - off;
+      uint64_t take = span->len - at < limit - off ? span->len - at : limit - off;
       piece *pc = add_piece(p);
       if (!pc) break;
-      *pc = (piece){ item, off, take, at };
+      *pc = (piece){ span->item, off, take, span->dst_off + at };
       open_req->count++;
       open_req->need = (size_t)(off + take - open_req->start);
       at += take;
@@ -274,7 +322,7 @@ static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_
   for (size_t i = 0; i < p->nreqs; i++)
     if (!p->reqs[i].into)
       p->reqs[i].len = route->direct ? (size_t)align_up(p->reqs[i].need) : p->reqs[i].need;
-  free(order);
+  free(spans);
 }
 
 /* -- running it -------------------------------------------------------------------------- */
@@ -472,6 +520,7 @@ static xfer_code allocate(loading *l, size_t i, xfer_device *host, xfer_error *e
   const xfer_load_item *it = &l->items[i];
   const xfer_format_entry *e = &l->f->layout.entries[it->entry];
   xfer_shape shape = e->shape;
+  if (it->sliced) shape.dims[it->dim] = it->end - it->begin;
   if (e->fortran)
     for (int d = 0; d < shape.ndim; d++) shape.dims[d] = e->shape.dims[shape.ndim - 1 - d];
   int later = it->convert || e->fortran;
@@ -545,6 +594,127 @@ static xfer_code verify_item(loading *l, size_t i, xfer_error *err)
   return code;
 }
 
+static int by_begin(const void *a, const void *b)
+{
+  const xfer_load_item *x = *(const xfer_load_item *const *)a, *y = *(const xfer_load_item *const *)b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The parts of a split entry (the sliced items of item i's entry, i the first) against the sum
+** the file records for the whole: each part's runs summed on its device, joined in the file's
+** order. Every part must be there, along one dimension, without overlap. */
+static xfer_code verify_parts(loading *l, size_t i, xfer_error *err)
+{
+  const xfer_load_item *it = &l->items[i];
+  const xfer_format_entry *e = &l->f->layout.entries[it->entry];
+  size_t n = 0;
+  for (size_t j = i; j < l->nitems; j++) n += l->items[j].sliced && l->items[j].entry == it->entry;
+  /* (n >= 1: item i is one) */
+  const xfer_load_item **parts = malloc(n * sizeof *parts);
+  uint32_t **sums = calloc(n, sizeof *sums);
+  item_runs *runs = calloc(n, sizeof *runs);
+  if (!parts || !sums || !runs) {
+    free(parts);
+    free(sums);
+    free(runs);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
+  xfer_code code = XFER_E_OK;
+  for (size_t j = i, m = 0; j < l->nitems && m < n; j++)
+    if (l->items[j].sliced && l->items[j].entry == it->entry) parts[m++] = &l->items[j];
+  qsort(parts, n, sizeof *parts, by_begin);
+  int64_t upto = 0;
+  for (size_t m = 0; m < n && !code; m++) {
+    if (parts[m]->dim != it->dim || parts[m]->begin != upto) break;
+    upto = parts[m]->end;
+  }
+  if (!code && upto != e->shape.dims[it->dim]) {
+    xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_VERIFY, "%s: '%s': verify checks a split tensor "
+                "whole (the file records one CRC32C of all of it): load every part of it along one "
+                "dimension", l->f->path, e->name);
+    code = frame(err, l->f, e->name, -1, NULL);
+  }
+  for (size_t m = 0; m < n && !code; m++) {
+    runs[m] = runs_of(e, parts[m]);
+    sums[m] = malloc((runs[m].count ? runs[m].count : 1) * sizeof **sums);
+    xfer_tensor *t = l->targets[parts[m] - l->items];
+    code = !sums[m] ? xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY)
+         : runs[m].count ? xfer_tensor_crc32c_each(t, (size_t)runs[m].len, sums[m],
+                                                   (size_t)runs[m].count, err)
+                         : XFER_E_OK;
+  }
+  uint32_t want = 0, got = 0;
+  if (!code && !recorded_sum(l->f, e->name, &want)) code = verify_item(l, i, err); /* says so */
+  uint64_t rows = 0; /* the dimensions before the split one: a run each in every part */
+  for (size_t m = 0; m < n && !code; m++) rows = runs[m].count > rows ? runs[m].count : rows;
+  for (uint64_t row = 0; row < rows && !code; row++) /* part by part, each row of the file */
+    for (size_t m = 0; m < n; m++)
+      if (runs[m].count && sums[m]) got = xfer_crc32c_join(got, sums[m][row], (size_t)runs[m].len);
+  if (!code && got != want) {
+    xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, "%s: '%s' landed changed in its %zu parts: "
+                "CRC32C %08x recorded, %08x joined from them", l->f->path, e->name, n,
+                (unsigned)want, (unsigned)got);
+    code = frame(err, l->f, e->name, -1, NULL);
+  }
+  for (size_t m = 0; m < n; m++) free(sums[m]);
+  free(sums);
+  free(runs);
+  free(parts);
+  return code;
+}
+
+/* Every item's bytes as they landed: whole entries one by one, a split entry's parts together
+** (at its first). */
+static xfer_code verify_items(loading *l, xfer_error *err)
+{
+  xfer_code code = XFER_E_OK;
+  for (size_t i = 0; i < l->nitems && !code; i++) {
+    const xfer_load_item *it = &l->items[i];
+    int first = 1;
+    for (size_t j = 0; j < i && it->sliced && first; j++)
+      first = !(l->items[j].sliced && l->items[j].entry == it->entry);
+    if (!it->sliced) code = verify_item(l, i, err);
+    else if (first) code = verify_parts(l, i, err);
+  }
+  return code;
+}
+
+void xfer_split_part(int64_t n, int parts, int part, int64_t *begin, int64_t *end)
+{
+  int64_t each = parts > 0 ? n / parts : 0, longer = parts > 0 ? n % parts : 0;
+  *begin = part * each + (part < longer ? part : longer);
+  *end = *begin + each + (part < longer);
+}
+
+/* A slice names a dimension of its entry and elements inside it; an entry stored compressed or
+** in column-major order is not sliced in place (its bytes are not the row-major elements). */
+static xfer_code check_slice(const xfer_file *f, const xfer_load_item *it, xfer_error *err)
+{
+  const xfer_format_entry *e = &f->layout.entries[it->entry];
+  const char *why = NULL;
+  char text[160];
+  if (it->dim < 0 || it->dim >= e->shape.ndim) {
+    snprintf(text, sizeof text, "it has %d dimension%s: no dimension %d to split", e->shape.ndim,
+             e->shape.ndim == 1 ? "" : "s", it->dim);
+    why = text;
+  } else if (it->begin < 0 || it->end < it->begin || it->end > e->shape.dims[it->dim]) {
+    snprintf(text, sizeof text, "elements [%lld, %lld) are not inside dimension %d (%lld)",
+             (long long)it->begin, (long long)it->end, it->dim, (long long)e->shape.dims[it->dim]);
+    why = text;
+  }
+  xfer_code code = XFER_E_OK;
+  if (why)
+    code = xfer_fio_error(err, XFER_E_INVALID, XFER_OP_READ, 0, f->path, (long long)e->offset,
+                          "%s: tensor '%s': %s", f->path, e->name, why);
+  else if (e->deflated || e->fortran)
+    code = xfer_fio_error(err, XFER_E_UNSUPPORTED, XFER_OP_READ, 0, f->path, (long long)e->offset,
+                          "%s: tensor '%s': a %s array is not split as it loads (load it whole, "
+                          "then move views of it)", f->path, e->name,
+                          e->deflated ? "compressed" : "column-major (fortran_order)");
+  if (code && err) xfer_copy_text(err->tensor, sizeof err->tensor, e->name);
+  return code;
+}
+
 static xfer_code check_items(xfer_file *f, const xfer_load_item *items, size_t n,
                              xfer_error *err)
 {
@@ -559,6 +729,8 @@ static xfer_code check_items(xfer_file *f, const xfer_load_item *items, size_t n
     if (items[i].convert && (unsigned)items[i].dtype >= XFER_DTYPE__COUNT)
       return xfer_fio_error(err, XFER_E_INVALID, XFER_OP_CONVERT, 0, f->path, -1,
                             "item %zu: no such dtype", i + 1);
+    xfer_code code = items[i].sliced ? check_slice(f, &items[i], err) : XFER_E_OK;
+    if (code) return code;
   }
   return XFER_E_OK;
 }
@@ -566,7 +738,10 @@ static xfer_code check_items(xfer_file *f, const xfer_load_item *items, size_t n
 static uint64_t items_bytes(const xfer_file *f, const xfer_load_item *items, size_t n)
 {
   uint64_t total = 0;
-  for (size_t i = 0; i < n; i++) total += f->layout.entries[items[i].entry].stored;
+  for (size_t i = 0; i < n; i++) {
+    const xfer_format_entry *e = &f->layout.entries[items[i].entry];
+    total += items[i].sliced ? item_bytes(e, &items[i]) : e->stored;
+  }
   return total;
 }
 
@@ -720,7 +895,7 @@ static xfer_code load(xfer_file *f, const xfer_load_item *items, size_t n, const
       code = xfer_fio_error(err, XFER_E_UNSUPPORTED, XFER_OP_READ, 0, f->path, -1,
                             "a deflated member: this build has no zlib");
 #endif
-  for (size_t i = 0; opts && opts->verify && i < n && !code; i++) code = verify_item(&l, i, err);
+  if (opts && opts->verify && !code) code = verify_items(&l, err);
   for (size_t i = 0; i < n && !code; i++) code = finish_item(&l, i, err);
   if (l.io.fd >= 0 && l.io.fd != f->fd) close(l.io.fd);
   free(l.plan.pieces);

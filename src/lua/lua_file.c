@@ -258,73 +258,199 @@ static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const cha
   return *out != info.dtype;
 }
 
-static const char *const load_keys[] = { "device", "dtype", "names", "direct", "engine",
+static const char *const load_keys[] = { "device", "dtype", "names", "shard", "direct", "engine",
                                          "chunk", "depth", "progress", "verify", "timeout", NULL };
 
-/* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
-** tensor on the stack. */
-/* The items of the entries `which` per opts (each device and dtype asked of its function now),
+/* opts.shard for entry i: {dim = d, devices = {...}} (the entry split along dimension d, a part
+** on each device, as numpy.array_split cuts it), or function(name, info) giving one or nil.
+** Returns the parts (0: loaded whole), the devices' list pushed when there are parts. */
+static int entry_shard(lua_State *L, int opts, xfer_file *f, size_t i, const char *fname, int *dim)
+{
+  if (lua_isnoneornil(L, opts)) return 0;
+  xfer_file_info info;
+  xfer_file_entry(f, i, &info, NULL);
+  lua_getfield(L, opts, "shard");
+  if (lua_isfunction(L, -1)) {
+    lua_pushstring(L, info.name);
+    push_info(L, &info);
+    lua_call(L, 2, 1);
+  }
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  int spec = lua_gettop(L);
+  if (!lua_istable(L, spec))
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: shard of '%s' is {dim = d, devices = {...}} (or "
+                  "a function(name, info) giving one), not a %s", fname, info.name,
+                  luaL_typename(L, spec));
+  lua_getfield(L, spec, "dim");
+  lua_getfield(L, spec, "devices");
+  lua_Number d = lua_tonumber(L, -2);
+  int parts = lua_istable(L, -1) ? (int)lua_objlen(L, -1) : 0;
+  if (!lua_isnumber(L, -2) || d != (lua_Number)(int)d || parts < 1)
+    xl_raise_code(L, XFER_E_INVALID, fname, "%s: shard of '%s' needs dim (a whole number) and "
+                  "devices (a list of one device or more)", fname, info.name);
+  *dim = (int)d;
+  lua_replace(L, spec); /* the devices' list where the spec was */
+  lua_pop(L, 1);
+  return parts;
+}
+
+/* The items of the entries `which` per opts (each device, dtype and shard asked of its function
+** now), kept on the stack, *count of them; parts[k] the items of entry k (0: one, whole), also
 ** kept on the stack. */
 static xfer_load_item *load_items(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
-                                  const char *fname)
+                                  const char *fname, size_t *count, int **parts)
 {
-  xfer_load_item *items = lua_newuserdata(L, (n ? n : 1) * sizeof *items);
-  for (size_t i = 0; i < n; i++) {
-    items[i].entry = which[i];
-    items[i].dev = entry_device(L, opts, f, which[i], fname);
-    items[i].convert = entry_dtype(L, opts, f, which[i], fname, &items[i].dtype);
+  *parts = lua_newuserdata(L, (n ? n : 1) * sizeof **parts);
+  lua_createtable(L, (int)n, 0); /* each split entry's devices' list, by entry */
+  int lists = lua_gettop(L);
+  int dims[1] = { 0 };
+  size_t m = 0;
+  for (size_t k = 0; k < n; k++) {
+    (*parts)[k] = entry_shard(L, opts, f, which[k], fname, dims);
+    if ((*parts)[k]) {
+      lua_pushinteger(L, dims[0]);
+      lua_rawseti(L, -2, 0); /* the dimension beside the devices */
+      lua_rawseti(L, lists, (int)k + 1);
+    }
+    m += (*parts)[k] ? (size_t)(*parts)[k] : 1;
   }
+  xfer_load_item *items = lua_newuserdata(L, (m ? m : 1) * sizeof *items);
+  lua_insert(L, lists); /* kept on the stack under the lists, which go at the end */
+  lists++;
+  memset(items, 0, (m ? m : 1) * sizeof *items);
+  for (size_t k = 0, i = 0; k < n; k++) {
+    xfer_file_info info;
+    xfer_file_entry(f, which[k], &info, NULL);
+    int convert = 0;
+    xfer_dtype dtype = XFER_U8;
+    convert = entry_dtype(L, opts, f, which[k], fname, &dtype);
+    if (!(*parts)[k]) {
+      items[i] = (xfer_load_item){ .entry = which[k], .convert = convert, .dtype = dtype,
+                                   .dev = entry_device(L, opts, f, which[k], fname) };
+      i++;
+      continue;
+    }
+    lua_rawgeti(L, lists, (int)k + 1);
+    lua_rawgeti(L, -1, 0);
+    int dim = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    for (int p = 0; p < (*parts)[k]; p++, i++) {
+      lua_rawgeti(L, -1, p + 1);
+      items[i] = (xfer_load_item){ .entry = which[k], .convert = convert, .dtype = dtype,
+                                   .dev = xl_check_device(L, lua_gettop(L), fname), .sliced = 1,
+                                   .dim = dim };
+      lua_pop(L, 1);
+      int64_t size = dim >= 0 && dim < info.shape.ndim ? info.shape.dims[dim] : 0;
+      xfer_split_part(size, (*parts)[k], p, &items[i].begin, &items[i].end);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1); /* the lists */
+  *count = m;
   return items;
 }
 
+/* The names of the entries `which` and their parts (0: whole), as two lists pushed: what a
+** load's result is made by (push_loaded), kept while a job runs. */
+static void push_entry_lists(lua_State *L, xfer_file *f, const size_t *which, size_t n,
+                             const int *parts)
+{
+  lua_createtable(L, (int)n, 0);
+  lua_createtable(L, (int)n, 0);
+  for (size_t k = 0; k < n; k++) {
+    xfer_file_info info;
+    xfer_file_entry(f, which[k], &info, NULL);
+    lua_pushstring(L, info.name);
+    lua_rawseti(L, -3, (int)k + 1);
+    lua_pushinteger(L, parts[k]);
+    lua_rawseti(L, -2, (int)k + 1);
+  }
+}
+
+/* The result of a load: {name = tensor}, a split entry's name to the list of its parts (in its
+** devices' order), from the lists at `names` and `parts`; take(i) pushes item i's tensor (0:
+** none, nothing pushed). */
+static void push_loaded(lua_State *L, int names, int parts,
+                        int (*take)(lua_State *L, void *ud, size_t i), void *ud)
+{
+  size_t n = lua_objlen(L, names);
+  lua_createtable(L, 0, (int)n);
+  for (size_t k = 0, i = 0; k < n; k++) {
+    lua_rawgeti(L, names, (int)k + 1);
+    lua_rawgeti(L, parts, (int)k + 1);
+    int split = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    if (split) lua_createtable(L, split, 0);
+    for (int p = 0; p < (split ? split : 1); p++, i++) {
+      if (!take(L, ud, i)) lua_pushnil(L);
+      if (split) lua_rawseti(L, -2, p + 1);
+    }
+    lua_settable(L, -3);
+  }
+}
+
+/* load_entries' take: item i's box, given its tensor, pushed */
+typedef struct {
+  int boxes;
+  xfer_tensor **out;
+} boxed;
+
+static int take_boxed(lua_State *L, void *ud, size_t i)
+{
+  boxed *b = ud;
+  lua_rawgeti(L, b->boxes, (int)i + 1);
+  xl_tensor_box_adopt(L, lua_touserdata(L, -1), b->out[i]);
+  b->out[i] = NULL;
+  return 1;
+}
+
+/* Loads the entries `which` (indices, n of them) per opts at `opts`; leaves a table name ->
+** tensor on the stack. */
 static void load_entries(lua_State *L, xfer_file *f, const size_t *which, size_t n, int opts,
                          const char *fname)
 {
-  xfer_load_item *items = load_items(L, f, which, n, opts, fname);
-  xfer_tensor **out = lua_newuserdata(L, (n ? n : 1) * sizeof *out);
-  lua_createtable(L, (int)n, 0); /* the boxes, made before anything is allocated */
+  size_t m;
+  int *parts;
+  xfer_load_item *items = load_items(L, f, which, n, opts, fname, &m, &parts);
+  push_entry_lists(L, f, which, n, parts);
+  int lists = lua_gettop(L) - 1;
+  xfer_tensor **out = lua_newuserdata(L, (m ? m : 1) * sizeof *out);
+  lua_createtable(L, (int)m, 0); /* the boxes, made before anything is allocated */
   int boxes = lua_gettop(L);
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < m; i++) {
     xl_new_tensor_box(L);
     lua_rawseti(L, boxes, (int)i + 1);
   }
   xfer_file_opts io;
   io_opts(L, opts, fname, &io);
   xfer_error err;
-  if (XL_ALLOCATING(L, xfer_file_load(f, items, n, &io, out, &err))) {
+  if (XL_ALLOCATING(L, xfer_file_load(f, items, m, &io, out, &err))) {
     xl_progress_explain(io.progress_ud, &err);
     xl_raise(L, &err);
   }
-  lua_createtable(L, 0, (int)n);
-  for (size_t i = 0; i < n; i++) {
-    xfer_file_info info;
-    xfer_file_entry(f, which[i], &info, NULL);
-    lua_rawgeti(L, boxes, (int)i + 1);
-    xl_tensor_box_adopt(L, lua_touserdata(L, -1), out[i]);
-    out[i] = NULL;
-    lua_setfield(L, -2, info.name);
-  }
+  boxed b = { boxes, out };
+  push_loaded(L, lists, lists + 1, take_boxed, &b);
 }
 
-/* A load job's result, made when it is first waited for: {name = tensor} (upvalue 1: the
-** names in the items' order), or the tensor of an .npy file (upvalue 2). */
+/* load_job_result's take: item i's tensor from the job, pushed */
+static int take_from_job(lua_State *L, void *ud, size_t i)
+{
+  xfer_tensor *t = xfer_file_load_take(ud, i);
+  if (!t) return 0;
+  xl_push_tensor(L, t);
+  xfer_tensor_release(t); /* the userdata holds its own reference */
+  return 1;
+}
+
+/* A load job's result, made when it is first waited for: what xfer.load gives (upvalues: the
+** entries' names, their parts, and whether it is an .npy file's: then the tensor itself). */
 static int load_job_result(lua_State *L)
 {
-  xfer_job *job = lua_touserdata(L, 1);
-  size_t n = lua_objlen(L, lua_upvalueindex(1));
-  lua_createtable(L, 0, (int)n);
-  for (size_t i = 0; i < n; i++) {
-    lua_rawgeti(L, lua_upvalueindex(1), (int)i + 1);
-    xfer_tensor *t = xfer_file_load_take(job, i);
-    if (t) {
-      xl_push_tensor(L, t);
-      xfer_tensor_release(t); /* the userdata holds its own reference */
-    } else {
-      lua_pushnil(L);
-    }
-    lua_settable(L, -3);
-  }
-  if (lua_toboolean(L, lua_upvalueindex(2))) lua_getfield(L, -1, "");
+  push_loaded(L, lua_upvalueindex(1), lua_upvalueindex(2), take_from_job, lua_touserdata(L, 1));
+  if (lua_toboolean(L, lua_upvalueindex(3))) lua_getfield(L, -1, "");
   return 1;
 }
 
@@ -339,21 +465,17 @@ static void start_load(lua_State *L, xfer_file *f, const size_t *which, size_t n
                     "cannot run on the job's thread): ask job:done() or job:wait()", fname);
     lua_pop(L, 1);
   }
-  xfer_load_item *items = load_items(L, f, which, n, opts, fname);
+  size_t m;
+  int *parts;
+  xfer_load_item *items = load_items(L, f, which, n, opts, fname, &m, &parts);
   xfer_file_opts io;
   io_opts(L, opts, fname, &io);
-  lua_createtable(L, (int)n, 0);
-  for (size_t i = 0; i < n; i++) {
-    xfer_file_info info;
-    xfer_file_entry(f, which[i], &info, NULL);
-    lua_pushstring(L, info.name);
-    lua_rawseti(L, -2, (int)i + 1);
-  }
+  push_entry_lists(L, f, which, n, parts);
   lua_pushboolean(L, !strcmp(xfer_file_format(f), "npy"));
-  lua_pushcclosure(L, load_job_result, 2);
+  lua_pushcclosure(L, load_job_result, 3);
   xfer_job **job = xl_new_job_box(L);
   xfer_error err;
-  if (xfer_file_load_start(f, items, n, &io, job, &err)) xl_raise(L, &err);
+  if (xfer_file_load_start(f, items, m, &io, job, &err)) xl_raise(L, &err);
   lua_pushvalue(L, -2);
   xl_job_finish_with(L, -2);
 }
@@ -428,17 +550,15 @@ static int f_plan(lua_State *L)
   xl_check_options(L, 2, "plan", load_keys);
   size_t n;
   size_t *which = chosen_entries(L, f, 2, &n, "plan");
-  xfer_load_item *items = lua_newuserdata(L, (n ? n : 1) * sizeof *items);
-  for (size_t i = 0; i < n; i++) {
-    items[i].entry = which[i];
-    items[i].dev = entry_device(L, 2, f, which[i], "plan");
-    items[i].convert = 0;
-  }
+  size_t m;
+  int *parts;
+  xfer_load_item *items = load_items(L, f, which, n, 2, "plan", &m, &parts);
+  for (size_t i = 0; i < m; i++) items[i].convert = 0; /* the plan of the reads and moves */
   xfer_file_opts io;
   io_opts(L, 2, "plan", &io);
   xfer_file_route route;
   xfer_error err;
-  if (xfer_file_plan(f, items, n, &io, &route, &err)) xl_raise(L, &err);
+  if (xfer_file_plan(f, items, m, &io, &route, &err)) xl_raise(L, &err);
   push_route(L, &route);
   return 1;
 }

@@ -123,9 +123,64 @@ done:
   return out;
 }
 
-/* _load(path, items, **options): items a list of (name, device, dtype or None); a dict
-** {name: tensor}, or a Job (asynchronous=True) whose wait() gives it. Nothing loaded stays on
-** failure. */
+int pyx_load_put(PyObject *out, PyObject *key, PyObject *t)
+{
+  if (!PyTuple_Check(key)) return PyDict_SetItem(out, key, t);
+  PyObject *name = PyTuple_GetItem(key, 0);
+  Py_ssize_t part = PyLong_AsSsize_t(PyTuple_GetItem(key, 1));
+  Py_ssize_t parts = PyLong_AsSsize_t(PyTuple_GetItem(key, 2));
+  if (!name || part < 0 || parts <= part) return -1;
+  PyObject *list = PyDict_GetItem(out, name); /* borrowed */
+  if (!list) {
+    list = PyList_New(parts);
+    for (Py_ssize_t k = 0; list && k < parts; k++) PyList_SetItem(list, k, Py_NewRef(Py_None));
+    if (!list || PyDict_SetItem(out, name, list)) {
+      Py_XDECREF(list);
+      return -1;
+    }
+    Py_DECREF(list);
+  }
+  return PyList_SetItem(list, part, Py_NewRef(t));
+}
+
+/* One item of _load's list: (name, device, dtype or None), or for a part of a tensor split
+** across devices (name, device, dtype, dim, begin, end, part, parts); its key in the result
+** (the name, or (name, part, parts)) into *key. 0, or -1 and the exception set. */
+static int load_item(xfer_file *f, const char *path, PyObject *o, xfer_load_item *it, PyObject **key)
+{
+  PyObject *name, *dev_o, *dtype_o;
+  int dim = 0, part = 0, parts = 0;
+  long long begin = 0, end = 0;
+  if (!PyArg_ParseTuple(o, "UOO|iLLii:load", &name, &dev_o, &dtype_o, &dim, &begin, &end, &part, &parts))
+    return -1;
+  const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
+  long at = s ? xfer_file_find(f, s) : -1;
+  if (at < 0) {
+    pyx_invalid("load", "load: %s has no tensor '%s'", path, s ? s : "?");
+    return -1;
+  }
+  it->entry = (size_t)at;
+  if (!(it->dev = pyx_device(dev_o))) return -1;
+  if (dtype_o != Py_None) {
+    if (!PyUnicode_Check(dtype_o) || xfer_dtype_parse(PyUnicode_AsUTF8AndSize(dtype_o, NULL), &it->dtype)) {
+      pyx_invalid("load", "load: unknown dtype for '%s'", s);
+      return -1;
+    }
+    it->convert = 1;
+  }
+  if (PyTuple_Size(o) > 3) {
+    *it = (xfer_load_item){ .entry = it->entry, .dev = it->dev, .convert = it->convert,
+                            .dtype = it->dtype, .sliced = 1, .dim = dim, .begin = begin, .end = end };
+    *key = Py_BuildValue("(Oii)", name, part, parts);
+    return *key ? 0 : -1;
+  }
+  *key = Py_NewRef(name);
+  return 0;
+}
+
+/* _load(path, items, **options): items a list of load_item's tuples; a dict {name: tensor} (a
+** split tensor's name: the list of its parts), or a Job (asynchronous=True) whose wait() gives
+** it. Nothing loaded stays on failure. */
 static PyObject *m_load(PyObject *m, PyObject *args, PyObject *kwargs)
 {
   (void)m;
@@ -143,24 +198,9 @@ static PyObject *m_load(PyObject *m, PyObject *args, PyObject *kwargs)
   xfer_file *f = items && out && names ? open_file(path) : NULL;
   if (!f) goto done;
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *name, *dev_o, *dtype_o;
-    if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "UOO:load", &name, &dev_o, &dtype_o)) goto done;
-    PyList_SetItem(names, i, Py_NewRef(name));
-    const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
-    long at = s ? xfer_file_find(f, s) : -1;
-    if (at < 0) {
-      pyx_invalid("load", "load: %s has no tensor '%s'", path, s ? s : "?");
-      goto done;
-    }
-    items[i].entry = (size_t)at;
-    if (!(items[i].dev = pyx_device(dev_o))) goto done;
-    if (dtype_o != Py_None) {
-      if (!PyUnicode_Check(dtype_o) || xfer_dtype_parse(PyUnicode_AsUTF8AndSize(dtype_o, NULL), &items[i].dtype)) {
-        pyx_invalid("load", "load: unknown dtype for '%s'", s);
-        goto done;
-      }
-      items[i].convert = 1;
-    }
+    PyObject *key = NULL;
+    if (load_item(f, path, PyTuple_GetItem(seq, i), &items[i], &key)) goto done;
+    PyList_SetItem(names, i, key);
   }
   xfer_error err;
   xfer_code rc;
@@ -186,7 +226,7 @@ static PyObject *m_load(PyObject *m, PyObject *args, PyObject *kwargs)
     if (result) t = pyx_tensor_new(out[i], NULL); /* (on failure it let go of out[i]) */
     else xfer_tensor_release(out[i]);
     out[i] = NULL;
-    if (!t || PyDict_SetItem(result, PyList_GetItem(names, i), t)) Py_CLEAR(result);
+    if (!t || pyx_load_put(result, PyList_GetItem(names, i), t)) Py_CLEAR(result);
     Py_XDECREF(t);
   }
 done:

@@ -52,7 +52,7 @@ static PyObject *load_result(pyx_job *o)
   for (Py_ssize_t i = 0; out && i < n; i++) {
     xfer_tensor *t = xfer_file_load_take(o->job, (size_t)i);
     PyObject *v = t ? pyx_tensor_new(t, NULL) : Py_NewRef(Py_None);
-    if (!v || PyDict_SetItem(out, PyList_GetItem(o->names, i), v)) Py_CLEAR(out);
+    if (!v || pyx_load_put(out, PyList_GetItem(o->names, i), v)) Py_CLEAR(out);
     Py_XDECREF(v);
   }
   return out;

@@ -102,6 +102,10 @@ int pyx_batch_init(PyObject *module);
 int pyx_remote_init(PyObject *module);
 extern PyMethodDef pyx_batch_functions[];
 extern PyMethodDef pyx_file_functions[];
+/* A loaded tensor `t` put into a load's result `out` under `key`: a name, or (name, part,
+** parts) for one part of a tensor split across devices (out[name] a list of its parts). 0, or
+** -1 and the exception set. */
+int pyx_load_put(PyObject *out, PyObject *key, PyObject *t);
 
 /* Integers of a NumPy array (any object with __array_interface__ of integers), a range, or
 ** any sequence of ints, as n int64 values in *out (PyMem_Free it); -1 and the exception set. */

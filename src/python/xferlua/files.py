@@ -44,29 +44,56 @@ class File:
     def __repr__(self):
         return "xferlua.File(%s: %s, %d tensors)" % (self.path, self.format, len(self._entries))
 
-    def _items(self, device, dtype, names):
+    def _items(self, device, dtype, names, shard=None):
         if names is None:
             chosen = self._entries
         else:
             chosen = [self.info(n) for n in names]
         items = []
         for e in chosen:
-            dev = device(e["name"], dict(e)) if callable(device) else device
             want = dtype(e["name"], dict(e)) if callable(dtype) else dtype
             if want is not None:
                 want = str(want).replace("torch.", "")
                 floating = e["dtype"] in ("f16", "bf16", "f32", "f64")
                 if not callable(dtype) and not floating:
                     want = None  # integers and bools stay
+            split = shard(e["name"], dict(e)) if callable(shard) else shard
+            if split is not None:
+                items.extend(_parts(e, split, want))
+                continue
+            dev = device(e["name"], dict(e)) if callable(device) else device
             items.append((e["name"], "host" if dev is None else dev, want))
         return items
 
-    def load(self, names=None, *, device="host", dtype=None, asynchronous=False, **io):
-        """{name: Tensor} of every tensor (or those of `names`); device and dtype as load's."""
+    def load(self, names=None, *, device="host", dtype=None, shard=None, asynchronous=False, **io):
+        """{name: Tensor} of every tensor (or those of `names`); device, dtype and shard as
+        load's."""
         _check_io(io)
         if isinstance(names, str):
             names = [names]
-        return _x._load(self.path, self._items(device, dtype, names), asynchronous=asynchronous, **io)
+        return _x._load(self.path, self._items(device, dtype, names, shard), asynchronous=asynchronous, **io)
+
+
+def split_part(n: int, parts: int, part: int) -> "tuple":
+    """Elements [begin, end) of part `part` of `parts` of a dimension of n, as numpy.array_split
+    and torch.tensor_split cut it (the first n % parts parts one longer); as the C core cuts."""
+    each, longer = divmod(n, parts)
+    begin = part * each + min(part, longer)
+    return begin, begin + each + (1 if part < longer else 0)
+
+
+def _parts(e, split, want):
+    """The items of entry e split across devices: split is {"dim": d, "devices": [...]}."""
+    if not isinstance(split, dict) or set(split) - {"dim", "devices"}:
+        raise _invalid("shard of '%s' is {'dim': d, 'devices': [...]} (or a function (name, info) "
+                       "giving one), not %r" % (e["name"], split))
+    dim, devices = split.get("dim"), split.get("devices")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not isinstance(devices, (list, tuple)) or not devices:
+        raise _invalid("shard of '%s' needs dim (a whole number) and devices (a list of one device "
+                       "or more)" % e["name"])
+    size = e["shape"][dim] if 0 <= dim < len(e["shape"]) else 0  # (the core names a bad dim)
+    return [(e["name"], dev, want, dim) + split_part(size, len(devices), k) + (k, len(devices))
+            for k, dev in enumerate(devices)]
 
 
 def _invalid(message):
@@ -105,11 +132,14 @@ def _read_index(path):
 
 
 def load(path: Union[str, "os.PathLike[str]"], *, device: Any = "host", dtype: Any = None,
-         names: Optional[list] = None, **io: Any) -> Union[Dict[str, Any], Any]:
+         names: Optional[list] = None, shard: Any = None, **io: Any) -> Union[Dict[str, Any], Any]:
     """Every tensor of a safetensors or .npz file as {name: Tensor} (an .npy file: its one array
     as the Tensor itself), read straight onto `device` -- a name, a Device, or a function
     (name, info) -> device. dtype: every floating-point tensor converted to it (or a function
-    (name, info) -> dtype or None). names: only these. A shard index
+    (name, info) -> dtype or None). names: only these. shard: {"dim": d, "devices": [...]} (or a
+    function (name, info) -> that or None): the tensor split along dimension d, a part on each
+    device read straight out of the file's chunks, as numpy.array_split cuts it; its name then
+    gives the list of the parts. A shard index
     (model.safetensors.index.json) loads every shard's tensors. verify=True checks each tensor
     against the CRC32C the file records; timeout (seconds); direct, engine, chunk, depth: the I/O.
     On failure nothing loaded stays."""
@@ -119,35 +149,39 @@ def load(path: Union[str, "os.PathLike[str]"], *, device: Any = "host", dtype: A
         wanted = None if names is None else set(names)
         out = {}
         try:
-            for shard, in_shard in _read_index(path).items():
+            for shard_file, in_shard in _read_index(path).items():
                 pick = in_shard if wanted is None else [n for n in in_shard if n in wanted]
                 if pick:
-                    out.update(File(shard).load(pick, device=device, dtype=dtype, **io))
+                    out.update(File(shard_file).load(pick, device=device, dtype=dtype, shard=shard, **io))
         except BaseException:
-            for t in out.values():
-                t.free()
+            _free_all(out)
             raise
         if wanted is not None and len(out) != len(wanted):
             missing = sorted(wanted - set(out))
-            for t in out.values():
-                t.free()
+            _free_all(out)
             raise _invalid("%s: no tensor %s in its shards" % (path, ", ".join(missing)))
         return out
     f = File(path)
-    got = f.load(names, device=device, dtype=dtype, **io)
+    got = f.load(names, device=device, dtype=dtype, shard=shard, **io)
     if f.format == "npy" and names is None:
         return got[""]
     return got
 
 
+def _free_all(loaded):
+    for t in loaded.values():
+        for part in (t if isinstance(t, list) else [t]):
+            part.free()
+
+
 def load_async(path: Union[str, "os.PathLike[str]"], *, device: Any = "host", dtype: Any = None,
-               names: Optional[list] = None, **io: Any) -> Any:
+               names: Optional[list] = None, shard: Any = None, **io: Any) -> Any:
     """load() as a Job: wait() gives the dict; cancel() stops it between its requests and keeps
     nothing. Not for a shard index (load its shards' jobs)."""
     _check_io(io)
     if _is_index(path):
         raise _invalid("load_async: a shard index loads shard by shard (load_async each shard)")
-    return File(path).load(names, device=device, dtype=dtype, asynchronous=True, **io)
+    return File(path).load(names, device=device, dtype=dtype, shard=shard, asynchronous=True, **io)
 
 
 def _pairs(tensors):
