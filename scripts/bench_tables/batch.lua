@@ -119,8 +119,17 @@ return function(B)
   local emit, say = B.emit, B.say
   local buffer = B.batch_buffer
   local devs = xfer.devices()
-  local has_cuda = false
-  for _, d in ipairs(devs) do has_cuda = has_cuda or d.runtime == "cuda" end
+  local has_cuda, cuda_gpus = false, 0
+  for _, d in ipairs(devs) do
+    has_cuda = has_cuda or d.runtime == "cuda"
+    if d.runtime == "cuda" then cuda_gpus = cuda_gpus + 1 end
+  end
+  -- two GPUs (issue 39): also vulkan:0 <-> vulkan:1 and opencl:0 <-> opencl:1, a runtime's own
+  -- devices on distinct CUDA GPUs
+  local function across_gpus(a, b)
+    return cuda_gpus > 1 and a.runtime == b.runtime and a.uuid and b.uuid and a.uuid ~= b.uuid and
+           a.runtime ~= "host" and a.runtime ~= "remote"
+  end
   local torch = has_cuda and frameworks(B, buffer) or {}
   local rows = { { ("blocks in %s"):format(bench.format_size(buffer)), "blocks", "prepared GB/s",
                    "copy_blocks GB/s", "copy_from loop GB/s", "contiguous GB/s", "prepared / contiguous",
@@ -128,7 +137,8 @@ return function(B)
                    "prepared / NIXL prepared", "NIXL 2 processes prepared GB/s", "at once" } }
   for _, a in ipairs(devs) do
     for _, b in ipairs(devs) do
-      if a ~= b and (a == B.host or b == B.host or a.runtime == "cuda" or b.runtime == "cuda") then
+      if a ~= b and (a == B.host or b == B.host or a.runtime == "cuda" or b.runtime == "cuda" or
+                     across_gpus(a, b)) then
         measure_pair(B, rows, a, b, buffer, torch)
       end
     end

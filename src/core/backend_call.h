@@ -261,6 +261,14 @@ static inline int xfer_be_peer_joins(const xfer_device *src, const xfer_device *
   return c->peer && (!c->peer_joins || c->peer_joins(src, dst));
 }
 
+/* Whether dev's batches (copy->many) reach `other`'s buffers in place (another GPU's memory). */
+static inline int xfer_be_many_reaches(const xfer_device *dev, const xfer_device *other)
+{
+  const xfer_copy_ops *c = xfer_be(dev)->copy;
+  return dev != other && dev->rt == other->rt && c->many && c->many_reaches &&
+         c->many_reaches(dev, other);
+}
+
 static inline xfer_code xfer_be_peer(xfer_device *dst_dev, void *dst, size_t dst_off,
                                      xfer_device *src_dev, void *src, size_t src_off, size_t n,
                                      xfer_error *err)

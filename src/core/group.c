@@ -24,7 +24,8 @@ static int one_device_path(xfer_path p)
 ** is exported to the other's runtime (Vulkan's to CUDA on one GPU), the importer runs the group
 ** over the import; and a host <-> device group whose device's memory a runtime of its GPU
 ** imports and runs batches over (CUDA for Vulkan on NVIDIA: one kernel where Vulkan would make
-** a copy-engine region a block) goes to that runtime too (*imports set). */
+** a copy-engine region a block) goes to that runtime too (*imports set). Between two GPUs, the
+** source's runtime where its batches reach the other GPU's memory (xfer_many_across). */
 static xfer_device *many_device(const xfer_group *g, int *imports)
 {
   *imports = 0;
@@ -43,7 +44,12 @@ static xfer_device *many_device(const xfer_group *g, int *imports)
       return importer;
     }
   }
-  return one_device_path(p) ? xfer_many_runner(g->from, g->to) : NULL;
+  xfer_device *runner = one_device_path(p) ? xfer_many_runner(g->from, g->to) : NULL;
+  /* two GPUs a runtime joins (cuda:0 -> cuda:1, or OpenCL ends living in CUDA's memory): the
+  ** source's batches over the target's memory in place, where they reach it */
+  if (!runner && (p == XFER_PATH_SAME_RUNTIME || p == XFER_PATH_INTEROP))
+    runner = xfer_many_across(g->from, g->to);
+  return runner;
 }
 
 /* A host <-> device or within-a-device group's runner among the devices themselves, for memory

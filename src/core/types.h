@@ -29,8 +29,9 @@ typedef struct xfer_runtime xfer_runtime;
 ** (a batch of copies in one submission); 11: a runtime gives its settings' defaults
 ** (runtime->config_defaults); 12: copy->many_again and many_forget (the same pieces again);
 ** 13: copy->crc32c (a device sums its own bytes); 14: copy->crc32c sums many ranges at once;
-** 15: copy->idle (whether work that outlived a deadline is done) */
-#define XFER_BACKEND_VERSION 15
+** 15: copy->idle (whether work that outlived a deadline is done); 16: copy->many_reaches (a
+** batch over another GPU's memory) */
+#define XFER_BACKEND_VERSION 16
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -149,6 +150,11 @@ typedef struct xfer_copy_ops {
   /* optional: whether peer joins these two devices (NULL: any two of the runtime's; the
   ** remote runtime's devices are joined only on one server) */
   int (*peer_joins)(const xfer_device *src_dev, const xfer_device *dst_dev);
+  /* optional: whether `many` on `dev` takes pieces that name `other`'s buffers -- another device
+  ** of the runtime whose memory its copies reach in place (CUDA: a GPU with peer access on, its
+  ** kernel reading and writing the other's memory over NVLink), so that a batch between two
+  ** GPUs is one submission. NULL: never. */
+  int (*many_reaches)(const xfer_device *dev, const xfer_device *other);
 } xfer_copy_ops;
 
 /* Optional: memory shared with the other runtimes of one GPU (interop), and device memory

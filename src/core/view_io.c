@@ -191,6 +191,13 @@ static xfer_device *runner_of(xfer_device *a, xfer_device *b, int own)
 xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b) { return runner_of(a, b, 0); }
 xfer_device *xfer_many_runner_own(xfer_device *a, xfer_device *b) { return runner_of(a, b, 1); }
 
+xfer_device *xfer_many_across(xfer_device *a, xfer_device *b)
+{
+  if (xfer_is_host(a) || xfer_is_host(b)) return NULL;
+  xfer_device *ra = many_of(a, 0), *rb = many_of(b, 0);
+  return ra && rb && ra != rb && xfer_be_many_reaches(ra, rb) ? ra : NULL;
+}
+
 int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner,
                       xfer_piece_end *out)
 {
@@ -203,8 +210,15 @@ int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner
     *out = (xfer_piece_end){t->buf, t->offset + at, NULL};
     return 1;
   }
+  /* another GPU's memory the runner's copies reach in place (CUDA with peer access on) */
+  if (xfer_be_many_reaches(runner, t->dev)) {
+    *out = (xfer_piece_end){t->buf, t->offset + at, NULL};
+    return 1;
+  }
   const xfer_block *b = xfer_tensor_block(t);
-  if (t->dev->backing != runner || !b || !b->seg->backing_buf) return 0;
+  if (!t->dev->backing || !b || !b->seg->backing_buf ||
+      (t->dev->backing != runner && !xfer_be_many_reaches(runner, t->dev->backing)))
+    return 0;
   *out = (xfer_piece_end){b->seg->backing_buf, t->offset + at, NULL};
   return 1;
 }

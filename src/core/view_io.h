@@ -52,8 +52,13 @@ xfer_device *xfer_many_runner(xfer_device *a, xfer_device *b);
 /* The same among the devices themselves, not the memory they live in (for memory a backing
 ** device does not hold: a segment larger than its driver imports). */
 xfer_device *xfer_many_runner_own(xfer_device *a, xfer_device *b);
+/* Two GPUs: the device that runs a batch between a and b at once over both memories -- a's
+** (or the device a's memory lives in) where its batches reach b's GPU in place (CUDA with peer
+** access on: its kernel writes the other's memory over NVLink); NULL: none. */
+xfer_device *xfer_many_across(xfer_device *a, xfer_device *b);
 /* Byte `at` of a tensor as `runner` addresses it in a batch: host memory in place, its own
-** buffer, or the backing device's view of it. 0: runner cannot reach it. */
+** buffer, the backing device's view of it, or another GPU's memory the runner reaches in
+** place (xfer_be_many_reaches). 0: runner cannot reach it. */
 int xfer_piece_end_of(const xfer_tensor *t, size_t at, const xfer_device *runner,
                       xfer_piece_end *out);
 

@@ -43,6 +43,7 @@ static void add_device(xfer_runtime *rt, int ordinal)
     leave_out(rt, ordinal, "calloc", CUDA_ERROR_OUT_OF_MEMORY);
     return;
   }
+  cd->ordinal = ordinal;
   CUresult r;
   const char *fn = NULL;
   if ((r = api->cuDeviceGet(&cd->device, ordinal)) != CUDA_SUCCESS)
@@ -101,9 +102,22 @@ static void enable_peer_access(xfer_runtime *rt)
       cu_dev *a = ctx->devices[i]->impl, *b = ctx->devices[j]->impl;
       int can = 0;
       if (api->cuDeviceCanAccessPeer(&can, a->device, b->device) != CUDA_SUCCESS || !can) continue;
-      if (api->cuCtxSetCurrent(a->context) == CUDA_SUCCESS)
-        api->cuCtxEnablePeerAccess(b->context, 0); /* already enabled is fine too */
+      if (api->cuCtxSetCurrent(a->context) != CUDA_SUCCESS) continue;
+      CUresult r = api->cuCtxEnablePeerAccess(b->context, 0);
+      /* a kernel of a's reads and writes b's memory only with access on (already on is fine) */
+      if ((r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) &&
+          b->ordinal >= 0 && b->ordinal < XFER_CU_PEER_BITS)
+        a->peer_access |= (uint64_t)1 << b->ordinal;
     }
+}
+
+/* Whether dev's batch kernel reaches other's memory in place: peer access on, from dev's
+** context to other's (the pointers are unified: one address space over every GPU). */
+static int cuda_many_reaches(const xfer_device *dev, const xfer_device *other)
+{
+  const cu_dev *a = dev->impl, *b = other->impl;
+  return b->ordinal >= 0 && b->ordinal < XFER_CU_PEER_BITS &&
+         (a->peer_access >> b->ordinal & 1) != 0;
 }
 
 static void cuda_close(xfer_runtime *rt);
@@ -355,6 +369,7 @@ static const xfer_copy_ops cuda_copies = {
   .many_forget = xfer_cu_many_forget,
   .within_rows = cuda_copy_rows,
   .peer = cuda_peer,
+  .many_reaches = cuda_many_reaches,
 };
 static const xfer_share_ops cuda_share = {
   .import_fd = cuda_import_fd,

@@ -44,9 +44,14 @@ typedef struct cu_api {
 /* Descriptor tables of prepared batches kept on a device at once. */
 #define XFER_CU_KEPT 8
 
+/* The CUDA devices whose peer access a device's context has (a bit per CUdevice ordinal). */
+#define XFER_CU_PEER_BITS 64
+
 typedef struct cu_dev {
   CUdevice device;
   CUcontext context;            /* the primary context, retained */
+  int ordinal;                  /* its number among the process's CUDA devices */
+  uint64_t peer_access;         /* bit j: cuCtxEnablePeerAccess to device j succeeded */
   CUstream stream;
   CUevent staged[XFER_CU_STAGING_SLOTS];
   /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
