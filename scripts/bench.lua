@@ -77,12 +77,13 @@ Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua s
   to        t:to(dev) beside copy_from
   strided   every other row of a matrix moved as a view beside contiguous() first
   batch     blocks scattered in a buffer of --batch-buffer bytes, by batch beside a loop of
-            copy_from and PyTorch
+            copy_from and PyTorch (with two GPUs, a runtime's devices across them too)
   python    what a call costs from Python (the xferlua package) beside C (--calls) and Lua: a 4 KiB
             copy_from and a prepared batch of 4096 x 16 KiB blocks (NumPy block tables), per
             device; PyTorch's copy_ loop and index_copy_ of the same blocks where it has CUDA
   files     a safetensors file of --file-size bytes (bf16, a 7B model's shapes) in --file-dir,
-            loaded onto every device cold and warm beside dd and safetensors/fastsafetensors
+            loaded onto every device cold and warm beside dd and safetensors/fastsafetensors;
+            with two CUDA GPUs also onto both, tensor by tensor and each tensor split (shard)
   plan      after xfer.calibrate (not saved), every pair at --plan-sizes by the default path
             beside every path forced: the default's time over the best one's (goal: within 1.1x)
   remote    a server on loopback (xferlua --serve): 256 MiB host -> remote host and back over

@@ -125,39 +125,60 @@ return function(B)
                    "cold GB/s", "warm GB/s", "cold / disk", "warm / link", "link GB/s", "read by (cold; warm)" } }
   rows[#rows + 1] = { "raw read (O_DIRECT; page cache by dd)", ("%.2f"):format(disk),
                       ("%.2f"):format(file_bytes / cache_s / 1e9), "1.00", "-", "-", raw_tool .. "; dd bs=16M" }
-  local links = {}
+  -- the best of two cold runs and of three warm ones after a warm-up load (the first touches of
+  -- fresh memory are the allocator's cost, not the file's), with these load options
+  local function best_load(opts, devs)
+    local result, reasons = {}, {}
+    for _, mode in ipairs({ "cold", "warm" }) do
+      local runs = mode == "cold" and 2 or 4
+      for run = 1, runs do
+        if mode == "cold" then drop(path) else warm(path) end
+        local loaded
+        local ok, err = pcall(function()
+          local s = timed(function()
+            loaded = xfer.load(path, opts)
+            xfer.synchronize()
+          end)
+          if mode == "cold" or run > 1 then result[mode] = math.max(result[mode] or 0, file_bytes / s / 1e9) end
+        end)
+        if run == runs then reasons[#reasons + 1] = ok and xfer.file_route().reason:match("^[^;]*") or tostring(err) end
+        for _, t in pairs(loaded or {}) do
+          for _, part in ipairs(type(t) == "table" and t or { t }) do part:free() end
+        end
+        loaded = nil
+        collectgarbage()
+      end
+      for _, dev in ipairs(devs) do xfer.empty_cache(dev) end
+    end
+    return result, table.concat(reasons, "; ")
+  end
+  local function load_row(label, result, l, reasons)
+    rows[#rows + 1] = { label, B.fmt_gbps(result.cold), B.fmt_gbps(result.warm),
+                        result.cold and ("%.2f"):format(result.cold / disk) or "-",
+                        (l and result.warm) and ("%.2f"):format(result.warm / l) or "-",
+                        l and ("%.1f"):format(l) or "-", reasons }
+  end
+  local links, gpus = {}, {}
   for _, dev in ipairs(xfer.devices()) do
     if dev.runtime ~= "remote" then
       links[dev.name] = link(dev, B.host)
-      local result = {}
-      local reasons = {}
-      -- the best of two cold runs and of three warm ones after a warm-up load (the first
-      -- touches of fresh memory are the allocator's cost, not the file's)
-      for _, mode in ipairs({ "cold", "warm" }) do
-        local runs = mode == "cold" and 2 or 4
-        for run = 1, runs do
-          if mode == "cold" then drop(path) else warm(path) end
-          local loaded
-          local ok, err = pcall(function()
-            local s = timed(function()
-              loaded = xfer.load(path, { device = dev })
-              xfer.synchronize()
-            end)
-            if mode == "cold" or run > 1 then result[mode] = math.max(result[mode] or 0, file_bytes / s / 1e9) end
-          end)
-          if run == runs then reasons[#reasons + 1] = ok and xfer.file_route().reason:match("^[^;]*") or tostring(err) end
-          if loaded then for _, t in pairs(loaded) do t:free() end end
-          loaded = nil
-          collectgarbage()
-        end
-        xfer.empty_cache(dev)
-      end
-      local l = links[dev.name]
-      rows[#rows + 1] = { "xfer.load -> " .. dev.name, B.fmt_gbps(result.cold), B.fmt_gbps(result.warm),
-                          result.cold and ("%.2f"):format(result.cold / disk) or "-",
-                          (l and result.warm) and ("%.2f"):format(result.warm / l) or "-",
-                          l and ("%.1f"):format(l) or "-", table.concat(reasons, "; ") }
+      local result, reasons = best_load({ device = dev }, { dev })
+      load_row("xfer.load -> " .. dev.name, result, links[dev.name], reasons)
+      if dev.runtime == "cuda" then gpus[#gpus + 1] = dev end
     end
+  end
+  -- two GPUs (issue 39): the checkpoint placed tensor by tensor over both, and every tensor
+  -- split in two along dimension 0 (tensor parallelism, as fastsafetensors loads it), beside
+  -- the one-GPU load above; the link column is the two GPUs' links together
+  if #gpus >= 2 then
+    local pair = { gpus[1], gpus[2] }
+    local both = (links[pair[1].name] or 0) + (links[pair[2].name] or 0)
+    local k = 0
+    local result, reasons = best_load({ device = function() k = k + 1 return pair[k % 2 + 1] end }, pair)
+    load_row(("xfer.load -> %s, %s, tensor by tensor"):format(pair[1].name, pair[2].name), result, both, reasons)
+    result, reasons = best_load({ shard = { dim = 0, devices = pair } }, pair)
+    load_row(("xfer.load -> %s, %s, each tensor split (shard dim 0)"):format(pair[1].name, pair[2].name), result,
+             both, reasons)
   end
   -- the others, in the same run
   local names = {}
