@@ -55,9 +55,10 @@ local function venv()
   local dir = os.tmpname() .. "-venv"
   local out, code = h.run(("%s -m venv --system-site-packages %s"):format(PYTHON, dir))
   if code == 0 then
-    out, code = h.run(("%s -c 'import site; print(chr(10).join(site.getsitepackages()))' > " ..
+    -- (in parentheses: h.run sends the command's output to a file of its own)
+    out, code = h.run(("(%s -c 'import site; print(chr(10).join(site.getsitepackages()))' > " ..
                        "\"$(%s/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')" ..
-                       "/_parent_packages.pth\""):format(PYTHON, dir))
+                       "/_parent_packages.pth\")"):format(PYTHON, dir))
   end
   if code ~= 0 then
     os.execute("rm -rf " .. dir)
