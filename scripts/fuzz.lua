@@ -303,6 +303,11 @@ local ops = {
     end
     local dev = pick(devices)
     local load_opts = { device = dev, verify = verify and format == "safetensors" }
+    -- now and then each tensor split along dimension 0 across two devices as it loads (shard)
+    local split = rand(4) == 1 and { pick(devices), pick(devices) } or nil
+    if split then
+      load_opts.shard = function(_, info) if #info.shape > 0 then return { dim = 0, devices = split } end end
+    end
     local loaded_ok, loaded
     if how == 1 then loaded_ok, loaded = call("load", nil, xfer.load, path, load_opts)
     else loaded_ok, loaded = as_job("load_async", xfer.load_async, path, load_opts) end
@@ -312,12 +317,28 @@ local ops = {
     for _, n in ipairs(names) do
       local t, e = loaded[n], picked[n]
       if not t then fail(("a loaded %s lacks %s"):format(format, n)) end
-      if t.dtype ~= e.t.dtype or table.concat(t.shape, ",") ~= table.concat(e.t.shape, ",") then
-        fail(("a loaded %s's %s is %s, saved from %s"):format(format, n, t:summary(), e.t:summary()))
+      if split and #e.t.shape > 0 then -- its parts: rows of the whole, in order, on their devices
+        local rows, at = 0, 0
+        for k, part in ipairs(t) do
+          if part.device ~= split[k] or part.dtype ~= e.t.dtype then
+            fail(("a split %s's part %d is %s, meant for %s"):format(n, k, part:summary(), split[k].name))
+          end
+          rows = rows + part.shape[1]
+          live[#live + 1] = { t = part, bytes = e.bytes:sub(at + 1, at + part.nbytes), dev = split[k],
+                              from = origin("save and load split (" .. format .. ")", e) }
+          at = at + part.nbytes
+        end
+        if #t ~= 2 or rows ~= e.t.shape[1] or at ~= #e.bytes then
+          fail(("a split %s has %d parts of %d rows, %d bytes: saved %s"):format(n, #t, rows, at, e.t:summary()))
+        end
+      else
+        if t.dtype ~= e.t.dtype or table.concat(t.shape, ",") ~= table.concat(e.t.shape, ",") then
+          fail(("a loaded %s's %s is %s, saved from %s"):format(format, n, t:summary(), e.t:summary()))
+        end
+        live[#live + 1] = { t = t, bytes = e.bytes, dev = dev, from = origin("save and load (" .. format .. ")", e) }
       end
-      live[#live + 1] = { t = t, bytes = e.bytes, dev = dev, from = origin("save and load (" .. format .. ")", e) }
     end
-    count("file " .. format)
+    count("file " .. format .. (split and " split" or ""))
   end,
   clone = function()
     local e = random_live()
