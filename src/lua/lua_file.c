@@ -230,25 +230,35 @@ static xfer_device *entry_device(lua_State *L, int opts, xfer_file *f, size_t i,
   return dev;
 }
 
-/* opts.dtype: a dtype every floating-point tensor is converted to (integers and bools stay),
-** or function(name, info) giving one (nil: as stored). */
-static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const char *fname,
-                       xfer_dtype *out)
+/* opts[key] for entry i (its info into *info), pushed: the value, or what it gives when it is
+** a function(name, info) (*fn 1); 0, nothing pushed, where that is nil or opts is absent. */
+static int entry_option(lua_State *L, int opts, xfer_file *f, size_t i, const char *key,
+                        xfer_file_info *info, int *fn)
 {
+  *fn = 0;
   if (lua_isnoneornil(L, opts)) return 0;
-  xfer_file_info info;
-  xfer_file_entry(f, i, &info, NULL);
-  lua_getfield(L, opts, "dtype");
-  int fn = lua_isfunction(L, -1);
-  if (fn) {
-    lua_pushstring(L, info.name);
-    push_info(L, &info);
+  xfer_file_entry(f, i, info, NULL);
+  lua_getfield(L, opts, key);
+  if ((*fn = lua_isfunction(L, -1))) {
+    lua_pushstring(L, info->name);
+    push_info(L, info);
     lua_call(L, 2, 1);
   }
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     return 0;
   }
+  return 1;
+}
+
+/* opts.dtype: a dtype every floating-point tensor is converted to (integers and bools stay),
+** or function(name, info) giving one (nil: as stored). */
+static int entry_dtype(lua_State *L, int opts, xfer_file *f, size_t i, const char *fname,
+                       xfer_dtype *out)
+{
+  xfer_file_info info;
+  int fn;
+  if (!entry_option(L, opts, f, i, "dtype", &info, &fn)) return 0;
   const char *name = lua_tostring(L, -1);
   if (!name || xfer_dtype_parse(name, out) != 0)
     xl_raise_code(L, XFER_E_INVALID, fname, "%s: dtype '%s' is not a dtype (f16 bf16 f32 f64 "
@@ -266,19 +276,9 @@ static const char *const load_keys[] = { "device", "dtype", "names", "shard", "d
 ** Returns the parts (0: loaded whole), the devices' list pushed when there are parts. */
 static int entry_shard(lua_State *L, int opts, xfer_file *f, size_t i, const char *fname, int *dim)
 {
-  if (lua_isnoneornil(L, opts)) return 0;
   xfer_file_info info;
-  xfer_file_entry(f, i, &info, NULL);
-  lua_getfield(L, opts, "shard");
-  if (lua_isfunction(L, -1)) {
-    lua_pushstring(L, info.name);
-    push_info(L, &info);
-    lua_call(L, 2, 1);
-  }
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    return 0;
-  }
+  int fn;
+  if (!entry_option(L, opts, f, i, "shard", &info, &fn)) return 0;
   int spec = lua_gettop(L);
   if (!lua_istable(L, spec))
     xl_raise_code(L, XFER_E_INVALID, fname, "%s: shard of '%s' is {dim = d, devices = {...}} (or "
