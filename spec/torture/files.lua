@@ -2,7 +2,8 @@
 -- device tensors and loaded onto every device, in requests of 64 KiB, through O_DIRECT and
 -- the page cache; every failed read, write or sync (file:*) and every failed driver call on
 -- the way surfaces as an xfer.Error naming the file or the device, leaves nothing allocated,
--- no fd open, and no file (nor temporary) where a save failed.
+-- no fd open, and no file (nor temporary) where a save failed; a tensor split across the host and
+-- a device as it loads (shard, verified) likewise.
 local xfer = require "xfer"
 
 local dir = os.tmpname()
@@ -49,6 +50,17 @@ return {
               if loaded then
                 T.expect(a_bytes, got.a, "a loaded onto " .. dev.name)
                 T.expect(b_bytes, got.b, "b loaded onto " .. dev.name)
+              end
+            end
+            if ext == "safetensors" then -- "a" split in two as it loads: the host's half and dev's
+              local halves = { "host", dev.name }
+              local split, parts = T.try(("load a split onto host and %s, verified"):format(dev.name), xfer.load, p,
+                                         { names = { "a" }, shard = { dim = 0, devices = halves }, verify = true,
+                                           chunk = 65536, depth = 2, direct = false })
+              if split then
+                local first = parts.a[1].nbytes
+                T.expect(a_bytes:sub(1, first), parts.a[1], "a's first part on the host")
+                T.expect(a_bytes:sub(first + 1), parts.a[2], "a's second part on " .. dev.name)
               end
             end
             os.remove(p)
