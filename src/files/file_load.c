@@ -229,8 +229,15 @@ static int by_file_offset(const void *a, const void *b)
 static uint64_t align_down(uint64_t v) { return v / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
 static uint64_t align_up(uint64_t v) { return (v + XFER_FIO_ALIGN - 1) / XFER_FIO_ALIGN * XFER_FIO_ALIGN; }
 
-/* An item of one run bound for host memory in the page cache's mode: read straight into its
-** tensor, in chunk-sized requests. */
+/* Whether an item is read straight into its tensor rather than through chunks: one run bound
+** for host memory, in the page cache's mode (a compressed member is read apart, whole). */
+static int read_straight(const xfer_format_entry *e, item_runs r, xfer_tensor *target,
+                         const xfer_file_route *route)
+{
+  return !route->direct && !e->deflated && r.count == 1 && xfer_tensor_host_data(target);
+}
+
+/* An item read straight into its tensor, in chunk-sized requests. */
 static void requests_into(load_plan *p, item_runs run, size_t item, void *host, uint64_t chunk)
 {
   for (uint64_t at = 0; at < run.len && !p->failed; at += chunk) {
@@ -255,26 +262,23 @@ static piece *spans_of(const xfer_file *f, const xfer_load_item *items, size_t n
                        size_t *count)
 {
   size_t m = 0;
-  for (size_t pass = 0; pass < 2; pass++) { /* count, then fill */
-    piece *spans = pass ? malloc((m ? m : 1) * sizeof *spans) : NULL;
-    if (pass && !spans) { p->failed = 1; return NULL; }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-      const xfer_format_entry *e = &f->layout.entries[items[i].entry];
-      item_runs r = runs_of(e, &items[i]);
-      void *host = xfer_tensor_host_data(targets[i]);
-      if (e->deflated || (!route->direct && host && r.count == 1)) continue; /* read apart */
-      for (uint64_t j = 0; j < r.count; j++, k++)
-        if (pass) spans[k] = (piece){ i, r.first + j * r.stride, r.len, j * r.len };
-    }
-    if (pass) {
-      qsort(spans, m, sizeof *spans, by_file_offset);
-      *count = m;
-      return spans;
-    }
-    m = k;
+  for (size_t i = 0; i < n; i++) {
+    const xfer_format_entry *e = &f->layout.entries[items[i].entry];
+    item_runs r = runs_of(e, &items[i]);
+    if (!e->deflated && !read_straight(e, r, targets[i], route)) m += (size_t)r.count;
   }
-  return NULL;
+  piece *spans = malloc((m ? m : 1) * sizeof *spans);
+  if (!spans) { p->failed = 1; return NULL; }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const xfer_format_entry *e = &f->layout.entries[items[i].entry];
+    item_runs r = runs_of(e, &items[i]);
+    if (e->deflated || read_straight(e, r, targets[i], route)) continue;
+    for (uint64_t j = 0; j < r.count; j++) spans[k++] = (piece){ i, r.first + j * r.stride, r.len, j * r.len };
+  }
+  qsort(spans, m, sizeof *spans, by_file_offset);
+  *count = m;
+  return spans;
 }
 
 /* Cuts the items' bytes into requests, in file order: neighbours share a chunk (gaps under
@@ -284,11 +288,11 @@ static void plan_requests(const xfer_file *f, const xfer_load_item *items, size_
                           xfer_tensor *const *targets, const xfer_file_route *route,
                           load_plan *p)
 {
-  for (size_t i = 0; i < n && !route->direct && !p->failed; i++) {
+  for (size_t i = 0; i < n && !p->failed; i++) {
     const xfer_format_entry *e = &f->layout.entries[items[i].entry];
     item_runs r = runs_of(e, &items[i]);
-    void *host = xfer_tensor_host_data(targets[i]);
-    if (!e->deflated && host && r.count == 1) requests_into(p, r, i, host, route->chunk);
+    if (read_straight(e, r, targets[i], route))
+      requests_into(p, r, i, xfer_tensor_host_data(targets[i]), route->chunk);
   }
   size_t m = 0;
   piece *spans = p->failed ? NULL : spans_of(f, items, n, targets, route, p, &m);
@@ -607,6 +611,8 @@ static xfer_code verify_parts(loading *l, size_t i, xfer_error *err)
 {
   const xfer_load_item *it = &l->items[i];
   const xfer_format_entry *e = &l->f->layout.entries[it->entry];
+  uint32_t want = 0, got = 0;
+  if (!recorded_sum(l->f, e->name, &want)) return verify_item(l, i, err); /* says so */
   size_t n = 0;
   for (size_t j = i; j < l->nitems; j++) n += l->items[j].sliced && l->items[j].entry == it->entry;
   /* (n >= 1: item i is one) */
@@ -624,11 +630,9 @@ static xfer_code verify_parts(loading *l, size_t i, xfer_error *err)
     if (l->items[j].sliced && l->items[j].entry == it->entry) parts[m++] = &l->items[j];
   qsort(parts, n, sizeof *parts, by_begin);
   int64_t upto = 0;
-  for (size_t m = 0; m < n && !code; m++) {
-    if (parts[m]->dim != it->dim || parts[m]->begin != upto) break;
+  for (size_t m = 0; m < n && parts[m]->dim == it->dim && parts[m]->begin == upto; m++)
     upto = parts[m]->end;
-  }
-  if (!code && upto != e->shape.dims[it->dim]) {
+  if (upto != e->shape.dims[it->dim]) {
     xfer_err_op(err, XFER_E_UNSUPPORTED, XFER_OP_VERIFY, "%s: '%s': verify checks a split tensor "
                 "whole (the file records one CRC32C of all of it): load every part of it along one "
                 "dimension", l->f->path, e->name);
@@ -643,8 +647,6 @@ static xfer_code verify_parts(loading *l, size_t i, xfer_error *err)
                                                    (size_t)runs[m].count, err)
                          : XFER_E_OK;
   }
-  uint32_t want = 0, got = 0;
-  if (!code && !recorded_sum(l->f, e->name, &want)) code = verify_item(l, i, err); /* says so */
   uint64_t rows = 0; /* the dimensions before the split one: a run each in every part */
   for (size_t m = 0; m < n && !code; m++) rows = runs[m].count > rows ? runs[m].count : rows;
   for (uint64_t row = 0; row < rows && !code; row++) /* part by part, each row of the file */

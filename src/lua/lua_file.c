@@ -306,12 +306,12 @@ static xfer_load_item *load_items(lua_State *L, xfer_file *f, const size_t *whic
   *parts = lua_newuserdata(L, (n ? n : 1) * sizeof **parts);
   lua_createtable(L, (int)n, 0); /* each split entry's devices' list, by entry */
   int lists = lua_gettop(L);
-  int dims[1] = { 0 };
+  int dim = 0;
   size_t m = 0;
   for (size_t k = 0; k < n; k++) {
-    (*parts)[k] = entry_shard(L, opts, f, which[k], fname, dims);
+    (*parts)[k] = entry_shard(L, opts, f, which[k], fname, &dim);
     if ((*parts)[k]) {
-      lua_pushinteger(L, dims[0]);
+      lua_pushinteger(L, dim);
       lua_rawseti(L, -2, 0); /* the dimension beside the devices */
       lua_rawseti(L, lists, (int)k + 1);
     }
@@ -320,13 +320,11 @@ static xfer_load_item *load_items(lua_State *L, xfer_file *f, const size_t *whic
   xfer_load_item *items = lua_newuserdata(L, (m ? m : 1) * sizeof *items);
   lua_insert(L, lists); /* kept on the stack under the lists, which go at the end */
   lists++;
-  memset(items, 0, (m ? m : 1) * sizeof *items);
   for (size_t k = 0, i = 0; k < n; k++) {
     xfer_file_info info;
     xfer_file_entry(f, which[k], &info, NULL);
-    int convert = 0;
     xfer_dtype dtype = XFER_U8;
-    convert = entry_dtype(L, opts, f, which[k], fname, &dtype);
+    int convert = entry_dtype(L, opts, f, which[k], fname, &dtype);
     if (!(*parts)[k]) {
       items[i] = (xfer_load_item){ .entry = which[k], .convert = convert, .dtype = dtype,
                                    .dev = entry_device(L, opts, f, which[k], fname) };
@@ -335,7 +333,7 @@ static xfer_load_item *load_items(lua_State *L, xfer_file *f, const size_t *whic
     }
     lua_rawgeti(L, lists, (int)k + 1);
     lua_rawgeti(L, -1, 0);
-    int dim = (int)lua_tointeger(L, -1);
+    dim = (int)lua_tointeger(L, -1);
     lua_pop(L, 1);
     for (int p = 0; p < (*parts)[k]; p++, i++) {
       lua_rawgeti(L, -1, p + 1);
