@@ -6,7 +6,9 @@ python part runs it). For each framework that is installed and sees a GPU:
   stream when from_dlpack is called must be seen whole by xferlua's move to the host;
 - an xferlua CUDA tensor lent to the framework without a copy, and xferlua's write into it
   (copy_from) seen by the framework as soon as copy_from returns;
-- a round trip cuda:0 -> vulkan:0 / opencl:0 -> cuda:0 of the framework's bytes, where those run.
+- a round trip cuda:0 -> vulkan:0 / opencl:0 -> cuda:0 of the framework's bytes, where those run;
+- (PyTorch) host memory it pinned (pin_memory()) moved in place: a prepared batch of blocks
+  between it and a CUDA tensor runs as one submission both ways, not block by block.
 Prints "ok: ..." per check, "skipped: ..." for a framework or device that is not there and
 "FAILED: ..." for a framework whose check failed (the others still run); exits non-zero on any. Usage: PYTHONPATH=src/python python3 gpu_frameworks_check.py"""
 import sys
@@ -91,6 +93,31 @@ def torch_check():
         return x
     check_framework("torch", lambda n, value: torch.full((n,), value, device="cuda"), fill,
                     lambda x: x.data_ptr(), lambda t: torch.from_dlpack(t), torch.cuda.synchronize)
+    pinned_batch_check(torch)
+
+
+def pinned_batch_check(torch):
+    """A prepared batch between PyTorch's pinned host memory and a CUDA tensor: one kernel over
+    memory the driver already has page-locked (no staging, no copy per block), bytes right."""
+    blocks, block = 1024, 16 << 10
+    host = torch.randint(0, 255, (blocks, block), dtype=torch.uint8).pin_memory()
+    back = torch.zeros((blocks, block), dtype=torch.uint8).pin_memory()
+    dev = torch.zeros((blocks, block), dtype=torch.uint8, device="cuda")
+    order = numpy.random.default_rng(3).permutation(blocks).astype(numpy.int64)
+    every = numpy.arange(blocks, dtype=numpy.int64)
+    h, d, r = xferlua.from_torch(host), xferlua.from_torch(dev), xferlua.from_torch(back)
+    out = xferlua.batch(dst=d, src=h, src_blocks=order, dst_blocks=every, block_bytes=block)
+    out.run()
+    assert out.at_once == out.groups == 1, "host -> cuda:0 from pinned memory: %d of %d groups at once" % (
+        out.at_once, out.groups)
+    assert torch.equal(dev.cpu(), host[torch.from_numpy(order)]), "host -> cuda:0: blocks differ"
+    home = xferlua.batch(dst=r, src=d, src_blocks=every, dst_blocks=order, block_bytes=block)
+    home.run()
+    assert home.at_once == home.groups == 1, "cuda:0 -> host into pinned memory: %d of %d groups at once" % (
+        home.at_once, home.groups)
+    assert torch.equal(back, host), "cuda:0 -> host: blocks differ"
+    ok("torch: a batch of %d blocks between pin_memory() host memory and cuda:0 ran at once, both ways"
+       % blocks)
 
 
 def cupy_check():

@@ -2,7 +2,8 @@
 ** cuda_host.c -- moving bytes between host memory and a CUDA device. Small moves are one
 ** copy on the device's stream. Moves from or to a host segment xferlua owns register that
 ** segment once (cuMemHostRegister, kept with the segment until it goes back to the system)
-** and DMA at pinned speed; large moves from other memory go through two staging chunks of the
+** and DMA at pinned speed, as do moves over memory the driver says someone else page-locked
+** (PyTorch's pin_memory()); large moves from other memory go through two staging chunks of the
 ** host pool (registered the same way), the CPU filling one while the copy engine drains the
 ** other: never a pageable DMA on the hot path.
 */
@@ -35,14 +36,70 @@ static xfer_device *registrar(const xfer_device *dev)
   return dev->ctx->devices[dev->rt->first_device];
 }
 
-/* Nonzero when [ptr, ptr+n) lies in a host segment that is registered now (registering it if
-** need be; the registration stays with the segment): 2 when the registration is kept with the
-** segment (it lasts while xfer_mem_mappings_undone() stays), 1 when someone else's. A
-** registration that fails is no error: the move is staged instead. */
+/* One attribute of a pointer, or 0 where the driver knows nothing of it (pageable memory
+** answers CUDA_ERROR_INVALID_VALUE: no error, an answer). */
+static int pointer_attribute(const cu_api *api, void *out, CUpointer_attribute what, const void *ptr)
+{
+  return api->cuPointerGetAttribute(out, what, (CUdeviceptr)(uintptr_t)ptr) == CUDA_SUCCESS;
+}
+
+/* 1 when [ptr, ptr+n) is host memory someone else page-locked (PyTorch's pin_memory(),
+** cudaHostAlloc, a registration not ours) within one allocation of this device's context that
+** its kernels reach at the same address; *span: that allocation where the driver says, else
+** [ptr, ptr+n). Asked of the driver each time, never remembered: the owner may free it
+** without our knowing, and a kernel must not be given pageable memory. */
+static int pinned_elsewhere(xfer_device *dev, const void *ptr, size_t n, xfer_host_span *span)
+{
+  const cu_api *api = cu_api_of(dev);
+  const char *first = ptr, *last = first + (n ? n - 1 : 0);
+  unsigned int type = 0, last_type = 0;
+  unsigned long long id = 0, last_id = 0;
+  CUcontext owner = NULL;
+  CUdeviceptr seen_at = 0, start = 0;
+  size_t size = 0;
+  if (!pointer_attribute(api, &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, first) ||
+      type != CU_MEMORYTYPE_HOST ||
+      !pointer_attribute(api, &owner, CU_POINTER_ATTRIBUTE_CONTEXT, first) ||
+      owner != cu_of(dev)->context ||
+      !pointer_attribute(api, &seen_at, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, first) ||
+      seen_at != (CUdeviceptr)(uintptr_t)first ||
+      !pointer_attribute(api, &id, CU_POINTER_ATTRIBUTE_BUFFER_ID, first) ||
+      !pointer_attribute(api, &last_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, last) ||
+      last_type != CU_MEMORYTYPE_HOST ||
+      !pointer_attribute(api, &last_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, last) || last_id != id)
+    return 0;
+  span->base = (void *)(uintptr_t)first;
+  span->size = n;
+  if (pointer_attribute(api, &start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, first) &&
+      pointer_attribute(api, &size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, first) &&
+      start <= (CUdeviceptr)(uintptr_t)first && (uintptr_t)last < start + size) {
+    span->base = (void *)(uintptr_t)start;
+    span->size = size;
+  }
+  return 1;
+}
+
 int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n)
 {
   xfer_host_span span;
-  if (!xfer_host_span_of(dev->ctx, ptr, n, &span) || span.size < PIN_MIN) return 0;
+  return xfer_cu_pinned_span(dev, ptr, n, &span);
+}
+
+/* Nonzero when [ptr, ptr+n) lies in a host segment that is registered now (registering it if
+** need be; the registration stays with the segment): 2 when the registration is kept with the
+** segment (it lasts while xfer_mem_mappings_undone() stays), 1 when someone else's -- a
+** segment another registered, or memory xferlua does not own that the driver says is
+** page-locked (pinned_elsewhere). *span: the segment or allocation. A registration that fails
+** is no error: the move is staged instead. */
+int xfer_cu_pinned_span(xfer_device *dev, const void *ptr, size_t n, xfer_host_span *span_out)
+{
+  xfer_host_span span;
+  if (!xfer_host_span_of(dev->ctx, ptr, n, &span)) {
+    xfer_error ignored;
+    return !xfer_cu_enter(dev, XFER_OP_REGISTER, &ignored) && pinned_elsewhere(dev, ptr, n, span_out);
+  }
+  *span_out = span;
+  if (span.size < PIN_MIN) return 0;
   xfer_device *key = registrar(dev);
   if (xfer_host_pin(dev->ctx, span.base, key)) return 2;
   xfer_error err;

@@ -56,8 +56,10 @@ xfer_code xfer_cu_start(xfer_device *dev, void *buf, size_t offset, void *host, 
 xfer_code xfer_cu_finish(xfer_device *dev, int slot, xfer_error *err);
 void xfer_cu_host_unpin(xfer_device *dev, void *base, size_t size, void *pin);
 /* nonzero when [ptr, ptr+n) lies in a host segment registered now (registering it if need
-** be): 2 when the registration is ours, kept with the segment */
+** be) or in memory the driver says someone else page-locked: 2 when the registration is
+** ours, kept with the segment; *span (xfer_cu_pinned_span) the segment or allocation */
 int xfer_cu_pinned(xfer_device *dev, const void *ptr, size_t n);
+int xfer_cu_pinned_span(xfer_device *dev, const void *ptr, size_t n, xfer_host_span *span);
 /* cuda_many.c: a batch of copies as one kernel (xfer_copy_ops.many, many_again, many_forget),
 ** and what it keeps */
 xfer_code xfer_cu_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);

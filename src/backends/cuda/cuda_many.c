@@ -129,8 +129,8 @@ static uint64_t address_of(xfer_device *dev, const xfer_piece_end *end, size_t n
   if (end->buf) return (uint64_t)(xfer_cu_ptr(end->buf) + end->offset);
   if (end->host >= *last_lo && end->host + n <= *last_hi) return (uint64_t)(uintptr_t)end->host;
   xfer_host_span span;
-  int pinned = xfer_cu_pinned(dev, end->host, n);
-  if (!pinned || !xfer_host_span_of(dev->ctx, end->host, n, &span)) return 0;
+  int pinned = xfer_cu_pinned_span(dev, end->host, n, &span);
+  if (!pinned) return 0;
   if (pinned != 2) *ours = 0;
   *last_lo = span.base;
   *last_hi = (const char *)span.base + span.size;
