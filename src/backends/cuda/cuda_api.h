@@ -29,7 +29,7 @@
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
   X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle) X(cuModuleLoadData)       \
   X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuStreamQuery) X(cuEventQuery) \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttributes)
 
 typedef struct cu_api {
   void *lib;

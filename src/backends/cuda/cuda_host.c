@@ -36,11 +36,14 @@ static xfer_device *registrar(const xfer_device *dev)
   return dev->ctx->devices[dev->rt->first_device];
 }
 
-/* One attribute of a pointer, or 0 where the driver knows nothing of it (pageable memory
-** answers CUDA_ERROR_INVALID_VALUE: no error, an answer). */
-static int pointer_attribute(const cu_api *api, void *out, CUpointer_attribute what, const void *ptr)
+/* What the driver says of the byte at ptr: the attributes in what[] into out[], in one call.
+** cuPointerGetAttributes, not the singular call: memory the driver never saw (pageable)
+** answers zeros and CUDA_SUCCESS there -- an answer, where the singular call reports an error
+** (CUDA_ERROR_INVALID_VALUE) that compute-sanitizer counts on every pageable move. */
+static int pointer_attributes(const cu_api *api, unsigned int count, CUpointer_attribute *what, void **out,
+                              const void *ptr)
 {
-  return api->cuPointerGetAttribute(out, what, (CUdeviceptr)(uintptr_t)ptr) == CUDA_SUCCESS;
+  return api->cuPointerGetAttributes(count, what, out, (CUdeviceptr)(uintptr_t)ptr) == CUDA_SUCCESS;
 }
 
 /* 1 when [ptr, ptr+n) is host memory someone else page-locked (PyTorch's pin_memory(),
@@ -57,22 +60,20 @@ static int pinned_elsewhere(xfer_device *dev, const void *ptr, size_t n, xfer_ho
   CUcontext owner = NULL;
   CUdeviceptr seen_at = 0, start = 0;
   size_t size = 0;
-  if (!pointer_attribute(api, &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, first) ||
-      type != CU_MEMORYTYPE_HOST ||
-      !pointer_attribute(api, &owner, CU_POINTER_ATTRIBUTE_CONTEXT, first) ||
-      owner != cu_of(dev)->context ||
-      !pointer_attribute(api, &seen_at, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, first) ||
-      seen_at != (CUdeviceptr)(uintptr_t)first ||
-      !pointer_attribute(api, &id, CU_POINTER_ATTRIBUTE_BUFFER_ID, first) ||
-      !pointer_attribute(api, &last_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, last) ||
-      last_type != CU_MEMORYTYPE_HOST ||
-      !pointer_attribute(api, &last_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, last) || last_id != id)
+  CUpointer_attribute of_first[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *first_out[] = {&type, &owner, &seen_at, &id, &start, &size};
+  CUpointer_attribute of_last[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  void *last_out[] = {&last_type, &last_id};
+  if (!pointer_attributes(api, 6, of_first, first_out, first) || type != CU_MEMORYTYPE_HOST ||
+      owner != cu_of(dev)->context || seen_at != (CUdeviceptr)(uintptr_t)first ||
+      !pointer_attributes(api, 2, of_last, last_out, last) || last_type != CU_MEMORYTYPE_HOST ||
+      last_id != id)
     return 0;
   span->base = (void *)(uintptr_t)first;
   span->size = n;
-  if (pointer_attribute(api, &start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, first) &&
-      pointer_attribute(api, &size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, first) &&
-      start <= (CUdeviceptr)(uintptr_t)first && (uintptr_t)last < start + size) {
+  if (start && start <= (CUdeviceptr)(uintptr_t)first && (uintptr_t)last < start + size) {
     span->base = (void *)(uintptr_t)start;
     span->size = size;
   }
