@@ -125,8 +125,8 @@ parser:option("--file-size", "The safetensors file of the files table.", "4G"):a
 parser:option("--file-dir", "Where the files table writes its file.", "build/bench-files"):argname("DIR")
 parser:option("--deadline-runs", "How often the deadline table stops a server.", "20")
   :argname("N"):convert(runs)
-parser:option("--cancels", "How many cancels (and deadlines) the guard table makes per pair.", "20")
-  :argname("N"):convert(count)
+parser:option("--cancels", "How many cancels (and deadlines) the guard table makes per pair (0: its verify rows alone).", "20")
+  :argname("N"):convert(function(text) if text == "0" then return 0 end return count(text) end)
 parser:option("--cancel-size", "The size each of the guard table's canceled moves, batches, saves and loads moves.", "1G")
   :argname("SIZE"):convert(size)
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
@@ -157,9 +157,10 @@ local function emit(rows)
   if not quiet then
     print()
     print(bench.table(rows))
+    io.stdout:flush() -- a table printed is kept when a timeout stops the run after it
   end
 end
-local function say(text) if not quiet then print(text) end end
+local function say(text) if not quiet then print(text) io.stdout:flush() end end
 
 -- a progress line on stderr while a table is measured, on a terminal only
 local on_terminal = os.execute("[ -t 1 ] && [ -t 2 ]") == 0

@@ -226,11 +226,12 @@ local function file_cancels(B, dev, n, runs, rng)
 end
 
 local function cancels(B, devs)
+  local runs = B.cancel_runs or 20
+  if runs == 0 then return B.say("cancel: not measured (--cancels 0)") end
   local rows = { { "cancel and deadline", "size", "move ms", "canceled", "cancel p50 ms", "p99 ms",
                    "changed after", "timed out", "late p50 ms", "p99 ms" } }
   local seed = 12345
   local function rng() seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 end
-  local runs = B.cancel_runs or 20
   local n = B.cancel_size or B.pair_size
   for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = cancels_of(p, n, runs, rng) end
   for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = batch_cancels(p, n, runs, rng) end
