@@ -204,6 +204,32 @@ describe("integrity #integrity", function()
     end
   end)
 
+  it("sums a large batch's host targets slice by slice as they land, a flipped bit still said", function()
+    h.no_setaside()
+    local host = xfer.device("host")
+    local block, n = 16384, 3072 -- 48 MiB: three slices of 16 MiB
+    local seed = h.random_bytes(block)
+    local want = seed:rep(n)
+    local blocks = { first = 0, count = n }
+    for _, d in ipairs(devices) do
+      local src = xfer.tensor(want, { dtype = "u8" }):to(d)
+      local dst = xfer.zeros({ block * n }, { dtype = "u8", device = host })
+      local b = xfer.batch({ dst = dst, src = src, src_blocks = blocks, dst_blocks = blocks,
+                             block_bytes = block }, { verify = true })
+      b:run()
+      assert.are.equal(xfer.tensor(want, { dtype = "u8" }):crc32c(), dst:crc32c(), d.name)
+      xfer.faults.inject({ runtime = "host", op = "corrupt", nth = 1 })
+      local e = h.raises("corrupt", b.run, b)
+      xfer.faults.clear()
+      assert.are.equal("verify", e.op, d.name)
+      assert.is_number(e.element, d.name)
+      b:run() -- whole again
+      assert.is_true(dst:equals(xfer.tensor(want, { dtype = "u8" })), d.name)
+      src:free()
+      dst:free()
+    end
+  end)
+
   it("checks every move when xfer.config says so, unless a move's own verify = false", function()
     h.no_setaside()
     local before = xfer.config().verify

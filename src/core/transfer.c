@@ -216,49 +216,44 @@ static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
 
 /* A watched group (a deadline, a job that may be canceled) is submitted in slices of pieces
 ** of about this many bytes, its watch asked between them: it stops within a slice (one
-** submission of a whole 1 GiB group could not stop part way). */
+** submission of a whole 1 GiB group could not stop part way). So is a verified group whose
+** targets lie in host memory, when it spans more than two slices: the pool sums each slice's
+** targets while the next one moves, instead of all of them after the move. */
 #define WATCHED_SLICE ((size_t)16 << 20)
 
-/* The group at once in its way in use: through host chunks, or one submission of `many`
-** (over imports: an import no longer to be had refuses it, as a driver would) -- in slices
-** when watched. */
-static xfer_code run_way(xfer_group *g, xfer_error *err)
-{
-  if (g->through) return xfer_through_run(&g->staged, g->from->ctx, err);
-  xfer_error ignored;
-  if (g->nviews && xfer_group_views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
-  if (xfer_progress_wanted() && g->bytes > WATCHED_SLICE) {
-    xfer_code rc = XFER_E_OK;
-    size_t moved = 0;
-    for (size_t k = 0; k < g->count && !rc;) { /* (slices are not kept: keep 0) */
-      size_t m = 0, bytes = 0;
-      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= WATCHED_SLICE)) bytes += g->pieces[k + m++].n;
-      rc = xfer_be_many(g->many, g->pieces + k, m, 0, err);
-      k += m;
-      moved += bytes;
-      if (!rc && k < g->count) rc = xfer_watch_check(moved, g->bytes, err);
-    }
-    return rc;
-  }
-  static uint64_t names; /* of pieces, process-wide: never one name for two lists */
-  if (g->runs++ && !g->keep) g->keep = __atomic_add_fetch(&names, 1, __ATOMIC_RELAXED);
-  return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
-}
-
 /* A group's sums for `verify`: its sources' host ranges given to the sum pool before the move
-** (they do not change while it runs, and the pool sums them while the bytes move), the rest
-** once it moved. ranges[k] the source of the k-th element in the group's order, ranges[n + k]
-** its target; crc[] alike. */
+** (they do not change while it runs, and the pool sums them while the bytes move), targets in
+** host memory as their slice lands (`landed`, when the group goes in slices), the rest once
+** it moved. ranges[k] the source of the k-th element in the group's order, ranges[n + k] its
+** target; crc[] alike. */
 typedef struct group_sums {
   xfer_sum_range *ranges;
   uint32_t *crc;
   xfer_sums sources;
+  xfer_sums *landed;          /* NULL: the targets are summed once the group moved */
+  size_t nlanded, room;       /* slices given to the pool, of room for */
+  size_t landed_upto;         /* the elements they cover */
+  int faulted;                /* the injected corruption was asked for, as the first slice landed */
 } group_sums;
+
+/* Room for the sums of each slice of a group whose targets the pool sums (host memory) and
+** which spans more than two slices; none otherwise. A slice holds at least one piece, and two
+** slices in a row more than WATCHED_SLICE bytes. */
+static void landed_room(const xfer_group *g, group_sums *gs)
+{
+  const xfer_batch_item *it = &g->items[g->order[g->first]];
+  if (g->through || g->bytes <= 2 * WATCHED_SLICE ||
+      !xfer_be_host_address(it->dst->dev, it->dst->buf, it->dst->offset))
+    return;
+  size_t most = 2 * (g->bytes / WATCHED_SLICE) + 2;
+  gs->room = most < g->count ? most : g->count;
+  gs->landed = calloc(gs->room, sizeof *gs->landed);
+}
 
 static xfer_code group_sums_begin(const xfer_group *g, group_sums *gs, xfer_error *err)
 {
   size_t n = g->count;
-  gs->sources = (xfer_sums){0};
+  *gs = (group_sums){0};
   gs->ranges = malloc(2 * n * (sizeof *gs->ranges + sizeof *gs->crc)); /* the sums after them */
   if (!gs->ranges) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   gs->crc = (uint32_t *)(gs->ranges + 2 * n);
@@ -273,25 +268,50 @@ static xfer_code group_sums_begin(const xfer_group *g, group_sums *gs, xfer_erro
   if (rc) {
     free(gs->ranges);
     gs->ranges = NULL;
+    return rc;
   }
-  return rc;
+  landed_room(g, gs);
+  return XFER_E_OK;
+}
+
+/* The targets of the group's elements [landed_upto, upto) have landed: to the pool with them.
+** Out of memory for it: they are summed with the rest once the group moved. */
+static void group_sums_landed(const xfer_group *g, group_sums *gs, size_t upto)
+{
+  if (!gs || !gs->landed || upto <= gs->landed_upto || gs->nlanded == gs->room) return;
+  size_t n = g->count, from = gs->landed_upto;
+  if (!gs->faulted) { /* a link that corrupts does so before the bytes are summed */
+    const xfer_batch_item *it = &g->items[g->order[g->first]];
+    corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
+    gs->faulted = 1;
+  }
+  xfer_error ignored;
+  xfer_sums begun;
+  if (xfer_sums_begin(&begun, gs->ranges + n + from, upto - from, gs->crc + n + from, &ignored)) return;
+  gs->landed[gs->nlanded++] = begun;
+  gs->landed_upto = upto;
 }
 
 /* The group's check once it ran (moved: it did; else only its sums end): the targets' host
-** ranges to the pool, the sources' device ranges summed meanwhile, then the targets' device
-** ranges; the first element whose ends differ XFER_E_CORRUPT. *good: the elements before it
-** (left as it is where no sums were begun: no verify). */
+** ranges not given yet to the pool, the sources' device ranges summed meanwhile, then the
+** targets' device ranges; the first element whose ends differ XFER_E_CORRUPT. *good: the
+** elements before it (left as it is where no sums were begun: no verify). */
 static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, size_t *good,
                                 xfer_error *err)
 {
   if (!gs->ranges) return XFER_E_OK;
-  size_t n = g->count;
+  size_t n = g->count, from = gs->landed_upto;
   xfer_sums targets = {0};
-  xfer_code rc = moved ? xfer_sums_begin(&targets, gs->ranges + n, n, gs->crc + n, err) : XFER_E_OK;
+  xfer_code rc = moved && from < n ? xfer_sums_begin(&targets, gs->ranges + n + from, n - from, gs->crc + n + from, err)
+                                   : XFER_E_OK;
   xfer_code sources = xfer_sums_end(&gs->sources, moved && !rc, rc ? NULL : err);
   if (!rc) rc = sources;
   xfer_code arrived = xfer_sums_end(&targets, moved && !rc, rc ? NULL : err);
   if (!rc) rc = arrived;
+  for (size_t s = 0; s < gs->nlanded; s++) { /* every one begun is ended */
+    arrived = xfer_sums_end(&gs->landed[s], moved && !rc, rc ? NULL : err);
+    if (!rc) rc = arrived;
+  }
   *good = rc || !moved ? 0 : n;
   for (size_t k = 0; moved && !rc && k < n; k++) {
     if (gs->crc[k] == gs->crc[n + k]) continue;
@@ -299,9 +319,38 @@ static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, 
     rc = xfer_err_op(err, XFER_E_CORRUPT, XFER_OP_VERIFY, XFER_S_CORRUPT, gs->ranges[k].n,
                      (unsigned)gs->crc[k], g->from->name, (unsigned)gs->crc[n + k], g->to->name);
   }
+  free(gs->landed);
   free(gs->ranges);
-  gs->ranges = NULL;
+  *gs = (group_sums){0};
   return rc;
+}
+
+/* The group at once in its way in use: through host chunks, or one submission of `many`
+** (over imports: an import no longer to be had refuses it, as a driver would) -- in slices
+** when watched, or when sums wait for its targets to land (sums: the group's, or NULL). */
+static xfer_code run_way(xfer_group *g, group_sums *sums, xfer_error *err)
+{
+  if (g->through) return xfer_through_run(&g->staged, g->from->ctx, err);
+  xfer_error ignored;
+  if (g->nviews && xfer_group_views_current(g, &ignored)) return XFER_E_UNSUPPORTED;
+  int watched = xfer_progress_wanted() && g->bytes > WATCHED_SLICE;
+  if (watched || (sums && sums->landed)) {
+    xfer_code rc = XFER_E_OK;
+    size_t moved = 0;
+    for (size_t k = 0; k < g->count && !rc;) { /* (slices are not kept: keep 0) */
+      size_t m = 0, bytes = 0;
+      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= WATCHED_SLICE)) bytes += g->pieces[k + m++].n;
+      rc = xfer_be_many(g->many, g->pieces + k, m, 0, err);
+      k += m;
+      moved += bytes;
+      if (!rc) group_sums_landed(g, sums, k);
+      if (!rc && watched && k < g->count) rc = xfer_watch_check(moved, g->bytes, err);
+    }
+    return rc;
+  }
+  static uint64_t names; /* of pieces, process-wide: never one name for two lists */
+  if (g->runs++ && !g->keep) g->keep = __atomic_add_fetch(&names, 1, __ATOMIC_RELAXED);
+  return xfer_be_many(g->many, g->pieces, g->count, g->keep, err);
 }
 
 /* The group at once, in its way in use and, when refused, in the next ways the plan lists (for
@@ -318,18 +367,18 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     *failed = g->order[g->first];
     return 1;
   }
-  *rc = run_way(g, err);
+  *rc = run_way(g, sums.ranges ? &sums : NULL, err);
   /* refused (an importer that cannot take these pieces, runtimes that will not take them
   ** after all): the plan's next way */
   while (*rc == XFER_E_UNSUPPORTED && !(*rc = xfer_group_next_way(g, err)) && g->many)
-    *rc = run_way(g, err);
+    *rc = run_way(g, sums.ranges ? &sums : NULL, err);
   size_t good = *rc ? 0 : g->count; /* elements that moved unchanged, in the group's order */
   if (!*rc && !g->many) { /* element by element from here: the sums begun are not wanted */
     group_sums_end(g, &sums, 0, &good, NULL);
     return 0;
   }
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
-  if (!*rc) {
+  if (!*rc && !sums.faulted) {
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
   }
