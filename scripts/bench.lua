@@ -129,6 +129,10 @@ parser:option("--cancels", "How many cancels (and deadlines) the guard table mak
   :argname("N"):convert(function(text) if text == "0" then return 0 end return count(text) end)
 parser:option("--cancel-size", "The size each of the guard table's canceled moves, batches, saves and loads moves.", "1G")
   :argname("SIZE"):convert(size)
+parser:option("--guard", "The guard table's parts, comma-separated: sums (each device's CRC32C rate), verify (moves with and without it), cancel.", "sums,verify,cancel")
+  :argname("LIST")
+parser:option("--cancel-devices", "The devices whose pairs (with the host, and with each other) the guard table cancels, comma-separated (default: every device).")
+  :argname("LIST")
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
 parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
   :argname("PROGRAM")
@@ -205,6 +209,8 @@ local B = {
   deadline_runs = opts.deadline_runs,     -- --deadline-runs
   cancel_runs = opts.cancels,             -- --cancels
   cancel_size = opts.cancel_size,         -- --cancel-size, bytes
+  cancel_devices = opts.cancel_devices,   -- --cancel-devices, names (nil: every device)
+  guard_parts = opts.guard,               -- --guard, part names
   scripts_dir = scripts_dir,
   calls = opts.calls,                     -- --calls: scripts/bench-calls.c built ("" or nil: none)
   emit = emit, say = say, progress = progress, run_raw = run_raw,

@@ -233,6 +233,17 @@ local function cancels(B, devs)
   local seed = 12345
   local function rng() seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 end
   local n = B.cancel_size or B.pair_size
+  if B.cancel_devices then -- --cancel-devices: the host and those named
+    local named, kept = {}, {}
+    for name in B.cancel_devices:gmatch("[^,]+") do named[name] = true end
+    for _, d in ipairs(devs) do
+      if d == B.host or named[d.name] then kept[#kept + 1] = d end
+      named[d.name] = nil
+    end
+    local unknown = next(named)
+    if unknown then error(("--cancel-devices: no device '%s'"):format(unknown), 0) end
+    devs = kept
+  end
   for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = cancels_of(p, n, runs, rng) end
   for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = batch_cancels(p, n, runs, rng) end
   for _, d in ipairs(devs) do
@@ -256,15 +267,44 @@ local function cancels(B, devs)
          " given a deadline at a random point: how late those that timed out ended"):format(runs, runs))
 end
 
-return function(B)
-  local rows = { { "verify = true (CRC32C at both ends)", "size", "without GB/s", "with GB/s", "cost" } }
-  local devs = xfer.devices()
-  moves(B, rows, devs)
-  batches(B, rows, devs)
-  loads(B, rows, devs)
+-- What verify's parts cost alone: t:crc32c() of --pair-size bytes, of 4 MiB, and of a
+-- batch's 4096 x 16 KiB ranges' worth (one 64 MiB tensor), on each device where the bytes lie
+-- -- a device's own kernel, or the host's sum pool.
+local function sums(B, devs)
+  local rows = { { "CRC32C where the bytes lie", "size", "GB/s", "ms" } }
+  for _, d in ipairs(devs) do
+    if d.runtime ~= "remote" then
+      for _, n in ipairs({ B.pair_size, 4 * 2^20 }) do
+        local t = xfer.full({ n }, 7, { dtype = "u8", device = d })
+        t:crc32c() -- (the kernel made and loaded once)
+        local s = bench.time(function() t:crc32c() end, 7)
+        rows[#rows + 1] = { d.name, bench.format_size(n), B.fmt_rate(n, s), ("%.3f"):format(s * 1e3) }
+        t:free()
+      end
+    end
+  end
   B.emit(rows)
-  B.say("guard: each move's time with verify over the same move's without, the median of several;" ..
-        " a device end's sum made by the device (CUDA, OpenCL, Vulkan kernels) or, for a device of the" ..
-        " host's memory, by the CPU from a read-back")
-  cancels(B, devs)
+end
+
+return function(B)
+  local parts = {}
+  for name in (B.guard_parts or "sums,verify,cancel"):gmatch("[^,]+") do
+    if name ~= "sums" and name ~= "verify" and name ~= "cancel" then
+      error(("--guard: no part '%s' (sums, verify, cancel)"):format(name), 0)
+    end
+    parts[name] = true
+  end
+  local devs = xfer.devices()
+  if parts.sums then sums(B, devs) end
+  if parts.verify then
+    local rows = { { "verify = true (CRC32C at both ends)", "size", "without GB/s", "with GB/s", "cost" } }
+    moves(B, rows, devs)
+    batches(B, rows, devs)
+    loads(B, rows, devs)
+    B.emit(rows)
+    B.say("guard: each move's time with verify over the same move's without, the median of several;" ..
+          " a device end's sum made by the device (CUDA, OpenCL, Vulkan kernels) or, for a device of the" ..
+          " host's memory, by the CPU from a read-back")
+  end
+  if parts.cancel then cancels(B, devs) end
 end
