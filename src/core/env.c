@@ -18,6 +18,7 @@ static const struct {
   {"XFER_UCX_REGISTER", 1}, {"XFER_HUGE_PAGES", 1}, {"XFER_BATCH_IMPORTS", 1}, {"XFER_FILE_URING", 1},
   {"XFER_CRC_TABLES", 0}, /* 1: CRC32C by the tables even where the CPU has the instruction */
   {"XFER_DEVICE_SUMS", 2}, /* unset: devices whose memory is not the host's sum their own */
+  {"XFER_VERIFY_PACE", 1}, /* 0: a verified host <-> device move's sums beside one copy, not paced */
   {"XFER_UCX_CUDA", 2}, /* unset: where an endpoint has a cuda_ipc lane (ucx_api.h) */
 };
 

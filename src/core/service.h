@@ -103,6 +103,13 @@ uint32_t xfer_crc32c_shift(size_t n);
 /* The CRC32C of n bytes from the sums of their `count` stretches of `stretch` bytes (the last
 ** the rest), each from 0: what a device summing stretches in parallel gives. */
 uint32_t xfer_crc32c_of_stretches(const uint32_t *sums, size_t count, size_t stretch, size_t n);
+/* out[k][b]: the register (b << 8k) after n zero bytes -- by linearity, any register's is the
+** xor of its four bytes' (a device shifting sums by a fixed n looks them up). */
+void xfer_crc32c_shift_table(size_t n, uint32_t out[4][256]);
+/* The CRC32C of n bytes from their raw register: summed from 0 with no inversion before or
+** after (a zero byte ahead of them changes nothing, so a device may pad them in front). Raw
+** registers of stretches join as sums do (xfer_crc32c_of_stretches). */
+uint32_t xfer_crc32c_from_raw(uint32_t raw, size_t n);
 
 /* -- driver_library.c ----------------------------------------------------------------- */
 

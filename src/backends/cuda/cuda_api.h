@@ -81,6 +81,7 @@ typedef struct cu_dev {
   ** descriptors and sums of a call */
   CUmodule crc_module;
   CUfunction crc_fn;
+  unsigned crc_grid;          /* blocks the CRC kernel runs in: as many as run at once */
   CUdeviceptr crc_table, crc_room;
   size_t crc_room_bytes;
 } cu_dev;

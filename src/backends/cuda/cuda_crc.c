@@ -1,216 +1,210 @@
 /*
 ** cuda_crc.c -- copy->crc32c on a CUDA device: the CRC32C of ranges of its memory summed where
 ** they lie, every range of a batch in one kernel, so that `verify` reads nothing back. Each
-** range is cut into pieces of at most PIECE bytes, one thread block each; the block's threads
-** sum a stretch of the piece each (by the byte table, in shared memory) and join their sums in
-** a tree (the shift of a sum past the bytes after it is a product by x^(8n), composed from
-** x^(8 * 2^j), which the host gives); the host joins a range's pieces. PTX written here,
-** compiled by the driver on first use, as cuda_many.c's kernel.
+** range is cut into pieces of PIECE bytes, each a thread block's in turn (the grid as many
+** blocks as the device runs at once, walking the pieces). A piece is summed right-aligned:
+** thread t sums bytes [256t - pad, 256t - pad + 256) of it, pad = PIECE - its length, as a raw
+** register (from 0, no inversion), which zero bytes in front leave as it is -- so every
+** stretch but the padding is 256 bytes and the block's tree joins them by fixed shifts (a
+** shift by 256 * 2^j bytes: four lookups in a table the host made). The host joins a range's
+** pieces and turns the raw register into the CRC. The byte table lies in shared memory once
+** per lane (32 KiB): each lane reads its own bank, so no two lookups of a warp collide.
+** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel.
+**
+** The first kernel (one byte table for the block, a thread's stretch 1 KiB, the tree joined
+** by products computed bit by bit) summed 608 GB/s on the H200; its tree cost as much as
+** the bytes, and its lookups collided in shared memory's banks.
 */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "cuda_host.h"
 
-/* Bytes one thread block sums at most: 1 KiB per thread, 1024 blocks for 256 MiB (8 a
-** multiprocessor on an H100/H200: 1 MiB pieces, 4 KiB a thread, left three quarters of each
-** idle and made a 4 MiB sum four blocks' serial walk of 4 KiB, 0.2 ms). The host joins the
-** pieces' sums: a multiply each, ~30 ns. */
-#define PIECE ((size_t)256 << 10)
+/* Bytes a thread block sums at a time: 256 threads of 256 bytes. */
+#define PIECE ((size_t)64 << 10)
 #define THREADS 256
-/* The table the kernel reads: the byte table, then x^(8 * 2^j) for j = 0..31. */
-#define TABLE_WORDS (256 + 32)
+#define LEVELS 8 /* the tree's: 2^8 = THREADS */
+/* Blocks a multiprocessor runs at once: 33 KiB of shared memory each. */
+#define BLOCKS_PER_SM 6
+/* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes
+** (four tables of 256, xfer_crc32c_shift_table). */
+#define TABLE_WORDS (256 + LEVELS * 1024)
 
-/* crc_mult: a * b modulo the CRC32C polynomial, both reflected (bit 31 the x^0 term).
-** xfer_crc_pieces: per thread block, the descriptor (address, length) at p_desc + 16 * block;
-** its sum (as xfer_crc32c gives it) to p_sums + 4 * block. */
+/* xfer_crc_pieces(desc, table, sums, count): piece p's descriptor (address, length) at
+** desc + 16p, its raw register to sums + 4p, for p < count. */
+#define STEP                                                                                      \
+  "  and.b32 %r18, %r13, 255;\n"                                                                 \
+  "  shl.b32 %r18, %r18, 7;\n"                                                                   \
+  "  add.u32 %r18, %r4, %r18;\n"                                                                 \
+  "  ld.shared.u32 %r19, [%r18];\n"                                                              \
+  "  shr.u32 %r13, %r13, 8;\n"                                                                   \
+  "  xor.b32 %r13, %r13, %r19;\n"
+#define WORD(reg) "  xor.b32 %r13, %r13, " reg ";\n" STEP STEP STEP STEP
+#define SHIFT_BYTE(k, take, out)                                                                  \
+  take                                                                                          \
+  "  mul.wide.u32 %rd18, %r23, 4;\n"                                                             \
+  "  add.u64 %rd18, %rd17, %rd18;\n"                                                             \
+  "  ld.global.nc.u32 " out ", [%rd18+" k "];\n"
 static const char kernel_ptx[] =
   ".version 7.0\n"
   ".target sm_52\n"
   ".address_size 64\n"
-  ".func (.reg .b32 p) crc_mult(.reg .b32 a_in, .reg .b32 b_in)\n"
+  ".visible .entry xfer_crc_pieces(.param .u64 p_desc, .param .u64 p_table, .param .u64 p_sums,\n"
+  "                                .param .u32 p_count)\n"
   "{\n"
-  "  .reg .pred %q;\n"
-  "  .reg .b32 a, b, %m, %l, %i;\n"
-  "  mov.u32 a, a_in;\n"
-  "  mov.u32 b, b_in;\n"
-  "  mov.u32 p, 0;\n"
-  "  mov.u32 %i, 32;\n"
-  "MULT:\n"
-  "  shr.s32 %m, a, 31;\n"
-  "  and.b32 %m, %m, b;\n"
-  "  xor.b32 p, p, %m;\n"
-  "  shl.b32 a, a, 1;\n"
-  "  and.b32 %l, b, 1;\n"
-  "  neg.s32 %l, %l;\n"
-  "  and.b32 %l, %l, 0x82F63B78;\n"
-  "  shr.u32 b, b, 1;\n"
-  "  xor.b32 b, b, %l;\n"
-  "  sub.u32 %i, %i, 1;\n"
-  "  setp.ne.u32 %q, %i, 0;\n"
-  "  @%q bra MULT;\n"
-  "  ret;\n"
-  "}\n"
-  ".visible .entry xfer_crc_pieces(.param .u64 p_desc, .param .u64 p_table, .param .u64 p_sums)\n"
-  "{\n"
-  "  .reg .pred %p<10>;\n"
-  "  .reg .b32 %r<40>;\n"
+  "  .reg .pred %p<8>;\n"
+  "  .reg .b32 %r<48>;\n"
   "  .reg .b64 %rd<24>;\n"
-  "  .shared .align 4 .b32 tab[256];\n"
-  "  .shared .align 4 .b32 pw[32];\n"
+  "  .shared .align 16 .b32 tab[8192];\n"
   "  .shared .align 4 .b32 part[256];\n"
   "  ld.param.u64 %rd1, [p_desc];\n"
   "  ld.param.u64 %rd2, [p_table];\n"
   "  ld.param.u64 %rd3, [p_sums];\n"
+  "  ld.param.u32 %r40, [p_count];\n"
   "  mov.u32 %r1, %tid.x;\n"
-  "  mov.u32 %r2, %ctaid.x;\n"
-  /* the tables into shared memory: tab[t], and pw[t] for t < 32 */
-  "  shl.b32 %r5, %r1, 2;\n"
+  "  and.b32 %r2, %r1, 31;\n"
+  "  mov.u32 %r3, tab;\n"
+  "  shl.b32 %r4, %r2, 2;\n"
+  "  add.u32 %r4, %r3, %r4;\n" /* this lane's column: byte b's entry at + 128b */
+  /* the byte table, entry t (this thread's) into each lane's column, a lane a store so that
+  ** a warp's stores fall in 32 banks */
   "  mul.wide.u32 %rd4, %r1, 4;\n"
   "  add.u64 %rd5, %rd2, %rd4;\n"
-  "  ld.global.nc.u32 %r3, [%rd5];\n"
-  "  mov.u32 %r4, tab;\n"
-  "  add.u32 %r6, %r4, %r5;\n"
-  "  st.shared.u32 [%r6], %r3;\n"
-  "  mov.u32 %r8, pw;\n"
-  "  setp.ge.u32 %p1, %r1, 32;\n"
-  "  @%p1 bra LOADED;\n"
-  "  ld.global.nc.u32 %r7, [%rd5+1024];\n"
-  "  add.u32 %r9, %r8, %r5;\n"
-  "  st.shared.u32 [%r9], %r7;\n"
-  "LOADED:\n"
+  "  ld.global.nc.u32 %r5, [%rd5];\n"
+  "  shl.b32 %r6, %r1, 7;\n"
+  "  add.u32 %r6, %r3, %r6;\n"
+  "  mov.u32 %r7, 0;\n"
+  "FILL:\n"
+  "  add.u32 %r8, %r7, %r1;\n"
+  "  and.b32 %r8, %r8, 31;\n"
+  "  shl.b32 %r8, %r8, 2;\n"
+  "  add.u32 %r8, %r6, %r8;\n"
+  "  st.shared.u32 [%r8], %r5;\n"
+  "  add.u32 %r7, %r7, 1;\n"
+  "  setp.lt.u32 %p1, %r7, 32;\n"
+  "  @%p1 bra FILL;\n"
+  "  mov.u32 %r9, part;\n"
+  "  shl.b32 %r10, %r1, 2;\n"
+  "  add.u32 %r10, %r9, %r10;\n"
+  "  mov.u32 %r11, %ctaid.x;\n"
+  "  mov.u32 %r12, %nctaid.x;\n"
   "  bar.sync 0;\n"
-  /* the piece: address %rd8, length %rd9; a thread's stretch %rd10 bytes (16-aligned) */
-  "  mul.wide.u32 %rd6, %r2, 16;\n"
+  "PIECE:\n"
+  "  setp.ge.u32 %p1, %r11, %r40;\n"
+  "  @%p1 bra DONE;\n"
+  "  mul.wide.u32 %rd6, %r11, 16;\n"
   "  add.u64 %rd7, %rd1, %rd6;\n"
   "  ld.global.nc.u64 %rd8, [%rd7];\n"
   "  ld.global.nc.u64 %rd9, [%rd7+8];\n"
-  "  add.u64 %rd10, %rd9, 255;\n"
-  "  shr.u64 %rd10, %rd10, 8;\n"
-  "  add.u64 %rd10, %rd10, 15;\n"
-  "  and.b64 %rd10, %rd10, -16;\n"
-  "  cvt.u64.u32 %rd11, %r1;\n"
-  "  mul.lo.u64 %rd12, %rd11, %rd10;\n"
-  "  mov.u32 %r10, 0;\n"
-  "  setp.ge.u64 %p2, %rd12, %rd9;\n"
+  /* this thread's stretch [beg, beg + 256) of the piece, right-aligned: beg may be < 0 */
+  "  mul.wide.u32 %rd10, %r1, 256;\n"
+  "  add.s64 %rd10, %rd10, %rd9;\n"
+  "  sub.s64 %rd10, %rd10, 65536;\n"
+  "  add.s64 %rd11, %rd10, 256;\n"
+  "  mov.u32 %r13, 0;\n"
+  "  setp.le.s64 %p2, %rd11, 0;\n"
   "  @%p2 bra SUMMED;\n"
-  "  sub.u64 %rd13, %rd9, %rd12;\n"
-  "  min.u64 %rd13, %rd13, %rd10;\n"
+  "  max.s64 %rd12, %rd10, 0;\n"
+  "  sub.s64 %rd13, %rd11, %rd12;\n"
   "  add.u64 %rd14, %rd8, %rd12;\n"
   "  add.u64 %rd15, %rd14, %rd13;\n"
-  "  mov.u32 %r10, -1;\n"
-  "  and.b64 %rd16, %rd14, 3;\n"
+  "  or.b64 %rd16, %rd14, %rd13;\n"
+  "  and.b64 %rd16, %rd16, 15;\n"
   "  setp.ne.u64 %p3, %rd16, 0;\n"
   "  @%p3 bra BYTES;\n"
-  "  and.b64 %rd17, %rd13, -4;\n"
-  "  add.u64 %rd17, %rd14, %rd17;\n"
-  "WORDS:\n"
-  "  setp.ge.u64 %p4, %rd14, %rd17;\n"
-  "  @%p4 bra BYTES;\n"
-  "  ld.global.nc.u32 %r11, [%rd14];\n"
-  "  xor.b32 %r10, %r10, %r11;\n"
-#define BYTE_STEP                                                                                 \
-  "  and.b32 %r12, %r10, 255;\n"                                                                  \
-  "  shl.b32 %r12, %r12, 2;\n"                                                                    \
-  "  add.u32 %r12, %r4, %r12;\n"                                                                  \
-  "  ld.shared.u32 %r13, [%r12];\n"                                                               \
-  "  shr.u32 %r10, %r10, 8;\n"                                                                    \
-  "  xor.b32 %r10, %r10, %r13;\n"
-  BYTE_STEP BYTE_STEP BYTE_STEP BYTE_STEP
-  "  add.u64 %rd14, %rd14, 4;\n"
-  "  bra WORDS;\n"
+  "QUADS:\n"
+  "  setp.ge.u64 %p4, %rd14, %rd15;\n"
+  "  @%p4 bra SUMMED;\n"
+  "  ld.global.nc.v4.u32 {%r14, %r15, %r16, %r17}, [%rd14];\n"
+  WORD("%r14") WORD("%r15") WORD("%r16") WORD("%r17")
+  "  add.u64 %rd14, %rd14, 16;\n"
+  "  bra QUADS;\n"
   "BYTES:\n"
-  "  setp.ge.u64 %p5, %rd14, %rd15;\n"
-  "  @%p5 bra FINAL;\n"
-  "  ld.global.nc.u8 %r11, [%rd14];\n"
-  "  xor.b32 %r10, %r10, %r11;\n"
-  BYTE_STEP
+  "  setp.ge.u64 %p4, %rd14, %rd15;\n"
+  "  @%p4 bra SUMMED;\n"
+  "  ld.global.nc.u8 %r14, [%rd14];\n"
+  "  xor.b32 %r13, %r13, %r14;\n"
+  STEP
   "  add.u64 %rd14, %rd14, 1;\n"
   "  bra BYTES;\n"
-  "FINAL:\n"
-  "  not.b32 %r10, %r10;\n"
   "SUMMED:\n"
-  "  mov.u32 %r14, part;\n"
-  "  add.u32 %r15, %r14, %r5;\n"
-  "  st.shared.u32 [%r15], %r10;\n"
+  "  st.shared.u32 [%r10], %r13;\n"
   "  bar.sync 0;\n"
-  /* the tree: at stride s, thread t (a multiple of 2s) joins part[t + s] after part[t] */
-  "  mov.u32 %r16, 1;\n"
+  /* the tree: at stride s = 2^j, thread t (a multiple of 2s) shifts part[t] past the 256s
+  ** bytes of part[t + s] and joins it */
+  "  mov.u32 %r20, 1;\n"
+  "  add.u64 %rd17, %rd2, 1024;\n"
   "LEVEL:\n"
-  "  setp.ge.u32 %p6, %r16, 256;\n"
-  "  @%p6 bra WRITE;\n"
-  "  shl.b32 %r17, %r16, 1;\n"
-  "  sub.u32 %r18, %r17, 1;\n"
-  "  and.b32 %r19, %r1, %r18;\n"
-  "  setp.ne.u32 %p7, %r19, 0;\n"
-  "  @%p7 bra NEXT;\n"
-  "  add.u32 %r20, %r1, %r16;\n"
-  "  cvt.u64.u32 %rd18, %r20;\n"
-  "  mul.lo.u64 %rd18, %rd18, %rd10;\n"
-  "  setp.ge.u64 %p8, %rd18, %rd9;\n"
-  "  @%p8 bra NEXT;\n"
-  "  sub.u64 %rd19, %rd9, %rd18;\n"
-  "  cvt.u64.u32 %rd20, %r16;\n"
-  "  mul.lo.u64 %rd20, %rd20, %rd10;\n"
-  "  min.u64 %rd19, %rd19, %rd20;\n"
-  /* x^(8 * len) into %r21, len the joined-on bytes (%rd19) */
-  "  mov.u32 %r21, 0x80000000;\n"
-  "  mov.u32 %r22, %r8;\n"
-  "XPOW:\n"
-  "  setp.eq.u64 %p9, %rd19, 0;\n"
-  "  @%p9 bra JOIN;\n"
-  "  and.b64 %rd21, %rd19, 1;\n"
-  "  setp.eq.u64 %p9, %rd21, 0;\n"
-  "  @%p9 bra XSKIP;\n"
-  "  ld.shared.u32 %r23, [%r22];\n"
-  "  call (%r21), crc_mult, (%r21, %r23);\n"
-  "XSKIP:\n"
-  "  shr.u64 %rd19, %rd19, 1;\n"
-  "  add.u32 %r22, %r22, 4;\n"
-  "  bra XPOW;\n"
-  "JOIN:\n"
-  "  ld.shared.u32 %r24, [%r15];\n"
-  "  call (%r24), crc_mult, (%r21, %r24);\n"
-  "  shl.b32 %r25, %r20, 2;\n"
-  "  add.u32 %r25, %r14, %r25;\n"
-  "  ld.shared.u32 %r26, [%r25];\n"
+  "  setp.ge.u32 %p5, %r20, 256;\n"
+  "  @%p5 bra WRITE;\n"
+  "  shl.b32 %r21, %r20, 1;\n"
+  "  sub.u32 %r21, %r21, 1;\n"
+  "  and.b32 %r21, %r1, %r21;\n"
+  "  setp.ne.u32 %p6, %r21, 0;\n"
+  "  @%p6 bra NEXT;\n"
+  "  ld.shared.u32 %r22, [%r10];\n"
+  SHIFT_BYTE("0", "  and.b32 %r23, %r22, 255;\n", "%r24")
+  SHIFT_BYTE("1024", "  bfe.u32 %r23, %r22, 8, 8;\n", "%r25")
+  SHIFT_BYTE("2048", "  bfe.u32 %r23, %r22, 16, 8;\n", "%r26")
+  SHIFT_BYTE("3072", "  shr.u32 %r23, %r22, 24;\n", "%r27")
+  "  xor.b32 %r24, %r24, %r25;\n"
   "  xor.b32 %r24, %r24, %r26;\n"
-  "  st.shared.u32 [%r15], %r24;\n"
+  "  xor.b32 %r24, %r24, %r27;\n"
+  "  shl.b32 %r28, %r20, 2;\n"
+  "  add.u32 %r28, %r10, %r28;\n"
+  "  ld.shared.u32 %r29, [%r28];\n"
+  "  xor.b32 %r24, %r24, %r29;\n"
+  "  st.shared.u32 [%r10], %r24;\n"
   "NEXT:\n"
   "  bar.sync 0;\n"
-  "  shl.b32 %r16, %r16, 1;\n"
+  "  add.u64 %rd17, %rd17, 4096;\n"
+  "  shl.b32 %r20, %r20, 1;\n"
   "  bra LEVEL;\n"
   "WRITE:\n"
   "  setp.ne.u32 %p6, %r1, 0;\n"
-  "  @%p6 bra DONE;\n"
-  "  ld.shared.u32 %r27, [%r14];\n"
-  "  mul.wide.u32 %rd22, %r2, 4;\n"
-  "  add.u64 %rd23, %rd3, %rd22;\n"
-  "  st.global.u32 [%rd23], %r27;\n"
+  "  @%p6 bra AFTER;\n"
+  "  ld.shared.u32 %r30, [%r9];\n"
+  "  mul.wide.u32 %rd19, %r11, 4;\n"
+  "  add.u64 %rd19, %rd3, %rd19;\n"
+  "  st.global.u32 [%rd19], %r30;\n"
+  "AFTER:\n"
+  "  bar.sync 0;\n" /* part[0] read before the next piece's stretches overwrite it */
+  "  add.u32 %r11, %r11, %r12;\n"
+  "  bra PIECE;\n"
   "DONE:\n"
   "  ret;\n"
   "}\n";
-#undef BYTE_STEP
+#undef STEP
+#undef WORD
+#undef SHIFT_BYTE
 
-/* The kernel and its table, made on first use. */
+/* The kernel and its table, made on first use; the grid it runs in. */
 static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
   if (cd->crc_fn) return XFER_E_OK;
-  uint32_t table[TABLE_WORDS];
+  uint32_t *table = malloc(TABLE_WORDS * sizeof *table);
+  if (!table) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   xfer_crc32c_byte_table(table);
-  for (int j = 0; j < 32; j++) table[256 + j] = xfer_crc32c_shift((size_t)1 << j);
-  xfer_code rc = CU(dev, XFER_OP_VERIFY, err, cuModuleLoadData, &cd->crc_module, kernel_ptx);
+  for (int j = 0; j < LEVELS; j++)
+    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + 1024 * j));
+  int sms = 0;
+  xfer_code rc = CU(dev, XFER_OP_VERIFY, err, cuDeviceGetAttribute, &sms,
+                    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cd->device);
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuModuleLoadData, &cd->crc_module, kernel_ptx);
   if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuModuleGetFunction, &cd->crc_fn, cd->crc_module,
                    "xfer_crc_pieces");
-  if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->crc_table, sizeof table);
+  if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->crc_table, TABLE_WORDS * sizeof *table);
   if (!rc)
-    rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, cd->crc_table, table, sizeof table, cd->stream);
+    rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, cd->crc_table, table,
+            TABLE_WORDS * sizeof *table, cd->stream);
   if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->stream); /* table read */
+  free(table);
   if (rc) {
     xfer_cu_crc_release(cu_api_of(dev), cd);
     return rc;
   }
+  cd->crc_grid = (unsigned)(sms > 0 ? sms : 1) * BLOCKS_PER_SM;
   return XFER_E_OK;
 }
 
@@ -242,10 +236,11 @@ static xfer_code launch(xfer_device *dev, const uint64_t *desc, size_t count, ui
   xfer_code rc = room_for(dev, desc_bytes + count * 4, err);
   CUdeviceptr d_desc = cd->crc_room, d_sums = cd->crc_room + desc_bytes;
   if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, d_desc, desc, desc_bytes, cd->stream);
-  void *args[] = {&d_desc, &cd->crc_table, &d_sums};
+  unsigned pieces = (unsigned)count, grid = pieces < cd->crc_grid ? pieces : cd->crc_grid;
+  void *args[] = {&d_desc, &cd->crc_table, &d_sums, &pieces};
   if (!rc)
-    rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, (unsigned)count, 1, 1, THREADS, 1,
-            1, 0, cd->stream, args, NULL);
+    rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, grid, 1, 1, THREADS, 1, 1, 0,
+            cd->stream, args, NULL);
   if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->stream);
   /* the copies read `desc` and write `sums` until the stream is through */
   xfer_error ignored;
@@ -279,8 +274,16 @@ xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
       desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
     }
   rc = launch(dev, desc, blocks, sums, err);
-  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++)
-    crc[i] = xfer_crc32c_of_stretches(sums + first, pieces_in(pieces[i].n), PIECE, pieces[i].n);
+  size_t raw_n = 0; /* a batch's ranges are mostly of one length: its inversion made once */
+  uint32_t raw_zero = 0;
+  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++) {
+    if (!pieces[i].n) continue;
+    if (pieces[i].n != raw_n) {
+      raw_n = pieces[i].n;
+      raw_zero = xfer_crc32c_from_raw(0, raw_n);
+    }
+    crc[i] = xfer_crc32c_of_stretches(sums + first, pieces_in(pieces[i].n), PIECE, pieces[i].n) ^ raw_zero;
+  }
   free(desc);
   free(sums);
   return rc;

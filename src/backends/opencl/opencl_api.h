@@ -58,6 +58,7 @@ typedef struct cl_dev {
   cl_kernel crc_kernel;
   cl_mem crc_table;
   int crc_refused;              /* building it failed once: sums are read back instead */
+  size_t crc_groups;            /* work-groups the CRC kernel runs in: as many as run at once */
   cl_event idle_marker;         /* copy->idle's marker behind the queue's work, until it is done */
   double idle_placed;           /* xfer_now() when it was placed */
 } cl_dev;

@@ -1,80 +1,78 @@
 /*
 ** opencl_crc.c -- copy->crc32c on an OpenCL device: the CRC32C of ranges of its buffers summed
 ** where they lie, so that `verify` reads nothing back. As CUDA's kernel (cuda_crc.c): each
-** range cut into pieces of at most PIECE bytes, one work-group of 256 each, whose work-items
-** sum a stretch of the piece each by the byte table (in local memory) and join their sums in a
-** tree (a shift past n bytes: a product by x^(8n), composed from x^(8 * 2^j), which the host
-** gives); the host joins a range's pieces. One enqueue per buffer a call names (a buffer is
-** the kernel's argument: OpenCL has no addresses across buffers). The program is built from
-** source on first use, per device; a device whose compiler refuses it is asked no more (the
-** core reads the bytes back instead).
+** range cut into pieces of PIECE bytes, the work-groups (as many as the device runs at once)
+** walking them; a piece summed right-aligned, work-item t summing bytes [256t - pad, 256t -
+** pad + 256) as a raw register, which leading zeros leave as it is, so that the tree joins
+** 256-byte stretches by fixed shifts (four lookups in a table the host made); the byte table
+** in local memory once per lane of 32, so that a warp's lookups fall in separate banks. The
+** host joins a range's pieces and turns the raw register into the CRC. One enqueue per
+** buffer a call names (a buffer is the kernel's argument: OpenCL has no addresses across
+** buffers). The program is built from source on first use, per device; a device whose
+** compiler refuses it, or with too little local memory, is asked no more (the core reads the
+** bytes back instead).
 */
 #include <stdlib.h>
 #include <string.h>
 
 #include "opencl_call.h"
 
-/* Bytes one work-group sums at most. */
-#define PIECE ((size_t)1 << 20)
+/* Bytes one work-group sums at a time: 256 work-items of 256 bytes. */
+#define PIECE ((size_t)64 << 10)
 #define GROUP 256
-/* The table the kernel reads: the byte table, then x^(8 * 2^j) for j = 0..31. */
-#define TABLE_WORDS (256 + 32)
+#define LEVELS 8 /* the tree's: 2^8 = GROUP */
+/* Work-groups a compute unit runs at once (33 KiB of local memory each, on a GPU). */
+#define GROUPS_PER_UNIT 6
+/* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes. */
+#define TABLE_WORDS (256 + LEVELS * 1024)
+/* The local memory the kernel takes: the byte table once per lane, and the tree. */
+#define LOCAL_BYTES ((8192 + 256) * 4)
 
 static const char source[] =
-  "uint crc_mult(uint a, uint b)\n"
-  "{\n"
-  "  uint p = 0;\n"
-  "  for (int i = 0; i < 32; i++) {\n"
-  "    p ^= b & (uint)(-(int)(a >> 31));\n"
-  "    a <<= 1;\n"
-  "    b = (b >> 1) ^ (0x82F63B78u & (uint)(-(int)(b & 1u)));\n"
-  "  }\n"
-  "  return p;\n"
-  "}\n"
+  "#define STEP c = (c >> 8) ^ col[(c & 255) << 5]\n"
   "__kernel __attribute__((reqd_work_group_size(256, 1, 1)))\n"
   "void crc32c_pieces(__global const uchar *bytes, __global const ulong *desc,\n"
-  "                   __constant uint *table, __global uint *sums)\n"
+  "                   __global const uint *table, __global uint *sums, uint count)\n"
   "{\n"
-  "  __local uint tab[256], pw[32], part[256];\n"
+  "  __local uint tab[8192], part[256];\n"
   "  uint t = get_local_id(0);\n"
-  "  size_t g = get_group_id(0);\n"
-  "  tab[t] = table[t];\n"
-  "  if (t < 32) pw[t] = table[256 + t];\n"
+  "  uint v = table[t];\n"
+  "  for (uint l = 0; l < 32; l++) tab[t * 32 + ((l + t) & 31)] = v;\n"
   "  barrier(CLK_LOCAL_MEM_FENCE);\n"
-  "  ulong at = desc[2 * g], len = desc[2 * g + 1];\n"
-  "  ulong sub = (((len + 255) >> 8) + 15) & ~(ulong)15, from = t * sub;\n"
-  "  uint c = 0;\n"
-  "  if (from < len) {\n"
-  "    ulong span = min(len - from, sub), k = 0;\n"
-  "    __global const uchar *p = bytes + at + from;\n"
-  "    c = 0xffffffffu;\n"
-  "    if ((at & 3) == 0) {\n"
-  "      __global const uint *w = (__global const uint *)p;\n"
-  "      for (; k + 4 <= span; k += 4) {\n"
-  "        c ^= w[k >> 2];\n"
-  "        c = (c >> 8) ^ tab[c & 255];\n"
-  "        c = (c >> 8) ^ tab[c & 255];\n"
-  "        c = (c >> 8) ^ tab[c & 255];\n"
-  "        c = (c >> 8) ^ tab[c & 255];\n"
+  "  __local const uint *col = tab + (t & 31);\n"
+  "  for (uint g = get_group_id(0); g < count; g += get_num_groups(0)) {\n"
+  "    ulong at = desc[2 * g], len = desc[2 * g + 1];\n"
+  "    long beg = (long)t * 256 + (long)len - 65536, end = beg + 256;\n"
+  "    uint c = 0;\n"
+  "    if (end > 0) {\n"
+  "      ulong from = beg < 0 ? 0 : (ulong)beg, span = (ulong)end - from, k = 0;\n"
+  "      __global const uchar *p = bytes + at + from;\n"
+  "      if (((at + from) & 15) == 0 && (span & 15) == 0) {\n"
+  "        __global const uint4 *q = (__global const uint4 *)p;\n"
+  "        for (; k < span; k += 16) {\n"
+  "          uint4 w = q[k >> 4];\n"
+  "          c ^= w.x; STEP; STEP; STEP; STEP;\n"
+  "          c ^= w.y; STEP; STEP; STEP; STEP;\n"
+  "          c ^= w.z; STEP; STEP; STEP; STEP;\n"
+  "          c ^= w.w; STEP; STEP; STEP; STEP;\n"
+  "        }\n"
   "      }\n"
+  "      for (; k < span; k++) { c ^= p[k]; STEP; }\n"
   "    }\n"
-  "    for (; k < span; k++) c = (c >> 8) ^ tab[(c ^ p[k]) & 255];\n"
-  "    c = ~c;\n"
-  "  }\n"
-  "  part[t] = c;\n"
-  "  barrier(CLK_LOCAL_MEM_FENCE);\n"
-  "  for (uint s = 1; s < 256; s <<= 1) {\n"
-  "    ulong after = (ulong)(t + s) * sub;\n"
-  "    if ((t & (2 * s - 1)) == 0 && after < len) {\n"
-  "      ulong n = min(len - after, (ulong)s * sub);\n"
-  "      uint x = 0x80000000u;\n"
-  "      for (uint j = 0; n; j++, n >>= 1)\n"
-  "        if (n & 1) x = crc_mult(x, pw[j]);\n"
-  "      part[t] = crc_mult(x, part[t]) ^ part[t + s];\n"
+  "    part[t] = c;\n"
+  "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+  "    __global const uint *sh = table + 256;\n"
+  "    for (uint s = 1; s < 256; s <<= 1, sh += 1024) {\n"
+  "      if ((t & (2 * s - 1)) == 0) {\n"
+  "        uint r = part[t];\n"
+  "        part[t] = sh[r & 255] ^ sh[256 + ((r >> 8) & 255)] ^ sh[512 + ((r >> 16) & 255)] ^\n"
+  "                  sh[768 + (r >> 24)] ^ part[t + s];\n"
+  "      }\n"
+  "      barrier(CLK_LOCAL_MEM_FENCE);\n"
   "    }\n"
+  "    if (t == 0) sums[g] = part[0];\n"
   "    barrier(CLK_LOCAL_MEM_FENCE);\n"
   "  }\n"
-  "  if (t == 0) sums[g] = part[0];\n"
   "}\n";
 
 void xfer_cl_crc_release(cl_api *api, cl_dev *cd)
@@ -94,18 +92,29 @@ static int kernel_ready(xfer_device *dev)
   cl_api *api = api_of(dev);
   if (cd->crc_kernel) return 1;
   if (cd->crc_refused) return 0;
-  uint32_t table[TABLE_WORDS];
+  cl_ulong local_bytes = 0;
+  cl_uint units = 0;
+  cl_int rc = api->clGetDeviceInfo(cd->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
+  if (rc == CL_SUCCESS)
+    rc = api->clGetDeviceInfo(cd->id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+  uint32_t *table = rc == CL_SUCCESS && local_bytes >= LOCAL_BYTES ? malloc(TABLE_WORDS * sizeof *table) : NULL;
+  if (!table) {
+    cd->crc_refused = 1;
+    return 0;
+  }
+  cd->crc_groups = (units ? units : 1) * GROUPS_PER_UNIT;
   xfer_crc32c_byte_table(table);
-  for (int j = 0; j < 32; j++) table[256 + j] = xfer_crc32c_shift((size_t)1 << j);
+  for (int j = 0; j < LEVELS; j++)
+    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + 1024 * j));
   const char *text = source;
   size_t len = sizeof source - 1;
-  cl_int rc = CL_SUCCESS;
   cd->crc_program = api->clCreateProgramWithSource(cd->context, 1, &text, &len, &rc);
   if (rc == CL_SUCCESS) rc = api->clBuildProgram(cd->crc_program, 1, &cd->id, "", NULL, NULL);
   if (rc == CL_SUCCESS) cd->crc_kernel = api->clCreateKernel(cd->crc_program, "crc32c_pieces", &rc);
   if (rc == CL_SUCCESS)
     cd->crc_table = api->clCreateBuffer(cd->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                        sizeof table, table, &rc);
+                                        TABLE_WORDS * sizeof *table, table, &rc);
+  free(table);
   if (rc != CL_SUCCESS) {
     xfer_cl_crc_release(api, cd);
     cd->crc_refused = 1;
@@ -132,10 +141,11 @@ static xfer_code run_kernel(xfer_device *dev, cl_mem bytes, const cl_ulong *desc
     size_t size;
     const void *value;
   } args[] = {{sizeof bytes, &bytes}, {sizeof d_desc, &d_desc}, {sizeof cd->crc_table, &cd->crc_table},
-              {sizeof d_sums, &d_sums}};
+              {sizeof d_sums, &d_sums}, {sizeof(cl_uint), &(cl_uint){(cl_uint)blocks}}};
   for (cl_uint a = 0; a < sizeof args / sizeof args[0]; a++)
     CL_STEP(code, dev, XFER_OP_VERIFY, err, clSetKernelArg, cd->crc_kernel, a, args[a].size, args[a].value);
-  size_t global = blocks * GROUP, local = GROUP;
+  size_t groups = blocks < cd->crc_groups ? blocks : cd->crc_groups;
+  size_t global = groups * GROUP, local = GROUP;
   CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueNDRangeKernel, cd->queue, cd->crc_kernel, 1, NULL,
           &global, &local, 0, NULL, NULL);
   CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueReadBuffer, cd->queue, d_sums, CL_TRUE, 0,
@@ -169,10 +179,18 @@ static xfer_code buffer_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
       desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
     }
   if (!rc && blocks) rc = run_kernel(dev, (cl_mem)buf, desc, blocks, sums, err);
+  size_t raw_n = 0; /* a batch's ranges are mostly of one length: its inversion made once */
+  uint32_t raw_zero = 0;
   for (size_t i = first, b = 0; !rc && i < count; i++) {
     if (pieces[i].buf != buf) continue;
     done[i] = 1;
-    crc[i] = pieces[i].n ? xfer_crc32c_of_stretches(sums + b, pieces_in(pieces[i].n), PIECE, pieces[i].n) : 0;
+    crc[i] = 0;
+    if (!pieces[i].n) continue;
+    if (pieces[i].n != raw_n) {
+      raw_n = pieces[i].n;
+      raw_zero = xfer_crc32c_from_raw(0, raw_n);
+    }
+    crc[i] = xfer_crc32c_of_stretches(sums + b, pieces_in(pieces[i].n), PIECE, pieces[i].n) ^ raw_zero;
     b += pieces_in(pieces[i].n);
   }
   free(desc);
