@@ -187,7 +187,7 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
   if (!table) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   xfer_crc32c_byte_table(table);
   for (int j = 0; j < LEVELS; j++)
-    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + 1024 * j));
+    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + (size_t)1024 * (size_t)j));
   int sms = 0;
   xfer_code rc = CU(dev, XFER_OP_VERIFY, err, cuDeviceGetAttribute, &sms,
                     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cd->device);

@@ -102,10 +102,10 @@ static int kernel_ready(xfer_device *dev)
     cd->crc_refused = 1;
     return 0;
   }
-  cd->crc_groups = (units ? units : 1) * GROUPS_PER_UNIT;
+  cd->crc_groups = (size_t)(units ? units : 1) * GROUPS_PER_UNIT;
   xfer_crc32c_byte_table(table);
   for (int j = 0; j < LEVELS; j++)
-    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + 1024 * j));
+    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + (size_t)1024 * (size_t)j));
   const char *text = source;
   size_t len = sizeof source - 1;
   cd->crc_program = api->clCreateProgramWithSource(cd->context, 1, &text, &len, &rc);
