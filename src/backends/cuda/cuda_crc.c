@@ -28,7 +28,7 @@
 #define BLOCKS_PER_SM 6
 /* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes
 ** (four tables of 256, xfer_crc32c_shift_table). */
-#define TABLE_WORDS ((size_t)256 + LEVELS * 1024)
+#define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
 
 /* xfer_crc_pieces(desc, table, sums, count): piece p's descriptor (address, length) at
 ** desc + 16p, its raw register to sums + 4p, for p < count. */

@@ -24,7 +24,7 @@
 /* Work-groups a compute unit runs at once (33 KiB of local memory each, on a GPU). */
 #define GROUPS_PER_UNIT 6
 /* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes. */
-#define TABLE_WORDS ((size_t)256 + LEVELS * 1024)
+#define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
 /* The local memory the kernel takes: the byte table once per lane, and the tree. */
 #define LOCAL_BYTES ((cl_ulong)(8192 + 256) * 4)
 
