@@ -233,7 +233,7 @@ local function cancels(B, devs)
   local seed = 12345
   local function rng() seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 end
   local n = B.cancel_size or B.pair_size
-  if B.cancel_devices then -- --cancel-devices: the host and those named
+  if B.cancel_devices then -- --cancel-devices: the host and those named (the host's own file rows not)
     local named, kept = {}, {}
     for name in B.cancel_devices:gmatch("[^,]+") do named[name] = true end
     for _, d in ipairs(devs) do
@@ -244,20 +244,24 @@ local function cancels(B, devs)
     if unknown then error(("--cancel-devices: no device '%s'"):format(unknown), 0) end
     devs = kept
   end
-  for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = cancels_of(p, n, runs, rng) end
-  for _, p in ipairs(pairs_of(devs, B.host)) do rows[#rows + 1] = batch_cancels(p, n, runs, rng) end
+  local function add(row) -- each row said as it is made too: a long run cut short keeps them
+    rows[#rows + 1] = row
+    B.say("  " .. table.concat(row, " | "))
+  end
+  for _, p in ipairs(pairs_of(devs, B.host)) do add(cancels_of(p, n, runs, rng)) end
+  for _, p in ipairs(pairs_of(devs, B.host)) do add(batch_cancels(p, n, runs, rng)) end
   for _, d in ipairs(devs) do
-    if d.runtime ~= "remote" then
+    if d.runtime ~= "remote" and not (B.cancel_devices and d == B.host) then
       local saves, loads = file_cancels(B, d, n, runs, rng)
-      rows[#rows + 1] = saves
-      rows[#rows + 1] = loads
+      add(saves)
+      add(loads)
     end
   end
   if B.remote_url then -- moves to and from the server's first device (--remote)
     local peer = xfer.connect(B.remote_url, { token = B.remote_token, timeout = 30 })
     local far = peer.devices[1]
-    rows[#rows + 1] = cancels_of({ B.host, far }, n, runs, rng)
-    rows[#rows + 1] = cancels_of({ far, B.host }, n, runs, rng)
+    add(cancels_of({ B.host, far }, n, runs, rng))
+    add(cancels_of({ far, B.host }, n, runs, rng))
     peer:close()
   end
   B.emit(rows)
