@@ -116,6 +116,7 @@ typedef struct vk_dev {
   size_t crc_room;              /* pieces crc_pieces and crc_sums hold */
   int crc_refused;
   VkDeviceSize max_storage_range, storage_alignment;
+  uint32_t max_shared;          /* maxComputeSharedMemorySize: the CRC shader's table columns */
   VkFence idle_fence;           /* copy->idle's empty submission, and whether it is in flight */
   int idle_submitted;
   double idle_placed;           /* xfer_now() when it was submitted */

@@ -2,11 +2,13 @@
 ** vulkan_crc.c -- copy->crc32c on a Vulkan device: the CRC32C of ranges of its buffers summed
 ** where they lie by a compute shader (shaders/crc32c.comp, SPIR-V carried in the binary), so
 ** that `verify` reads nothing back. As CUDA's and OpenCL's kernels: each range cut into pieces
-** of at most PIECE bytes, one workgroup each, the pieces' sums joined on the host. A buffer is
-** bound as a storage buffer through a window of at most maxStorageBufferRange bytes; the
-** pieces of one window go in one submission. Made on first use; a device that cannot make
-** the pipeline (no compute queue, a driver that refuses it) is asked no more, and buffers not
-** made here (wrapped: their usage unknown) are read back.
+** of PIECE bytes, one workgroup each, summed right-aligned as raw registers joined by fixed
+** shifts; the host joins a range's pieces and turns the raw register into the CRC. The byte
+** table lies in shared memory once per lane of as many columns as the device's shared memory
+** holds (32: a lookup per bank). A buffer is bound as a storage buffer through a window of at
+** most maxStorageBufferRange bytes; the pieces of one window go in one submission. Made on
+** first use; a device that cannot make the pipeline (no compute queue, a driver that refuses
+** it) is asked no more, and buffers not made here (wrapped: their usage unknown) are read back.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +19,22 @@
 #include "vulkan_crc_spv.h"
 #endif
 
-/* Bytes one workgroup sums at most, and workgroups one dispatch may count. */
-#define PIECE ((size_t)1 << 20)
+/* Bytes one workgroup sums (the shader's 65536), and workgroups one dispatch may count. */
+#define PIECE ((size_t)64 << 10)
 #define GROUPS_MAX 65535u
-/* The table the shader reads: the byte table, then x^(8 * 2^j) for j = 0..31. */
-#define TABLE_WORDS (256 + 32)
+#define LEVELS 8 /* the tree's: 2^8 invocations */
+/* The table the shader reads: the byte table, then per level j the shift by 256 * 2^j bytes
+** (four tables of 256, xfer_crc32c_shift_table). */
+#define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
+
+/* The byte table's columns in shared memory (the shader's COLS): as many as fit beside the
+** tree's 1 KiB, 32 at most, 8 at least (16 KiB is what every device has). */
+static uint32_t columns_for(uint32_t shared_bytes)
+{
+  uint32_t cols = 32;
+  while (cols > 8 && (256u * cols + 256u) * 4u > shared_bytes) cols /= 2;
+  return cols;
+}
 
 void xfer_vk_crc_release(vk_dev *vd)
 {
@@ -105,12 +118,17 @@ static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
                                        .pushConstantRangeCount = 1,
                                        .pPushConstantRanges = &first};
   if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkCreatePipelineLayout, d, &layout, NULL, &vd->crc_layout);
+  uint32_t cols = columns_for(vd->max_shared);
+  VkSpecializationMapEntry cols_entry = {.constantID = 0, .offset = 0, .size = sizeof cols};
+  VkSpecializationInfo special = {.mapEntryCount = 1, .pMapEntries = &cols_entry, .dataSize = sizeof cols,
+                                  .pData = &cols};
   VkComputePipelineCreateInfo pipeline = {
     .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
     .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
               .stage = VK_SHADER_STAGE_COMPUTE_BIT,
               .module = vd->crc_shader,
-              .pName = "main"},
+              .pName = "main",
+              .pSpecializationInfo = &special},
     .layout = vd->crc_layout};
   if (!rc)
     rc = VK(dev, XFER_OP_VERIFY, err, vkCreateComputePipelines, d, VK_NULL_HANDLE, 1, &pipeline, NULL,
@@ -138,7 +156,7 @@ static xfer_code ready(xfer_device *dev)
   if (vd->crc_refused || !host_types(vd) || !queue_computes(dev)) return XFER_E_UNSUPPORTED;
   xfer_error quiet;
   xfer_code rc = make_pipeline(dev, &quiet);
-  if (!rc) rc = mapped_buffer(dev, (size_t)TABLE_WORDS * 4, &vd->crc_table, &quiet);
+  if (!rc) rc = mapped_buffer(dev, TABLE_WORDS * 4, &vd->crc_table, &quiet);
   if (rc) {
     xfer_vk_crc_release(vd);
     vd->crc_refused = 1;
@@ -146,7 +164,8 @@ static xfer_code ready(xfer_device *dev)
   }
   uint32_t *table = vd->crc_table.mapped;
   xfer_crc32c_byte_table(table);
-  for (int j = 0; j < 32; j++) table[256 + j] = xfer_crc32c_shift((size_t)1 << j);
+  for (int j = 0; j < LEVELS; j++)
+    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + (size_t)1024 * (size_t)j));
   return XFER_E_OK;
 }
 
@@ -270,8 +289,16 @@ static xfer_code window_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
   bind(vd, b->buffer, lo, range);
   rc = dispatch(dev, (uint32_t)groups, err);
   const uint32_t *sums = vd->crc_sums.mapped;
-  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n), i++)
-    crc[i] = xfer_crc32c_of_stretches(sums + g, pieces_in(pieces[i].n), PIECE, pieces[i].n);
+  size_t raw_n = 0; /* a batch's ranges are mostly of one length: its inversion made once */
+  uint32_t raw_zero = 0;
+  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n), i++) {
+    if (!pieces[i].n) continue;
+    if (pieces[i].n != raw_n) {
+      raw_n = pieces[i].n;
+      raw_zero = xfer_crc32c_from_raw(0, raw_n);
+    }
+    crc[i] = xfer_crc32c_of_stretches(sums + g, pieces_in(pieces[i].n), PIECE, pieces[i].n) ^ raw_zero;
+  }
   return rc;
 }
 #endif

@@ -265,6 +265,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
   vd->physical = pd;
   vd->max_storage_range = basic.limits.maxStorageBufferRange;
   vd->storage_alignment = basic.limits.minStorageBufferOffsetAlignment;
+  vd->max_shared = basic.limits.maxComputeSharedMemorySize;
   if (!find_queue_family(api, pd, &vd->queue_family)) {
     free(vd); /* no compute or transfer queue: not a device for us */
     return;

@@ -1,66 +1,61 @@
-// crc32c.comp -- the CRC32C of pieces of a buffer, one workgroup per piece (vulkan_crc.c): as
-// CUDA's and OpenCL's kernels, each of 256 invocations sums a stretch of the piece by the byte
-// table (shared memory), then they join their sums in a tree (a shift past n bytes: a product
-// by x^(8n), composed from x^(8 * 2^j), which the host gives after the byte table).
+// crc32c.comp -- the CRC32C of pieces of a buffer, one workgroup per piece (vulkan_crc.c), as
+// CUDA's and OpenCL's kernels: a piece summed right-aligned, invocation t summing bytes
+// [256t - pad, 256t - pad + 256) of it (pad = 65536 - its length) as a raw register (from 0, no
+// inversion), which zero bytes in front leave as it is, so that the tree joins 256-byte
+// stretches by fixed shifts (four lookups in tables the host gives after the byte table). The
+// byte table lies in shared memory once per lane of COLS (a specialization constant: 32 where
+// the device's shared memory holds it, fewer where not), so that lookups of a subgroup fall in
+// separate banks. The host joins a piece's raw registers and turns them into the CRC.
 #version 450
 layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint COLS = 32u;
 layout(std430, set = 0, binding = 0) readonly buffer Bytes { uint words[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Pieces { uvec2 piece[]; }; // offset, length
 layout(std430, set = 0, binding = 2) readonly buffer Table { uint table[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Sums { uint sums[]; };
 layout(push_constant) uniform Base { uint first; }; // the dispatch's first piece
 
-shared uint tab[256];
-shared uint pw[32];
+shared uint tab[256u * COLS];
 shared uint part[256];
-
-// a * b modulo the polynomial, both reflected (bit 31 the x^0 term)
-uint crc_mult(uint a, uint b)
-{
-  uint p = 0u;
-  for (int i = 0; i < 32; i++) {
-    p ^= b & uint(-int(a >> 31));
-    a <<= 1;
-    b = (b >> 1) ^ (0x82F63B78u & uint(-int(b & 1u)));
-  }
-  return p;
-}
 
 uint byte_at(uint at) { return (words[at >> 2] >> ((at & 3u) * 8u)) & 255u; }
 
 void main()
 {
-  uint t = gl_LocalInvocationID.x, g = first + gl_WorkGroupID.x;
-  tab[t] = table[t];
-  if (t < 32u) pw[t] = table[256u + t];
+  uint t = gl_LocalInvocationID.x, g = first + gl_WorkGroupID.x, col = t & (COLS - 1u);
+  uint v = table[t];
+  for (uint l = 0u; l < COLS; l++) tab[t * COLS + ((l + t) & (COLS - 1u))] = v;
   barrier();
   uint at = piece[g].x, len = piece[g].y;
-  uint sub = (((len + 255u) >> 8) + 15u) & ~15u, from = t * sub;
+  int beg = int(t * 256u + len) - 65536, end = beg + 256;
   uint c = 0u;
-  if (from < len) {
-    uint span = min(len - from, sub), k = 0u, p = at + from;
-    c = 0xffffffffu;
-    if ((p & 3u) == 0u) {
-      for (; k + 4u <= span; k += 4u) {
-        c ^= words[(p + k) >> 2];
-        c = (c >> 8) ^ tab[c & 255u];
-        c = (c >> 8) ^ tab[c & 255u];
-        c = (c >> 8) ^ tab[c & 255u];
-        c = (c >> 8) ^ tab[c & 255u];
+  if (end > 0) {
+    uint from = uint(max(beg, 0)), span = uint(end) - from, k = 0u, p = at + from;
+    if (((p | span) & 15u) == 0u) {
+      for (; k < span; k += 16u) {
+        uint w = (p + k) >> 2;
+        for (uint q = 0u; q < 4u; q++) {
+          c ^= words[w + q];
+          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+        }
       }
     }
-    for (; k < span; k++) c = (c >> 8) ^ tab[(c ^ byte_at(p + k)) & 255u];
-    c = ~c;
+    for (; k < span; k++) {
+      c ^= byte_at(p + k);
+      c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+    }
   }
   part[t] = c;
   barrier();
-  for (uint s = 1u; s < 256u; s <<= 1) {
-    uint after = (t + s) * sub;
-    if ((t & (2u * s - 1u)) == 0u && after < len) {
-      uint n = min(len - after, s * sub), x = 0x80000000u;
-      for (uint j = 0u; n != 0u; j++, n >>= 1)
-        if ((n & 1u) != 0u) x = crc_mult(x, pw[j]);
-      part[t] = crc_mult(x, part[t]) ^ part[t + s];
+  uint sh = 256u;
+  for (uint s = 1u; s < 256u; s <<= 1, sh += 1024u) {
+    if ((t & (2u * s - 1u)) == 0u) {
+      uint r = part[t];
+      part[t] = table[sh + (r & 255u)] ^ table[sh + 256u + ((r >> 8) & 255u)] ^
+                table[sh + 512u + ((r >> 16) & 255u)] ^ table[sh + 768u + (r >> 24)] ^ part[t + s];
     }
     barrier();
   }
