@@ -308,17 +308,13 @@ void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, 
   end_begin(&v->ends[1], dst, dst_at, n);
 }
 
-void xfer_verify_read(xfer_verify *v, size_t upto, size_t ahead)
+void xfer_verify_source(xfer_verify *v)
 {
   if (!v->on) return;
   xfer_verify_side *source = &v->ends[0];
-  size_t until = upto + ahead < v->n ? upto + ahead : v->n;
-  for (; source->segs && source->started < source->count && source->started * XFER_SUM_PIECE < until;
-       source->started++)
+  for (; source->segs && source->started < source->count; source->started++)
     task_start(&source->tasks[source->started], source->segs, source->sums, source->started,
                source->started + 1);
-  for (size_t i = 0; source->segs && i < source->started && i * XFER_SUM_PIECE < upto; i++)
-    task_wait(&source->tasks[i]);
 }
 
 size_t xfer_verify_step(const xfer_verify *v, size_t n)
@@ -363,7 +359,7 @@ xfer_code xfer_verify_end(xfer_verify *v, int moved, xfer_error *err)
   xfer_code rc = XFER_E_OK;
   uint32_t sent = 0, arrived = 0;
   if (moved) {
-    xfer_verify_read(v, 0, v->n); /* (a source not read in steps: all its pieces started) */
+    xfer_verify_source(v); /* (where no runner said so) */
     xfer_verify_landed(v, v->n);
     /* the ends summed in one (a device's) first: the pool's pieces run meanwhile */
     rc = v->ends[0].segs ? XFER_E_OK : end_sum(&v->ends[0], v->n, &sent, err);

@@ -73,13 +73,11 @@ typedef struct xfer_verify {
 } xfer_verify;
 
 /* Starts verifying n bytes from src_at of src to dst_at of dst (on: whether to at all);
-** nothing is summed until the runner says how the source is read (xfer_verify_read). */
+** nothing is summed until the runner says its move starts (xfer_verify_source). */
 void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, xfer_tensor *dst,
                        size_t dst_at, size_t n);
-/* The source's bytes [0, upto) are about to be read: their pieces summed before this returns
-** (a copy that reads them next finds them in the CPU's cache), and those up to upto + ahead
-** given to the sum pool. A runner that reads the whole source at once says (0, n) first. */
-void xfer_verify_read(xfer_verify *v, size_t upto, size_t ahead);
+/* The move starts: the source's host pieces given to the sum pool, summed beside it. */
+void xfer_verify_source(xfer_verify *v);
 /* The steps a runner moving n bytes should land in for the target's sums to run beside the
 ** move (n: no reason to step). */
 size_t xfer_verify_step(const xfer_verify *v, size_t n);
