@@ -133,6 +133,8 @@ parser:option("--guard", "The guard table's parts, comma-separated: sums (each d
   :argname("LIST")
 parser:option("--cancel-devices", "The devices whose pairs (with the host, and with each other) the guard table cancels, comma-separated (default: every device).")
   :argname("LIST")
+parser:option("--cancel-rows", "Only the guard table's cancel rows whose label holds one of these, comma-separated (as \"cuda:0 -> vulkan:0,file -> cuda:0\").")
+  :argname("LIST")
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
 parser:option("--raw", "The raw cuMemcpy* program (scripts/bench builds it where CUDA works).")
   :argname("PROGRAM")
@@ -211,6 +213,7 @@ local B = {
   cancel_size = opts.cancel_size,         -- --cancel-size, bytes
   cancel_devices = opts.cancel_devices,   -- --cancel-devices, names (nil: every device)
   guard_parts = opts.guard,               -- --guard, part names
+  cancel_rows = opts.cancel_rows,         -- --cancel-rows, label parts (nil: every row)
   scripts_dir = scripts_dir,
   calls = opts.calls,                     -- --calls: scripts/bench-calls.c built ("" or nil: none)
   emit = emit, say = say, progress = progress, run_raw = run_raw,

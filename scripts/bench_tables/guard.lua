@@ -248,21 +248,38 @@ local function cancels(B, devs)
     rows[#rows + 1] = row
     B.say("  " .. table.concat(row, " | "))
   end
-  for _, p in ipairs(pairs_of(devs, B.host)) do add(cancels_of(p, n, runs, rng)) end
-  for _, p in ipairs(pairs_of(devs, B.host)) do add(batch_cancels(p, n, runs, rng)) end
-  for _, d in ipairs(devs) do
-    if d.runtime ~= "remote" and not (B.cancel_devices and d == B.host) then
-      local saves, loads = file_cancels(B, d, n, runs, rng)
-      add(saves)
-      add(loads)
+  local function wanted(...) -- --cancel-rows: a row runs when one of its labels holds a part named
+    if not B.cancel_rows then return true end
+    for _, label in ipairs({ ... }) do
+      for part in B.cancel_rows:gmatch("[^,]+") do
+        if label:find(part, 1, true) then return true end
+      end
     end
+    return false
+  end
+  local function label(p) return p[1].name .. " -> " .. p[2].name end
+  for _, p in ipairs(pairs_of(devs, B.host)) do
+    if wanted(label(p)) then add(cancels_of(p, n, runs, rng)) end
+  end
+  for _, p in ipairs(pairs_of(devs, B.host)) do
+    if wanted("batch " .. label(p)) then add(batch_cancels(p, n, runs, rng)) end
   end
   if B.remote_url then -- moves to and from the server's first device (--remote)
     local peer = xfer.connect(B.remote_url, { token = B.remote_token, timeout = 30 })
     local far = peer.devices[1]
-    add(cancels_of({ B.host, far }, n, runs, rng))
-    add(cancels_of({ far, B.host }, n, runs, rng))
+    if wanted(label({ B.host, far }), label({ far, B.host })) then
+      add(cancels_of({ B.host, far }, n, runs, rng))
+      add(cancels_of({ far, B.host }, n, runs, rng))
+    end
     peer:close()
+  end
+  for _, d in ipairs(devs) do
+    if d.runtime ~= "remote" and not (B.cancel_devices and d == B.host) and
+       wanted("save " .. d.name .. " -> file", "load file -> " .. d.name) then
+      local saves, loads = file_cancels(B, d, n, runs, rng)
+      add(saves)
+      add(loads)
+    end
   end
   B.emit(rows)
   B.say(("cancel: %d runs of each canceled at random points -- a move (a batch of one element), a" ..

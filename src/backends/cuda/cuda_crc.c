@@ -112,13 +112,23 @@ static const char kernel_ptx[] =
   "  and.b64 %rd16, %rd16, 15;\n"
   "  setp.ne.u64 %p3, %rd16, 0;\n"
   "  @%p3 bra BYTES;\n"
-  "QUADS:\n"
-  "  setp.ge.u64 %p4, %rd14, %rd15;\n"
-  "  @%p4 bra SUMMED;\n"
+  /* 16 bytes at a time, the next 16 loaded before these are summed (two sets of registers
+  ** in turn): a load's latency hides behind a quad's 16 lookups */
   "  ld.global.nc.v4.u32 {%r14, %r15, %r16, %r17}, [%rd14];\n"
+  "QUADS:\n"
+  "  add.u64 %rd20, %rd14, 16;\n"
+  "  setp.lt.u64 %p4, %rd20, %rd15;\n"
+  "  @%p4 ld.global.nc.v4.u32 {%r31, %r32, %r33, %r34}, [%rd20];\n"
   WORD("%r14") WORD("%r15") WORD("%r16") WORD("%r17")
-  "  add.u64 %rd14, %rd14, 16;\n"
-  "  bra QUADS;\n"
+  "  mov.u64 %rd14, %rd20;\n"
+  "  @!%p4 bra SUMMED;\n"
+  "  add.u64 %rd20, %rd14, 16;\n"
+  "  setp.lt.u64 %p4, %rd20, %rd15;\n"
+  "  @%p4 ld.global.nc.v4.u32 {%r14, %r15, %r16, %r17}, [%rd20];\n"
+  WORD("%r31") WORD("%r32") WORD("%r33") WORD("%r34")
+  "  mov.u64 %rd14, %rd20;\n"
+  "  @%p4 bra QUADS;\n"
+  "  bra SUMMED;\n"
   "BYTES:\n"
   "  setp.ge.u64 %p4, %rd14, %rd15;\n"
   "  @%p4 bra SUMMED;\n"

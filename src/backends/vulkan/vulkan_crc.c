@@ -19,9 +19,10 @@
 #include "vulkan_crc_spv.h"
 #endif
 
-/* Bytes one workgroup sums (the shader's 65536), and workgroups one dispatch may count. */
+/* Bytes one workgroup sums at a time (the shader's 65536), and the workgroups a dispatch runs
+** (each fills its table once and walks the pieces: an H100 runs about 800 at once). */
 #define PIECE ((size_t)64 << 10)
-#define GROUPS_MAX 65535u
+#define GROUPS_MAX 1024u
 #define LEVELS 8 /* the tree's: 2^8 invocations */
 /* The table the shader reads: the byte table, then per level j the shift by 256 * 2^j bytes
 ** (four tables of 256, xfer_crc32c_shift_table). */
@@ -92,7 +93,7 @@ static int queue_computes(xfer_device *dev)
 }
 
 /* The descriptor set's layout, the pipeline and a set to bind: four storage buffers (the
-** bytes, the pieces, the table, the sums) and the dispatch's first piece as a push constant. */
+** bytes, the pieces, the table, the sums) and the pieces' count as a push constant. */
 static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
@@ -111,12 +112,12 @@ static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
                                          .bindingCount = 4,
                                          .pBindings = bindings};
   if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkCreateDescriptorSetLayout, d, &set, NULL, &vd->crc_set_layout);
-  VkPushConstantRange first = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(uint32_t)};
+  VkPushConstantRange count = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(uint32_t)};
   VkPipelineLayoutCreateInfo layout = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                        .setLayoutCount = 1,
                                        .pSetLayouts = &vd->crc_set_layout,
                                        .pushConstantRangeCount = 1,
-                                       .pPushConstantRanges = &first};
+                                       .pPushConstantRanges = &count};
   if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkCreatePipelineLayout, d, &layout, NULL, &vd->crc_layout);
   uint32_t cols = columns_for(vd->max_shared);
   VkSpecializationMapEntry cols_entry = {.constantID = 0, .offset = 0, .size = sizeof cols};
@@ -221,11 +222,8 @@ static xfer_code dispatch(xfer_device *dev, uint32_t groups, xfer_error *err)
                            &before, 0, NULL, 0, NULL);
   vd->vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_pipeline);
   vd->vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_layout, 0, 1, &vd->crc_set, 0, NULL);
-  for (uint32_t first = 0; first < groups; first += GROUPS_MAX) {
-    uint32_t n = groups - first < GROUPS_MAX ? groups - first : GROUPS_MAX;
-    vd->vkCmdPushConstants(cmd, vd->crc_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof first, &first);
-    vd->vkCmdDispatch(cmd, n, 1, 1);
-  }
+  vd->vkCmdPushConstants(cmd, vd->crc_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof groups, &groups);
+  vd->vkCmdDispatch(cmd, groups < GROUPS_MAX ? groups : GROUPS_MAX, 1, 1);
   VkMemoryBarrier after = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                            .dstAccessMask = VK_ACCESS_HOST_READ_BIT};

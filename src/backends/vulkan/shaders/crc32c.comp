@@ -1,4 +1,4 @@
-// crc32c.comp -- the CRC32C of pieces of a buffer, one workgroup per piece (vulkan_crc.c), as
+// crc32c.comp -- the CRC32C of pieces of a buffer, the workgroups walking them (vulkan_crc.c), as
 // CUDA's and OpenCL's kernels: a piece summed right-aligned, invocation t summing bytes
 // [256t - pad, 256t - pad + 256) of it (pad = 65536 - its length) as a raw register (from 0, no
 // inversion), which zero bytes in front leave as it is, so that the tree joins 256-byte
@@ -13,7 +13,7 @@ layout(std430, set = 0, binding = 0) readonly buffer Bytes { uint words[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Pieces { uvec2 piece[]; }; // offset, length
 layout(std430, set = 0, binding = 2) readonly buffer Table { uint table[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Sums { uint sums[]; };
-layout(push_constant) uniform Base { uint first; }; // the dispatch's first piece
+layout(push_constant) uniform Count { uint count; }; // the pieces
 
 shared uint tab[256u * COLS];
 shared uint part[256];
@@ -22,42 +22,45 @@ uint byte_at(uint at) { return (words[at >> 2] >> ((at & 3u) * 8u)) & 255u; }
 
 void main()
 {
-  uint t = gl_LocalInvocationID.x, g = first + gl_WorkGroupID.x, col = t & (COLS - 1u);
+  uint t = gl_LocalInvocationID.x, col = t & (COLS - 1u);
   uint v = table[t];
   for (uint l = 0u; l < COLS; l++) tab[t * COLS + ((l + t) & (COLS - 1u))] = v;
   barrier();
-  uint at = piece[g].x, len = piece[g].y;
-  int beg = int(t * 256u + len) - 65536, end = beg + 256;
-  uint c = 0u;
-  if (end > 0) {
-    uint from = uint(max(beg, 0)), span = uint(end) - from, k = 0u, p = at + from;
-    if (((p | span) & 15u) == 0u) {
-      for (; k < span; k += 16u) {
-        uint w = (p + k) >> 2;
-        for (uint q = 0u; q < 4u; q++) {
-          c ^= words[w + q];
-          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-          c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+  for (uint g = gl_WorkGroupID.x; g < count; g += gl_NumWorkGroups.x) {
+    uint at = piece[g].x, len = piece[g].y;
+    int beg = int(t * 256u + len) - 65536, end = beg + 256;
+    uint c = 0u;
+    if (end > 0) {
+      uint from = uint(max(beg, 0)), span = uint(end) - from, k = 0u, p = at + from;
+      if (((p | span) & 15u) == 0u) {
+        for (; k < span; k += 16u) {
+          uint w = (p + k) >> 2;
+          for (uint q = 0u; q < 4u; q++) {
+            c ^= words[w + q];
+            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+          }
         }
       }
+      for (; k < span; k++) {
+        c ^= byte_at(p + k);
+        c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+      }
     }
-    for (; k < span; k++) {
-      c ^= byte_at(p + k);
-      c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-    }
-  }
-  part[t] = c;
-  barrier();
-  uint sh = 256u;
-  for (uint s = 1u; s < 256u; s <<= 1, sh += 1024u) {
-    if ((t & (2u * s - 1u)) == 0u) {
-      uint r = part[t];
-      part[t] = table[sh + (r & 255u)] ^ table[sh + 256u + ((r >> 8) & 255u)] ^
-                table[sh + 512u + ((r >> 16) & 255u)] ^ table[sh + 768u + (r >> 24)] ^ part[t + s];
-    }
+    part[t] = c;
     barrier();
+    uint sh = 256u;
+    for (uint s = 1u; s < 256u; s <<= 1, sh += 1024u) {
+      if ((t & (2u * s - 1u)) == 0u) {
+        uint r = part[t];
+        part[t] = table[sh + (r & 255u)] ^ table[sh + 256u + ((r >> 8) & 255u)] ^
+                  table[sh + 512u + ((r >> 16) & 255u)] ^ table[sh + 768u + (r >> 24)] ^ part[t + s];
+      }
+      barrier();
+    }
+    if (t == 0u) sums[g] = part[0];
+    barrier(); // part[0] read before the next piece's stretches overwrite it
   }
-  if (t == 0u) sums[g] = part[0];
 }
