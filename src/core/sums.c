@@ -308,14 +308,19 @@ void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, 
   end_begin(&v->ends[1], dst, dst_at, n);
 }
 
-void xfer_verify_source(xfer_verify *v)
+void xfer_verify_source_upto(xfer_verify *v, size_t upto)
 {
   if (!v->on) return;
   xfer_verify_side *source = &v->ends[0];
-  for (; source->segs && source->started < source->count; source->started++)
+  while (source->segs && source->started < source->count &&
+         source->started * XFER_SUM_PIECE + source->segs[source->started].n <= upto) {
     task_start(&source->tasks[source->started], source->segs, source->sums, source->started,
                source->started + 1);
+    source->started++;
+  }
 }
+
+void xfer_verify_source(xfer_verify *v) { xfer_verify_source_upto(v, v->n); }
 
 size_t xfer_verify_step(const xfer_verify *v, size_t n)
 {

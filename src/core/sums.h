@@ -78,6 +78,9 @@ void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, 
                        size_t dst_at, size_t n);
 /* The move starts: the source's host pieces given to the sum pool, summed beside it. */
 void xfer_verify_source(xfer_verify *v);
+/* The same for the source's bytes [0, upto) alone: a runner that moves in steps says so as
+** each step has been read. */
+void xfer_verify_source_upto(xfer_verify *v, size_t upto);
 /* The steps a runner moving n bytes should land in for the target's sums to run beside the
 ** move (n: no reason to step). */
 size_t xfer_verify_step(const xfer_verify *v, size_t n);

@@ -95,52 +95,56 @@ static xfer_code host_roundtrip_range(xfer_tensor *src, xfer_tensor *dst, size_t
   return rc ? rc : xfer_be_write(dst->dev, dst->buf, dst->offset + at, bytes, n, err);
 }
 
-/* A verified move from a device into host memory, paced by its target's sums: the copy goes in
-** steps queued on the device, and each step's pieces are summed as it lands while the device
-** writes the next -- the bytes just written are still in the CPU's last-level cache (where a
-** device's writes land), so the sums read them there and the memory bus carries them once.
-** Summed after larger steps, they were read back from memory while the device wrote more:
-** +12% on an H100's host for 256 MiB, +7% paced. The other way, a host source summed just
-** before the copy engine reads it made that read three to six times slower (+46% became
-** +281%: the engine then reads lines the cores hold), so a host source is summed beside the
-** move from its start. */
+/* A verified move between host memory and a device's own memory, paced by its host end's sums:
+** the copy goes in steps queued on the device, two in flight, and a step's host pieces are
+** summed once it is done -- a host target's as it lands, while the device writes the next (the
+** bytes just written are still in the CPU's last-level cache, where a device's writes land), a
+** host source's once the copy engine has read them. Summed beside one copy from its start, the
+** sums ran ahead of the engine, which then read lines the cores held: on an H100's host 256 MiB
+** host -> cuda cost +46%, and summing each step just before the engine read it, +281%; the
+** target summed after 32 MiB steps, +12% (paced: +7%). */
 #define PACE_STEP ((size_t)8 << 20)
 #define PACE_DEPTH 2
 
-/* Whether a move runs paced: verified, its target host memory summed in pieces, its source a
-** device's own memory (XFER_VERIFY_PACE=0: never, the target summed in 32 MiB steps). */
-static int paced(const xfer_verify *v, const xfer_tensor *src)
+/* Whether a move runs paced: verified, one end host memory summed in pieces, the other a
+** device's own memory (XFER_VERIFY_PACE=0: never -- the source summed from the start, a host
+** target in 32 MiB steps). */
+static int paced(const xfer_verify *v, const xfer_tensor *src, const xfer_tensor *dst)
 {
   if (!v->on || v->n <= PACE_STEP || !xfer_env_flag("XFER_VERIFY_PACE")) return 0;
-  return !xfer_be_host_address(src->dev, src->buf, src->offset) && v->ends[1].segs;
+  int src_host = xfer_be_host_address(src->dev, src->buf, src->offset) != NULL;
+  int dst_host = xfer_be_host_address(dst->dev, dst->buf, dst->offset) != NULL;
+  return src_host != dst_host && v->ends[src_host ? 0 : 1].segs;
 }
 
 static xfer_code run_paced(xfer_tensor *src, xfer_tensor *dst, xfer_verify *v, xfer_error *err)
 {
-  char *host = xfer_be_host_address(dst->dev, dst->buf, dst->offset);
+  int to_device = xfer_be_host_address(src->dev, src->buf, src->offset) != NULL;
+  xfer_tensor *host_end = to_device ? src : dst, *dev_end = to_device ? dst : src;
+  char *host = xfer_be_host_address(host_end->dev, host_end->buf, host_end->offset);
   size_t n = src->nbytes, steps = (n + PACE_STEP - 1) / PACE_STEP, started = 0, finished = 0;
   unsigned char queued[PACE_DEPTH];
   xfer_code rc = XFER_E_OK;
-  xfer_verify_source(v); /* (a device's source: summed by it at the end) */
   while (!rc && finished < steps) {
     if (started < steps && started - finished < PACE_DEPTH) {
       size_t at = started * PACE_STEP, len = n - at < PACE_STEP ? n - at : PACE_STEP;
       int q = 0;
-      rc = xfer_be_start(src->dev, 0, src->buf, src->offset + at, host + at, len,
+      rc = xfer_be_start(dev_end->dev, to_device, dev_end->buf, dev_end->offset + at, host + at, len,
                          (int)(started % PACE_DEPTH), &q, err);
       if (!rc) queued[started++ % PACE_DEPTH] = (unsigned char)q;
       continue;
     }
     size_t at = finished * PACE_STEP, len = n - at < PACE_STEP ? n - at : PACE_STEP;
-    if (queued[finished % PACE_DEPTH]) rc = xfer_be_finish(src->dev, (int)(finished % PACE_DEPTH), err);
+    if (queued[finished % PACE_DEPTH]) rc = xfer_be_finish(dev_end->dev, (int)(finished % PACE_DEPTH), err);
     if (rc) break;
     finished++;
+    if (to_device) xfer_verify_source_upto(v, at + len);
     landed(v, dst, at, len);
     if (at + len < n) rc = xfer_progress(at + len, n, err);
   }
   for (; finished < started; finished++) { /* failed: what is queued lands (or its device stalls) first */
     xfer_error ignored;
-    if (queued[finished % PACE_DEPTH]) xfer_be_finish(src->dev, (int)(finished % PACE_DEPTH), &ignored);
+    if (queued[finished % PACE_DEPTH]) xfer_be_finish(dev_end->dev, (int)(finished % PACE_DEPTH), &ignored);
   }
   return rc;
 }
@@ -149,7 +153,7 @@ static xfer_code run_host_roundtrip(const xfer_route *route, xfer_tensor *src, x
                                     xfer_verify *v, xfer_error *err)
 {
   size_t n = src->nbytes;
-  if (!xfer_progress_wanted() && paced(v, src)) return run_paced(src, dst, v, err);
+  if (!xfer_progress_wanted() && paced(v, src, dst)) return run_paced(src, dst, v, err);
   xfer_verify_source(v);
   /* a move told in steps stages a step at a time (and so needs a step's host memory); a
   ** verified one lands in steps its target's sums can follow */
