@@ -336,6 +336,42 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
+  it("closes a peer whose deadlines left requests under way, and settles its stalled device after without touching UCX", function()
+    -- a peer's requests are UCX's memory, freed with its worker at close: asked of after that
+    -- (the stalled device settled in passing by a later move), they were read freed -- a save
+    -- after a closed peer's 1 GiB deadlines died of SIGBUS in ucp_request_free on the H100
+    local server = start_server({ name = "nodeQ" })
+    local p = connect(server.url, { timeout = 30 })
+    local n = 1048576
+    local src = xfer.arange(n, { dtype = "u32" })
+    local r = xfer.zeros({ n }, { dtype = "u32", device = "nodeQ/host" })
+    local r2 = src:to("nodeQ/host")
+    local dst = xfer.full({ n }, 7, { dtype = "u32" })
+    local spare = xfer.zeros({ n }, { dtype = "u32" })
+    os.execute("kill -STOP " .. server.pid)
+    local done, ok, ok2, held = pcall(function()
+      local a = pcall(r.copy_from, r, src, { timeout = 0.2 })
+      local b = pcall(dst.copy_from, dst, r2, { timeout = 0.2 })
+      spare:free() -- held: the orphaned requests may still use memory
+      local h0 = xfer.device("host"):memory().held
+      p:close() -- the server still stopped: its requests still under way
+      return a, b, h0
+    end)
+    os.execute("kill -CONT " .. server.pid)
+    assert.is_true(done, tostring(ok))
+    assert.is_false(ok)
+    assert.is_false(ok2)
+    assert.is_true(held >= 4 * n, tostring(held))
+    -- moves elsewhere settle the stalled devices in passing, until what was held goes back
+    local other = xfer.zeros({ n }, { dtype = "u32" })
+    local t0 = xfer.clock()
+    repeat other:copy_from(src) until xfer.device("host"):memory().held == 0 or xfer.clock() - t0 > 5
+    assert.are.equal(0, xfer.device("host"):memory().held)
+    assert.is_true(other:equals(src))
+    h.raises("peer_lost", r.copy_from, r, src)
+    server.stop()
+  end)
+
   -- WIRE_CANCEL (protocol 7): what a move no longer wants, the server answers `canceled`
   -- without touching memory. The server is stopped (SIGSTOP) so that the requests are still
   -- queued when the CANCEL comes behind them; p.canceled counts its canceled answers.

@@ -417,6 +417,22 @@ static void orphans_prune(xfer_peer *p)
   }
 }
 
+/* (peer->lock held) Before its UCX worker goes: the last CANCEL and the requests deadlines left
+** behind (orphans) let go of while the worker can still end them -- each is UCX's memory, freed
+** with the worker, and asked of after that (copy->idle settling a stalled device, a later
+** move's settle in passing) it read freed memory: a save after a closed peer's 1 GiB
+** deadlines died of SIGBUS in ucp_request_free, or of "corrupted double-linked list", on the
+** H100. After this the peer's UCX state is never touched again. */
+static void requests_let_go(xfer_peer *p)
+{
+  if (!p->node.worker) return; /* (gone already) */
+  if (p->canceling) xfer_ucx_abandon(&p->node, p->canceling, xfer_now() + 0.25);
+  p->canceling = NULL;
+  double until = p->lost ? p->settle_by : xfer_now() + GIVE_UP_SECONDS;
+  for (int i = 0; i < p->norphans; i++) xfer_ucx_abandon(&p->node, p->orphans[i], until);
+  p->norphans = 0;
+}
+
 /* How long a canceled move waits for the server's answers once it has told it: a server that is
 ** serving one of the move's requests answers when that is done (a 64 MiB chunk: milliseconds) */
 #define CANCEL_GRACE 0.05
@@ -474,12 +490,20 @@ static xfer_code orphan(xfer_peer *p, xfer_device *dev, pending *w, xfer_op op, 
   return rc;
 }
 
-/* copy->idle: no send or receive a deadline left behind is still under way. */
+/* copy->idle: no send or receive a deadline left behind is still under way. Once the peer's
+** worker is gone (closed), none can be asked of: the server was told by the forced close, and
+** is given until settle_by to stop touching this process's memory. */
 static int remote_idle(xfer_device *dev)
 {
   xfer_peer *p = peer_of(dev);
   pthread_mutex_lock(&p->lock);
   double asked = xfer_now(); /* none left: none of those made by now */
+  if (!p->node.worker) {
+    int idle = asked >= p->settle_by;
+    if (idle) dev->idle_upto = asked;
+    pthread_mutex_unlock(&p->lock);
+    return idle;
+  }
   if (!p->lost) p->node.api->ucp_worker_progress(p->node.worker);
   orphans_prune(p);
   int idle = p->norphans == 0;
@@ -1064,12 +1088,7 @@ static void peer_release(xfer_peer *p)
 {
   if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   pthread_mutex_lock(&p->lock);
-  /* the last CANCEL let go of while the endpoint is still open. (The orphans a deadline left
-  ** are not: freeing them here hit UCX's assertion that a request is not freed twice -- one
-  ** of them had ended canceled. UCX warns of them, "not returned to mpool", when the worker
-  ** goes; left for a later session to find out.) */
-  if (p->canceling) xfer_ucx_abandon(&p->node, p->canceling, xfer_now() + 0.25);
-  p->canceling = NULL;
+  requests_let_go(p); /* while the endpoint is still open (none left if the peer was closed) */
   lose(p, "disconnected");
   pthread_mutex_unlock(&p->lock);
   xfer_ucx_node_close(&p->node);
@@ -1322,6 +1341,7 @@ static xfer_code connect_once(xfer_ctx *ctx, xfer_runtime *rt, const char *url, 
   }
   if (p->ndevices) { /* devices already listed stay, lost; they hold the peer */
     p->closed = 1; /* (no one has it) */
+    requests_let_go(p);
     xfer_ucx_node_close(&p->node);
     peer_release(p);
     return rc;
@@ -1419,6 +1439,7 @@ void xfer_peer_close(xfer_peer *p)
 {
   if (!p) return;
   pthread_mutex_lock(&p->lock);
+  requests_let_go(p);
   lose(p, "disconnected");
   /* its UCX worker and context (sockets, epoll fds, shared memory) go now, not when the last
   ** of its devices goes with the context: a program that reconnects kept ~10 fds a connection
