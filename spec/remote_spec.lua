@@ -287,16 +287,23 @@ describe("remote devices #remote", function()
     server.stop()
   end)
 
-  it("ends a move at its own deadline while the server is slow, keeps the peer, and its late answer lands nowhere", function()
-    local server = start_server({ name = "nodeD" })
+  -- A server stopped (SIGSTOP) and its peer, with what its moves use, n u32 each: src (host),
+  -- r (a target on the server), r2 (a source there), dst and spare (host).
+  local function stopped_server(name)
+    local server = start_server({ name = name })
     local p = connect(server.url, { timeout = 30 })
     local n = 1048576
     local src = xfer.arange(n, { dtype = "u32" })
-    local r = xfer.zeros({ n }, { dtype = "u32", device = "nodeD/host" })
-    local r2 = src:to("nodeD/host")
+    local r = xfer.zeros({ n }, { dtype = "u32", device = name .. "/host" })
+    local r2 = src:to(name .. "/host")
     local dst = xfer.full({ n }, 7, { dtype = "u32" })
     local spare = xfer.zeros({ n }, { dtype = "u32" })
     os.execute("kill -STOP " .. server.pid)
+    return server, p, n, src, r, r2, dst, spare
+  end
+
+  it("ends a move at its own deadline while the server is slow, keeps the peer, and its late answer lands nowhere", function()
+    local server, p, n, src, r, r2, dst, spare = stopped_server("nodeD")
     local ok, e, ok2, e2, took, held
     local done = pcall(function()
       local t0 = xfer.clock()
@@ -340,15 +347,7 @@ describe("remote devices #remote", function()
     -- a peer's requests are UCX's memory, freed with its worker at close: asked of after that
     -- (the stalled device settled in passing by a later move), they were read freed -- a save
     -- after a closed peer's 1 GiB deadlines died of SIGBUS in ucp_request_free on the H100
-    local server = start_server({ name = "nodeQ" })
-    local p = connect(server.url, { timeout = 30 })
-    local n = 1048576
-    local src = xfer.arange(n, { dtype = "u32" })
-    local r = xfer.zeros({ n }, { dtype = "u32", device = "nodeQ/host" })
-    local r2 = src:to("nodeQ/host")
-    local dst = xfer.full({ n }, 7, { dtype = "u32" })
-    local spare = xfer.zeros({ n }, { dtype = "u32" })
-    os.execute("kill -STOP " .. server.pid)
+    local server, p, n, src, r, r2, dst, spare = stopped_server("nodeQ")
     local done, ok, ok2, held = pcall(function()
       local a = pcall(r.copy_from, r, src, { timeout = 0.2 })
       local b = pcall(dst.copy_from, dst, r2, { timeout = 0.2 })
