@@ -92,12 +92,14 @@ Tables (--tables; all by default, in this order; scripts/bench_tables/NAME.lua s
             cuda:0 -> the server's CUDA devices beside PyTorch's and CuPy's CUDA IPC copy
   deadline  a server stopped mid-move --deadline-runs times: the timeout's lateness past its
             deadline; healthy moves with a 3 s deadline, how many missed it
-  guard     what verify = true costs: the same move with and without it -- --pair-size host <->
-            each device and cuda:0 <-> vulkan:0, 4096 x 16 KiB batches, a file load; then
+  guard     what verify = true costs: each device's CRC32C rate where the bytes lie (sums),
+            then the same move with and without verify -- --pair-size host <-> each device
+            and cuda:0 <-> vulkan:0, 4096 x 16 KiB batches, a file load (verify); then
             --cancels cancels at random points of each pair's move, a batch of 16 KiB pieces, a
             save and a load of --cancel-size bytes, and of moves to and from the --remote
             server's devices (cancel's latency, bytes changed after it returned) and deadlines
-            (how late one past its deadline ended)
+            (how late one past its deadline ended) (cancel); --guard picks the parts,
+            --cancel-devices and --cancel-rows the cancel rows
   selftest  how long the quick and full self-tests take
 
 --json [FILE] writes one JSON document -- {version, date, inventory, settings, tables =
