@@ -70,12 +70,13 @@ describe("integrity #integrity", function()
     -- is asked
     local script = [[
       local xfer = require "xfer"
-      local bytes = xfer.arange(700001, { dtype = "u32" }):tobytes() -- 2.7 MiB
+      local bytes = xfer.arange(1100001, { dtype = "u32" }):tobytes() -- 4.2 MiB
       for name in ("]] .. table.concat(summers, " ") .. [["):gmatch("%S+") do
         local d = xfer.device(name)
-        -- shorter than a thread's stretch, edges of the 1 MiB pieces, several pieces
+        -- shorter than a thread's stretch, edges of the 64 KiB pieces and of 1 MiB, several
+        -- pieces, and more than 64 (their sums joined by a table)
         for _, n in ipairs({ 1, 3, 100, 4095, 4096, 65535, 65536, 65537, 2^20 - 1, 2^20,
-                             2^20 + 1, 2^21 + 4097, #bytes }) do
+                             2^20 + 1, 2^21 + 4097, 2^22 + 2^17 + 7, #bytes }) do
           local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
           assert(host:crc32c() == host:to(d):crc32c(), name .. ": " .. n .. " bytes")
         end
