@@ -308,16 +308,17 @@ void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, 
   end_begin(&v->ends[1], dst, dst_at, n);
 }
 
+/* An end's pieces that lie wholly in [0, upto) given to the sum pool, those not given yet. */
+static void end_start_upto(xfer_verify_side *e, size_t upto)
+{
+  for (; e->segs && e->started < e->count && e->started * XFER_SUM_PIECE + e->segs[e->started].n <= upto;
+       e->started++)
+    task_start(&e->tasks[e->started], e->segs, e->sums, e->started, e->started + 1);
+}
+
 void xfer_verify_source_upto(xfer_verify *v, size_t upto)
 {
-  if (!v->on) return;
-  xfer_verify_side *source = &v->ends[0];
-  while (source->segs && source->started < source->count &&
-         source->started * XFER_SUM_PIECE + source->segs[source->started].n <= upto) {
-    task_start(&source->tasks[source->started], source->segs, source->sums, source->started,
-               source->started + 1);
-    source->started++;
-  }
+  if (v->on) end_start_upto(&v->ends[0], upto);
 }
 
 void xfer_verify_source(xfer_verify *v) { xfer_verify_source_upto(v, v->n); }
@@ -330,14 +331,7 @@ size_t xfer_verify_step(const xfer_verify *v, size_t n)
 void xfer_verify_landed(xfer_verify *v, size_t upto)
 {
   v->landed = upto;
-  if (!v->on) return;
-  xfer_verify_side *target = &v->ends[1];
-  while (target->segs && target->started < target->count &&
-         target->started * XFER_SUM_PIECE + target->segs[target->started].n <= upto) {
-    task_start(&target->tasks[target->started], target->segs, target->sums, target->started,
-               target->started + 1);
-    target->started++;
-  }
+  if (v->on) end_start_upto(&v->ends[1], upto);
 }
 
 /* An end's sum: its pieces' joined, or summed in one now. */

@@ -284,16 +284,8 @@ xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
       desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
     }
   rc = launch(dev, desc, blocks, sums, err);
-  size_t raw_n = 0; /* a batch's ranges are mostly of one length: its inversion made once */
-  uint32_t raw_zero = 0;
-  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++) {
-    if (!pieces[i].n) continue;
-    if (pieces[i].n != raw_n) {
-      raw_n = pieces[i].n;
-      raw_zero = xfer_crc32c_from_raw(0, raw_n);
-    }
-    crc[i] = xfer_crc32c_of_stretches(sums + first, pieces_in(pieces[i].n), PIECE, pieces[i].n) ^ raw_zero;
-  }
+  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++)
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + first, PIECE, pieces[i].n);
   free(desc);
   free(sums);
   return rc;

@@ -179,18 +179,10 @@ static xfer_code buffer_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
       desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
     }
   if (!rc && blocks) rc = run_kernel(dev, (cl_mem)buf, desc, blocks, sums, err);
-  size_t raw_n = 0; /* a batch's ranges are mostly of one length: its inversion made once */
-  uint32_t raw_zero = 0;
   for (size_t i = first, b = 0; !rc && i < count; i++) {
     if (pieces[i].buf != buf) continue;
     done[i] = 1;
-    crc[i] = 0;
-    if (!pieces[i].n) continue;
-    if (pieces[i].n != raw_n) {
-      raw_n = pieces[i].n;
-      raw_zero = xfer_crc32c_from_raw(0, raw_n);
-    }
-    crc[i] = xfer_crc32c_of_stretches(sums + b, pieces_in(pieces[i].n), PIECE, pieces[i].n) ^ raw_zero;
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + b, PIECE, pieces[i].n);
     b += pieces_in(pieces[i].n);
   }
   free(desc);

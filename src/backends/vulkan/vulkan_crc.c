@@ -287,16 +287,8 @@ static xfer_code window_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
   bind(vd, b->buffer, lo, range);
   rc = dispatch(dev, (uint32_t)groups, err);
   const uint32_t *sums = vd->crc_sums.mapped;
-  size_t raw_n = 0; /* a batch's ranges are mostly of one length: its inversion made once */
-  uint32_t raw_zero = 0;
-  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n), i++) {
-    if (!pieces[i].n) continue;
-    if (pieces[i].n != raw_n) {
-      raw_n = pieces[i].n;
-      raw_zero = xfer_crc32c_from_raw(0, raw_n);
-    }
-    crc[i] = xfer_crc32c_of_stretches(sums + g, pieces_in(pieces[i].n), PIECE, pieces[i].n) ^ raw_zero;
-  }
+  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n), i++)
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + g, PIECE, pieces[i].n);
   return rc;
 }
 #endif
