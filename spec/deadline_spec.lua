@@ -267,6 +267,40 @@ describe("cancel #deadline", function()
     end
   end)
 
+  it("stops a batch going element by element between its elements", function()
+    -- a group whose runner is set aside runs element by element (as a 1 GiB cuda:0 -> vulkan:0
+    -- batch of 16 KiB pieces did on the H100: a quarter of a second, which a cancel waited out,
+    -- its elements' interop moves looking at no flag): the run looks between elements
+    local count, block = 65536, 256
+    local src = xfer.full({ count * block }, 7, { dtype = "u8" })
+    local dst = xfer.zeros({ count * block }, { dtype = "u8" })
+    local blocks = {}
+    for i = 1, count do blocks[i] = i - 1 end
+    local b = xfer.batch({ dst = dst, src = src, src_blocks = blocks, dst_blocks = blocks, block_bytes = block })
+    for _ = 1, xfer.config().setaside_after do
+      xfer.faults.inject({ runtime = "host", op = "copy", count = 1 })
+      pcall(b.run, b)
+      if #xfer.health().set_aside > 0 then break end
+    end
+    assert.are.equal(1, #xfer.health().set_aside)
+    local partly = 0
+    for k = 1, 20 do
+      local job = b:run_async()
+      local at = xfer.clock() + 0.0005 * k -- a run takes about 20 ms here: canceled part way
+      while xfer.clock() < at do end
+      job:cancel()
+      local ok, e = pcall(job.wait, job)
+      local done, n = b:done(), 0
+      for i = 1, count do n = n + (done[i] and 1 or 0) end
+      if not ok then
+        assert.are.equal("canceled", e.code, tostring(e))
+        if n > 0 and n < count then partly = partly + 1 end
+      end
+    end
+    xfer.faults.clear() -- the set-aside is over
+    assert.is_true(partly > 0, "no cancel stopped the group between its elements")
+  end)
+
   it("cancels a load and a save: nothing loaded kept, no file left; done ones whole", function()
     local path = os.tmpname() .. ".safetensors"
     local big = xfer.arange(4 * N, { dtype = "u32" }) -- 64 MiB in requests of 64 KiB
