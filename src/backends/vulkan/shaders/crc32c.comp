@@ -10,6 +10,9 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint COLS = 32u;
 layout(std430, set = 0, binding = 0) readonly buffer Bytes { uint words[]; };
+// the same bytes 16 at a time (one load where four were: 522 GB/s against CUDA's 950 on the
+// H100 when words were read singly)
+layout(std430, set = 0, binding = 0) readonly buffer Quads { uvec4 quads[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Pieces { uvec2 piece[]; }; // offset, length
 layout(std430, set = 0, binding = 2) readonly buffer Table { uint table[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Sums { uint sums[]; };
@@ -33,15 +36,18 @@ void main()
     if (end > 0) {
       uint from = uint(max(beg, 0)), span = uint(end) - from, k = 0u, p = at + from;
       if (((p | span) & 15u) == 0u) {
+        uvec4 w = quads[p >> 4];
         for (; k < span; k += 16u) {
-          uint w = (p + k) >> 2;
+          // the next 16 bytes asked for before these are summed, as CUDA's kernel does
+          uvec4 next = k + 16u < span ? quads[(p + k + 16u) >> 4] : uvec4(0u);
           for (uint q = 0u; q < 4u; q++) {
-            c ^= words[w + q];
+            c ^= w[q];
             c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
             c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
             c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
             c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
           }
+          w = next;
         }
       }
       for (; k < span; k++) {
