@@ -111,7 +111,7 @@ void xfer_crc32c_shift_table(size_t n, uint32_t out[4][256]);
 ** registers of stretches join as sums do (xfer_crc32c_of_stretches). */
 uint32_t xfer_crc32c_from_raw(uint32_t raw, size_t n);
 /* The CRC32C of n bytes from the raw registers of their pieces of `piece` bytes (the last the
-** rest): what a device's kernel gives (cuda_crc.c). 0 for no bytes. */
+** rest): what each device kernel gives (cuda_crc.c, opencl_crc.c, vulkan_crc.c). 0 for no bytes. */
 uint32_t xfer_crc32c_of_raw_pieces(const uint32_t *raw, size_t piece, size_t n);
 
 /* -- driver_library.c ----------------------------------------------------------------- */
