@@ -39,7 +39,9 @@ xfer_install_deps() {
 xfer_build() {
   local dir=$1; shift
   local log; log=$(mktemp)
-  if { [ -f "$dir/CMakeCache.txt" ] || cmake -S . -B "$dir" "$@" >"$log" 2>&1; } &&
+  # configured once, unless that configure failed (a cache and no Makefile: a package was
+  # missing then; cmake looks again for what it did not find)
+  if { [ -f "$dir/CMakeCache.txt" ] && [ -f "$dir/Makefile" ] || cmake -S . -B "$dir" "$@" >"$log" 2>&1; } &&
      cmake --build "$dir" -j "$(nproc)" >"$log" 2>&1; then
     rm -f "$log"
   else
