@@ -59,6 +59,36 @@ describe("deadlines #deadline", function()
     end
   end)
 
+  it("sets no path aside for moves that ran out of their callers' deadlines", function()
+    -- a deadline shorter than the move is the caller's budget, not the path's failure: counted
+    -- as one, three short deadlines set a pair's interop path aside on the H100, and its 1 GiB
+    -- batch of 16 KiB pieces then ran element by element (246 ms where one submission takes 1.9)
+    local src = xfer.arange(N, { dtype = "u32" })
+    local runs = xfer.config().setaside_after + 1
+    for _, d in ipairs(devices) do
+      local there = src:to(d)
+      for _, pair in ipairs({ { src, d }, { there, "host" }, { there, d } }) do
+        local dst = xfer.zeros({ N }, { dtype = "u32", device = pair[2] })
+        for _ = 1, runs do
+          local ok, e = pcall(dst.copy_from, dst, pair[1], { timeout = 1e-6 })
+          assert.is_true(ok or e.code == "timeout", tostring(e))
+        end
+        -- and a device that does not finish by the deadline (the stall fault), while the rule lasts
+        if pair[1].device.runtime ~= "host" or pair[2] ~= "host" then
+          xfer.faults.inject({ runtime = (pair[1].device.runtime ~= "host" and pair[1].device or d).runtime,
+                               op = "stall", count = runs })
+          for _ = 1, runs do pcall(dst.copy_from, dst, pair[1], { timeout = 0.02 }) end
+          local aside = xfer.health().set_aside
+          xfer.faults.clear()
+          assert.are.same({}, aside, d.name)
+        end
+        assert.are.same({}, xfer.health().set_aside, d.name)
+        dst:copy_from(pair[1])
+        assert.is_true(dst:equals(pair[1]), d.name)
+      end
+    end
+  end)
+
   it("takes xfer.config's timeout unless a move's own says otherwise", function()
     local src = xfer.arange(N, { dtype = "u32" })
     xfer.config({ timeout = 1e-3 })
