@@ -60,6 +60,8 @@ typedef struct conn {
   size_t queued;                     /* bytes of its messages not served yet */
   size_t waiting;                    /* its messages not served yet */
   size_t frees_waiting;              /* of which FREEs: a buffer may go before they are served */
+  unsigned waits_in;                 /* the pass over the queue in which a message of its waits
+                                     ** for its payload: its later ones wait too (serve_ready) */
   struct conn *next;
 } conn;
 
@@ -125,6 +127,7 @@ struct xfer_listener {
                                      ** server idle for long waits on events, not polls */
   conn *conns;
   message *head, *tail;
+  unsigned passes;                   /* over the queue (serve_ready), counted */
   sending *sends;
   uint64_t served, dropped, canceled;
   char url[300]; /* where it listens, the port the system chose for port 0 */
@@ -218,7 +221,12 @@ static void drop_conn(xfer_listener *l, conn *c)
       break;
     }
   for (message *m = l->head; m; m = m->next)
-    if (m->c == c) m->c = NULL; /* its queued messages are dropped when they come up */
+    if (m->c == c) {
+      m->c = NULL; /* its queued messages are dropped when they come up */
+      /* a payload still on its way from a client gone may never come: ended here, so that
+      ** the message is let go at once */
+      if (m->receiving) l->node.api->ucp_request_cancel(l->node.worker, m->receiving);
+    }
   for (sending *s = l->sends; s; s = s->next)
     if (s->c == c) s->c = NULL; /* its replies end with its endpoint, and are let go then */
   for (size_t i = 0; i < c->nbuffers; i++) xfer_tensor_release(c->buffers[i].t);
@@ -1154,18 +1162,32 @@ static int serve_ready(xfer_listener *l)
 {
   int did = gate_front_poll(&l->front, decide, l), orphans = 0;
   did |= close_doors(l);
-  while (l->head) {
+  /* Each client's requests in its order; one whose payload is still on its way holds back
+  ** its client's later ones, no one else's: a client that died or stalled mid-send held the
+  ** whole queue, and every other client's requests waited (CI: a torture run's writes
+  ** "answered nothing within 10 s", twelve times). Messages arriving meanwhile join the tail. */
+  unsigned pass = ++l->passes;
+  for (message **at = &l->head, *before = NULL; *at;) {
     /* before each request, what has arrived (UCX hands over a message or a few per call): a
     ** CANCEL behind it, of it and those still queued, is heard before it is served */
     for (int k = 0; k < 16 && l->node.api->ucp_worker_progress(l->node.worker); k++) continue;
-    message *m = l->head;
+    message *m = *at;
+    int held = m->c && m->c->waits_in == pass;
+    if (!held && m->receiving && l->node.api->ucp_request_check_status(m->receiving) == UCS_INPROGRESS) {
+      if (m->c) m->c->waits_in = pass;
+      held = 1;
+    }
+    if (held) {
+      before = m;
+      at = &m->next;
+      continue;
+    }
     if (m->receiving) {
-      if (l->node.api->ucp_request_check_status(m->receiving) == UCS_INPROGRESS) break;
       l->node.api->ucp_request_free(m->receiving);
       m->receiving = NULL;
     }
-    l->head = m->next;
-    if (!l->head) l->tail = NULL;
+    *at = m->next;
+    if (l->tail == m) l->tail = before;
     serve(l, m);
     if (m->c) {
       m->c->queued -= m->len;
