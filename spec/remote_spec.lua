@@ -1206,6 +1206,50 @@ except socket.timeout:
     still_serves(server)
   end)
 
+  it("serves other clients while one stopped in the middle of sending a write", function()
+    -- a client stopped (SIGSTOP) while its 64 MiB writes go out over TCP: the server has its
+    -- header and waits for the rest of its payload. Its later requests wait; no one else's
+    -- may (a dropped client once held the whole queue: another's writes "answered nothing
+    -- within 10 s", fresh-clone CI)
+    local env = "UCX_TLS=tcp "
+    local server = start_server({ env = env })
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local xfer = require "xfer"
+      local peer = xfer.connect("%s", { timeout = 60 })
+      xfer.config({ remote_chunk = 64 * 2^20 })
+      local t = xfer.zeros({ 2^26 }, { dtype = "u8" })
+      io.write("writing\n"); io.flush()
+      while true do t:to(peer.devices[1]):free() end
+    ]]):format(server.url))
+    f:close()
+    local out = os.tmpname()
+    local p = io.popen(("%stimeout 60 %s %s >%s 2>&1 & echo $!"):format(env, h.xferlua(), script, out))
+    local pid = tonumber(p:read("*a"))
+    p:close()
+    local q = io.popen("sleep 0.05; pgrep -P " .. pid) -- the xferlua under timeout
+    local client = tonumber(q:read("*a")) or pid
+    q:close()
+    local t0 = xfer.clock()
+    while not read(out):find("writing", 1, true) and xfer.clock() - t0 < 20 do os.execute("sleep 0.05") end
+    assert.is_truthy(read(out):find("writing", 1, true), read(out))
+    os.execute("sleep 0.3") -- writes under way
+    os.execute("kill -STOP " .. client)
+    local ok, err = pcall(function()
+      local peer = connect(server.url, { timeout = 3 })
+      local small = xfer.arange(4096, { dtype = "u32" })
+      for _ = 1, 5 do
+        local there = small:to(peer.devices[1], { timeout = 3 })
+        assert.is_true(there:to("host"):equals(small))
+      end
+    end)
+    os.execute("kill -9 " .. client .. " " .. pid .. " 2>/dev/null")
+    os.remove(script)
+    os.remove(out)
+    assert(ok, tostring(err) .. "\n" .. read(server.log))
+  end)
+
   it("answers a handle used after its FREE stale, never with another buffer's bytes", function()
     local fuzz = built("wire_fuzz")
     if not fuzz then return pending("wire_fuzz was not built (it links UCX's libraries)") end
