@@ -147,9 +147,7 @@ void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
   ** set cuda:0 -> vulkan:0's interop aside on the H100, and its 1 GiB batch then went element
   ** by element, 130 times slower. A device that never finishes fails every path through it
   ** alike, and each move still ends at its deadline. */
-  if (rc && (rc == XFER_E_TIMEOUT || rc == XFER_E_CANCELED ||
-             (err && (err->op_id == XFER_OP_PROGRESS || err->op_id == XFER_OP_CANCEL ||
-                      err->op_id == XFER_OP_DEADLINE))))
+  if (rc == XFER_E_TIMEOUT || rc == XFER_E_CANCELED || (rc && err && err->op_id == XFER_OP_PROGRESS))
     return;
   /* the last resort is never set aside: its failures are not counted */
   if (rc && path == XFER_PATH_HOST && !runner) return;
