@@ -54,6 +54,7 @@ typedef struct cu_dev {
   int ordinal;                  /* its number among the process's CUDA devices */
   uint64_t peer_access;         /* bit j: cuCtxEnablePeerAccess to device j succeeded */
   CUstream stream;
+  CUstream sum_stream;          /* the CRC kernel's (cuda_crc.c): beside the copies on `stream` */
   CUevent staged[XFER_CU_STAGING_SLOTS];
   /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
   CUevent queued[XFER_QUEUE_SLOTS];

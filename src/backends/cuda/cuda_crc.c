@@ -9,7 +9,9 @@
 ** shift by 256 * 2^j bytes: four lookups in a table the host made). The host joins a range's
 ** pieces and turns the raw register into the CRC. The byte table lies in shared memory once
 ** per lane (32 KiB): each lane reads its own bank, so no two lookups of a warp collide.
-** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel.
+** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel. It runs on
+** a stream of its own (sum_stream), beside the copies queued on the device's stream: a paced
+** verified move (transfer.c) sums each step that landed while the next one moves.
 **
 ** The first kernel (one byte table for the block, a thread's stretch 1 KiB, the tree joined
 ** by products computed bit by bit) summed 608 GB/s on the H200; its tree cost as much as
@@ -207,8 +209,8 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
   if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->crc_table, TABLE_WORDS * sizeof *table);
   if (!rc)
     rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, cd->crc_table, table,
-            TABLE_WORDS * sizeof *table, cd->stream);
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->stream); /* table read */
+            TABLE_WORDS * sizeof *table, cd->sum_stream);
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->sum_stream); /* table read */
   free(table);
   if (rc) {
     xfer_cu_crc_release(cu_api_of(dev), cd);
@@ -245,17 +247,17 @@ static xfer_code launch(xfer_device *dev, const uint64_t *desc, size_t count, ui
   size_t desc_bytes = count * 16;
   xfer_code rc = room_for(dev, desc_bytes + count * 4, err);
   CUdeviceptr d_desc = cd->crc_room, d_sums = cd->crc_room + desc_bytes;
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, d_desc, desc, desc_bytes, cd->stream);
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, d_desc, desc, desc_bytes, cd->sum_stream);
   unsigned pieces = (unsigned)count, grid = pieces < cd->crc_grid ? pieces : cd->crc_grid;
   void *args[] = {&d_desc, &cd->crc_table, &d_sums, &pieces};
   if (!rc)
     rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, grid, 1, 1, THREADS, 1, 1, 0,
-            cd->stream, args, NULL);
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->stream);
+            cd->sum_stream, args, NULL);
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->sum_stream);
   /* the copies read `desc` and write `sums` until the stream is through */
   xfer_error ignored;
-  xfer_code s = xfer_cu_wait(dev, XFER_OP_VERIFY, cd->stream, NULL, rc ? &ignored : err);
-  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->stream);
+  xfer_code s = xfer_cu_wait(dev, XFER_OP_VERIFY, cd->sum_stream, NULL, rc ? &ignored : err);
+  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->sum_stream);
   return rc ? rc : s;
 }
 
