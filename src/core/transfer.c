@@ -281,10 +281,6 @@ static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
 ** targets lie in host memory, when it spans more than two slices: the pool sums each slice's
 ** targets while the next one moves, instead of all of them after the move. */
 #define WATCHED_SLICE ((size_t)16 << 20)
-/* The slices of a group whose targets the pool sums shrink toward its end, halving down to this:
-** what lands last is summed after the move, and at 16 MiB (4 MiB bundles, one on each thread)
-** that tail cost a 64 MiB cuda:0 -> host batch about a quarter of its move. */
-#define LAST_SLICE ((size_t)1 << 20)
 
 /* A group's sums for `verify`: its sources' host ranges given to the sum pool before the move
 ** (they do not change while it runs, and the pool sums them while the bytes move), targets in
@@ -310,7 +306,7 @@ static void landed_room(const xfer_group *g, group_sums *gs)
   if (g->through || g->bytes <= 2 * WATCHED_SLICE ||
       !xfer_be_host_address(it->dst->dev, it->dst->buf, it->dst->offset))
     return;
-  size_t most = 2 * (g->bytes / WATCHED_SLICE) + 2 + 2 * 5; /* (the shrinking slices: 16 -> 1 MiB) */
+  size_t most = 2 * (g->bytes / WATCHED_SLICE) + 2;
   gs->room = most < g->count ? most : g->count;
   gs->landed = calloc(gs->room, sizeof *gs->landed);
 }
@@ -403,9 +399,8 @@ static xfer_code run_way(xfer_group *g, group_sums *sums, xfer_error *err)
     xfer_code rc = XFER_E_OK;
     size_t moved = 0;
     for (size_t k = 0; k < g->count && !rc;) { /* (slices are not kept: keep 0) */
-      size_t m = 0, bytes = 0, slice = WATCHED_SLICE, left = g->bytes - moved;
-      if (sums && sums->landed && left < 2 * WATCHED_SLICE) slice = left / 2 > LAST_SLICE ? left / 2 : LAST_SLICE;
-      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= slice)) bytes += g->pieces[k + m++].n;
+      size_t m = 0, bytes = 0;
+      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= WATCHED_SLICE)) bytes += g->pieces[k + m++].n;
       rc = xfer_be_many(g->many, g->pieces + k, m, 0, err);
       k += m;
       moved += bytes;
