@@ -341,7 +341,8 @@ int xfer_verify_in_steps(xfer_verify *v, size_t step)
 {
   if (!v->on || !step || v->n <= step || (v->ends[0].host == NULL) == (v->ends[1].host == NULL)) return 0;
   xfer_verify_side *e = &v->ends[v->ends[0].host ? 1 : 0];
-  if (!sums_itself(e->t->dev) || !xfer_be_sums_beside(e->t->dev)) return 0;
+  if (!sums_itself(e->t->dev) || !xfer_be_sums_beside(e->t->dev) || !xfer_env_flag("XFER_VERIFY_STEPS"))
+    return 0;
   e->nsteps = (v->n + step - 1) / step;
   e->steps = calloc(e->nsteps, sizeof *e->steps);
   e->step = step;

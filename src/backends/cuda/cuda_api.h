@@ -29,7 +29,7 @@
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
   X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle) X(cuModuleLoadData)       \
   X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuStreamQuery) X(cuEventQuery) \
-  X(cuPointerGetAttributes)
+  X(cuPointerGetAttributes) X(cuMemHostAlloc) X(cuMemFreeHost)
 
 typedef struct cu_api {
   void *lib;
@@ -85,6 +85,9 @@ typedef struct cu_dev {
   unsigned crc_grid;          /* blocks the CRC kernel runs in: as many as run at once */
   CUdeviceptr crc_table, crc_room;
   size_t crc_room_bytes;
+  /* a small call's descriptors and sums in pinned host memory the kernel reads and writes in
+  ** place (CRC_MAPPED_PIECES): no copy to queue behind a step a copy engine is moving */
+  void *crc_mapped;
 } cu_dev;
 
 /* cuda_load.c */
