@@ -229,11 +229,6 @@ static inline int xfer_be_idle(xfer_device *dev)
 
 /* The device's own CRC32C of ranges of its buffers; XFER_E_UNSUPPORTED, nothing said, where
 ** it sums none (the caller then reads them back). */
-static inline int xfer_be_sums_beside(const xfer_device *dev)
-{
-  return xfer_be(dev)->copy->crc32c && xfer_be(dev)->copy->crc32c_beside;
-}
-
 static inline xfer_code xfer_be_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
                                        uint32_t *crc, xfer_error *err)
 {

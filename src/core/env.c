@@ -19,7 +19,6 @@ static const struct {
   {"XFER_CRC_TABLES", 0}, /* 1: CRC32C by the tables even where the CPU has the instruction */
   {"XFER_DEVICE_SUMS", 2}, /* unset: devices whose memory is not the host's sum their own */
   {"XFER_VERIFY_PACE", 1}, /* 0: a verified host <-> device move's sums beside one copy, not paced */
-  {"XFER_VERIFY_STEPS", 1}, /* 0: a paced move's device end summed after the move, not step by step */
   {"XFER_UCX_CUDA", 2}, /* unset: where an endpoint has a cuda_ipc lane (ucx_api.h) */
 };
 

@@ -5,8 +5,7 @@
 ** (copy->crc32c, a batch's ranges in one call), else its bytes are read back in chunks. A
 ** verified move's host ends are summed beside the move: the source's pieces as it starts, the
 ** target's as they land (the runner lands it in steps for that), so that a sum costs the move
-** little more than its last piece; a device end after the move, or step by step where the
-** runner moves in steps and the device sums beside its queued copies.
+** little more than its last piece.
 */
 #include <stdlib.h>
 
@@ -294,8 +293,6 @@ static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
   e->sums = NULL;
   e->tasks = NULL;
   e->count = e->started = 0;
-  e->steps = NULL;
-  e->step = e->nsteps = e->summed = 0;
   if (e->host && n >= 2 * XFER_SUM_PIECE)
     e->segs = pieces_of(e->host, n, &e->count, &e->sums, &e->tasks);
 }
@@ -337,41 +334,9 @@ void xfer_verify_landed(xfer_verify *v, size_t upto)
   if (v->on) end_start_upto(&v->ends[1], upto);
 }
 
-int xfer_verify_in_steps(xfer_verify *v, size_t step)
-{
-  if (!v->on || !step || v->n <= step || (v->ends[0].host == NULL) == (v->ends[1].host == NULL)) return 0;
-  xfer_verify_side *e = &v->ends[v->ends[0].host ? 1 : 0];
-  if (!sums_itself(e->t->dev) || !xfer_be_sums_beside(e->t->dev) || !xfer_env_flag("XFER_VERIFY_STEPS"))
-    return 0;
-  e->nsteps = (v->n + step - 1) / step;
-  e->steps = calloc(e->nsteps, sizeof *e->steps);
-  e->step = step;
-  e->summed = 0;
-  return e->steps != NULL;
-}
-
-xfer_code xfer_verify_step_sum(xfer_verify *v, size_t at, size_t len, xfer_error *err)
-{
-  xfer_verify_side *e = &v->ends[v->ends[0].host ? 1 : 0];
-  if (!v->on || !e->steps || at != e->summed * e->step) return XFER_E_OK; /* (summed at the end) */
-  xfer_sum_piece piece = {e->t->buf, e->t->offset + e->at + at, len};
-  xfer_code rc = xfer_be_crc32c(e->t->dev, &piece, 1, &e->steps[e->summed], err);
-  if (rc == XFER_E_UNSUPPORTED) { /* not these bytes after all: the end summed in one at the end */
-    free(e->steps);
-    e->steps = NULL;
-    return XFER_E_OK;
-  }
-  if (!rc) e->summed++;
-  return rc;
-}
-
-/* An end's sum: its steps' or its pieces' joined, or summed in one now. */
+/* An end's sum: its pieces' joined, or summed in one now. */
 static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
 {
-  if (e->steps && e->summed == e->nsteps) {
-    *crc = xfer_crc32c_of_stretches(e->steps, e->nsteps, e->step, n);
-    return XFER_E_OK;
-  }
   if (!e->segs) return xfer_range_crc32c(e->t, e->at, n, crc, err);
   for (size_t i = 0; i < e->started; i++) task_wait(&e->tasks[i]);
   *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
@@ -381,8 +346,7 @@ static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_erro
 static void end_release(xfer_verify_side *e)
 {
   for (size_t i = 0; e->segs && i < e->started; i++) task_wait(&e->tasks[i]);
-  free(e->tasks), free(e->sums), free(e->segs), free(e->steps);
-  e->steps = NULL;
+  free(e->tasks), free(e->sums), free(e->segs);
   e->segs = NULL;
   e->sums = NULL;
   e->tasks = NULL;

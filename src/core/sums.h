@@ -56,7 +56,7 @@ xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err);
 
 /* A move's verification while it runs: each end's host memory summed by the sum pool beside
 ** the move (the source's at once, the target's as its bytes land), a device end by the device
-** once the move is done (or step by step: xfer_verify_in_steps), then both compared. */
+** once the move is done, then both compared. */
 typedef struct xfer_verify_side {
   xfer_tensor *t;
   size_t at;
@@ -65,8 +65,6 @@ typedef struct xfer_verify_side {
   uint32_t *sums;           /* ... the tasks that make them */
   xfer_sum_task *tasks;
   size_t count, started;    /* pieces, and those given to the pool */
-  uint32_t *steps;          /* a device end summed step by step by its device as the move runs */
-  size_t step, nsteps, summed; /* (NULL: at the end, in one): the steps' size, count and done */
 } xfer_verify_side;
 typedef struct xfer_verify {
   int on;
@@ -86,13 +84,6 @@ void xfer_verify_source_upto(xfer_verify *v, size_t upto);
 /* The steps a runner moving n bytes should land in for the target's sums to run beside the
 ** move (n: no reason to step). */
 size_t xfer_verify_step(const xfer_verify *v, size_t n);
-/* A runner moving the n bytes in steps of `step` between host memory and a device: 1 when
-** that end is to be summed by its device step by step, each once it is done (the device sums
-** its own memory beside its queued copies: xfer_verify_step_sum), not after the move. */
-int xfer_verify_in_steps(xfer_verify *v, size_t step);
-/* The device end's bytes [at, at+len), the next step, are done (a target's landed): summed by
-** the device now; the steps' sums are joined at the end. */
-xfer_code xfer_verify_step_sum(xfer_verify *v, size_t at, size_t len, xfer_error *err);
 /* The target's bytes [0, upto) have landed: their pieces may be summed. */
 void xfer_verify_landed(xfer_verify *v, size_t upto);
 /* The move is over (moved: it succeeded): XFER_E_CORRUPT (op verify) where the ends' sums

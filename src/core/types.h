@@ -144,10 +144,6 @@ typedef struct xfer_copy_ops {
   ** back and sums them on the host. */
   xfer_code (*crc32c)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                       xfer_error *err);
-  /* 1: crc32c runs beside copies that start queued and finish has not yet waited for, without
-  ** waiting for them (CUDA: on a stream of its own), so that a verified move in steps has each
-  ** step's device end summed while the next step moves; 0: it would queue behind them */
-  int crc32c_beside;
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);

@@ -29,7 +29,7 @@
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
   X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle) X(cuModuleLoadData)       \
   X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuStreamQuery) X(cuEventQuery) \
-  X(cuPointerGetAttributes) X(cuMemHostAlloc) X(cuMemFreeHost)
+  X(cuPointerGetAttributes)
 
 typedef struct cu_api {
   void *lib;
@@ -54,7 +54,6 @@ typedef struct cu_dev {
   int ordinal;                  /* its number among the process's CUDA devices */
   uint64_t peer_access;         /* bit j: cuCtxEnablePeerAccess to device j succeeded */
   CUstream stream;
-  CUstream sum_stream;          /* the CRC kernel's (cuda_crc.c): beside the copies on `stream` */
   CUevent staged[XFER_CU_STAGING_SLOTS];
   /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
   CUevent queued[XFER_QUEUE_SLOTS];
@@ -85,9 +84,6 @@ typedef struct cu_dev {
   unsigned crc_grid;          /* blocks the CRC kernel runs in: as many as run at once */
   CUdeviceptr crc_table, crc_room;
   size_t crc_room_bytes;
-  /* a small call's descriptors and sums in pinned host memory the kernel reads and writes in
-  ** place (CRC_MAPPED_PIECES): no copy to queue behind a step a copy engine is moving */
-  void *crc_mapped;
 } cu_dev;
 
 /* cuda_load.c */

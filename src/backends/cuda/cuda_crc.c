@@ -9,9 +9,7 @@
 ** shift by 256 * 2^j bytes: four lookups in a table the host made). The host joins a range's
 ** pieces and turns the raw register into the CRC. The byte table lies in shared memory once
 ** per lane (32 KiB): each lane reads its own bank, so no two lookups of a warp collide.
-** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel. It runs on
-** a stream of its own (sum_stream), beside the copies queued on the device's stream: a paced
-** verified move (transfer.c) sums each step that landed while the next one moves.
+** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel.
 **
 ** The first kernel (one byte table for the block, a thread's stretch 1 KiB, the tree joined
 ** by products computed bit by bit) summed 608 GB/s on the H200; its tree cost as much as
@@ -19,7 +17,6 @@
 */
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cuda_host.h"
 
@@ -210,8 +207,8 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
   if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->crc_table, TABLE_WORDS * sizeof *table);
   if (!rc)
     rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, cd->crc_table, table,
-            TABLE_WORDS * sizeof *table, cd->sum_stream);
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->sum_stream); /* table read */
+            TABLE_WORDS * sizeof *table, cd->stream);
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->stream); /* table read */
   free(table);
   if (rc) {
     xfer_cu_crc_release(cu_api_of(dev), cd);
@@ -226,29 +223,10 @@ void xfer_cu_crc_release(cu_api *api, cu_dev *cd)
   if (cd->crc_room) api->cuMemFree(cd->crc_room);
   if (cd->crc_table) api->cuMemFree(cd->crc_table);
   if (cd->crc_module) api->cuModuleUnload(cd->crc_module);
-  if (cd->crc_mapped) api->cuMemFreeHost(cd->crc_mapped);
-  cd->crc_mapped = NULL;
   cd->crc_room = cd->crc_table = 0;
   cd->crc_room_bytes = 0;
   cd->crc_module = NULL;
   cd->crc_fn = NULL;
-}
-
-/* Up to this many pieces (a 16 MiB range), a call's descriptors and sums lie in pinned host
-** memory mapped for the device (kept with it): the kernel reads its descriptors and writes its
-** sums over the bus, where the copies in and out of device memory would go to the copy engines
-** -- behind a verified move's step in flight on the other stream (transfer.c's paced moves:
-** cuda:0 -> host 256 MiB +13% where its end summed after the move cost +7%). A large call's
-** pieces are many, each block reading several: those are copied. */
-#define CRC_MAPPED_PIECES 256
-#define CRC_MAPPED_BYTES (CRC_MAPPED_PIECES * 20)
-
-static xfer_code mapped_ready(xfer_device *dev, xfer_error *err)
-{
-  cu_dev *cd = cu_of(dev);
-  if (cd->crc_mapped) return XFER_E_OK;
-  return CU(dev, XFER_OP_ALLOC, err, cuMemHostAlloc, &cd->crc_mapped, CRC_MAPPED_BYTES,
-            CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
 }
 
 /* Device memory for `bytes` of descriptors and sums, kept and grown with the device. */
@@ -265,27 +243,19 @@ static xfer_code launch(xfer_device *dev, const uint64_t *desc, size_t count, ui
 {
   cu_dev *cd = cu_of(dev);
   size_t desc_bytes = count * 16;
-  int mapped = count <= CRC_MAPPED_PIECES && !mapped_ready(dev, &(xfer_error){0});
-  xfer_code rc = mapped ? XFER_E_OK : room_for(dev, desc_bytes + count * 4, err);
-  /* (mapped: the host's addresses are the device's, as in every 64-bit process) */
-  CUdeviceptr d_desc = mapped ? (CUdeviceptr)(uintptr_t)cd->crc_mapped : cd->crc_room;
-  CUdeviceptr d_sums = d_desc + desc_bytes;
-  if (mapped)
-    memcpy(cd->crc_mapped, desc, desc_bytes);
-  else if (!rc)
-    rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, d_desc, desc, desc_bytes, cd->sum_stream);
+  xfer_code rc = room_for(dev, desc_bytes + count * 4, err);
+  CUdeviceptr d_desc = cd->crc_room, d_sums = cd->crc_room + desc_bytes;
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, d_desc, desc, desc_bytes, cd->stream);
   unsigned pieces = (unsigned)count, grid = pieces < cd->crc_grid ? pieces : cd->crc_grid;
   void *args[] = {&d_desc, &cd->crc_table, &d_sums, &pieces};
   if (!rc)
     rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, grid, 1, 1, THREADS, 1, 1, 0,
-            cd->sum_stream, args, NULL);
-  if (!rc && !mapped)
-    rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->sum_stream);
-  /* the copies (the kernel, mapped) read `desc` and write `sums` until the stream is through */
+            cd->stream, args, NULL);
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->stream);
+  /* the copies read `desc` and write `sums` until the stream is through */
   xfer_error ignored;
-  xfer_code s = xfer_cu_wait(dev, XFER_OP_VERIFY, cd->sum_stream, NULL, rc ? &ignored : err);
-  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->sum_stream);
-  if (!rc && !s && mapped) memcpy(sums, (const char *)cd->crc_mapped + desc_bytes, count * 4);
+  xfer_code s = xfer_cu_wait(dev, XFER_OP_VERIFY, cd->stream, NULL, rc ? &ignored : err);
+  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->stream);
   return rc ? rc : s;
 }
 
