@@ -197,3 +197,42 @@ describe("scripts/bench's files", function()
     os.execute("rm -rf '" .. dir .. "'")
   end)
 end)
+
+describe("scripts/bench-ab", function()
+  it("prints each row's figures as the medians of the runs, the base's beside this tree's", function()
+    local dir = os.tmpname() .. "-ab"
+    assert.is_true(os.execute("mkdir -p '" .. dir .. "'") == 0)
+    -- three runs each: a label, a size in bytes, a rate, a cost and a count (not a figure)
+    local rates = { base = { 10, 30, 20 }, this = { 41, 40, 90 } }
+    local costs = { base = { "+12%", "+8%", "+9%" }, this = { "-3%", "+5%", "+1%" } }
+    for side, list in pairs(rates) do
+      for r = 1, 3 do
+        local doc = { tables = { { header = { "verify", "size", "GB/s", "cost", "canceled" },
+                                   rows = { { "host -> cuda:0", 256 * 2 ^ 20, list[r], costs[side][r], "20/20" } } } } }
+        local f = assert(io.open(("%s/%s-%d.json"):format(dir, side, r), "w"))
+        f:write(xfer.json(doc))
+        f:close()
+      end
+    end
+    local out, code = h.run(("%s scripts/bench_ab.lua 3 '%s'"):format(h.xferlua(), dir))
+    os.execute("rm -rf '" .. dir .. "'")
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("medians of 3 runs each, base then this tree", 1, true), out)
+    assert.is_truthy(out:find("host -> cuda:0  256 MiB", 1, true), out)
+    assert.is_truthy(out:find("GB/s 20 | 41", 1, true), out)
+    assert.is_truthy(out:find("cost +9% | +1%", 1, true), out)
+    assert.is_falsy(out:find("canceled", 1, true), out)
+  end)
+
+  it("says what it needs when it is not told the base, and what --runs takes", function()
+    local out, code = h.run("scripts/bench-ab -- --tables host")
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("name the base: --base REV or --base-tree DIR", 1, true), out)
+    out, code = h.run("scripts/bench-ab --runs 0 --base HEAD")
+    assert.are.equal(2, code, out)
+    assert.is_truthy(out:find("--runs wants a count of 1 or more, not '0'", 1, true), out)
+    out, code = h.run("scripts/bench-ab --help")
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("^scripts/bench%-ab %[%-%-runs N%]"), out)
+  end)
+end)
