@@ -30,6 +30,7 @@ static void release_device(cu_api *api, cu_dev *cd)
     xfer_cu_many_release(api, cd);
     xfer_cu_crc_release(api, cd);
     if (cd->stream) api->cuStreamDestroy(cd->stream);
+    if (cd->sum_stream) api->cuStreamDestroy(cd->sum_stream);
     api->cuDevicePrimaryCtxRelease(cd->device);
   }
   free(cd);
@@ -52,7 +53,8 @@ static void add_device(xfer_runtime *rt, int ordinal)
     fn = "cuDevicePrimaryCtxRetain";
   else if ((r = api->cuCtxSetCurrent(cd->context)) != CUDA_SUCCESS)
     fn = "cuCtxSetCurrent";
-  else if ((r = api->cuStreamCreate(&cd->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+  else if ((r = api->cuStreamCreate(&cd->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
+           (r = api->cuStreamCreate(&cd->sum_stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
     fn = "cuStreamCreate";
   xfer_error err;
   xfer_device *dev = fn ? NULL : xfer_runtime_add_device(rt, &err);
@@ -365,6 +367,8 @@ static const xfer_copy_ops cuda_copies = {
   .many = xfer_cu_many,
   .many_again = xfer_cu_many_again,
   .crc32c = xfer_cu_crc32c,
+  .crc32c_start = xfer_cu_crc32c_start,
+  .crc32c_finish = xfer_cu_crc32c_finish,
   .idle = xfer_cu_idle,
   .many_forget = xfer_cu_many_forget,
   .within_rows = cuda_copy_rows,

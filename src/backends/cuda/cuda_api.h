@@ -29,7 +29,7 @@
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)    \
   X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle) X(cuModuleLoadData)       \
   X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuStreamQuery) X(cuEventQuery) \
-  X(cuPointerGetAttributes)
+  X(cuPointerGetAttributes) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost)
 
 typedef struct cu_api {
   void *lib;
@@ -45,6 +45,9 @@ typedef struct cu_api {
 /* Descriptor tables of prepared batches kept on a device at once. */
 #define XFER_CU_KEPT 8
 
+/* Sums begun and not yet read (cuda_crc.c), at most: a move's two ends and its steps. */
+#define XFER_CU_SUM_SLOTS 64
+
 /* The CUDA devices whose peer access a device's context has (a bit per CUdevice ordinal). */
 #define XFER_CU_PEER_BITS 64
 
@@ -54,6 +57,7 @@ typedef struct cu_dev {
   int ordinal;                  /* its number among the process's CUDA devices */
   uint64_t peer_access;         /* bit j: cuCtxEnablePeerAccess to device j succeeded */
   CUstream stream;
+  CUstream sum_stream;          /* the CRC kernel's (cuda_crc.c): beside the copies on `stream` */
   CUevent staged[XFER_CU_STAGING_SLOTS];
   /* the staged pipeline's queued moves: an event recorded behind each, made on first use */
   CUevent queued[XFER_QUEUE_SLOTS];
@@ -82,8 +86,17 @@ typedef struct cu_dev {
   CUmodule crc_module;
   CUfunction crc_fn;
   unsigned crc_grid;          /* blocks the CRC kernel runs in: as many as run at once */
-  CUdeviceptr crc_table, crc_room;
-  size_t crc_room_bytes;
+  CUdeviceptr crc_table;
+  /* ... and a kernel's descriptors and sums, each call's in a slot of pinned host memory the
+  ** kernel reads and writes in place (no copy queues behind a move's copies), reused once the
+  ** event behind its kernel is done -- never while a kernel past a deadline may still use it */
+  struct cu_sum_slot {
+    void *host;                 /* cuMemHostAlloc'd, mapped: descriptors, then sums */
+    CUdeviceptr mapped;         /* its address on the device */
+    size_t bytes;
+    CUevent done;               /* recorded behind the slot's kernel, made with the slot */
+    int taken;                  /* begun, not yet finished */
+  } sum_slots[XFER_CU_SUM_SLOTS];
 } cu_dev;
 
 /* cuda_load.c */

@@ -107,8 +107,10 @@ int xfer_cu_idle(xfer_device *dev)
 {
   xfer_error ignored;
   if (xfer_cu_enter(dev, XFER_OP_SYNC, &ignored)) return 0;
-  double asked = xfer_now(); /* done: so is all the stream had by now */
-  if (cu_api_of(dev)->cuStreamQuery(cu_of(dev)->stream) != CUDA_SUCCESS) return 0;
+  double asked = xfer_now(); /* done: so is all the streams had by now (the sums' too) */
+  if (cu_api_of(dev)->cuStreamQuery(cu_of(dev)->stream) != CUDA_SUCCESS ||
+      cu_api_of(dev)->cuStreamQuery(cu_of(dev)->sum_stream) != CUDA_SUCCESS)
+    return 0;
   dev->idle_upto = asked;
   return 1;
 }

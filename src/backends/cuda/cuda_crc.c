@@ -207,8 +207,9 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
   if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemAlloc, &cd->crc_table, TABLE_WORDS * sizeof *table);
   if (!rc)
     rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, cd->crc_table, table,
-            TABLE_WORDS * sizeof *table, cd->stream);
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->stream); /* table read */
+            TABLE_WORDS * sizeof *table, cd->sum_stream);
+  /* the table read (on the sums' stream: not behind a move's copies queued on the other) */
+  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->sum_stream);
   free(table);
   if (rc) {
     xfer_cu_crc_release(cu_api_of(dev), cd);
@@ -220,73 +221,145 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
 
 void xfer_cu_crc_release(cu_api *api, cu_dev *cd)
 {
-  if (cd->crc_room) api->cuMemFree(cd->crc_room);
+  for (int i = 0; i < XFER_CU_SUM_SLOTS; i++) {
+    struct cu_sum_slot *s = &cd->sum_slots[i];
+    if (s->host) api->cuMemFreeHost(s->host);
+    if (s->done) api->cuEventDestroy(s->done);
+    *s = (struct cu_sum_slot){0};
+  }
   if (cd->crc_table) api->cuMemFree(cd->crc_table);
   if (cd->crc_module) api->cuModuleUnload(cd->crc_module);
-  cd->crc_room = cd->crc_table = 0;
-  cd->crc_room_bytes = 0;
+  cd->crc_table = 0;
   cd->crc_module = NULL;
   cd->crc_fn = NULL;
 }
 
-/* Device memory for `bytes` of descriptors and sums, kept and grown with the device. */
-static xfer_code room_for(xfer_device *dev, size_t bytes, xfer_error *err)
-{
-  return xfer_cu_room(dev, &cu_of(dev)->crc_room, &cu_of(dev)->crc_room_bytes, bytes, err);
-}
-
 static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }
 
-/* The kernel over `count` descriptors (two words each, in `desc`), their sums into `sums`. */
-static xfer_code launch(xfer_device *dev, const uint64_t *desc, size_t count, uint32_t *sums,
-                        xfer_error *err)
+/* -- Sums begun, read later -------------------------------------------------------------- */
+
+/* A sum begun: its slot (-1: nothing launched, every range empty) and each range's length, to
+** join its pieces' sums. */
+typedef struct cu_sum_pending {
+  int slot;
+  size_t count, blocks;
+  size_t lens[];
+} cu_sum_pending;
+
+/* Whether a slot may be taken: not taken, and its last kernel done -- a kernel whose wait
+** ended at a deadline may still read the slot's descriptors and write its sums. */
+static int slot_free(xfer_device *dev, const struct cu_sum_slot *s)
+{
+  if (s->taken) return 0;
+  return !s->done || cu_api_of(dev)->cuEventQuery(s->done) == CUDA_SUCCESS;
+}
+
+/* A free slot of `bytes` at least (grown: twice that, 64 KiB at least); XFER_E_UNSUPPORTED,
+** nothing said, when every slot is in use. */
+static xfer_code slot_take(xfer_device *dev, size_t bytes, int *slot, xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
-  size_t desc_bytes = count * 16;
-  xfer_code rc = room_for(dev, desc_bytes + count * 4, err);
-  CUdeviceptr d_desc = cd->crc_room, d_sums = cd->crc_room + desc_bytes;
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyHtoDAsync, d_desc, desc, desc_bytes, cd->stream);
-  unsigned pieces = (unsigned)count, grid = pieces < cd->crc_grid ? pieces : cd->crc_grid;
-  void *args[] = {&d_desc, &cd->crc_table, &d_sums, &pieces};
-  if (!rc)
-    rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, grid, 1, 1, THREADS, 1, 1, 0,
-            cd->stream, args, NULL);
-  if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuMemcpyDtoHAsync, sums, d_sums, count * 4, cd->stream);
-  /* the copies read `desc` and write `sums` until the stream is through */
-  xfer_error ignored;
-  xfer_code s = xfer_cu_wait(dev, XFER_OP_VERIFY, cd->stream, NULL, rc ? &ignored : err);
-  if (s && s != XFER_E_TIMEOUT) cu_api_of(dev)->cuStreamSynchronize(cd->stream);
-  return rc ? rc : s;
+  int pick = -1;
+  for (int i = 0; i < XFER_CU_SUM_SLOTS; i++) {
+    if (!slot_free(dev, &cd->sum_slots[i])) continue;
+    if (pick < 0 || cd->sum_slots[i].bytes >= bytes) pick = i;
+    if (cd->sum_slots[i].bytes >= bytes) break;
+  }
+  if (pick < 0) return XFER_E_UNSUPPORTED;
+  struct cu_sum_slot *s = &cd->sum_slots[pick];
+  xfer_code rc = XFER_E_OK;
+  if (!s->done) rc = CU(dev, XFER_OP_VERIFY, err, cuEventCreate, &s->done, CU_EVENT_DISABLE_TIMING);
+  if (!rc && s->bytes < bytes) {
+    if (s->host) cu_api_of(dev)->cuMemFreeHost(s->host);
+    s->host = NULL;
+    s->mapped = 0;
+    s->bytes = 0;
+    size_t grown = bytes < 65536 ? 65536 : bytes * 2;
+    rc = CU(dev, XFER_OP_ALLOC, err, cuMemHostAlloc, &s->host, grown, CU_MEMHOSTALLOC_DEVICEMAP);
+    if (!rc) rc = CU(dev, XFER_OP_ALLOC, err, cuMemHostGetDevicePointer, &s->mapped, s->host, 0);
+    if (!rc) s->bytes = grown;
+  }
+  if (rc) return rc;
+  s->taken = 1;
+  *slot = pick;
+  return XFER_E_OK;
+}
+
+/* The kernel over the slot's `blocks` descriptors, behind it the slot's event. A launch that
+** failed left nothing running; a kernel launched whose event could not be recorded keeps its
+** slot taken for good (nothing would say when it is done). */
+static xfer_code launch(xfer_device *dev, int slot, size_t blocks, xfer_error *err)
+{
+  cu_dev *cd = cu_of(dev);
+  struct cu_sum_slot *s = &cd->sum_slots[slot];
+  CUdeviceptr desc = s->mapped, sums = s->mapped + blocks * 16;
+  unsigned pieces = (unsigned)blocks, grid = pieces < cd->crc_grid ? pieces : cd->crc_grid;
+  void *args[] = {&desc, &cd->crc_table, &sums, &pieces};
+  xfer_code rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, grid, 1, 1, THREADS, 1, 1, 0,
+                    cd->sum_stream, args, NULL);
+  if (rc) {
+    s->taken = 0;
+    return rc;
+  }
+  return CU(dev, XFER_OP_VERIFY, err, cuEventRecord, s->done, cd->sum_stream);
+}
+
+xfer_code xfer_cu_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
+                               void **pending, xfer_error *err)
+{
+  *pending = NULL;
+  size_t blocks = 0;
+  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n);
+  if (blocks > 0x7fffffffu) return XFER_E_UNSUPPORTED;
+  cu_sum_pending *p = malloc(sizeof *p + count * sizeof p->lens[0]);
+  if (!p) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  *p = (cu_sum_pending){.slot = -1, .count = count, .blocks = blocks};
+  for (size_t i = 0; i < count; i++) p->lens[i] = pieces[i].n;
+  xfer_code rc = blocks ? xfer_cu_enter(dev, XFER_OP_VERIFY, err) : XFER_E_OK;
+  if (!rc && blocks) rc = kernel_ready(dev, err);
+  if (!rc && blocks) rc = slot_take(dev, blocks * 20, &p->slot, err);
+  if (!rc && blocks) {
+    uint64_t *desc = cu_of(dev)->sum_slots[p->slot].host;
+    size_t k = 0;
+    for (size_t i = 0; i < count; i++)
+      for (size_t at = 0; at < pieces[i].n; at += PIECE, k++) {
+        desc[2 * k] = (uint64_t)(xfer_cu_ptr(pieces[i].buf) + pieces[i].offset + at);
+        desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
+      }
+    rc = launch(dev, p->slot, blocks, err);
+    if (rc) p->slot = -1; /* (its slot free again, or kept for good) */
+  }
+  if (rc) {
+    free(p);
+    return rc;
+  }
+  *pending = p;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_cu_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err)
+{
+  cu_sum_pending *p = pending;
+  xfer_code rc = XFER_E_OK;
+  struct cu_sum_slot *s = p->slot >= 0 ? &cu_of(dev)->sum_slots[p->slot] : NULL;
+  if (crc && s) {
+    rc = xfer_cu_enter(dev, XFER_OP_VERIFY, err);
+    if (!rc) rc = xfer_cu_wait(dev, XFER_OP_VERIFY, NULL, s->done, err);
+    const uint32_t *sums = (const uint32_t *)((const char *)s->host + p->blocks * 16);
+    for (size_t i = 0, first = 0; !rc && i < p->count; first += pieces_in(p->lens[i]), i++)
+      crc[i] = xfer_crc32c_of_raw_pieces(sums + first, PIECE, p->lens[i]);
+  } else if (crc) {
+    for (size_t i = 0; i < p->count; i++) crc[i] = 0;
+  }
+  if (s) s->taken = 0; /* taken again once its event says its kernel is done */
+  free(p);
+  return rc;
 }
 
 xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err)
 {
-  size_t blocks = 0;
-  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n);
-  for (size_t i = 0; i < count; i++) crc[i] = 0;
-  if (!blocks) return XFER_E_OK;
-  if (blocks > 0x7fffffffu) return XFER_E_UNSUPPORTED;
-  xfer_code rc = xfer_cu_enter(dev, XFER_OP_VERIFY, err);
-  if (!rc) rc = kernel_ready(dev, err);
-  if (rc) return rc;
-  uint64_t *desc = malloc(blocks * 16);
-  uint32_t *sums = malloc(blocks * 4);
-  if (!desc || !sums) {
-    free(desc);
-    free(sums);
-    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  }
-  size_t k = 0;
-  for (size_t i = 0; i < count; i++)
-    for (size_t at = 0; at < pieces[i].n; at += PIECE, k++) {
-      desc[2 * k] = (uint64_t)(xfer_cu_ptr(pieces[i].buf) + pieces[i].offset + at);
-      desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
-    }
-  rc = launch(dev, desc, blocks, sums, err);
-  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++)
-    crc[i] = xfer_crc32c_of_raw_pieces(sums + first, PIECE, pieces[i].n);
-  free(desc);
-  free(sums);
-  return rc;
+  void *pending = NULL;
+  xfer_code rc = xfer_cu_crc32c_start(dev, pieces, count, &pending, err);
+  return rc ? rc : xfer_cu_crc32c_finish(dev, pending, crc, err);
 }
