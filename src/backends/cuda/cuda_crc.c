@@ -340,6 +340,7 @@ xfer_code xfer_cu_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces, s
 xfer_code xfer_cu_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err)
 {
   cu_sum_pending *p = pending;
+  if (!p) return XFER_E_OK; /* (none begun) */
   xfer_code rc = XFER_E_OK;
   struct cu_sum_slot *s = p->slot >= 0 ? &cu_of(dev)->sum_slots[p->slot] : NULL;
   if (crc && s) {
@@ -361,5 +362,6 @@ xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
 {
   void *pending = NULL;
   xfer_code rc = xfer_cu_crc32c_start(dev, pieces, count, &pending, err);
+  if (!rc && !pending) rc = XFER_E_UNSUPPORTED; /* (a start says what it began) */
   return rc ? rc : xfer_cu_crc32c_finish(dev, pending, crc, err);
 }

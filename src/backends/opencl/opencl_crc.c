@@ -259,6 +259,7 @@ xfer_code xfer_cl_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces, s
 xfer_code xfer_cl_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err)
 {
   cl_sum_pending *p = pending;
+  if (!p) return XFER_E_OK; /* (none begun) */
   xfer_code code = XFER_E_OK;
   if (crc && p->done) code = xfer_cl_wait(dev, XFER_OP_VERIFY, p->done, 0, err);
   for (size_t r = 0; crc && r < p->nruns && !code; r++) {
@@ -285,5 +286,6 @@ xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
 {
   void *pending = NULL;
   xfer_code rc = xfer_cl_crc32c_start(dev, pieces, count, &pending, err);
+  if (!rc && !pending) rc = XFER_E_UNSUPPORTED; /* (a start says what it began) */
   return rc ? rc : xfer_cl_crc32c_finish(dev, pending, crc, err);
 }
