@@ -197,6 +197,79 @@ describe("integrity #integrity", function()
     end
   end)
 
+  it("sums a device end beside the move where its runtime begins sums without waiting", function()
+    -- CUDA's and OpenCL's kernels are begun as a move starts (its source) or as its steps land
+    -- (its target, in stretches of 16 MiB) and read at the end; XFER_DEVICE_SUMS=1 has PoCL's
+    -- kernel asked too, so the way runs here. Each device in a process of its own.
+    local names = {}
+    for _, d in ipairs(devices) do
+      if d.runtime ~= "host" then names[#names + 1] = d.name end
+    end
+    if #names == 0 then return pending("no device here but the host") end
+    local script = [[
+      local xfer = require "xfer"
+      local d = xfer.device(arg[1])
+      local src = xfer.arange(10 * 2^20 + 3, { dtype = "u32" }) -- 40 MiB: 5 steps, 3 stretches
+      local there = src:to(d, { verify = true })
+      local back = xfer.zeros({ src.numel }, { dtype = "u32" })
+      back:copy_from(there, { verify = true })
+      assert(back:equals(src), "moved back")
+      -- a flipped bit at the k-th landing is said, for every k up to the steps
+      local function caught(from, to, runtime)
+        local n = 0
+        for nth = 1, 8 do
+          xfer.faults.inject({ runtime = runtime, op = "corrupt", nth = nth })
+          local ok, e = pcall(to.copy_from, to, from, { verify = true })
+          xfer.faults.clear()
+          if ok then
+            assert(to:equals(from), "step " .. nth .. ": unchanged")
+          else
+            assert(e.code == "corrupt", tostring(e))
+            assert(n == nth - 1, "step " .. nth .. " caught after one that was not")
+            n = nth
+          end
+        end
+        assert(n >= 1, "no step caught")
+        return n
+      end
+      io.write(d.name, " steps caught ", caught(src, there, d.runtime), " and ", caught(there, back, "host"), "\n")
+      -- a device that stops completing ends at the deadline, verified or not, and the next
+      -- move is whole
+      xfer.faults.inject({ runtime = d.runtime, op = "stall" })
+      local ok, e = pcall(back.copy_from, back, there, { verify = true, timeout = 0.3 })
+      xfer.faults.clear()
+      assert(not ok and e.code == "timeout", ok and "no timeout" or tostring(e))
+      back:copy_from(there, { verify = true })
+      assert(back:equals(src), "moved again")
+      -- a batch's device ranges begun with its sources, a flipped bit named by its element
+      local pieces, list = {}, {}
+      for i = 1, 200 do
+        pieces[i] = src:narrow(1, i * 1000, 4096)
+        list[i] = { xfer.zeros({ 4096 }, { dtype = "u32", device = d }), pieces[i] }
+      end
+      xfer.copy_many(list, { verify = true })
+      local home = {}
+      for i = 1, 200 do home[i] = { xfer.zeros({ 4096 }, { dtype = "u32" }), list[i][1] } end
+      xfer.copy_many(home, { verify = true })
+      for i = 1, 200 do assert(home[i][1]:equals(pieces[i]), "element " .. i) end
+      xfer.faults.inject({ runtime = "host", op = "corrupt", nth = 1 })
+      ok, e = pcall(xfer.copy_many, home, { verify = true })
+      xfer.faults.clear()
+      assert(not ok and e.code == "corrupt" and e.element >= 1, ok and "not caught" or tostring(e))
+      print(d.name .. " checked")
+    ]]
+    local file = os.tmpname()
+    local f = assert(io.open(file, "w"))
+    f:write(script)
+    f:close()
+    for _, name in ipairs(names) do
+      local out, code = h.run("XFER_DEVICE_SUMS=1 timeout 120 " .. h.xferlua() .. " " .. file .. " " .. name)
+      assert.are.equal(0, code, out)
+      assert.is_truthy(out:find(name:gsub("%p", "%%%0") .. " checked"), out)
+    end
+    os.remove(file)
+  end)
+
   it("verifies each element of a batch, naming the one that arrived changed", function()
     h.no_setaside()
     for _, d in ipairs(devices) do
