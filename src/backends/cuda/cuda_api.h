@@ -94,7 +94,7 @@ typedef struct cu_dev {
     void *host;                 /* cuMemHostAlloc'd, mapped: descriptors, then sums */
     CUdeviceptr mapped;         /* its address on the device */
     size_t bytes;
-    CUevent done;               /* recorded behind the slot's kernel, made with the slot */
+    CUevent done;               /* recorded behind the slot's kernel (made with the kernel) */
     int taken;                  /* begun, not yet finished */
   } sum_slots[XFER_CU_SUM_SLOTS];
 } cu_dev;

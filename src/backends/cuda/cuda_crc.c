@@ -210,6 +210,10 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
             TABLE_WORDS * sizeof *table, cd->sum_stream);
   /* the table read (on the sums' stream: not behind a move's copies queued on the other) */
   if (!rc) rc = CU(dev, XFER_OP_VERIFY, err, cuStreamSynchronize, cd->sum_stream);
+  /* every slot's event made now, not at its first use: that may come in the middle of a run
+  ** the torture checks for what it left open (a sum past its deadline keeps its slot) */
+  for (int i = 0; !rc && i < XFER_CU_SUM_SLOTS; i++)
+    rc = CU(dev, XFER_OP_VERIFY, err, cuEventCreate, &cd->sum_slots[i].done, CU_EVENT_DISABLE_TIMING);
   free(table);
   if (rc) {
     xfer_cu_crc_release(cu_api_of(dev), cd);
@@ -251,7 +255,7 @@ typedef struct cu_sum_pending {
 static int slot_free(xfer_device *dev, const struct cu_sum_slot *s)
 {
   if (s->taken) return 0;
-  return !s->done || cu_api_of(dev)->cuEventQuery(s->done) == CUDA_SUCCESS;
+  return cu_api_of(dev)->cuEventQuery(s->done) == CUDA_SUCCESS;
 }
 
 /* A free slot of `bytes` at least (grown: twice that, 64 KiB at least); XFER_E_UNSUPPORTED,
@@ -268,8 +272,7 @@ static xfer_code slot_take(xfer_device *dev, size_t bytes, int *slot, xfer_error
   if (pick < 0) return XFER_E_UNSUPPORTED;
   struct cu_sum_slot *s = &cd->sum_slots[pick];
   xfer_code rc = XFER_E_OK;
-  if (!s->done) rc = CU(dev, XFER_OP_VERIFY, err, cuEventCreate, &s->done, CU_EVENT_DISABLE_TIMING);
-  if (!rc && s->bytes < bytes) {
+  if (s->bytes < bytes) {
     if (s->host) cu_api_of(dev)->cuMemFreeHost(s->host);
     s->host = NULL;
     s->mapped = 0;
