@@ -198,9 +198,10 @@ describe("integrity #integrity", function()
   end)
 
   it("sums a device end beside the move where its runtime begins sums without waiting", function()
-    -- CUDA's and OpenCL's kernels are begun as a move starts (its source) or as its steps land
-    -- (its target, in stretches of 16 MiB) and read at the end; XFER_DEVICE_SUMS=1 has PoCL's
-    -- kernel asked too, so the way runs here. Each device in a process of its own.
+    -- CUDA's kernel is begun as a move starts (its source) or as its steps land (its target,
+    -- in stretches of 16 MiB) and read at the end; the others sum after the move. With
+    -- XFER_DEVICE_SUMS=1 every device's kernel is asked (PoCL's and lavapipe's too, which
+    -- are read back otherwise). Each device in a process of its own.
     local names = {}
     for _, d in ipairs(devices) do
       if d.runtime ~= "host" then names[#names + 1] = d.name end

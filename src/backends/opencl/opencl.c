@@ -538,8 +538,6 @@ static const xfer_copy_ops opencl_copies = {
   .many = xfer_cl_many,
   .within_rows = opencl_copy_rows,
   .crc32c = xfer_cl_crc32c,
-  .crc32c_start = xfer_cl_crc32c_start,
-  .crc32c_finish = xfer_cl_crc32c_finish,
   .idle = xfer_cl_idle,
 };
 static const xfer_share_ops opencl_share = {

@@ -63,13 +63,9 @@ typedef struct cl_dev {
   double idle_placed;           /* xfer_now() when it was placed */
 } cl_dev;
 
-/* opencl_crc.c: copy->crc32c (and begun, finished apart: crc32c_start, crc32c_finish), and
-** what it made, let go when the device closes */
+/* opencl_crc.c: copy->crc32c, and what it made, let go when the device closes */
 xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err);
-xfer_code xfer_cl_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
-                               void **pending, xfer_error *err);
-xfer_code xfer_cl_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err);
 void xfer_cl_crc_release(cl_api *api, cl_dev *cd);
 
 /* opencl_pin.c: host buffers pinned for a device that does not share memory with the host */

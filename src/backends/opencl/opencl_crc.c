@@ -8,7 +8,7 @@
 ** in local memory once per lane of 32, so that a warp's lookups fall in separate banks. The
 ** host joins a range's pieces and turns the raw register into the CRC. One enqueue per
 ** buffer a call names (a buffer is the kernel's argument: OpenCL has no addresses across
-** buffers); begun without waiting (copy->crc32c_start), the sums read once the kernels are done. The program is built from source on first use, per device; a device whose
+** buffers). The program is built from source on first use, per device; a device whose
 ** compiler refuses it, or with too little local memory, is asked no more (the core reads the
 ** bytes back instead).
 */
@@ -125,167 +125,91 @@ static int kernel_ready(xfer_device *dev)
 
 static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }
 
-/* -- Sums begun, read later ------------------------------------------------------------- */
-
-/* A sum begun: one kernel per buffer (a run: its sums' buffer and pieces), each range's run
-** and first piece in it, and the event behind the last enqueue (the queue runs in order). The
-** sums are read once it is done: nothing is left to write into host memory past a deadline. */
-typedef struct cl_sum_run {
-  cl_mem sums;
-  size_t blocks;
-} cl_sum_run;
-typedef struct cl_sum_pending {
-  size_t count, nruns;
-  cl_event done;
-  cl_sum_run *runs;
-  size_t *run_of, *first, *lens;
-} cl_sum_pending;
-
-static void pending_free(xfer_device *dev, cl_sum_pending *p)
-{
-  /* (a buffer a queued kernel still uses is deleted once it is done: OpenCL counts) */
-  for (size_t r = 0; r < p->nruns; r++)
-    if (p->runs[r].sums) api_of(dev)->clReleaseMemObject(p->runs[r].sums);
-  if (p->done) api_of(dev)->clReleaseEvent(p->done);
-  free(p->runs), free(p->run_of), free(p->first), free(p->lens);
-  free(p);
-}
-
-/* The kernel over `blocks` descriptors of one buffer (offset, length: two words each), into a
-** new buffer of sums (run->sums); p->done the event behind it. */
-static xfer_code enqueue_kernel(xfer_device *dev, cl_mem bytes, const cl_ulong *desc, size_t blocks,
-                                cl_sum_run *run, cl_sum_pending *p, xfer_error *err)
+/* The kernel over `blocks` descriptors of one buffer (offset, length: two words each), their
+** sums read into `sums`. */
+static xfer_code run_kernel(xfer_device *dev, cl_mem bytes, const cl_ulong *desc, size_t blocks,
+                            uint32_t *sums, xfer_error *err)
 {
   cl_dev *cd = cl_of(dev);
-  cl_mem d_desc = NULL;
+  cl_mem d_desc = NULL, d_sums = NULL;
   CL_CREATE(dev, XFER_OP_ALLOC, err, d_desc, clCreateBuffer, cd->context,
             CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, blocks * 2 * sizeof *desc, (void *)desc);
   cl_int made = CL_SUCCESS;
-  run->blocks = blocks;
-  run->sums = api_of(dev)->clCreateBuffer(cd->context, CL_MEM_WRITE_ONLY, blocks * sizeof(cl_uint), NULL, &made);
+  d_sums = api_of(dev)->clCreateBuffer(cd->context, CL_MEM_WRITE_ONLY, blocks * sizeof *sums, NULL, &made);
   xfer_code code = made == CL_SUCCESS ? XFER_E_OK : xfer_cl_fail(XFER_OP_ALLOC, "clCreateBuffer", made, 0, err);
-  if (made != CL_SUCCESS) run->sums = NULL;
   const struct {
     size_t size;
     const void *value;
   } args[] = {{sizeof bytes, &bytes}, {sizeof d_desc, &d_desc}, {sizeof cd->crc_table, &cd->crc_table},
-              {sizeof run->sums, &run->sums}, {sizeof(cl_uint), &(cl_uint){(cl_uint)blocks}}};
+              {sizeof d_sums, &d_sums}, {sizeof(cl_uint), &(cl_uint){(cl_uint)blocks}}};
   for (cl_uint a = 0; a < sizeof args / sizeof args[0]; a++)
     CL_STEP(code, dev, XFER_OP_VERIFY, err, clSetKernelArg, cd->crc_kernel, a, args[a].size, args[a].value);
   size_t groups = blocks < cd->crc_groups ? blocks : cd->crc_groups;
   size_t global = groups * GROUP, local = GROUP;
-  cl_event done = NULL;
   CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueNDRangeKernel, cd->queue, cd->crc_kernel, 1, NULL,
-          &global, &local, 0, NULL, &done);
-  if (!code) {
-    if (p->done) api_of(dev)->clReleaseEvent(p->done);
-    p->done = done;
-  }
+          &global, &local, 0, NULL, NULL);
+  CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueReadBuffer, cd->queue, d_sums, CL_TRUE, 0,
+          blocks * sizeof *sums, sums, 0, NULL, NULL);
+  if (d_sums) api_of(dev)->clReleaseMemObject(d_sums);
   api_of(dev)->clReleaseMemObject(d_desc);
   return code;
 }
 
-/* The ranges on the buffer of pieces[first] (from `first` on) summed by one enqueue, the
-** next run of p; marked in `done`. */
-static xfer_code buffer_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, size_t first,
-                              unsigned char *done, cl_sum_pending *p, xfer_error *err)
+/* The ranges on the buffer of pieces[first] (from `first` on) summed by one enqueue, marked in
+** `done`. */
+static xfer_code buffer_sums(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, size_t first,
+                             unsigned char *done, uint32_t *crc, xfer_error *err)
 {
   void *buf = pieces[first].buf;
-  size_t blocks = 0, run = p->nruns;
+  size_t blocks = 0;
   for (size_t i = first; i < count; i++)
-    if (pieces[i].buf == buf && !done[i]) {
-      done[i] = 1;
-      p->run_of[i] = run;
-      p->first[i] = blocks;
-      blocks += pieces_in(pieces[i].n);
-    }
-  p->runs[p->nruns++] = (cl_sum_run){NULL, 0};
-  if (!blocks) return XFER_E_OK;
-  cl_ulong *desc = malloc(blocks * 2 * sizeof *desc);
-  if (!desc) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+    if (pieces[i].buf == buf) blocks += pieces_in(pieces[i].n);
+  cl_ulong *desc = malloc((blocks ? blocks : 1) * 2 * sizeof *desc);
+  uint32_t *sums = malloc((blocks ? blocks : 1) * sizeof *sums);
+  if (!desc || !sums) {
+    free(desc);
+    free(sums);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
+  xfer_code rc = XFER_E_OK;
   size_t k = 0;
   for (size_t i = first; i < count; i++)
     for (size_t at = 0; pieces[i].buf == buf && at < pieces[i].n; at += PIECE, k++) {
       desc[2 * k] = pieces[i].offset + at;
       desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
     }
-  xfer_code rc = enqueue_kernel(dev, (cl_mem)buf, desc, blocks, &p->runs[run], p, err);
+  if (!rc && blocks) rc = run_kernel(dev, (cl_mem)buf, desc, blocks, sums, err);
+  for (size_t i = first, b = 0; !rc && i < count; i++) {
+    if (pieces[i].buf != buf) continue;
+    done[i] = 1;
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + b, PIECE, pieces[i].n);
+    b += pieces_in(pieces[i].n);
+  }
   free(desc);
+  free(sums);
   return rc;
-}
-
-xfer_code xfer_cl_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
-                               void **pending, xfer_error *err)
-{
-  *pending = NULL;
-  if (!kernel_ready(dev) || count > 0xffffffffu) return XFER_E_UNSUPPORTED;
-  cl_sum_pending *p = calloc(1, sizeof *p);
-  cl_mem *mems = malloc((count ? count : 1) * sizeof *mems), *ext = malloc((count ? count : 1) * sizeof *ext);
-  unsigned char *done = calloc(count ? count : 1, 1);
-  if (p) {
-    p->count = count;
-    p->runs = malloc((count ? count : 1) * sizeof *p->runs);
-    p->run_of = malloc((count ? count : 1) * sizeof *p->run_of);
-    p->first = malloc((count ? count : 1) * sizeof *p->first);
-    p->lens = malloc((count ? count : 1) * sizeof *p->lens);
-  }
-  if (!p || !p->runs || !p->run_of || !p->first || !p->lens || !mems || !ext || !done) {
-    if (p) pending_free(dev, p);
-    free(mems), free(ext), free(done);
-    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  }
-  for (size_t i = 0; i < count; i++) {
-    mems[i] = (cl_mem)pieces[i].buf;
-    p->lens[i] = pieces[i].n;
-  }
-  /* buffers imported from another runtime (CUDA's memory OpenCL shares) are OpenCL's for the
-  ** kernels between an acquire and a release (which then waits for the queue) */
-  cl_uint n_ext = xfer_cl_externals_of(cl_of(dev), mems, (cl_uint)count, ext);
-  xfer_code rc = xfer_cl_externals_acquire(dev, ext, n_ext, err);
-  if (!rc) {
-    for (size_t i = 0; i < count && !rc; i++)
-      if (!done[i]) rc = buffer_begin(dev, pieces, count, i, done, p, err);
-    rc = xfer_cl_externals_release(dev, ext, n_ext, 0, rc, err);
-  }
-  free(mems), free(ext), free(done);
-  if (rc) {
-    pending_free(dev, p);
-    return rc;
-  }
-  *pending = p;
-  return XFER_E_OK;
-}
-
-xfer_code xfer_cl_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err)
-{
-  cl_sum_pending *p = pending;
-  if (!p) return XFER_E_OK; /* (none begun) */
-  xfer_code code = XFER_E_OK;
-  if (crc && p->done) code = xfer_cl_wait(dev, XFER_OP_VERIFY, p->done, 0, err);
-  for (size_t r = 0; crc && r < p->nruns && !code; r++) {
-    cl_sum_run *run = &p->runs[r];
-    if (!run->blocks) { /* every range of it empty */
-      for (size_t i = 0; i < p->count; i++)
-        if (p->run_of[i] == r) crc[i] = 0;
-      continue;
-    }
-    uint32_t *sums = malloc(run->blocks * sizeof *sums);
-    if (!sums) code = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-    CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueReadBuffer, cl_of(dev)->queue, run->sums, CL_TRUE, 0,
-            run->blocks * sizeof *sums, sums, 0, NULL, NULL);
-    for (size_t i = 0; !code && i < p->count; i++)
-      if (p->run_of[i] == r) crc[i] = xfer_crc32c_of_raw_pieces(sums + p->first[i], PIECE, p->lens[i]);
-    free(sums);
-  }
-  pending_free(dev, p);
-  return code;
 }
 
 xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err)
 {
-  void *pending = NULL;
-  xfer_code rc = xfer_cl_crc32c_start(dev, pieces, count, &pending, err);
-  if (!rc && !pending) rc = XFER_E_UNSUPPORTED; /* (a start says what it began) */
-  return rc ? rc : xfer_cl_crc32c_finish(dev, pending, crc, err);
+  if (!kernel_ready(dev) || count > 0xffffffffu) return XFER_E_UNSUPPORTED;
+  /* buffers imported from another runtime (CUDA's memory OpenCL shares) are OpenCL's for the
+  ** kernels between an acquire and a release */
+  cl_mem *mems = malloc(count * sizeof *mems), *ext = malloc(count * sizeof *ext);
+  unsigned char *done = calloc(count, 1);
+  if (!mems || !ext || !done) {
+    free(mems), free(ext), free(done);
+    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  }
+  for (size_t i = 0; i < count; i++) mems[i] = (cl_mem)pieces[i].buf;
+  cl_uint n_ext = xfer_cl_externals_of(cl_of(dev), mems, (cl_uint)count, ext);
+  xfer_code rc = xfer_cl_externals_acquire(dev, ext, n_ext, err);
+  if (!rc) {
+    for (size_t i = 0; i < count && !rc; i++)
+      if (!done[i]) rc = buffer_sums(dev, pieces, count, i, done, crc, err);
+    rc = xfer_cl_externals_release(dev, ext, n_ext, 0, rc, err);
+  }
+  free(mems), free(ext), free(done);
+  return rc;
 }
