@@ -197,11 +197,10 @@ describe("integrity #integrity", function()
     end
   end)
 
-  it("sums a device end beside the move where its runtime begins sums without waiting", function()
-    -- CUDA's kernel is begun as a move starts (its source) or as its steps land (its target,
-    -- in stretches of 16 MiB) and read at the end; the others sum after the move. With
-    -- XFER_DEVICE_SUMS=1 every device's kernel is asked (PoCL's and lavapipe's too, which
-    -- are read back otherwise). Each device in a process of its own.
+  it("checks moves and batches by each device's own kernel, a stall ended at the deadline", function()
+    -- with XFER_DEVICE_SUMS=1 every device's kernel is asked (PoCL's and lavapipe's too, which
+    -- are read back otherwise): steps of a paced move, a stall in a verified move, a batch.
+    -- Each device in a process of its own.
     local names = {}
     for _, d in ipairs(devices) do
       if d.runtime ~= "host" then names[#names + 1] = d.name end

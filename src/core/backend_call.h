@@ -236,27 +236,6 @@ static inline xfer_code xfer_be_crc32c(xfer_device *dev, const xfer_sum_piece *p
   return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c(dev, pieces, count, crc, err), err);
 }
 
-/* Whether the device's runtime begins sums without waiting (copy->crc32c_start). */
-static inline int xfer_be_has_crc32c_start(const xfer_device *dev)
-{
-  return xfer_be(dev)->copy->crc32c_start != NULL && xfer_be(dev)->copy->crc32c_finish != NULL;
-}
-
-/* The same begun beside what runs next, where the device can (copy->crc32c_start); every
-** begun sum finished (crc NULL: unread). XFER_E_UNSUPPORTED, nothing said, where it cannot. */
-static inline xfer_code xfer_be_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces,
-                                             size_t count, void **pending, xfer_error *err)
-{
-  if (!xfer_be(dev)->copy->crc32c_start) return XFER_E_UNSUPPORTED;
-  return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c_start(dev, pieces, count, pending, err), err);
-}
-
-static inline xfer_code xfer_be_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc,
-                                              xfer_error *err)
-{
-  return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c_finish(dev, pending, crc, err), err);
-}
-
 /* Whether the device copies rows within itself, and doing it. */
 static inline int xfer_be_has_copy_rows(const xfer_device *dev)
 {

@@ -5,10 +5,7 @@
 ** (copy->crc32c, a batch's ranges in one call), else its bytes are read back in chunks. A
 ** verified move's host ends are summed beside the move: the source's pieces as it starts, the
 ** target's as they land (the runner lands it in steps for that), so that a sum costs the move
-** little more than its last piece. A device end is summed by its device beside the move where
-** its runtime begins sums without waiting (copy->crc32c_start; CUDA): the source's from the
-** start, the target's in stretches as they land -- summed after the move, a CUDA end of 256 MiB
-** cost 0.3 ms of a 5 ms move; beside it, only the last stretch's sum is waited for.
+** little more than its last piece.
 */
 #include <stdlib.h>
 
@@ -111,12 +108,6 @@ static int sums_itself(const xfer_device *dev)
 {
   int asked = xfer_env_flag("XFER_DEVICE_SUMS");
   return asked == 2 ? !dev->unified : asked;
-}
-
-/* Whether the device sums its memory and can begin so without waiting, beside a move. */
-static int sums_beside(const xfer_device *dev)
-{
-  return sums_itself(dev) && xfer_be_has_crc32c_start(dev);
 }
 
 /* The sum of a range of device memory read back in chunks. */
@@ -251,66 +242,6 @@ static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned ch
   *nsegs = k;
 }
 
-/* A device's ranges begun on it: ranges[index[j]], j < k, in one sum begun. */
-struct xfer_sums_begun {
-  xfer_device *dev;
-  void *pending;
-  size_t *index;
-  size_t k;
-};
-
-/* The ranges of ranges[first]'s device from `first` on not seen yet, begun on it in one call;
-** seen[] 1 for them, or 2 (left for the end) where the device cannot begin them now. */
-static xfer_code device_begin(xfer_sums *s, size_t first, xfer_error *err)
-{
-  xfer_device *dev = s->ranges[first].t->dev;
-  size_t *index = malloc((s->count - first) * sizeof *index);
-  xfer_sum_piece *pieces = malloc((s->count - first) * sizeof *pieces);
-  xfer_sums_begun *more = realloc(s->begun, (s->nbegun + 1) * sizeof *s->begun);
-  if (more) s->begun = more;
-  if (!index || !pieces || !more) {
-    free(index);
-    free(pieces);
-    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  }
-  size_t k = 0;
-  for (size_t i = first; i < s->count; i++) {
-    if (s->seen[i] || s->ranges[i].t->dev != dev) continue;
-    index[k] = i;
-    pieces[k++] = (xfer_sum_piece){s->ranges[i].t->buf, s->ranges[i].t->offset + s->ranges[i].at, s->ranges[i].n};
-  }
-  void *pending = NULL;
-  xfer_code rc = xfer_be_crc32c_start(dev, pieces, k, &pending, err);
-  free(pieces);
-  unsigned char mark = rc == XFER_E_UNSUPPORTED ? 2 : 1;
-  for (size_t j = 0; j < k && (!rc || mark == 2); j++) s->seen[index[j]] = mark;
-  if (rc) {
-    free(index);
-    return rc == XFER_E_UNSUPPORTED ? XFER_E_OK : rc;
-  }
-  s->begun[s->nbegun++] = (xfer_sums_begun){dev, pending, index, k};
-  return XFER_E_OK;
-}
-
-/* The sums begun on devices finished (wanted: 0 when they are not needed), their sums into
-** crc[]; *rc the first failure. */
-static void devices_end(xfer_sums *s, int wanted, xfer_code *rc, xfer_error *err)
-{
-  for (size_t b = 0; b < s->nbegun; b++) {
-    xfer_sums_begun *d = &s->begun[b];
-    uint32_t *sums = wanted && !*rc ? malloc(d->k * sizeof *sums) : NULL;
-    if (wanted && !*rc && !sums) *rc = xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-    xfer_code done = xfer_be_crc32c_finish(d->dev, d->pending, sums, *rc ? NULL : err);
-    if (!*rc) *rc = done;
-    for (size_t j = 0; sums && !*rc && j < d->k; j++) s->crc[d->index[j]] = sums[j];
-    free(sums);
-    free(d->index);
-  }
-  free(s->begun);
-  s->begun = NULL;
-  s->nbegun = 0;
-}
-
 xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
                           xfer_error *err)
 {
@@ -327,20 +258,7 @@ xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t cou
     return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   }
   host_bundles(ranges, count, s->seen, s->index, s->segs, s->sums, &s->nsegs, s->tasks, &s->ntasks);
-  /* the devices that can, begun now: summed beside what runs (each device asked once: a
-  ** batch's 4096 ranges asking the environment each cost its move +30% on an H100) */
-  xfer_code rc = XFER_E_OK;
-  const xfer_device *asked = NULL;
-  int beside = 0;
-  for (size_t i = 0; i < count && !rc; i++) {
-    if (s->seen[i] || !ranges[i].n) continue;
-    if (ranges[i].t->dev != asked) beside = sums_beside(asked = ranges[i].t->dev);
-    if (beside) rc = device_begin(s, i, err);
-  }
-  for (size_t i = 0; i < count; i++)
-    if (s->seen[i] == 2) s->seen[i] = 0; /* (summed at the end) */
-  if (rc) xfer_sums_end(s, 0, NULL);
-  return rc;
+  return XFER_E_OK;
 }
 
 xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err)
@@ -349,7 +267,6 @@ xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err)
   xfer_code rc = XFER_E_OK; /* the devices sum theirs while the pool sums the host's */
   for (size_t i = 0; wanted && i < s->count && !rc; i++)
     if (!s->seen[i]) rc = device_sums(s->ranges, s->count, i, s->seen, s->crc, err);
-  devices_end(s, wanted, &rc, err); /* (every one begun is finished) */
   for (size_t j = 0; j < s->ntasks; j++) task_wait(&s->tasks[j]);
   for (size_t j = 0; j < s->nsegs; j++) s->crc[s->index[j]] = s->sums[j];
   free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks);
@@ -366,12 +283,6 @@ xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc
 
 /* -- A move verified as it runs ---------------------------------------------------------------- */
 
-/* A device target's stretches begun as they land: at least this many bytes each, and at most
-** STRETCHES_MOST a move -- a sum begun is a launch (some microseconds), and the runtime's
-** slots for them are few; the last stretch's sum is what the move waits for after its bytes. */
-#define STRETCH_LEAST ((size_t)16 << 20)
-#define STRETCHES_MOST 32
-
 static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
 {
   e->t = t;
@@ -382,35 +293,8 @@ static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
   e->sums = NULL;
   e->tasks = NULL;
   e->count = e->started = 0;
-  e->stretches = NULL;
-  e->nstretches = e->room = e->begun = 0;
-  e->failed = XFER_E_OK;
   if (e->host && n >= 2 * XFER_SUM_PIECE)
     e->segs = pieces_of(e->host, n, &e->count, &e->sums, &e->tasks);
-  if (!e->host && sums_beside(t->dev)) {
-    e->stretches = calloc(STRETCHES_MOST + 1, sizeof *e->stretches);
-    e->room = e->stretches ? STRETCHES_MOST + 1 : 0;
-  }
-}
-
-/* A device end's bytes [begun, upto) begun on its device. One that cannot be begun leaves the
-** rest to be summed at the end; a failure is said then (the move may fail first). */
-static void stretch_begin(xfer_verify_side *e, size_t upto)
-{
-  if (e->failed || upto <= e->begun || e->nstretches == e->room) return;
-  xfer_sum_piece piece = {e->t->buf, e->t->offset + e->at + e->begun, upto - e->begun};
-  void *pending = NULL;
-  xfer_code rc = xfer_be_crc32c_start(e->t->dev, &piece, 1, &pending, &e->why);
-  if (rc == XFER_E_UNSUPPORTED) {
-    e->room = e->nstretches; /* (not now: the rest at the end) */
-    return;
-  }
-  if (rc) {
-    e->failed = rc;
-    return;
-  }
-  e->stretches[e->nstretches++] = (xfer_verify_stretch){pending, upto - e->begun};
-  e->begun = upto;
 }
 
 void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, xfer_tensor *dst,
@@ -434,9 +318,7 @@ static void end_start_upto(xfer_verify_side *e, size_t upto)
 
 void xfer_verify_source_upto(xfer_verify *v, size_t upto)
 {
-  if (!v->on) return;
-  end_start_upto(&v->ends[0], upto);
-  stretch_begin(&v->ends[0], v->n); /* a device source whole, from the start: it does not change */
+  if (v->on) end_start_upto(&v->ends[0], upto);
 }
 
 void xfer_verify_source(xfer_verify *v) { xfer_verify_source_upto(v, v->n); }
@@ -449,40 +331,12 @@ size_t xfer_verify_step(const xfer_verify *v, size_t n)
 void xfer_verify_landed(xfer_verify *v, size_t upto)
 {
   v->landed = upto;
-  if (!v->on) return;
-  end_start_upto(&v->ends[1], upto);
-  size_t least = v->n / STRETCHES_MOST > STRETCH_LEAST ? v->n / STRETCHES_MOST : STRETCH_LEAST;
-  if (upto == v->n || upto - v->ends[1].begun >= least) stretch_begin(&v->ends[1], upto);
+  if (v->on) end_start_upto(&v->ends[1], upto);
 }
 
-/* A device end's sum from its stretches begun (waited for now) and what was not begun, summed
-** now. */
-static xfer_code stretches_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
-{
-  xfer_code rc = e->failed;
-  if (rc && err) *err = e->why;
-  size_t done = 0;
-  *crc = 0;
-  for (size_t i = 0; i < e->nstretches; i++) {
-    uint32_t part = 0;
-    xfer_code finished = xfer_be_crc32c_finish(e->t->dev, e->stretches[i].pending, rc ? NULL : &part,
-                                               rc ? NULL : err);
-    e->stretches[i].pending = NULL;
-    if (!rc) rc = finished;
-    if (!rc) *crc = done ? xfer_crc32c_join(*crc, part, e->stretches[i].n) : part;
-    done += e->stretches[i].n;
-  }
-  e->nstretches = 0;
-  uint32_t rest = 0;
-  if (!rc && done < n) rc = xfer_range_crc32c(e->t, e->at + done, n - done, &rest, err);
-  if (!rc && done < n) *crc = done ? xfer_crc32c_join(*crc, rest, n - done) : rest;
-  return rc;
-}
-
-/* An end's sum: its pieces' or stretches' joined, or summed in one now. */
+/* An end's sum: its pieces' joined, or summed in one now. */
 static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
 {
-  if (e->stretches) return stretches_sum(e, n, crc, err);
   if (!e->segs) return xfer_range_crc32c(e->t, e->at, n, crc, err);
   for (size_t i = 0; i < e->started; i++) task_wait(&e->tasks[i]);
   *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
@@ -492,11 +346,6 @@ static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_erro
 static void end_release(xfer_verify_side *e)
 {
   for (size_t i = 0; e->segs && i < e->started; i++) task_wait(&e->tasks[i]);
-  for (size_t i = 0; i < e->nstretches; i++) /* begun and not wanted: let go unread */
-    xfer_be_crc32c_finish(e->t->dev, e->stretches[i].pending, NULL, NULL);
-  free(e->stretches);
-  e->stretches = NULL;
-  e->nstretches = 0;
   free(e->tasks), free(e->sums), free(e->segs);
   e->segs = NULL;
   e->sums = NULL;

@@ -39,36 +39,24 @@ xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc
 ** xfer_sums_end (wanted: 0 when the sums are no longer needed) has each device sum its own
 ** ranges, waits for the pool's and frees. ranges[] and crc[] live until the end; every begun
 ** s is ended, whatever happened between. */
-typedef struct xfer_sums_begun xfer_sums_begun;
 typedef struct xfer_sums {
   const xfer_sum_range *ranges;
   size_t count;
   uint32_t *crc;
-  unsigned char *seen;      /* summed by the pool or begun on their device (the rest: by their
-                            ** devices at the end) */
+  unsigned char *seen;      /* summed by the pool (the rest: by their devices at the end) */
   size_t *index;            /* the range of each host segment */
   xfer_sum_seg *segs;
   uint32_t *sums;
   xfer_sum_task *tasks;
   size_t nsegs, ntasks;
-  xfer_sums_begun *begun;   /* each device's ranges begun on it (copy->crc32c_start) */
-  size_t nbegun;
 } xfer_sums;
-/* A device whose runtime can begin its sums without waiting (copy->crc32c_start) has its
-** ranges begun at once too, summed beside what runs until the end. */
 xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
                           xfer_error *err);
 xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err);
 
 /* A move's verification while it runs: each end's host memory summed by the sum pool beside
-** the move (the source's at once, the target's as its bytes land); a device end by the device,
-** beside the move where its runtime can begin sums without waiting (copy->crc32c_start: the
-** source's from the start, the target's in stretches as they land), else once the move is done;
-** then both compared. */
-typedef struct xfer_verify_stretch {
-  void *pending;            /* the device's sum begun */
-  size_t n;                 /* its bytes */
-} xfer_verify_stretch;
+** the move (the source's at once, the target's as its bytes land), a device end by the device
+** once the move is done, then both compared. */
 typedef struct xfer_verify_side {
   xfer_tensor *t;
   size_t at;
@@ -77,10 +65,6 @@ typedef struct xfer_verify_side {
   uint32_t *sums;           /* ... the tasks that make them */
   xfer_sum_task *tasks;
   size_t count, started;    /* pieces, and those given to the pool */
-  xfer_verify_stretch *stretches; /* a device end's sums begun beside the move (NULL: none), */
-  size_t nstretches, room, begun; /* ... of room for, covering its bytes [0, begun) */
-  xfer_code failed;         /* a sum that could not be begun, said in `why` (reported at the end) */
-  xfer_error why;
 } xfer_verify_side;
 typedef struct xfer_verify {
   int on;

@@ -102,9 +102,7 @@ static xfer_code host_roundtrip_range(xfer_tensor *src, xfer_tensor *dst, size_t
 ** host source's once the copy engine has read them. Summed beside one copy from its start, the
 ** sums ran ahead of the engine, which then read lines the cores held: on an H100's host 256 MiB
 ** host -> cuda cost +46%, and summing each step just before the engine read it, +281%; the
-** target summed after 32 MiB steps, +12% (paced: +7%). The device end is summed beside the
-** move where its runtime can (sums.c: a source from the start, a target in stretches as its
-** steps land). */
+** target summed after 32 MiB steps, +12% (paced: +7%). */
 #define PACE_STEP ((size_t)8 << 20)
 #define PACE_DEPTH 2
 
@@ -126,7 +124,6 @@ static xfer_code run_paced(xfer_tensor *src, xfer_tensor *dst, xfer_verify *v, x
   char *host = xfer_be_host_address(host_end->dev, host_end->buf, host_end->offset);
   size_t n = src->nbytes, steps = (n + PACE_STEP - 1) / PACE_STEP, started = 0, finished = 0;
   unsigned char queued[PACE_DEPTH];
-  if (!to_device) xfer_verify_source(v); /* a device source's sum begun beside the move */
   xfer_code rc = XFER_E_OK;
   while (!rc && finished < steps) {
     if (started < steps && started - finished < PACE_DEPTH) {

@@ -31,7 +31,7 @@ typedef struct xfer_runtime xfer_runtime;
 ** 13: copy->crc32c (a device sums its own bytes); 14: copy->crc32c sums many ranges at once;
 ** 15: copy->idle (whether work that outlived a deadline is done); 16: copy->many_reaches (a
 ** batch over another GPU's memory) */
-#define XFER_BACKEND_VERSION 17
+#define XFER_BACKEND_VERSION 16
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -144,15 +144,6 @@ typedef struct xfer_copy_ops {
   ** back and sums them on the host. */
   xfer_code (*crc32c)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                       xfer_error *err);
-  /* optional, the same begun and not waited for (the ranges' bytes final when it is called), so
-  ** that the core sums a move's device end beside the move -- a source from its start, a target
-  ** a step at a time as it lands: *pending names it for crc32c_finish, which waits for it (at
-  ** the move's deadline, as every wait) and writes crc[], or with crc NULL lets it go unread
-  ** (what it may still write stays the runtime's). Every begun sum is finished, on the device's
-  ** hold it was begun on. XFER_E_UNSUPPORTED without a word: not now (crc32c then). */
-  xfer_code (*crc32c_start)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
-                            void **pending, xfer_error *err);
-  xfer_code (*crc32c_finish)(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);

@@ -45,8 +45,9 @@ typedef struct cu_api {
 /* Descriptor tables of prepared batches kept on a device at once. */
 #define XFER_CU_KEPT 8
 
-/* Sums begun and not yet read (cuda_crc.c), at most: a move's two ends and its steps. */
-#define XFER_CU_SUM_SLOTS 64
+/* Slots for the CRC kernel's descriptors and sums (cuda_crc.c): one a call, and one more for
+** each sum whose wait ended at a deadline while its kernel may still run. */
+#define XFER_CU_SUM_SLOTS 8
 
 /* The CUDA devices whose peer access a device's context has (a bit per CUdevice ordinal). */
 #define XFER_CU_PEER_BITS 64
@@ -87,15 +88,15 @@ typedef struct cu_dev {
   CUfunction crc_fn;
   unsigned crc_grid;          /* blocks the CRC kernel runs in: as many as run at once */
   CUdeviceptr crc_table;
-  /* ... and a kernel's descriptors and sums, each call's in a slot of pinned host memory the
-  ** kernel reads and writes in place (no copy queues behind a move's copies), reused once the
-  ** event behind its kernel is done -- never while a kernel past a deadline may still use it */
+  /* ... and a call's descriptors and sums in a slot of pinned host memory the kernel reads and
+  ** writes in place, taken again once the event behind its kernel is done -- never while a
+  ** kernel whose wait ended at a deadline may still use it */
   struct cu_sum_slot {
     void *host;                 /* cuMemHostAlloc'd, mapped: descriptors, then sums */
     CUdeviceptr mapped;         /* its address on the device */
     size_t bytes;
     CUevent done;               /* recorded behind the slot's kernel (made with the kernel) */
-    int taken;                  /* begun, not yet finished */
+    int taken;                  /* its call not yet over */
   } sum_slots[XFER_CU_SUM_SLOTS];
 } cu_dev;
 

@@ -9,7 +9,11 @@
 ** shift by 256 * 2^j bytes: four lookups in a table the host made). The host joins a range's
 ** pieces and turns the raw register into the CRC. The byte table lies in shared memory once
 ** per lane (32 KiB): each lane reads its own bank, so no two lookups of a warp collide.
-** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel.
+** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel. It runs on a
+** stream of its own, reading its descriptors and writing its sums in a slot of mapped pinned host
+** memory, and is waited for by its event -- until the move's deadline, as every wait (the sums
+** copied back to pageable memory, as the kernel's first versions did, blocked in the driver
+** until the kernel was done, deadline or not). A slot is taken again only once its event is.
 **
 ** The first kernel (one byte table for the block, a thread's stretch 1 KiB, the tree joined
 ** by products computed bit by bit) summed 608 GB/s on the H200; its tree cost as much as
@@ -240,16 +244,6 @@ void xfer_cu_crc_release(cu_api *api, cu_dev *cd)
 
 static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }
 
-/* -- Sums begun, read later -------------------------------------------------------------- */
-
-/* A sum begun: its slot (-1: nothing launched, every range empty) and each range's length, to
-** join its pieces' sums. */
-typedef struct cu_sum_pending {
-  int slot;
-  size_t count, blocks;
-  size_t lens[];
-} cu_sum_pending;
-
 /* Whether a slot may be taken: not taken, and its last kernel done -- a kernel whose wait
 ** ended at a deadline may still read the slot's descriptors and write its sums. */
 static int slot_free(xfer_device *dev, const struct cu_sum_slot *s)
@@ -289,8 +283,8 @@ static xfer_code slot_take(xfer_device *dev, size_t bytes, int *slot, xfer_error
 }
 
 /* The kernel over the slot's `blocks` descriptors, behind it the slot's event. A launch that
-** failed left nothing running; a kernel launched whose event could not be recorded keeps its
-** slot taken for good (nothing would say when it is done). */
+** failed left nothing running (the slot is free again); a kernel launched whose event could not
+** be recorded keeps its slot taken for good (nothing would say when it is done). */
 static xfer_code launch(xfer_device *dev, int slot, size_t blocks, xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
@@ -307,64 +301,33 @@ static xfer_code launch(xfer_device *dev, int slot, size_t blocks, xfer_error *e
   return CU(dev, XFER_OP_VERIFY, err, cuEventRecord, s->done, cd->sum_stream);
 }
 
-xfer_code xfer_cu_crc32c_start(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
-                               void **pending, xfer_error *err)
-{
-  *pending = NULL;
-  size_t blocks = 0;
-  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n);
-  if (blocks > 0x7fffffffu) return XFER_E_UNSUPPORTED;
-  cu_sum_pending *p = malloc(sizeof *p + count * sizeof p->lens[0]);
-  if (!p) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  *p = (cu_sum_pending){.slot = -1, .count = count, .blocks = blocks};
-  for (size_t i = 0; i < count; i++) p->lens[i] = pieces[i].n;
-  xfer_code rc = blocks ? xfer_cu_enter(dev, XFER_OP_VERIFY, err) : XFER_E_OK;
-  if (!rc && blocks) rc = kernel_ready(dev, err);
-  if (!rc && blocks) rc = slot_take(dev, blocks * 20, &p->slot, err);
-  if (!rc && blocks) {
-    uint64_t *desc = cu_of(dev)->sum_slots[p->slot].host;
-    size_t k = 0;
-    for (size_t i = 0; i < count; i++)
-      for (size_t at = 0; at < pieces[i].n; at += PIECE, k++) {
-        desc[2 * k] = (uint64_t)(xfer_cu_ptr(pieces[i].buf) + pieces[i].offset + at);
-        desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
-      }
-    rc = launch(dev, p->slot, blocks, err);
-    if (rc) p->slot = -1; /* (its slot free again, or kept for good) */
-  }
-  if (rc) {
-    free(p);
-    return rc;
-  }
-  *pending = p;
-  return XFER_E_OK;
-}
-
-xfer_code xfer_cu_crc32c_finish(xfer_device *dev, void *pending, uint32_t *crc, xfer_error *err)
-{
-  cu_sum_pending *p = pending;
-  if (!p) return XFER_E_OK; /* (none begun) */
-  xfer_code rc = XFER_E_OK;
-  struct cu_sum_slot *s = p->slot >= 0 ? &cu_of(dev)->sum_slots[p->slot] : NULL;
-  if (crc && s) {
-    rc = xfer_cu_enter(dev, XFER_OP_VERIFY, err);
-    if (!rc) rc = xfer_cu_wait(dev, XFER_OP_VERIFY, NULL, s->done, err);
-    const uint32_t *sums = (const uint32_t *)((const char *)s->host + p->blocks * 16);
-    for (size_t i = 0, first = 0; !rc && i < p->count; first += pieces_in(p->lens[i]), i++)
-      crc[i] = xfer_crc32c_of_raw_pieces(sums + first, PIECE, p->lens[i]);
-  } else if (crc) {
-    for (size_t i = 0; i < p->count; i++) crc[i] = 0;
-  }
-  if (s) s->taken = 0; /* taken again once its event says its kernel is done */
-  free(p);
-  return rc;
-}
-
 xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err)
 {
-  void *pending = NULL;
-  xfer_code rc = xfer_cu_crc32c_start(dev, pieces, count, &pending, err);
-  if (!rc && !pending) rc = XFER_E_UNSUPPORTED; /* (a start says what it began) */
-  return rc ? rc : xfer_cu_crc32c_finish(dev, pending, crc, err);
+  size_t blocks = 0;
+  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n);
+  for (size_t i = 0; i < count; i++) crc[i] = 0;
+  if (!blocks) return XFER_E_OK;
+  if (blocks > 0x7fffffffu) return XFER_E_UNSUPPORTED;
+  int slot = -1;
+  xfer_code rc = xfer_cu_enter(dev, XFER_OP_VERIFY, err);
+  if (!rc) rc = kernel_ready(dev, err);
+  if (!rc) rc = slot_take(dev, blocks * 20, &slot, err);
+  if (rc) return rc;
+  struct cu_sum_slot *s = &cu_of(dev)->sum_slots[slot];
+  uint64_t *desc = s->host;
+  size_t k = 0;
+  for (size_t i = 0; i < count; i++)
+    for (size_t at = 0; at < pieces[i].n; at += PIECE, k++) {
+      desc[2 * k] = (uint64_t)(xfer_cu_ptr(pieces[i].buf) + pieces[i].offset + at);
+      desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
+    }
+  rc = launch(dev, slot, blocks, err);
+  if (rc) return rc; /* (its slot free again, or kept for good) */
+  rc = xfer_cu_wait(dev, XFER_OP_VERIFY, NULL, s->done, err);
+  const uint32_t *sums = (const uint32_t *)((const char *)s->host + blocks * 16);
+  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++)
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + first, PIECE, pieces[i].n);
+  s->taken = 0; /* taken again once its event says its kernel is done */
+  return rc;
 }
