@@ -9,6 +9,24 @@ for _, d in ipairs(xfer.devices()) do
   if d.runtime ~= "remote" then devices[#devices + 1] = d end
 end
 
+-- a script in a file of its own, for a process of its own
+local function script_file(text)
+  local file = os.tmpname()
+  local f = assert(io.open(file, "w"))
+  f:write(text)
+  f:close()
+  return file
+end
+
+-- the devices that sum with a kernel of their own: every one but the host
+local function kernel_devices()
+  local names = {}
+  for _, d in ipairs(devices) do
+    if d.runtime ~= "host" then names[#names + 1] = d.name end
+  end
+  return names
+end
+
 describe("integrity #integrity", function()
   after_each(function() xfer.faults.clear() end)
 
@@ -36,10 +54,7 @@ describe("integrity #integrity", function()
       end
       print(table.concat(out, ","))
     ]]
-    local file = os.tmpname()
-    local f = assert(io.open(file, "w"))
-    f:write(script)
-    f:close()
+    local file = script_file(script)
     local by_cpu, c1 = h.run(h.xferlua() .. " " .. file)
     local by_tables, c2 = h.run("XFER_CRC_TABLES=1 " .. h.xferlua() .. " " .. file)
     os.remove(file)
@@ -60,10 +75,7 @@ describe("integrity #integrity", function()
   end)
 
   it("has each device with a kernel sum its own memory, as the host sums the same bytes", function()
-    local summers = {}
-    for _, d in ipairs(devices) do
-      if d.runtime ~= "host" then summers[#summers + 1] = d.name end
-    end
+    local summers = kernel_devices()
     if #summers == 0 then return pending("no device here but the host") end
     -- a device of the host's memory (PoCL, lavapipe) is read and summed by the CPU unless
     -- XFER_DEVICE_SUMS=1 asks its kernel (CUDA, OpenCL) or compute shader (Vulkan), as a GPU's
@@ -96,10 +108,7 @@ describe("integrity #integrity", function()
         print(name .. " summed by " .. (ok and "read" or "kernel"))
       end
     ]]
-    local file = os.tmpname()
-    local f = assert(io.open(file, "w"))
-    f:write(script)
-    f:close()
+    local file = script_file(script)
     -- each way in a process of its own, stopped after a minute (a hang says where it stood)
     local kernel, c1 = h.run("XFER_DEVICE_SUMS=1 timeout 60 " .. h.xferlua() .. " " .. file)
     local read, c2 = h.run("XFER_DEVICE_SUMS=0 timeout 60 " .. h.xferlua() .. " " .. file)
@@ -201,15 +210,12 @@ describe("integrity #integrity", function()
     -- with XFER_DEVICE_SUMS=1 every device's kernel is asked (PoCL's and lavapipe's too, which
     -- are read back otherwise): steps of a paced move, a stall in a verified move, a batch.
     -- Each device in a process of its own.
-    local names = {}
-    for _, d in ipairs(devices) do
-      if d.runtime ~= "host" then names[#names + 1] = d.name end
-    end
+    local names = kernel_devices()
     if #names == 0 then return pending("no device here but the host") end
     local script = [[
       local xfer = require "xfer"
       local d = xfer.device(arg[1])
-      local src = xfer.arange(10 * 2^20 + 3, { dtype = "u32" }) -- 40 MiB: 5 steps, 3 stretches
+      local src = xfer.arange(10 * 2^20 + 3, { dtype = "u32" }) -- 40 MiB: 6 steps of 8 MiB
       local there = src:to(d, { verify = true })
       local back = xfer.zeros({ src.numel }, { dtype = "u32" })
       back:copy_from(there, { verify = true })
@@ -258,10 +264,7 @@ describe("integrity #integrity", function()
       assert(not ok and e.code == "corrupt" and e.element >= 1, ok and "not caught" or tostring(e))
       print(d.name .. " checked")
     ]]
-    local file = os.tmpname()
-    local f = assert(io.open(file, "w"))
-    f:write(script)
-    f:close()
+    local file = script_file(script)
     for _, name in ipairs(names) do
       local out, code = h.run("XFER_DEVICE_SUMS=1 timeout 120 " .. h.xferlua() .. " " .. file .. " " .. name)
       assert.are.equal(0, code, out)
