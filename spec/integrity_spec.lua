@@ -208,8 +208,8 @@ describe("integrity #integrity", function()
 
   it("checks moves and batches by each device's own kernel, a stall ended at the deadline", function()
     -- with XFER_DEVICE_SUMS=1 every device's kernel is asked (PoCL's and lavapipe's too, which
-    -- are read back otherwise): steps of a paced move, a stall in a verified move, a batch.
-    -- Each device in a process of its own.
+    -- are read back otherwise): steps of a paced move, a stall in a verified move and in its
+    -- sum, a batch. Each device in a process of its own.
     local names = kernel_devices()
     if #names == 0 then return pending("no device here but the host") end
     local script = [[
@@ -247,6 +247,19 @@ describe("integrity #integrity", function()
       assert(not ok and e.code == "timeout", ok and "no timeout" or tostring(e))
       back:copy_from(there, { verify = true })
       assert(back:equals(src), "moved again")
+      -- ... and one that stops in its sum (each wait of the move stalled in turn: its steps',
+      -- then the sum's): the sum's wait ends at the deadline too, op verify
+      local in_sum = false
+      for nth = 1, 10 do
+        xfer.faults.inject({ runtime = d.runtime, op = "stall", nth = nth })
+        local done, e2 = pcall(back.copy_from, back, there, { verify = true, timeout = 0.3 })
+        xfer.faults.clear()
+        assert(done or e2.code == "timeout", tostring(e2))
+        in_sum = in_sum or (not done and e2.op == "verify")
+      end
+      assert(in_sum, "no wait of a sum was stalled")
+      back:copy_from(there, { verify = true })
+      assert(back:equals(src), "moved again after the sums' stalls")
       -- a batch's device ranges begun with its sources, a flipped bit named by its element
       local pieces, list = {}, {}
       for i = 1, 200 do

@@ -146,8 +146,14 @@ static xfer_code run_kernel(xfer_device *dev, cl_mem bytes, const cl_ulong *desc
     CL_STEP(code, dev, XFER_OP_VERIFY, err, clSetKernelArg, cd->crc_kernel, a, args[a].size, args[a].value);
   size_t groups = blocks < cd->crc_groups ? blocks : cd->crc_groups;
   size_t global = groups * GROUP, local = GROUP;
+  cl_event ran = NULL;
   CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueNDRangeKernel, cd->queue, cd->crc_kernel, 1, NULL,
-          &global, &local, 0, NULL, NULL);
+          &global, &local, 0, NULL, &ran);
+  /* the kernel waited for until the move's deadline, as every wait; the sums read only once it
+  ** is done (a blocking read of them waited in the driver for the kernel, deadline or not, and
+  ** one not blocking would write `sums` after a timeout) */
+  if (!code) code = xfer_cl_wait(dev, XFER_OP_VERIFY, ran, 0, err);
+  if (ran) api_of(dev)->clReleaseEvent(ran);
   CL_STEP(code, dev, XFER_OP_VERIFY, err, clEnqueueReadBuffer, cd->queue, d_sums, CL_TRUE, 0,
           blocks * sizeof *sums, sums, 0, NULL, NULL);
   if (d_sums) api_of(dev)->clReleaseMemObject(d_sums);

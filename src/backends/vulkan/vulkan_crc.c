@@ -203,15 +203,15 @@ static void bind(vk_dev *vd, VkBuffer buffer, VkDeviceSize from, VkDeviceSize ra
   vd->vkUpdateDescriptorSets(vd->device, 4, writes, 0, NULL);
 }
 
-/* Records and runs the shader over `groups` pieces already written, waiting for it. */
+/* Records and runs the shader over `groups` pieces already written (the device's fence settled
+** first: window_sums), waiting for it. */
 static xfer_code dispatch(xfer_device *dev, uint32_t groups, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   VkCommandBuffer cmd = vd->cmd;
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  xfer_code rc = xfer_vk_fence_settle(dev, XFER_OP_VERIFY, vd->fence, err);
-  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkBeginCommandBuffer, cmd, &begin);
+  xfer_code rc = VK(dev, XFER_OP_VERIFY, err, vkBeginCommandBuffer, cmd, &begin); /* (settled) */
   if (rc) return rc;
   /* the bytes may have been written by copies of earlier submissions */
   VkMemoryBarrier before = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -272,7 +272,10 @@ static xfer_code window_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
   size_t groups = 0;
   for (size_t i = first; i < end; i++) groups += pieces_in(pieces[i].n);
   if (!groups) return XFER_E_OK;
-  xfer_code rc = groups > 0xffffffffu ? XFER_E_UNSUPPORTED : room_for(dev, groups, err);
+  /* a sum whose wait ended at a deadline may still read the pieces and the set and write the
+  ** sums: waited for (until this move's deadline) before any of them is touched */
+  xfer_code rc = xfer_vk_fence_settle(dev, XFER_OP_VERIFY, vd->fence, err);
+  if (!rc) rc = groups > 0xffffffffu ? XFER_E_UNSUPPORTED : room_for(dev, groups, err);
   if (rc) return rc;
   uint32_t *desc = vd->crc_pieces.mapped;
   size_t k = 0;
