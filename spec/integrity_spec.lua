@@ -260,7 +260,7 @@ describe("integrity #integrity", function()
       assert(in_sum, "no wait of a sum was stalled")
       back:copy_from(there, { verify = true })
       assert(back:equals(src), "moved again after the sums' stalls")
-      -- a batch's device ranges begun with its sources, a flipped bit named by its element
+      -- a batch verified both ways, a flipped bit named by its element
       local pieces, list = {}, {}
       for i = 1, 200 do
         pieces[i] = src:narrow(1, i * 1000, 4096)
