@@ -28,8 +28,9 @@
 #define PIECE ((size_t)64 << 10)
 #define THREADS 256
 #define LEVELS 8 /* the tree's: 2^8 = THREADS */
-/* Blocks a multiprocessor runs at once: 33 KiB of shared memory each. */
-#define BLOCKS_PER_SM 6
+/* Blocks a multiprocessor runs at once: 33 KiB of shared memory each, and the registers the
+** kernel asks for (.minnctapersm, in the PTX) -- two sets of 64 bytes of a thread's stretch. */
+#define BLOCKS_PER_SM 5
 /* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes
 ** (four tables of 256, xfer_crc32c_shift_table). */
 #define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
@@ -44,6 +45,12 @@
   "  shr.u32 %r13, %r13, 8;\n"                                                                   \
   "  xor.b32 %r13, %r13, %r19;\n"
 #define WORD(reg) "  xor.b32 %r13, %r13, " reg ";\n" STEP STEP STEP STEP
+/* 64 bytes at `at` into four sets of four registers (`pred`: "@%p4 " or "") */
+#define LOAD64(a, b, c, d, at, pred)                                                              \
+  "  " pred "ld.global.nc.v4.u32 {" a "}, [" at "];\n"                                           \
+  "  " pred "ld.global.nc.v4.u32 {" b "}, [" at "+16];\n"                                        \
+  "  " pred "ld.global.nc.v4.u32 {" c "}, [" at "+32];\n"                                        \
+  "  " pred "ld.global.nc.v4.u32 {" d "}, [" at "+48];\n"
 #define SHIFT_BYTE(k, take, out)                                                                  \
   take                                                                                          \
   "  mul.wide.u32 %rd18, %r23, 4;\n"                                                             \
@@ -55,9 +62,12 @@ static const char kernel_ptx[] =
   ".address_size 64\n"
   ".visible .entry xfer_crc_pieces(.param .u64 p_desc, .param .u64 p_table, .param .u64 p_sums,\n"
   "                                .param .u32 p_count)\n"
+  /* registers for BLOCKS_PER_SM blocks of THREADS at once (48 on sm_90, no spill) */
+  ".maxntid 256, 1, 1\n"
+  ".minnctapersm 5\n"
   "{\n"
   "  .reg .pred %p<8>;\n"
-  "  .reg .b32 %r<48>;\n"
+  "  .reg .b32 %r<80>;\n"
   "  .reg .b64 %rd<24>;\n"
   "  .shared .align 16 .b32 tab[8192];\n"
   "  .shared .align 4 .b32 part[256];\n"
@@ -116,8 +126,42 @@ static const char kernel_ptx[] =
   "  and.b64 %rd16, %rd16, 15;\n"
   "  setp.ne.u64 %p3, %rd16, 0;\n"
   "  @%p3 bra BYTES;\n"
-  /* 16 bytes at a time, the next 16 loaded before these are summed (two sets of registers
-  ** in turn): a load's latency hides behind a quad's 16 lookups */
+  /* 64 bytes at a time while 64 are left, the next 64 loaded before these are summed (two
+  ** sets of 16 registers in turn): each of a thread's loads takes whole 32-byte sectors, so no
+  ** sector is fetched twice (a warp's 32 threads read 32 stretches 256 bytes apart: with one
+  ** 16-byte load at a time, half a sector waited in L1 for the next load, and L1 is too small
+  ** for 1536 threads' lines) and twice the bytes are in flight */
+  "  sub.u64 %rd21, %rd15, %rd14;\n"
+  "  setp.lt.u64 %p7, %rd21, 64;\n"
+  "  @%p7 bra QSTART;\n"
+  LOAD64("%r41, %r42, %r43, %r44", "%r45, %r46, %r47, %r48", "%r49, %r50, %r51, %r52",
+         "%r53, %r54, %r55, %r56", "%rd14", "")
+  "SIXTY:\n"
+  "  add.u64 %rd20, %rd14, 64;\n"
+  "  add.u64 %rd22, %rd20, 64;\n"
+  "  setp.le.u64 %p4, %rd22, %rd15;\n"
+  LOAD64("%r57, %r58, %r59, %r60", "%r61, %r62, %r63, %r64", "%r65, %r66, %r67, %r68",
+         "%r69, %r70, %r71, %r72", "%rd20", "@%p4 ")
+  WORD("%r41") WORD("%r42") WORD("%r43") WORD("%r44") WORD("%r45") WORD("%r46") WORD("%r47")
+  WORD("%r48") WORD("%r49") WORD("%r50") WORD("%r51") WORD("%r52") WORD("%r53") WORD("%r54")
+  WORD("%r55") WORD("%r56")
+  "  mov.u64 %rd14, %rd20;\n"
+  "  @!%p4 bra QSTART;\n"
+  "  add.u64 %rd20, %rd14, 64;\n"
+  "  add.u64 %rd22, %rd20, 64;\n"
+  "  setp.le.u64 %p4, %rd22, %rd15;\n"
+  LOAD64("%r41, %r42, %r43, %r44", "%r45, %r46, %r47, %r48", "%r49, %r50, %r51, %r52",
+         "%r53, %r54, %r55, %r56", "%rd20", "@%p4 ")
+  WORD("%r57") WORD("%r58") WORD("%r59") WORD("%r60") WORD("%r61") WORD("%r62") WORD("%r63")
+  WORD("%r64") WORD("%r65") WORD("%r66") WORD("%r67") WORD("%r68") WORD("%r69") WORD("%r70")
+  WORD("%r71") WORD("%r72")
+  "  mov.u64 %rd14, %rd20;\n"
+  "  @%p4 bra SIXTY;\n"
+  /* then 16 bytes at a time (a stretch cut short by the piece's padding), the next 16 loaded
+  ** before these are summed */
+  "QSTART:\n"
+  "  setp.ge.u64 %p4, %rd14, %rd15;\n"
+  "  @%p4 bra SUMMED;\n"
   "  ld.global.nc.v4.u32 {%r14, %r15, %r16, %r17}, [%rd14];\n"
   "QUADS:\n"
   "  add.u64 %rd20, %rd14, 16;\n"
@@ -190,6 +234,7 @@ static const char kernel_ptx[] =
   "}\n";
 #undef STEP
 #undef WORD
+#undef LOAD64
 #undef SHIFT_BYTE
 
 /* The kernel and its table, made on first use; the grid it runs in. */

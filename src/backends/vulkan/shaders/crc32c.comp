@@ -11,7 +11,7 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint COLS = 32u;
 layout(std430, set = 0, binding = 0) readonly buffer Bytes { uint words[]; };
 // the same bytes 16 at a time (one load where four were: 522 GB/s against CUDA's 950 on the
-// H100 when words were read singly)
+// H100 when words were read singly; 670 with 16)
 layout(std430, set = 0, binding = 0) readonly buffer Quads { uvec4 quads[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Pieces { uvec2 piece[]; }; // offset, length
 layout(std430, set = 0, binding = 2) readonly buffer Table { uint table[]; };
@@ -22,6 +22,19 @@ shared uint tab[256u * COLS];
 shared uint part[256];
 
 uint byte_at(uint at) { return (words[at >> 2] >> ((at & 3u) * 8u)) & 255u; }
+
+// c carried past the 16 bytes of w
+uint sum_quad(uint c, uvec4 w, uint col)
+{
+  for (uint q = 0u; q < 4u; q++) {
+    c ^= w[q];
+    c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+    c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+    c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+    c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
+  }
+  return c;
+}
 
 void main()
 {
@@ -36,19 +49,23 @@ void main()
     if (end > 0) {
       uint from = uint(max(beg, 0)), span = uint(end) - from, k = 0u, p = at + from;
       if (((p | span) & 15u) == 0u) {
-        uvec4 w = quads[p >> 4];
-        for (; k < span; k += 16u) {
-          // the next 16 bytes asked for before these are summed, as CUDA's kernel does
-          uvec4 next = k + 16u < span ? quads[(p + k + 16u) >> 4] : uvec4(0u);
-          for (uint q = 0u; q < 4u; q++) {
-            c ^= w[q];
-            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-            c = (c >> 8) ^ tab[(c & 255u) * COLS + col];
-          }
-          w = next;
+        // 64 bytes at a time while 64 are left, the next 64 asked for before these are summed:
+        // whole sectors a load, twice the bytes in flight (cuda_crc.c says why)
+        uint at4 = p >> 4;
+        uvec4 a0 = uvec4(0u), a1 = uvec4(0u), a2 = uvec4(0u), a3 = uvec4(0u);
+        if (span >= 64u) {
+          a0 = quads[at4]; a1 = quads[at4 + 1u]; a2 = quads[at4 + 2u]; a3 = quads[at4 + 3u];
         }
+        for (; k + 64u <= span; k += 64u) {
+          uvec4 b0 = uvec4(0u), b1 = uvec4(0u), b2 = uvec4(0u), b3 = uvec4(0u);
+          if (k + 128u <= span) {
+            uint n = at4 + (k >> 4) + 4u;
+            b0 = quads[n]; b1 = quads[n + 1u]; b2 = quads[n + 2u]; b3 = quads[n + 3u];
+          }
+          c = sum_quad(sum_quad(sum_quad(sum_quad(c, a0, col), a1, col), a2, col), a3, col);
+          a0 = b0; a1 = b1; a2 = b2; a3 = b3;
+        }
+        for (; k < span; k += 16u) c = sum_quad(c, quads[(p + k) >> 4], col);
       }
       for (; k < span; k++) {
         c ^= byte_at(p + k);
