@@ -49,6 +49,15 @@ static void load(void)
   ** own TCP address: 3 runs of 261 here; 0 of 1800 with this). Non-blocking, a connect
   ** that never completes is one more request the deadline ends. A user's setting stays. */
   setenv("UCX_TCP_CONN_NB", "y", 0);
+#if defined(__SANITIZE_ADDRESS__)
+  /* An AddressSanitizer build: UCX's memory-event hooks (UCM patches mmap and, where UCX has
+  ** CUDA, CUDA's allocation calls, so that its registration cache hears of memory let go) jump
+  ** to a wild address under ASan -- every server and client on the GPU machine died so, at
+  ** xfer.connect or at serving (H100, 2026-12-06 and -07). With the events off UCX keeps no
+  ** cache they would invalidate, and both ran (a connect, host and CUDA moves both ways). Only
+  ** sanitized builds; a user's setting stays. */
+  setenv("UCX_MEM_EVENTS", "no", 0);
+#endif
   void *lib = xfer_driver_open("XFER_UCX_LIBRARY", "libucp.so.0", "the UCX library", &path, &err);
   if (!lib) {
     snprintf(load_why, sizeof load_why, "%s", err.message);
