@@ -210,6 +210,24 @@ uint32_t xfer_crc32c_of_raw_pieces(const uint32_t *raw, size_t piece, size_t n)
   return xfer_crc32c_of_stretches(raw, (n + piece - 1) / piece, piece, n) ^ inversion;
 }
 
+/* The stretches, largest first: table set k is stretch 256 >> 2k. */
+size_t xfer_crc32c_kernel_stretch(size_t largest, size_t *shifts_at)
+{
+  int set = 0;
+  while (set + 1 < XFER_CRC_STRETCHES && largest <= (size_t)256 * (256 >> (2 * (set + 1)))) set++;
+  *shifts_at = 256 + (size_t)set * XFER_CRC_LEVELS * 1024;
+  return (size_t)256 >> (2 * set);
+}
+
+void xfer_crc32c_kernel_table(uint32_t *out)
+{
+  xfer_crc32c_byte_table(out);
+  for (int set = 0; set < XFER_CRC_STRETCHES; set++)
+    for (int j = 0; j < XFER_CRC_LEVELS; j++)
+      xfer_crc32c_shift_table(((size_t)256 >> (2 * set)) << j,
+                              (uint32_t(*)[256])(out + 256 + ((size_t)set * XFER_CRC_LEVELS + (size_t)j) * 1024));
+}
+
 /* Past this many stretches, a table of the shift by one stretch (4 KiB, about 3 us to make)
 ** joins each with four lookups instead of a 32-step product (30 ns): 4096 sums of a 256 MiB
 ** range took 0.12 ms. */

@@ -113,6 +113,19 @@ uint32_t xfer_crc32c_from_raw(uint32_t raw, size_t n);
 /* The CRC32C of n bytes from the raw registers of their pieces of `piece` bytes (the last the
 ** rest): what each device kernel gives (cuda_crc.c, opencl_crc.c, vulkan_crc.c). 0 for no bytes. */
 uint32_t xfer_crc32c_of_raw_pieces(const uint32_t *raw, size_t piece, size_t n);
+/* The device kernels' design (cuda_crc.c, opencl_crc.c, vulkan_crc.c): a block of 256 threads
+** sums a piece of 256 stretches, right-aligned, and joins them by a tree of XFER_CRC_LEVELS
+** levels of fixed shifts. A thread's stretch is 256 bytes (pieces of 64 KiB), or 64 or 16 for a
+** call whose ranges all fit in pieces of 16 or 4 KiB: a batch of 16 KiB ranges in 64 KiB pieces
+** left three threads of four idle. The table they read: the byte table, then for each stretch
+** the shifts of each level j (by stretch * 2^j bytes, four tables of 256). */
+#define XFER_CRC_LEVELS 8
+#define XFER_CRC_STRETCHES 3
+#define XFER_CRC_TABLE_WORDS ((size_t)256 + XFER_CRC_STRETCHES * XFER_CRC_LEVELS * 1024)
+void xfer_crc32c_kernel_table(uint32_t *out);
+/* The stretch a kernel sums ranges of at most `largest` bytes by (its pieces: 256 stretches),
+** and the word of the kernel table where that stretch's shifts begin. */
+size_t xfer_crc32c_kernel_stretch(size_t largest, size_t *shifts_at);
 
 /* -- driver_library.c ----------------------------------------------------------------- */
 

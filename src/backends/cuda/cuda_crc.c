@@ -1,12 +1,13 @@
 /*
 ** cuda_crc.c -- copy->crc32c on a CUDA device: the CRC32C of ranges of its memory summed where
 ** they lie, every range of a batch in one kernel, so that `verify` reads nothing back. Each
-** range is cut into pieces of PIECE bytes, each a thread block's in turn (the grid as many
+** range is cut into pieces of 256 stretches, each a thread block's in turn (the grid as many
 ** blocks as the device runs at once, walking the pieces). A piece is summed right-aligned:
-** thread t sums bytes [256t - pad, 256t - pad + 256) of it, pad = PIECE - its length, as a raw
+** thread t sums bytes [st - pad, st - pad + s) of it, s the stretch (256 bytes; 64 or 16 for
+** a call of small ranges: xfer_crc32c_kernel_stretch), pad = 256s - its length, as a raw
 ** register (from 0, no inversion), which zero bytes in front leave as it is -- so every
-** stretch but the padding is 256 bytes and the block's tree joins them by fixed shifts (a
-** shift by 256 * 2^j bytes: four lookups in a table the host made). The host joins a range's
+** stretch but the padding is s bytes and the block's tree joins them by fixed shifts (a
+** shift by s * 2^j bytes: four lookups in a table the host made). The host joins a range's
 ** pieces and turns the raw register into the CRC. The byte table lies in shared memory once
 ** per lane (32 KiB): each lane reads its own bank, so no two lookups of a warp collide.
 ** PTX written here, compiled by the driver on first use, as cuda_many.c's kernel. It runs on a
@@ -24,19 +25,17 @@
 
 #include "cuda_host.h"
 
-/* Bytes a thread block sums at a time: 256 threads of 256 bytes. */
-#define PIECE ((size_t)64 << 10)
+/* A thread block: 256 threads, a stretch each (the tree's XFER_CRC_LEVELS: 2^8 = THREADS). */
 #define THREADS 256
-#define LEVELS 8 /* the tree's: 2^8 = THREADS */
 /* Blocks a multiprocessor runs at once: 33 KiB of shared memory each, and the registers the
 ** kernel asks for (.minnctapersm, in the PTX) -- two sets of 64 bytes of a thread's stretch. */
 #define BLOCKS_PER_SM 5
-/* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes
-** (four tables of 256, xfer_crc32c_shift_table). */
-#define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
+/* The table the kernel reads (xfer_crc32c_kernel_table). */
+#define TABLE_WORDS XFER_CRC_TABLE_WORDS
 
-/* xfer_crc_pieces(desc, table, sums, count): piece p's descriptor (address, length) at
-** desc + 16p, its raw register to sums + 4p, for p < count. */
+/* xfer_crc_pieces(desc, table, sums, count, stretch, shifts): piece p's descriptor (address,
+** length) at desc + 16p, its raw register to sums + 4p, for p < count; a thread's stretch of
+** `stretch` bytes, the tree's shifts for it at `shifts` (in the table). */
 #define STEP                                                                                      \
   "  and.b32 %r18, %r13, 255;\n"                                                                 \
   "  shl.b32 %r18, %r18, 7;\n"                                                                   \
@@ -61,20 +60,24 @@ static const char kernel_ptx[] =
   ".target sm_52\n"
   ".address_size 64\n"
   ".visible .entry xfer_crc_pieces(.param .u64 p_desc, .param .u64 p_table, .param .u64 p_sums,\n"
-  "                                .param .u32 p_count)\n"
+  "                                .param .u32 p_count, .param .u32 p_stretch, .param .u64 p_shifts)\n"
   /* registers for BLOCKS_PER_SM blocks of THREADS at once (48 on sm_90, no spill) */
   ".maxntid 256, 1, 1\n"
   ".minnctapersm 5\n"
   "{\n"
   "  .reg .pred %p<8>;\n"
   "  .reg .b32 %r<80>;\n"
-  "  .reg .b64 %rd<24>;\n"
+  "  .reg .b64 %rd<28>;\n"
   "  .shared .align 16 .b32 tab[8192];\n"
   "  .shared .align 4 .b32 part[256];\n"
   "  ld.param.u64 %rd1, [p_desc];\n"
   "  ld.param.u64 %rd2, [p_table];\n"
   "  ld.param.u64 %rd3, [p_sums];\n"
   "  ld.param.u32 %r40, [p_count];\n"
+  "  ld.param.u32 %r73, [p_stretch];\n"
+  "  ld.param.u64 %rd25, [p_shifts];\n"
+  "  cvt.u64.u32 %rd24, %r73;\n"
+  "  shl.b64 %rd23, %rd24, 8;\n" /* a piece's bytes */
   "  mov.u32 %r1, %tid.x;\n"
   "  and.b32 %r2, %r1, 31;\n"
   "  mov.u32 %r3, tab;\n"
@@ -110,11 +113,11 @@ static const char kernel_ptx[] =
   "  add.u64 %rd7, %rd1, %rd6;\n"
   "  ld.global.nc.u64 %rd8, [%rd7];\n"
   "  ld.global.nc.u64 %rd9, [%rd7+8];\n"
-  /* this thread's stretch [beg, beg + 256) of the piece, right-aligned: beg may be < 0 */
-  "  mul.wide.u32 %rd10, %r1, 256;\n"
+  /* this thread's stretch [beg, beg + stretch) of the piece, right-aligned: beg may be < 0 */
+  "  mul.wide.u32 %rd10, %r1, %r73;\n"
   "  add.s64 %rd10, %rd10, %rd9;\n"
-  "  sub.s64 %rd10, %rd10, 65536;\n"
-  "  add.s64 %rd11, %rd10, 256;\n"
+  "  sub.s64 %rd10, %rd10, %rd23;\n"
+  "  add.s64 %rd11, %rd10, %rd24;\n"
   "  mov.u32 %r13, 0;\n"
   "  setp.le.s64 %p2, %rd11, 0;\n"
   "  @%p2 bra SUMMED;\n"
@@ -188,10 +191,10 @@ static const char kernel_ptx[] =
   "SUMMED:\n"
   "  st.shared.u32 [%r10], %r13;\n"
   "  bar.sync 0;\n"
-  /* the tree: at stride s = 2^j, thread t (a multiple of 2s) shifts part[t] past the 256s
-  ** bytes of part[t + s] and joins it */
+  /* the tree: at stride s = 2^j, thread t (a multiple of 2s) shifts part[t] past the
+  ** stretch * s bytes of part[t + s] and joins it */
   "  mov.u32 %r20, 1;\n"
-  "  add.u64 %rd17, %rd2, 1024;\n"
+  "  mov.u64 %rd17, %rd25;\n"
   "LEVEL:\n"
   "  setp.ge.u32 %p5, %r20, 256;\n"
   "  @%p5 bra WRITE;\n"
@@ -244,9 +247,7 @@ static xfer_code kernel_ready(xfer_device *dev, xfer_error *err)
   if (cd->crc_fn) return XFER_E_OK;
   uint32_t *table = malloc(TABLE_WORDS * sizeof *table);
   if (!table) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  xfer_crc32c_byte_table(table);
-  for (int j = 0; j < LEVELS; j++)
-    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + (size_t)1024 * (size_t)j));
+  xfer_crc32c_kernel_table(table);
   int sms = 0;
   xfer_code rc = CU(dev, XFER_OP_VERIFY, err, cuDeviceGetAttribute, &sms,
                     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cd->device);
@@ -287,7 +288,7 @@ void xfer_cu_crc_release(cu_api *api, cu_dev *cd)
   cd->crc_fn = NULL;
 }
 
-static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }
+static size_t pieces_in(size_t n, size_t piece) { return (n + piece - 1) / piece; }
 
 /* Whether a slot may be taken: not taken, and its last kernel done -- a kernel whose wait
 ** ended at a deadline may still read the slot's descriptors and write its sums. */
@@ -327,16 +328,19 @@ static xfer_code slot_take(xfer_device *dev, size_t bytes, int *slot, xfer_error
   return XFER_E_OK;
 }
 
-/* The kernel over the slot's `blocks` descriptors, behind it the slot's event. A launch that
+/* The kernel over the slot's `blocks` descriptors (threads' stretches of `stretch` bytes, the
+** tree's shifts at word `shifts_at` of the table), behind it the slot's event. A launch that
 ** failed left nothing running (the slot is free again); a kernel launched whose event could not
 ** be recorded keeps its slot taken for good (nothing would say when it is done). */
-static xfer_code launch(xfer_device *dev, int slot, size_t blocks, xfer_error *err)
+static xfer_code launch(xfer_device *dev, int slot, size_t blocks, size_t stretch, size_t shifts_at,
+                        xfer_error *err)
 {
   cu_dev *cd = cu_of(dev);
   struct cu_sum_slot *s = &cd->sum_slots[slot];
-  CUdeviceptr desc = s->mapped, sums = s->mapped + blocks * 16;
+  CUdeviceptr desc = s->mapped, sums = s->mapped + blocks * 16, shifts = cd->crc_table + shifts_at * 4;
   unsigned pieces = (unsigned)blocks, grid = pieces < cd->crc_grid ? pieces : cd->crc_grid;
-  void *args[] = {&desc, &cd->crc_table, &sums, &pieces};
+  unsigned stretch_bytes = (unsigned)stretch;
+  void *args[] = {&desc, &cd->crc_table, &sums, &pieces, &stretch_bytes, &shifts};
   xfer_code rc = CU(dev, XFER_OP_VERIFY, err, cuLaunchKernel, cd->crc_fn, grid, 1, 1, THREADS, 1, 1, 0,
                     cd->sum_stream, args, NULL);
   if (rc) {
@@ -349,8 +353,10 @@ static xfer_code launch(xfer_device *dev, int slot, size_t blocks, xfer_error *e
 xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err)
 {
-  size_t blocks = 0;
-  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n);
+  size_t blocks = 0, largest = 0, shifts_at = 0;
+  for (size_t i = 0; i < count; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
+  size_t stretch = xfer_crc32c_kernel_stretch(largest, &shifts_at), piece = stretch * THREADS;
+  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n, piece);
   for (size_t i = 0; i < count; i++) crc[i] = 0;
   if (!blocks) return XFER_E_OK;
   if (blocks > 0x7fffffffu) return XFER_E_UNSUPPORTED;
@@ -363,16 +369,16 @@ xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
   uint64_t *desc = s->host;
   size_t k = 0;
   for (size_t i = 0; i < count; i++)
-    for (size_t at = 0; at < pieces[i].n; at += PIECE, k++) {
+    for (size_t at = 0; at < pieces[i].n; at += piece, k++) {
       desc[2 * k] = (uint64_t)(xfer_cu_ptr(pieces[i].buf) + pieces[i].offset + at);
-      desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
+      desc[2 * k + 1] = pieces[i].n - at < piece ? pieces[i].n - at : piece;
     }
-  rc = launch(dev, slot, blocks, err);
+  rc = launch(dev, slot, blocks, stretch, shifts_at, err);
   if (rc) return rc; /* (its slot free again, or kept for good) */
   rc = xfer_cu_wait(dev, XFER_OP_VERIFY, NULL, s->done, err);
   const uint32_t *sums = (const uint32_t *)((const char *)s->host + blocks * 16);
-  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n), i++)
-    crc[i] = xfer_crc32c_of_raw_pieces(sums + first, PIECE, pieces[i].n);
+  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n, piece), i++)
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + first, piece, pieces[i].n);
   s->taken = 0; /* taken again once its event says its kernel is done */
   return rc;
 }

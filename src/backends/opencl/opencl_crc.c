@@ -1,10 +1,11 @@
 /*
 ** opencl_crc.c -- copy->crc32c on an OpenCL device: the CRC32C of ranges of its buffers summed
 ** where they lie, so that `verify` reads nothing back. As CUDA's kernel (cuda_crc.c): each
-** range cut into pieces of PIECE bytes, the work-groups (as many as the device runs at once)
-** walking them; a piece summed right-aligned, work-item t summing bytes [256t - pad, 256t -
-** pad + 256) as a raw register, which leading zeros leave as it is, so that the tree joins
-** 256-byte stretches by fixed shifts (four lookups in a table the host made); the byte table
+** range cut into pieces of 256 stretches, the work-groups (as many as the device runs at once)
+** walking them; a piece summed right-aligned, work-item t summing bytes [st - pad, st - pad +
+** s) as a raw register (s the stretch: 256 bytes, 64 or 16 for a call of small ranges),
+** which leading zeros leave as it is, so that the tree joins stretches by fixed shifts (four
+** lookups in a table the host made); the byte table
 ** in local memory once per lane of 32, so that a warp's lookups fall in separate banks. The
 ** host joins a range's pieces and turns the raw register into the CRC. One enqueue per
 ** buffer a call names (a buffer is the kernel's argument: OpenCL has no addresses across
@@ -17,14 +18,12 @@
 
 #include "opencl_call.h"
 
-/* Bytes one work-group sums at a time: 256 work-items of 256 bytes. */
-#define PIECE ((size_t)64 << 10)
+/* A work-group: 256 work-items, a stretch each (the tree's XFER_CRC_LEVELS: 2^8 = GROUP). */
 #define GROUP 256
-#define LEVELS 8 /* the tree's: 2^8 = GROUP */
 /* Work-groups a compute unit runs at once (33 KiB of local memory each, on a GPU). */
 #define GROUPS_PER_UNIT 6
-/* The table the kernel reads: the byte table, then per level j the shift by 256 * 2^j bytes. */
-#define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
+/* The table the kernel reads (xfer_crc32c_kernel_table). */
+#define TABLE_WORDS XFER_CRC_TABLE_WORDS
 /* The local memory the kernel takes: the byte table once per lane, and the tree. */
 #define LOCAL_BYTES ((cl_ulong)(8192 + 256) * 4)
 
@@ -34,7 +33,8 @@ static const char source[] =
   "#define QUAD(v) WORD(v.x); WORD(v.y); WORD(v.z); WORD(v.w)\n"
   "__kernel __attribute__((reqd_work_group_size(256, 1, 1)))\n"
   "void crc32c_pieces(__global const uchar *bytes, __global const ulong *desc,\n"
-  "                   __global const uint *table, __global uint *sums, uint count)\n"
+  "                   __global const uint *table, __global uint *sums, uint count, uint stretch,\n"
+  "                   uint shifts_at)\n"
   "{\n"
   "  __local uint tab[8192], part[256];\n"
   "  uint t = get_local_id(0);\n"
@@ -44,7 +44,7 @@ static const char source[] =
   "  __local const uint *col = tab + (t & 31);\n"
   "  for (uint g = get_group_id(0); g < count; g += get_num_groups(0)) {\n"
   "    ulong at = desc[2 * g], len = desc[2 * g + 1];\n"
-  "    long beg = (long)t * 256 + (long)len - 65536, end = beg + 256;\n"
+  "    long beg = (long)t * stretch + (long)len - 256 * (long)stretch, end = beg + stretch;\n"
   "    uint c = 0;\n"
   "    if (end > 0) {\n"
   "      ulong from = beg < 0 ? 0 : (ulong)beg, span = (ulong)end - from, k = 0;\n"
@@ -70,7 +70,7 @@ static const char source[] =
   "    }\n"
   "    part[t] = c;\n"
   "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-  "    __global const uint *sh = table + 256;\n"
+  "    __global const uint *sh = table + shifts_at;\n"
   "    for (uint s = 1; s < 256; s <<= 1, sh += 1024) {\n"
   "      if ((t & (2 * s - 1)) == 0) {\n"
   "        uint r = part[t];\n"
@@ -112,9 +112,7 @@ static int kernel_ready(xfer_device *dev)
     return 0;
   }
   cd->crc_groups = (size_t)(units ? units : 1) * GROUPS_PER_UNIT;
-  xfer_crc32c_byte_table(table);
-  for (int j = 0; j < LEVELS; j++)
-    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + (size_t)1024 * (size_t)j));
+  xfer_crc32c_kernel_table(table);
   const char *text = source;
   size_t len = sizeof source - 1;
   cd->crc_program = api->clCreateProgramWithSource(cd->context, 1, &text, &len, &rc);
@@ -132,12 +130,13 @@ static int kernel_ready(xfer_device *dev)
   return 1;
 }
 
-static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }
+static size_t pieces_in(size_t n, size_t piece) { return (n + piece - 1) / piece; }
 
 /* The kernel over `blocks` descriptors of one buffer (offset, length: two words each), their
-** sums read into `sums`. */
+** sums read into `sums`; work-items' stretches of `stretch` bytes, the tree's shifts at word
+** `shifts_at` of the table. */
 static xfer_code run_kernel(xfer_device *dev, cl_mem bytes, const cl_ulong *desc, size_t blocks,
-                            uint32_t *sums, xfer_error *err)
+                            size_t stretch, size_t shifts_at, uint32_t *sums, xfer_error *err)
 {
   cl_dev *cd = cl_of(dev);
   cl_mem d_desc = NULL, d_sums = NULL;
@@ -150,7 +149,8 @@ static xfer_code run_kernel(xfer_device *dev, cl_mem bytes, const cl_ulong *desc
     size_t size;
     const void *value;
   } args[] = {{sizeof bytes, &bytes}, {sizeof d_desc, &d_desc}, {sizeof cd->crc_table, &cd->crc_table},
-              {sizeof d_sums, &d_sums}, {sizeof(cl_uint), &(cl_uint){(cl_uint)blocks}}};
+              {sizeof d_sums, &d_sums}, {sizeof(cl_uint), &(cl_uint){(cl_uint)blocks}},
+              {sizeof(cl_uint), &(cl_uint){(cl_uint)stretch}}, {sizeof(cl_uint), &(cl_uint){(cl_uint)shifts_at}}};
   for (cl_uint a = 0; a < sizeof args / sizeof args[0]; a++)
     CL_STEP(code, dev, XFER_OP_VERIFY, err, clSetKernelArg, cd->crc_kernel, a, args[a].size, args[a].value);
   size_t groups = blocks < cd->crc_groups ? blocks : cd->crc_groups;
@@ -176,9 +176,12 @@ static xfer_code buffer_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
                              unsigned char *done, uint32_t *crc, xfer_error *err)
 {
   void *buf = pieces[first].buf;
-  size_t blocks = 0;
+  size_t blocks = 0, largest = 0, shifts_at = 0;
   for (size_t i = first; i < count; i++)
-    if (pieces[i].buf == buf) blocks += pieces_in(pieces[i].n);
+    if (pieces[i].buf == buf && pieces[i].n > largest) largest = pieces[i].n;
+  size_t stretch = xfer_crc32c_kernel_stretch(largest, &shifts_at), piece = stretch * GROUP;
+  for (size_t i = first; i < count; i++)
+    if (pieces[i].buf == buf) blocks += pieces_in(pieces[i].n, piece);
   cl_ulong *desc = malloc((blocks ? blocks : 1) * 2 * sizeof *desc);
   uint32_t *sums = malloc((blocks ? blocks : 1) * sizeof *sums);
   if (!desc || !sums) {
@@ -189,16 +192,16 @@ static xfer_code buffer_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
   xfer_code rc = XFER_E_OK;
   size_t k = 0;
   for (size_t i = first; i < count; i++)
-    for (size_t at = 0; pieces[i].buf == buf && at < pieces[i].n; at += PIECE, k++) {
+    for (size_t at = 0; pieces[i].buf == buf && at < pieces[i].n; at += piece, k++) {
       desc[2 * k] = pieces[i].offset + at;
-      desc[2 * k + 1] = pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE;
+      desc[2 * k + 1] = pieces[i].n - at < piece ? pieces[i].n - at : piece;
     }
-  if (!rc && blocks) rc = run_kernel(dev, (cl_mem)buf, desc, blocks, sums, err);
+  if (!rc && blocks) rc = run_kernel(dev, (cl_mem)buf, desc, blocks, stretch, shifts_at, sums, err);
   for (size_t i = first, b = 0; !rc && i < count; i++) {
     if (pieces[i].buf != buf) continue;
     done[i] = 1;
-    crc[i] = xfer_crc32c_of_raw_pieces(sums + b, PIECE, pieces[i].n);
-    b += pieces_in(pieces[i].n);
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + b, piece, pieces[i].n);
+    b += pieces_in(pieces[i].n, piece);
   }
   free(desc);
   free(sums);

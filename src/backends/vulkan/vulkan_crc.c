@@ -2,8 +2,8 @@
 ** vulkan_crc.c -- copy->crc32c on a Vulkan device: the CRC32C of ranges of its buffers summed
 ** where they lie by a compute shader (shaders/crc32c.comp, SPIR-V carried in the binary), so
 ** that `verify` reads nothing back. As CUDA's and OpenCL's kernels: each range cut into pieces
-** of PIECE bytes, one workgroup each, summed right-aligned as raw registers joined by fixed
-** shifts; the host joins a range's pieces and turns the raw register into the CRC. The byte
+** of 256 stretches (256 bytes; 64 or 16 for a call of small ranges), one workgroup each,
+** summed right-aligned as raw registers joined by fixed shifts; the host joins a range's pieces and turns the raw register into the CRC. The byte
 ** table lies in shared memory once per lane of as many columns as the device's shared memory
 ** holds (32: a lookup per bank). A buffer is bound as a storage buffer through a window of at
 ** most maxStorageBufferRange bytes; the pieces of one window go in one submission. Made on
@@ -19,14 +19,18 @@
 #include "vulkan_crc_spv.h"
 #endif
 
-/* Bytes one workgroup sums at a time (the shader's 65536), and the workgroups a dispatch runs
-** (each fills its table once and walks the pieces: an H100 runs about 800 at once). */
-#define PIECE ((size_t)64 << 10)
+/* A workgroup's invocations (the shader's local size: a stretch each), and the workgroups a
+** dispatch runs (each fills its table once and walks the pieces: an H100 runs about 800 at
+** once). */
+#define INVOCATIONS 256
 #define GROUPS_MAX 1024u
-#define LEVELS 8 /* the tree's: 2^8 invocations */
-/* The table the shader reads: the byte table, then per level j the shift by 256 * 2^j bytes
-** (four tables of 256, xfer_crc32c_shift_table). */
-#define TABLE_WORDS ((size_t)(256 + LEVELS * 1024))
+/* The table the shader reads (xfer_crc32c_kernel_table). */
+#define TABLE_WORDS XFER_CRC_TABLE_WORDS
+
+/* The shader's push constants: the pieces, the stretch, where its shifts begin in the table. */
+typedef struct {
+  uint32_t count, stretch, shifts_at;
+} crc_push;
 
 /* The byte table's columns in shared memory (the shader's COLS): as many as fit beside the
 ** tree's 1 KiB, 32 at most, 8 at least (16 KiB is what every device has). */
@@ -93,7 +97,7 @@ static int queue_computes(xfer_device *dev)
 }
 
 /* The descriptor set's layout, the pipeline and a set to bind: four storage buffers (the
-** bytes, the pieces, the table, the sums) and the pieces' count as a push constant. */
+** bytes, the pieces, the table, the sums) and push constants (crc_push). */
 static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
@@ -112,7 +116,7 @@ static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
                                          .bindingCount = 4,
                                          .pBindings = bindings};
   if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkCreateDescriptorSetLayout, d, &set, NULL, &vd->crc_set_layout);
-  VkPushConstantRange count = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(uint32_t)};
+  VkPushConstantRange count = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(crc_push)};
   VkPipelineLayoutCreateInfo layout = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                        .setLayoutCount = 1,
                                        .pSetLayouts = &vd->crc_set_layout,
@@ -163,10 +167,7 @@ static xfer_code ready(xfer_device *dev)
     vd->crc_refused = 1;
     return XFER_E_UNSUPPORTED;
   }
-  uint32_t *table = vd->crc_table.mapped;
-  xfer_crc32c_byte_table(table);
-  for (int j = 0; j < LEVELS; j++)
-    xfer_crc32c_shift_table((size_t)256 << j, (uint32_t(*)[256])(table + 256 + (size_t)1024 * (size_t)j));
+  xfer_crc32c_kernel_table(vd->crc_table.mapped);
   return XFER_E_OK;
 }
 
@@ -204,8 +205,9 @@ static void bind(vk_dev *vd, VkBuffer buffer, VkDeviceSize from, VkDeviceSize ra
 }
 
 /* Records and runs the shader over `groups` pieces already written (the device's fence settled
-** first: window_sums), waiting for it. */
-static xfer_code dispatch(xfer_device *dev, uint32_t groups, xfer_error *err)
+** first: window_sums), waiting for it; invocations' stretches of `stretch` bytes, the tree's
+** shifts at word `shifts_at` of the table. */
+static xfer_code dispatch(xfer_device *dev, uint32_t groups, size_t stretch, size_t shifts_at, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   VkCommandBuffer cmd = vd->cmd;
@@ -222,7 +224,8 @@ static xfer_code dispatch(xfer_device *dev, uint32_t groups, xfer_error *err)
                            &before, 0, NULL, 0, NULL);
   vd->vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_pipeline);
   vd->vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_layout, 0, 1, &vd->crc_set, 0, NULL);
-  vd->vkCmdPushConstants(cmd, vd->crc_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof groups, &groups);
+  crc_push push = {groups, (uint32_t)stretch, (uint32_t)shifts_at};
+  vd->vkCmdPushConstants(cmd, vd->crc_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push, &push);
   vd->vkCmdDispatch(cmd, groups < GROUPS_MAX ? groups : GROUPS_MAX, 1, 1);
   VkMemoryBarrier after = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
@@ -240,7 +243,7 @@ static xfer_code dispatch(xfer_device *dev, uint32_t groups, xfer_error *err)
   return xfer_vk_wait_fence(dev, XFER_OP_VERIFY, vd->fence, err);
 }
 
-static size_t pieces_in(size_t n) { return (n + PIECE - 1) / PIECE; }
+static size_t pieces_in(size_t n, size_t piece) { return (n + piece - 1) / piece; }
 
 /* The window of a buffer that starts at range `first`: the ranges from there on the same buffer
 ** that fit in one binding, [*lo, *hi) of the buffer; how many ranges (*end: one past them). */
@@ -269,8 +272,10 @@ static xfer_code window_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
 {
   vk_dev *vd = vk_of(dev);
   const vk_buf *b = pieces[first].buf;
-  size_t groups = 0;
-  for (size_t i = first; i < end; i++) groups += pieces_in(pieces[i].n);
+  size_t groups = 0, largest = 0, shifts_at = 0;
+  for (size_t i = first; i < end; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
+  size_t stretch = xfer_crc32c_kernel_stretch(largest, &shifts_at), piece = stretch * INVOCATIONS;
+  for (size_t i = first; i < end; i++) groups += pieces_in(pieces[i].n, piece);
   if (!groups) return XFER_E_OK;
   /* a sum whose wait ended at a deadline may still read the pieces and the set and write the
   ** sums: waited for (until this move's deadline) before any of them is touched */
@@ -280,18 +285,18 @@ static xfer_code window_sums(xfer_device *dev, const xfer_sum_piece *pieces, siz
   uint32_t *desc = vd->crc_pieces.mapped;
   size_t k = 0;
   for (size_t i = first; i < end; i++)
-    for (size_t at = 0; at < pieces[i].n; at += PIECE, k++) {
+    for (size_t at = 0; at < pieces[i].n; at += piece, k++) {
       desc[2 * k] = (uint32_t)(pieces[i].offset + at - lo);
-      desc[2 * k + 1] = (uint32_t)(pieces[i].n - at < PIECE ? pieces[i].n - at : PIECE);
+      desc[2 * k + 1] = (uint32_t)(pieces[i].n - at < piece ? pieces[i].n - at : piece);
     }
   /* whole words: the last one may reach past the bytes, never past the buffer */
   VkDeviceSize range = (hi - lo + 3) / 4 * 4;
   if (lo + range > b->size || range > vd->max_storage_range) return XFER_E_UNSUPPORTED;
   bind(vd, b->buffer, lo, range);
-  rc = dispatch(dev, (uint32_t)groups, err);
+  rc = dispatch(dev, (uint32_t)groups, stretch, shifts_at, err);
   const uint32_t *sums = vd->crc_sums.mapped;
-  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n), i++)
-    crc[i] = xfer_crc32c_of_raw_pieces(sums + g, PIECE, pieces[i].n);
+  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n, piece), i++)
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + g, piece, pieces[i].n);
   return rc;
 }
 #endif

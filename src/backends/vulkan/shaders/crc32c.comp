@@ -1,8 +1,9 @@
 // crc32c.comp -- the CRC32C of pieces of a buffer, the workgroups walking them (vulkan_crc.c), as
 // CUDA's and OpenCL's kernels: a piece summed right-aligned, invocation t summing bytes
-// [256t - pad, 256t - pad + 256) of it (pad = 65536 - its length) as a raw register (from 0, no
-// inversion), which zero bytes in front leave as it is, so that the tree joins 256-byte
-// stretches by fixed shifts (four lookups in tables the host gives after the byte table). The
+// [st - pad, st - pad + s) of it (s the stretch: 256 bytes, 64 or 16 for a call of small
+// ranges; pad = 256s - its length) as a raw register (from 0, no inversion), which zero bytes
+// in front leave as it is, so that the tree joins stretches by fixed shifts (four lookups in
+// tables the host gives after the byte table, the stretch's at shifts_at). The
 // byte table lies in shared memory once per lane of COLS (a specialization constant: 32 where
 // the device's shared memory holds it, fewer where not), so that lookups of a subgroup fall in
 // separate banks. The host joins a piece's raw registers and turns them into the CRC.
@@ -16,7 +17,7 @@ layout(std430, set = 0, binding = 0) readonly buffer Quads { uvec4 quads[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Pieces { uvec2 piece[]; }; // offset, length
 layout(std430, set = 0, binding = 2) readonly buffer Table { uint table[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Sums { uint sums[]; };
-layout(push_constant) uniform Count { uint count; }; // the pieces
+layout(push_constant) uniform Push { uint count; uint stretch; uint shifts_at; }; // the pieces, ...
 
 shared uint tab[256u * COLS];
 shared uint part[256];
@@ -44,7 +45,7 @@ void main()
   barrier();
   for (uint g = gl_WorkGroupID.x; g < count; g += gl_NumWorkGroups.x) {
     uint at = piece[g].x, len = piece[g].y;
-    int beg = int(t * 256u + len) - 65536, end = beg + 256;
+    int beg = int(t * stretch + len) - int(256u * stretch), end = beg + int(stretch);
     uint c = 0u;
     if (end > 0) {
       uint from = uint(max(beg, 0)), span = uint(end) - from, k = 0u, p = at + from;
@@ -74,7 +75,7 @@ void main()
     }
     part[t] = c;
     barrier();
-    uint sh = 256u;
+    uint sh = shifts_at;
     for (uint s = 1u; s < 256u; s <<= 1, sh += 1024u) {
       if ((t & (2u * s - 1u)) == 0u) {
         uint r = part[t];
