@@ -121,7 +121,7 @@ uint32_t xfer_crc32c_of_raw_pieces(const uint32_t *raw, size_t piece, size_t n);
 ** the shifts of each level j (by stretch * 2^j bytes, four tables of 256). */
 #define XFER_CRC_LEVELS 8
 #define XFER_CRC_STRETCHES 3
-#define XFER_CRC_TABLE_WORDS ((size_t)256 + XFER_CRC_STRETCHES * XFER_CRC_LEVELS * 1024)
+#define XFER_CRC_TABLE_WORDS ((size_t)256 + (size_t)XFER_CRC_STRETCHES * XFER_CRC_LEVELS * 1024)
 void xfer_crc32c_kernel_table(uint32_t *out);
 /* The stretch a kernel sums ranges of at most `largest` bytes by (its pieces: 256 stretches),
 ** and the word of the kernel table where that stretch's shifts begin. */
