@@ -85,10 +85,12 @@ describe("integrity #integrity", function()
       local bytes = xfer.arange(1100001, { dtype = "u32" }):tobytes() -- 4.2 MiB
       for name in ("]] .. table.concat(summers, " ") .. [["):gmatch("%S+") do
         local d = xfer.device(name)
-        -- shorter than a thread's stretch, edges of the 64 KiB pieces and of 1 MiB, several
-        -- pieces, and more than 64 (their sums joined by a table)
-        for _, n in ipairs({ 1, 3, 100, 4095, 4096, 65535, 65536, 65537, 2^20 - 1, 2^20,
-                             2^20 + 1, 2^21 + 4097, 2^22 + 2^17 + 7, #bytes }) do
+        -- shorter than a thread's stretch, edges of the pieces (4 KiB and 16 KiB: a call of
+        -- small ranges has threads of 16 or 64 bytes; 64 KiB) and of 1 MiB, several pieces,
+        -- and more than 64 (their sums joined by a table)
+        for _, n in ipairs({ 1, 3, 15, 16, 17, 100, 4080, 4095, 4096, 4097, 8192, 16368, 16383,
+                             16384, 16385, 65535, 65536, 65537, 2^20 - 1, 2^20, 2^20 + 1,
+                             2^21 + 4097, 2^22 + 2^17 + 7, #bytes }) do
           io.write(name, " ", n, " bytes; "); io.flush()
           local host = xfer.tensor(bytes:sub(1, n), { dtype = "u8" })
           assert(host:crc32c() == host:to(d):crc32c(), name .. ": " .. n .. " bytes")
@@ -100,6 +102,26 @@ describe("integrity #integrity", function()
           local window = there:narrow(1, from, len)
           assert(xfer.tensor(bytes:sub(from, from + len - 1), { dtype = "u8" }):crc32c() ==
                  window:crc32c(), name .. ": window from " .. from)
+        end
+        -- batches of small ranges verified (each device's ranges summed in one call, by
+        -- threads of 16, 64 and 256 bytes), and a bit flipped in one of them said
+        for _, size in ipairs({ 512, 4096, 5000, 16384, 20000 }) do
+          local src = xfer.tensor(bytes:sub(1, 40 * size), { dtype = "u8" })
+          local dst = xfer.zeros({ 40 * size }, { dtype = "u8", device = d })
+          local list = {}
+          for i = 0, 39 do list[#list + 1] = { dst:narrow(1, i * size + 1, size), src:narrow(1, i * size + 1, size) } end
+          xfer.copy_many(list, { verify = true })
+          assert(dst:crc32c() == src:crc32c(), name .. ": a batch of " .. size .. "-byte ranges")
+          xfer.faults.inject({ runtime = d.runtime, op = "corrupt" })
+          local ok, e = pcall(xfer.copy_many, list, { verify = true })
+          xfer.faults.clear()
+          assert(not ok and e.code == "corrupt", name .. ": a flipped bit in a batch of " .. size .. "-byte ranges")
+          -- and back: the device's ranges the sources
+          xfer.copy_many(list, { verify = true })
+          local back, home = xfer.zeros({ 40 * size }, { dtype = "u8" }), {}
+          for i = 0, 39 do home[#home + 1] = { back:narrow(1, i * size + 1, size), dst:narrow(1, i * size + 1, size) } end
+          xfer.copy_many(home, { verify = true })
+          assert(back:crc32c() == src:crc32c(), name .. ": a batch of " .. size .. "-byte ranges back")
         end
         -- who summed it: a kernel's calls fail under a fault rule of op verify, a read's not
         xfer.faults.inject({ runtime = d.runtime, op = "verify" })
