@@ -50,6 +50,16 @@
   "  " pred "ld.global.nc.v4.u32 {" b "}, [" at "+16];\n"                                        \
   "  " pred "ld.global.nc.v4.u32 {" c "}, [" at "+32];\n"                                        \
   "  " pred "ld.global.nc.v4.u32 {" d "}, [" at "+48];\n"
+/* One turn of the 64-byte loop: the next 64 bytes, when whole, into the registers n0..n3 name
+** (%p4 says whether they were), the 64 in c0..c15 summed, %rd14 on past them */
+#define TURN64(n0, n1, n2, n3, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15) \
+  "  add.u64 %rd20, %rd14, 64;\n"                                                                 \
+  "  add.u64 %rd22, %rd20, 64;\n"                                                                 \
+  "  setp.le.u64 %p4, %rd22, %rd15;\n"                                                            \
+  LOAD64(n0, n1, n2, n3, "%rd20", "@%p4 ")                                                       \
+  WORD(c0) WORD(c1) WORD(c2) WORD(c3) WORD(c4) WORD(c5) WORD(c6) WORD(c7) WORD(c8) WORD(c9)     \
+  WORD(c10) WORD(c11) WORD(c12) WORD(c13) WORD(c14) WORD(c15)                                    \
+  "  mov.u64 %rd14, %rd20;\n"
 #define SHIFT_BYTE(k, take, out)                                                                  \
   take                                                                                          \
   "  mul.wide.u32 %rd18, %r23, 4;\n"                                                             \
@@ -140,25 +150,13 @@ static const char kernel_ptx[] =
   LOAD64("%r41, %r42, %r43, %r44", "%r45, %r46, %r47, %r48", "%r49, %r50, %r51, %r52",
          "%r53, %r54, %r55, %r56", "%rd14", "")
   "SIXTY:\n"
-  "  add.u64 %rd20, %rd14, 64;\n"
-  "  add.u64 %rd22, %rd20, 64;\n"
-  "  setp.le.u64 %p4, %rd22, %rd15;\n"
-  LOAD64("%r57, %r58, %r59, %r60", "%r61, %r62, %r63, %r64", "%r65, %r66, %r67, %r68",
-         "%r69, %r70, %r71, %r72", "%rd20", "@%p4 ")
-  WORD("%r41") WORD("%r42") WORD("%r43") WORD("%r44") WORD("%r45") WORD("%r46") WORD("%r47")
-  WORD("%r48") WORD("%r49") WORD("%r50") WORD("%r51") WORD("%r52") WORD("%r53") WORD("%r54")
-  WORD("%r55") WORD("%r56")
-  "  mov.u64 %rd14, %rd20;\n"
+  TURN64("%r57, %r58, %r59, %r60", "%r61, %r62, %r63, %r64", "%r65, %r66, %r67, %r68",
+         "%r69, %r70, %r71, %r72", "%r41", "%r42", "%r43", "%r44", "%r45", "%r46", "%r47",
+         "%r48", "%r49", "%r50", "%r51", "%r52", "%r53", "%r54", "%r55", "%r56")
   "  @!%p4 bra QSTART;\n"
-  "  add.u64 %rd20, %rd14, 64;\n"
-  "  add.u64 %rd22, %rd20, 64;\n"
-  "  setp.le.u64 %p4, %rd22, %rd15;\n"
-  LOAD64("%r41, %r42, %r43, %r44", "%r45, %r46, %r47, %r48", "%r49, %r50, %r51, %r52",
-         "%r53, %r54, %r55, %r56", "%rd20", "@%p4 ")
-  WORD("%r57") WORD("%r58") WORD("%r59") WORD("%r60") WORD("%r61") WORD("%r62") WORD("%r63")
-  WORD("%r64") WORD("%r65") WORD("%r66") WORD("%r67") WORD("%r68") WORD("%r69") WORD("%r70")
-  WORD("%r71") WORD("%r72")
-  "  mov.u64 %rd14, %rd20;\n"
+  TURN64("%r41, %r42, %r43, %r44", "%r45, %r46, %r47, %r48", "%r49, %r50, %r51, %r52",
+         "%r53, %r54, %r55, %r56", "%r57", "%r58", "%r59", "%r60", "%r61", "%r62", "%r63",
+         "%r64", "%r65", "%r66", "%r67", "%r68", "%r69", "%r70", "%r71", "%r72")
   "  @%p4 bra SIXTY;\n"
   /* then 16 bytes at a time (a stretch cut short by the piece's padding), the next 16 loaded
   ** before these are summed */
@@ -238,6 +236,7 @@ static const char kernel_ptx[] =
 #undef STEP
 #undef WORD
 #undef LOAD64
+#undef TURN64
 #undef SHIFT_BYTE
 
 /* The kernel and its table, made on first use; the grid it runs in. */
