@@ -348,6 +348,10 @@ describe("cancel #deadline", function()
         canceled = canceled + 1
         assert.are.equal("canceled", e.code, tostring(e))
         assert.is_nil(io.open(path, "rb"), d.name .. ": a file was left")
+        -- nor its temporary file's name (its blocks are let go on a helper thread)
+        local dir, base = path:match("^(.*)/([^/]*)$")
+        local listing = io.popen("ls -a '" .. dir .. "'"):read("*a")
+        assert.is_nil(listing:find("." .. base .. ".xfer-", 1, true), d.name .. ": a temporary file was left")
         xfer.save(path, { big = big }, opts)
       end
       there:free() -- (no longer busy: the job is through)
