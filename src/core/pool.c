@@ -128,6 +128,8 @@ int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned
   return e;
 }
 
+int xfer_run_detached(void *(*fn)(void *), void *arg) { return xfer_spawn(XFER_POOL_HELPERS, fn, arg, NULL); }
+
 void xfer_spawned_join(xfer_spawned *task)
 {
   pthread_mutex_lock(&task->lock);

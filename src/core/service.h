@@ -127,6 +127,12 @@ void xfer_crc32c_kernel_table(uint32_t *out);
 ** and the word of the kernel table where that stretch's shifts begin. */
 size_t xfer_crc32c_kernel_stretch(size_t largest, size_t *shifts_at);
 
+/* -- pool.c: work off the caller's thread ---------------------------------------------------- */
+
+/* Runs fn(arg) on a helper thread that nobody waits for (fn sees to arg): 0, or the errno of a
+** thread that could not be made -- then nothing ran, and the caller does the work itself. */
+int xfer_run_detached(void *(*fn)(void *), void *arg);
+
 /* -- driver_library.c ----------------------------------------------------------------- */
 
 /* dlopen()s `library`, or the one the environment variable `env` names; NULL with an

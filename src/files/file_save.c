@@ -23,7 +23,6 @@
 #include "file_numpy.h"
 #include "file_safetensors.h"
 #include "file_route.h"
-#include "../core/util.h" /* the helper threads (a discarded file closed on one) */
 
 /* What the stream holds, in order: bytes of a header (or zip record) or a tensor's. */
 typedef struct {
@@ -743,7 +742,7 @@ static void discard_temporary(const char *tmp, int fd, int dfd)
   if (fds) {
     fds[0] = fd;
     fds[1] = dfd;
-    if (!xfer_spawn(XFER_POOL_HELPERS, close_discarded, fds, NULL)) return;
+    if (!xfer_run_detached(close_discarded, fds)) return;
     free(fds);
   }
   if (dfd >= 0) close(dfd);
