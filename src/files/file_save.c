@@ -818,11 +818,9 @@ static xfer_code save(xfer_ctx *ctx, const char *path, const char *format_name,
     discard_temporary(tmp, fd, dfd);
     fd = dfd = -1;
   }
-  int discarded = code != XFER_E_OK;
   if (dfd >= 0) close(dfd);
   if (fd >= 0) close(fd);
-  if (!code) code = rename_into_place(tmp, path, dir, sync, err);
-  if (code && tmp && !discarded) unlink(tmp);
+  if (!code && (code = rename_into_place(tmp, path, dir, sync, err))) unlink(tmp);
   xfer_file_route_taken(&route);
   free(tmp);
   free(dir_copy);

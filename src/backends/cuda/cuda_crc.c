@@ -30,6 +30,9 @@
 /* Blocks a multiprocessor runs at once: 33 KiB of shared memory each, and the registers the
 ** kernel asks for (.minnctapersm, in the PTX) -- two sets of 64 bytes of a thread's stretch. */
 #define BLOCKS_PER_SM 5
+/* a number macro's digits, for the PTX text */
+#define PTX_DIGITS(n) #n
+#define PTX_NUMBER(n) PTX_DIGITS(n)
 /* The table the kernel reads (xfer_crc32c_kernel_table). */
 #define TABLE_WORDS XFER_CRC_TABLE_WORDS
 
@@ -73,7 +76,7 @@ static const char kernel_ptx[] =
   "                                .param .u32 p_count, .param .u32 p_stretch, .param .u64 p_shifts)\n"
   /* registers for BLOCKS_PER_SM blocks of THREADS at once (48 on sm_90, no spill) */
   ".maxntid 256, 1, 1\n"
-  ".minnctapersm 5\n"
+  ".minnctapersm " PTX_NUMBER(BLOCKS_PER_SM) "\n"
   "{\n"
   "  .reg .pred %p<8>;\n"
   "  .reg .b32 %r<80>;\n"
@@ -237,6 +240,8 @@ static const char kernel_ptx[] =
 #undef WORD
 #undef LOAD64
 #undef TURN64
+#undef PTX_NUMBER
+#undef PTX_DIGITS
 #undef SHIFT_BYTE
 
 /* The kernel and its table, made on first use; the grid it runs in. */
