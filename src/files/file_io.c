@@ -80,14 +80,27 @@ static xfer_code injected_error(const xfer_fio *f, xfer_op op, int native, size_
   return code;
 }
 
-/* One transfer, resumed over short counts; *done: the bytes moved. 0 or an errno. */
+/* What a queued request moves per syscall (a worker's pread, a watched ring's read): a request
+** dropped while it runs (a load or save past its deadline, or canceled) stops at the end of
+** its step, not of its chunk -- a 16 MiB read from the page cache of a loaded VM takes 8 ms,
+** from a disk hundreds; a step of 2 MiB about one, and costs one syscall more per 2 MiB. */
+#define STEP_BYTES ((size_t)2 << 20)
+
+/* One transfer, resumed over short counts; *done: the bytes moved. 0 or an errno; ECANCELED
+** when `dropped` (NULL: never) went up between two steps of STEP_BYTES. */
 static int transfer(int fd, int write, void *buf, size_t len, size_t need, uint64_t offset,
-                    size_t *done)
+                    const int *dropped, size_t *done)
 {
   size_t at = 0;
   while (at < len) {
-    ssize_t n = write ? pwrite(fd, (char *)buf + at, len - at, (off_t)(offset + at))
-                      : pread(fd, (char *)buf + at, len - at, (off_t)(offset + at));
+    if (dropped && at && __atomic_load_n(dropped, __ATOMIC_ACQUIRE)) {
+      *done = at;
+      return ECANCELED;
+    }
+    size_t step = len - at;
+    if (dropped && step > STEP_BYTES) step = STEP_BYTES;
+    ssize_t n = write ? pwrite(fd, (char *)buf + at, step, (off_t)(offset + at))
+                      : pread(fd, (char *)buf + at, step, (off_t)(offset + at));
     if (n < 0) {
       if (errno == EINTR) continue;
       *done = at;
@@ -120,7 +133,7 @@ xfer_code xfer_fio_read(const xfer_fio *f, void *buf, size_t len, uint64_t offse
   if (injected(f, XFER_OP_READ, &native))
     return injected_error(f, XFER_OP_READ, native, len, (long long)offset, err);
   size_t done;
-  int e = transfer(f->fd, 0, buf, len, len, offset, &done);
+  int e = transfer(f->fd, 0, buf, len, len, offset, NULL, &done);
   return e ? transfer_error(f, 0, e, len, done, offset, err) : XFER_E_OK;
 }
 
@@ -131,7 +144,7 @@ xfer_code xfer_fio_write(const xfer_fio *f, const void *buf, size_t len, uint64_
   if (injected(f, XFER_OP_WRITE, &native))
     return injected_error(f, XFER_OP_WRITE, native, len, (long long)offset, err);
   size_t done;
-  int e = transfer(f->fd, 1, (void *)buf, len, len, offset, &done);
+  int e = transfer(f->fd, 1, (void *)buf, len, len, offset, NULL, &done);
   return e ? transfer_error(f, 1, e, len, done, offset, err) : XFER_E_OK;
 }
 
@@ -176,12 +189,14 @@ struct xfer_fio_queue {
   int *fifo, head, count;
   pthread_t *workers;
   int nworkers, stopping;
+  int dropped;    /* xfer_fio_drop was called: running requests stop at their next step */
 #ifdef XFER_WITH_URING
   struct io_uring ring;
   int inflight;   /* reads and writes the kernel holds (the cancel is not counted) */
   int cancelling; /* a cancel of everything in flight is on the ring */
   int dropping;   /* ... asked by xfer_fio_drop: a request it cancels is dropped, not stalled */
   int stall_ms;
+  int stepped;    /* opened watched: requests go to the kernel in steps of STEP_BYTES */
 #endif
 };
 
@@ -200,7 +215,7 @@ static void *worker_main(void *arg)
     pthread_mutex_unlock(&q->lock);
     size_t done = 0;
     int e = transfer(q->file.fd, slot->write, slot->buf, slot->len, slot->need, slot->offset,
-                     &done);
+                     &q->dropped, &done);
     pthread_mutex_lock(&q->lock);
     slot->done = done;
     slot->result = e;
@@ -266,6 +281,9 @@ xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slo
   if (engine == XFER_FIO_URING) {
 #ifdef XFER_WITH_URING
     q->stall_ms = stall_ms;
+    /* watched (a deadline, a job that may be canceled): a request dropped stops within a step.
+    ** Not otherwise: a cold O_DIRECT read keeps whole chunks in the device's queue. */
+    q->stepped = xfer_watch_deadline() > 0 || xfer_watch_current().canceled;
     /* one entry more than the slots: the stall guard's cancel always finds room */
     int e = io_uring_queue_init((unsigned)slots + 1, &q->ring, 0);
     if (e == 0) {
@@ -307,7 +325,8 @@ static void uring_queue(xfer_fio_queue *q, int s)
   struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
   /* never NULL: at most nslots requests are in flight on a ring of nslots entries */
   char *at = (char *)slot->buf + slot->done;
-  unsigned n = (unsigned)(slot->len - slot->done);
+  size_t left = slot->len - slot->done;
+  unsigned n = (unsigned)(q->stepped && left > STEP_BYTES ? STEP_BYTES : left);
   if (slot->write)
     io_uring_prep_write(sqe, q->file.fd, at, n, slot->offset + slot->done);
   else
@@ -377,36 +396,38 @@ static void uring_complete(xfer_fio_queue *q, int s, int res)
     return;
   }
   slot->done += (size_t)res;
-  if (res > 0 && slot->done < slot->len) {
+  if (res > 0 && slot->done < slot->len && !q->dropped) {
     uring_queue(q, s);
+    return;
+  }
+  if (res > 0 && slot->done < slot->len) { /* dropped between two steps */
+    slot->result = ECANCELED;
+    slot->state = SLOT_DONE;
     return;
   }
   slot->result = slot->done >= slot->need ? 0 : slot->write ? EIO : -1;
   slot->state = SLOT_DONE;
 }
 
-/* Submits what is queued and reaps one completion, waiting at most stall_ms for it. A slot
-** counted running with nothing in flight fails at once: a wait on it would never end. */
-static void uring_reap(xfer_fio_queue *q)
+/* Submits what is queued and reaps one completion, waiting at most wait_us for it: 0 when none
+** came in that time (whoever waits decides whether that is a stall), 1 otherwise. A slot counted
+** running with nothing in flight fails at once: a wait on it would never end. */
+static int uring_reap_within(xfer_fio_queue *q, long long wait_us)
 {
   if (q->inflight <= 0) {
     uring_fail_running(q, EIO, 1);
-    return;
+    return 1;
   }
   struct io_uring_cqe *cqe = NULL;
-  struct __kernel_timespec stall = { .tv_sec = q->stall_ms / 1000,
-                                     .tv_nsec = (long long)(q->stall_ms % 1000) * 1000000 };
+  struct __kernel_timespec wait = { .tv_sec = wait_us / 1000000, .tv_nsec = (wait_us % 1000000) * 1000 };
   int e;
-  do e = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &stall, NULL);
+  do e = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &wait, NULL);
   while (e == -EINTR);
-  if (e == -ETIME) {
-    uring_cancel_all(q);
-    return;
-  }
-  if (e >= 0 && !cqe) return;
+  if (e == -ETIME) return 0;
+  if (e >= 0 && !cqe) return 1;
   if (e < 0) { /* the ring itself failed: every request in flight fails with it */
     uring_fail_running(q, -e, 0);
-    return;
+    return 1;
   }
   uint64_t tag = io_uring_cqe_get_data64(cqe);
   int res = cqe->res;
@@ -415,12 +436,20 @@ static void uring_reap(xfer_fio_queue *q)
     uring_cancel_done(q, res);
   else
     uring_complete(q, (int)tag, res);
+  return 1;
+}
+
+/* One completion reaped, or the stall guard's cancel queued after stall_ms without one. */
+static void uring_reap(xfer_fio_queue *q)
+{
+  if (!uring_reap_within(q, (long long)q->stall_ms * 1000)) uring_cancel_all(q);
 }
 #endif
 
 void xfer_fio_drop(xfer_fio_queue *q)
 {
   if (!q) return;
+  __atomic_store_n(&q->dropped, 1, __ATOMIC_RELEASE);
 #ifdef XFER_WITH_URING
   if (q->engine == XFER_FIO_URING) {
     if (q->inflight > 0 && !q->cancelling) {
@@ -479,6 +508,52 @@ static int stall_ms_of(const xfer_fio_queue *q)
   (void)q;
   return 0;
 #endif
+}
+
+/* How often a watched wait looks at its watch: a cancel is seen within this. */
+#define WATCH_POLL_US 250
+
+/* Whether this thread's move is past its deadline or canceled. */
+static int watch_ended(void)
+{
+  double at = xfer_watch_deadline();
+  return (at > 0 && xfer_now() > at) || xfer_watch_canceled();
+}
+
+int xfer_fio_await(xfer_fio_queue *q, int slot_index)
+{
+  fio_slot *slot = &q->slots[slot_index];
+  if (slot->state == SLOT_FREE || !(xfer_watch_deadline() > 0 || xfer_watch_current().canceled))
+    return 1;
+#ifdef XFER_WITH_URING
+  if (q->engine == XFER_FIO_URING) {
+    double quiet = xfer_now(); /* since the last completion: the stall guard's clock */
+    while (slot->state != SLOT_DONE) {
+      if (watch_ended()) return 0;
+      if (uring_reap_within(q, WATCH_POLL_US)) {
+        quiet = xfer_now();
+      } else if ((xfer_now() - quiet) * 1e3 > q->stall_ms) {
+        uring_cancel_all(q);
+        quiet = xfer_now();
+      }
+    }
+    return 1;
+  }
+#endif
+  pthread_mutex_lock(&q->lock);
+  while (slot->state != SLOT_DONE && !watch_ended()) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until); /* (the condition's clock) */
+    until.tv_nsec += WATCH_POLL_US * 1000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&q->finished, &q->lock, &until);
+  }
+  int done = slot->state == SLOT_DONE;
+  pthread_mutex_unlock(&q->lock);
+  return done;
 }
 
 xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)

@@ -67,11 +67,17 @@ void xfer_fio_submit(xfer_fio_queue *q, int slot, int write, void *buf, size_t l
                      uint64_t offset);
 /* Waits for the slot's request: XFER_E_OK, or its error (op read/write, errno, offset). */
 xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot, xfer_error *err);
+/* Waits for the slot's request as long as this thread's move is watched and goes on (its
+** deadline not passed, not canceled): 1 when the request is done (or the move is not watched:
+** xfer_fio_wait waits), 0 when the watch ended first -- the caller stops (xfer_watch_check
+** says why), drops the queue and waits for what runs, each request within a step. */
+int xfer_fio_await(xfer_fio_queue *q, int slot);
 /* Waits for every request in flight, then frees the queue. */
 void xfer_fio_queue_close(xfer_fio_queue *q);
 /* The requests not started yet never start (ECANCELED, what their waits then give); those the
-** kernel or a worker runs already end as they would. For a load or a save that stopped: what
-** it waits for before its buffers go is one request a worker, not the whole depth. */
+** kernel or a worker runs already stop at the end of their step (2 MiB: a worker's requests
+** always go in steps, the ring's when it was opened under a watch) and end ECANCELED. For a
+** load or a save that stopped: what it waits for before its buffers go is a step a worker. */
 void xfer_fio_drop(xfer_fio_queue *q);
 /* Whether io_uring can be set up here: 1, or 0 with the reason in why. */
 int xfer_fio_uring_usable(char *why, size_t cap);

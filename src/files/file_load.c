@@ -444,6 +444,13 @@ static xfer_code run_requests(loading *l, xfer_error *err)
     size_t r = waited++;
     request *q = &l->plan.reqs[r];
     const piece *pc = &l->plan.pieces[q->first];
+    /* watched: the wait ends at the deadline or the cancel, not with the request */
+    if (!xfer_fio_await(l->queue, (int)(r % (size_t)l->nslots)) &&
+        (code = xfer_watch_check(l->done, l->total, err))) {
+      frame(err, l->f, item_name(l, pc->item), (long long)q->start, NULL);
+      waited--; /* still in flight: waited for below */
+      break;
+    }
     code = xfer_fio_wait(l->queue, (int)(r % (size_t)l->nslots), err);
     if (code) {
       code = frame(err, l->f, item_name(l, pc->item), err ? err->offset : (long long)q->start,

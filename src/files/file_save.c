@@ -468,6 +468,11 @@ static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
   for (; k < nchunks && !code; k++) {
     int slot = (int)(k % (size_t)slots);
     uint64_t at = k * chunk;
+    /* watched: the wait for the slot ends at the deadline or the cancel, not with its write */
+    if (k >= (size_t)slots && !xfer_fio_await(q, slot) && (code = xfer_watch_check(at, total, err))) {
+      frame(err, s, segment_of(s, at, chunk), (long long)at);
+      break;
+    }
     if (k >= (size_t)slots && xfer_fio_wait(q, slot, err) != XFER_E_OK) {
       code = frame(err, s, segment_of(s, err ? (uint64_t)err->offset : at, chunk), err ? err->offset : 0);
       break;
