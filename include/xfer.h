@@ -302,7 +302,10 @@ int xfer_tensor_is_wrapped(const xfer_tensor *t);
 ** DLManagedTensorVersioned* (versioned = 1) or DLManagedTensor* (0) in *out; the consumer
 ** calls its deleter once (xferlua keeps the tensor alive until then). from_dlpack takes a
 ** producer's CPU, CUDA-host or CUDA tensor as a wrapped tensor and calls its deleter once when
-** it lets go; on failure the caller still owns it. A read-only one is XFER_E_UNSUPPORTED. */
+** it lets go; on failure the caller still owns it. A read-only one is XFER_E_UNSUPPORTED.
+** A CUDA tensor's memory must be ready when it is given: xferlua's moves run on streams of
+** their own (non-blocking), which no producer's stream orders -- wait for the work the
+** producer queued for it first (the xferlua package waits for the framework's current stream). */
 /* The device memory at byte `offset` of a contiguous tensor, for a transport to move in place:
 ** its address and kind, the device's context current on this thread; XFER_E_UNSUPPORTED for
 ** host memory and runtimes that lend none. */

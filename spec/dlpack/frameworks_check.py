@@ -69,6 +69,11 @@ for name in ("torch", "cupy"):
     print("    (as DLPack %s)" % ("1.x, versioned" if producer.versioned else "0.8"))
     y = (x * 2).contiguous() if name == "torch" else module.ascontiguousarray(x * 2)
     ptr_y = y.data_ptr() if name == "torch" else y.data.ptr
+    # x * 2 is queued on the framework's stream; xferlua's moves run on streams of their own
+    # (non-blocking), so the producer's work is waited for before its memory is handed over --
+    # what the C API asks of its caller and the xferlua package does (CuPy's unsynchronized
+    # doubling was read half-done on an H100: 2026-12-07)
+    (module.cuda.synchronize if name == "torch" else module.cuda.get_current_stream().synchronize)()
     capsules = [("0.8", y.__dlpack__())]
     try:  # the 1.x protocol: a consumer asks for the versioned capsule
         capsules.append(("1.x", y.__dlpack__(max_version=(1, 0))))
