@@ -213,7 +213,8 @@ typedef struct xfer_memory_info {
   uint64_t objects;        /* driver objects the device holds: buffers, memory, imports, its
                            ** registrations of host memory (not queues, pools, events) */
   uint64_t held;           /* bytes freed (still in in_use) while a device was stalled -- a wait
-                           ** for its work ended at a deadline -- held until that work is done */
+                           ** for its work ended at a deadline -- held until that work is done;
+                           ** and bytes a stopped load's or save's request still lands in */
 } xfer_memory_info;
 
 void xfer_device_memory(const xfer_device *dev, xfer_memory_info *out);

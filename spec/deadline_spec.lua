@@ -219,6 +219,51 @@ describe("deadlines #deadline", function()
     assert.is_truthy(tostring(e):find("'timeout' must be seconds", 1, true), tostring(e))
   end)
 
+  it("ends a load and a save at their deadline while a request still runs (file stall): its memory held until it lands", function()
+    local path = os.tmpname() .. ".safetensors"
+    local a = xfer.arange(N / 4, { dtype = "u32" }) -- 4 MiB in requests of 1 MiB
+    xfer.save(path, { a = a }, { chunk = 1048576 })
+    local host = xfer.device("host")
+    local function settled(before)
+      for _ = 1, 200 do -- the stalled request lands 0.3 s after its move stopped, then its memory goes
+        collectgarbage("collect")
+        local m = host:memory()
+        if m.in_use == before and m.held == 0 then return true end
+        local t = xfer.clock()
+        while xfer.clock() - t < 0.01 do end
+      end
+      return false
+    end
+    collectgarbage("collect")
+    local before = host:memory().in_use
+    -- the load's first request answers only 0.3 s after the load gave up on it
+    xfer.faults.inject({ runtime = "file", op = "stall" })
+    local t0 = xfer.clock()
+    local e = h.raises("timeout", xfer.load, path, { engine = "threads", chunk = 1048576, timeout = 0.05 })
+    local took = xfer.clock() - t0
+    assert.are.equal(0, #xfer.faults.list(), "the stall rule was not used")
+    assert.are.equal(path, e.file)
+    assert.is_true(took < 0.3, ("the load waited for its stalled read: %.3f s"):format(took))
+    -- what the read lands in is held (its chunks), then let go once it landed
+    collectgarbage("collect")
+    assert.is_true(host:memory().in_use > before, "the chunks a read still lands in were let go")
+    assert.is_true(host:memory().held > 0, "the chunks a read still lands in are not said held")
+    assert.is_true(settled(before), "the chunks were never let go")
+    assert.is_true(xfer.load(path, { engine = "threads" }).a:equals(a))
+    -- a save's write alike: no file left, its buffers held until the write is through
+    os.remove(path)
+    collectgarbage("collect")
+    before = host:memory().in_use
+    xfer.faults.inject({ runtime = "file", op = "stall" })
+    t0 = xfer.clock()
+    h.raises("timeout", xfer.save, path, { a = a }, { engine = "threads", chunk = 1048576, timeout = 0.05 })
+    took = xfer.clock() - t0
+    assert.is_true(took < 0.3, ("the save waited for its stalled write: %.3f s"):format(took))
+    assert.is_nil(io.open(path, "rb"), "a file was left")
+    assert.is_true(settled(before), "the save's buffers were never let go")
+    assert.is_nil(io.open(path, "rb"), "the late write left a file")
+  end)
+
   it("keeps a watched load's and save's requests in flight few (they are waited for when it stops)", function()
     local path = os.tmpname() .. ".safetensors"
     local a = xfer.zeros({ 16 * N }, { dtype = "u8" })

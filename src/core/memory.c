@@ -685,6 +685,14 @@ void xfer_mem_free(xfer_block *b)
   pthread_mutex_unlock(&a->lock);
 }
 
+void xfer_mem_landing(xfer_device *dev, long long bytes)
+{
+  xfer_allocator *a = dev->alloc;
+  pthread_mutex_lock(&a->lock);
+  a->stats.held += (uint64_t)bytes; /* (a negative count wraps back: what was added) */
+  pthread_mutex_unlock(&a->lock);
+}
+
 static void block_free(xfer_allocator *a, xfer_block *b)
 {
   xfer_segment *seg = b->seg;

@@ -133,6 +133,13 @@ size_t xfer_crc32c_kernel_stretch(size_t largest, size_t *shifts_at);
 ** thread that could not be made -- then nothing ran, and the caller does the work itself. */
 int xfer_run_detached(void *(*fn)(void *), void *arg);
 
+/* -- memory.c: memory a helper holds ------------------------------------------------------ */
+
+/* `bytes` of a device's memory (negative: let go) that a helper thread holds for requests still
+** landing in it or reading from it -- a stopped load's or save's (xfer_fio_queue_close_holding):
+** counted in xfer.memory(dev).held, as a stalled device's is, until they have landed. */
+void xfer_mem_landing(xfer_device *dev, long long bytes);
+
 /* -- driver_library.c ----------------------------------------------------------------- */
 
 /* dlopen()s `library`, or the one the environment variable `env` names; NULL with an

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef XFER_WITH_URING
@@ -176,6 +177,7 @@ typedef struct {
   int result;     /* 0, an errno, or -1 (ended early) */
   int injected;
   int stalled;    /* failed by the stall guard: no completion came in stall_ms */
+  int stall;      /* the fault "file:stall": it runs only once the queue is dropped, late */
 } fio_slot;
 
 struct xfer_fio_queue {
@@ -200,6 +202,10 @@ struct xfer_fio_queue {
 #endif
 };
 
+/* How long after its load or save stopped a stalled request (the fault) still runs: its
+** first step then lands in the memory the move left to a helper. */
+#define STALL_LANDS_NS 300000000L
+
 static void *worker_main(void *arg)
 {
   xfer_fio_queue *q = arg;
@@ -212,7 +218,10 @@ static void *worker_main(void *arg)
     q->count--;
     fio_slot *slot = &q->slots[s];
     slot->state = SLOT_RUNNING;
+    /* the stall fault: a device that answers only after the move gave up on it, and late */
+    while (slot->stall && !q->dropped && !q->stopping) pthread_cond_wait(&q->finished, &q->lock);
     pthread_mutex_unlock(&q->lock);
+    if (slot->stall) nanosleep(&(struct timespec){ 0, STALL_LANDS_NS }, NULL);
     size_t done = 0;
     int e = transfer(q->file.fd, slot->write, slot->buf, slot->len, slot->need, slot->offset,
                      &q->dropped, &done);
@@ -272,6 +281,15 @@ xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slo
     return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_READ);
   }
   q->file = *f;
+  /* its own descriptor: a request a stopped load or save left to land (a worker between its
+  ** look at `dropped` and its syscall) never meets a number the caller closed and the process
+  ** opened again for another file */
+  q->file.fd = fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
+  if (q->file.fd < 0) {
+    int e = errno;
+    free(q->slots), free(q->fifo), free(q);
+    return xfer_fio_error(err, XFER_E_ALLOC, XFER_OP_READ, e, f->path, -1, "dup: %s", strerror(e));
+  }
   q->engine = engine;
   q->nslots = slots;
   pthread_mutex_init(&q->lock, NULL);
@@ -493,6 +511,9 @@ void xfer_fio_submit(xfer_fio_queue *q, int slot_index, int write, void *buf, si
     return;
   }
 #endif
+  /* a fault "file:stall" (a rule, or torture's k-th wait under a deadline) stalls a worker's
+  ** request: it ends once the move stopped (dropped the queue), a while after */
+  slot->stall = injected(&q->file, XFER_OP_STALL, &native);
   pthread_mutex_lock(&q->lock);
   q->fifo[(q->head + q->count) % q->nslots] = slot_index;
   q->count++;
@@ -586,6 +607,85 @@ xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
                         slot->offset, err);
 }
 
+int xfer_fio_settle(xfer_fio_queue *q, double seconds)
+{
+  if (!q) return 1;
+  double until = xfer_now() + seconds;
+#ifdef XFER_WITH_URING
+  if (q->engine == XFER_FIO_URING) {
+    for (double now = xfer_now(); q->inflight > 0; now = xfer_now()) {
+      if (now >= until) return 0;
+      uring_reap_within(q, (long long)((until - now) * 1e6) + 1);
+    }
+    return 1;
+  }
+#endif
+  pthread_mutex_lock(&q->lock);
+  int running = 1;
+  while (running) {
+    running = 0;
+    for (int s = 0; s < q->nslots; s++) running |= q->slots[s].state == SLOT_QUEUED || q->slots[s].state == SLOT_RUNNING;
+    double left = until - xfer_now();
+    if (!running || left <= 0) break;
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at); /* (the condition's clock) */
+    long long ns = at.tv_nsec + (long long)(left * 1e9);
+    at.tv_sec += (time_t)(ns / 1000000000LL);
+    at.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_cond_timedwait(&q->finished, &q->lock, &at);
+  }
+  pthread_mutex_unlock(&q->lock);
+  return !running;
+}
+
+/* A queue handed to a helper thread, and what its requests read into or write from: let go
+** once they have landed. */
+typedef struct landing {
+  xfer_fio_queue *q;
+  xfer_ctx *ctx;       /* retained: the tensors' devices live until they go */
+  xfer_tensor **held;  /* retained */
+  size_t nheld;
+} landing;
+
+static void *land_then_let_go(void *arg)
+{
+  landing *l = arg;
+  xfer_fio_queue_close(l->q);
+  for (size_t i = 0; i < l->nheld; i++) {
+    xfer_device *dev = xfer_tensor_device(l->held[i]);
+    long long bytes = (long long)xfer_tensor_nbytes(l->held[i]);
+    xfer_tensor_release(l->held[i]);
+    if (dev) xfer_mem_landing(dev, -bytes); /* in use no more: no longer held either */
+  }
+  xfer_ctx_release(l->ctx);
+  free(l->held);
+  free(l);
+  return NULL;
+}
+
+int xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *const *held, size_t n)
+{
+  landing *l = calloc(1, sizeof *l);
+  if (l) l->held = calloc(n ? n : 1, sizeof *l->held);
+  if (!l || !l->held) {
+    if (l) free(l->held);
+    free(l);
+    xfer_fio_queue_close(q); /* waits here: the caller lets go and closes */
+    return 0;
+  }
+  l->q = q;
+  l->ctx = xfer_ctx_retain(ctx);
+  for (size_t i = 0; i < n; i++) {
+    xfer_device *dev = held[i] ? xfer_tensor_device(held[i]) : NULL;
+    if (!dev) continue; /* (a freed one holds no memory) */
+    l->held[l->nheld++] = xfer_tensor_retain(held[i]);
+    xfer_mem_landing(dev, (long long)xfer_tensor_nbytes(held[i])); /* held until let go */
+  }
+  if (!xfer_run_detached(land_then_let_go, l)) return 1;
+  land_then_let_go(l); /* no helper: the same here */
+  return 0;
+}
+
 void xfer_fio_queue_close(xfer_fio_queue *q)
 {
   if (!q) return;
@@ -606,5 +706,6 @@ void xfer_fio_queue_close(xfer_fio_queue *q)
   free(q->workers);
   free(q->fifo);
   free(q->slots);
+  if (q->file.fd >= 0) close(q->file.fd);
   free(q);
 }

@@ -54,7 +54,8 @@ typedef struct xfer_fio_queue xfer_fio_queue;
 ** the wait then cancels them and they fail (op read/write, ETIMEDOUT), never hang. */
 #define XFER_FIO_STALL_MS 60000
 
-/* A queue of at most `slots` requests in flight over `f` (its fd stays the caller's):
+/* A queue of at most `slots` requests in flight over `f` (its fd stays the caller's, who may
+** close it once the queue is open: the queue reads and writes through a duplicate of its own):
 ** io_uring with that depth and stall guard (`stall_ms`, XFER_FIO_STALL_MS), or `threads`
 ** workers (a read of theirs blocks as pread does). An io_uring that cannot be set up (old
 ** kernel, a seccomp filter, a build without liburing) is XFER_E_UNAVAILABLE saying why. */
@@ -79,6 +80,16 @@ void xfer_fio_queue_close(xfer_fio_queue *q);
 ** always go in steps, the ring's when it was opened under a watch) and end ECANCELED. For a
 ** load or a save that stopped: what it waits for before its buffers go is a step a worker. */
 void xfer_fio_drop(xfer_fio_queue *q);
+/* Waits at most `seconds` for every request of a dropped queue to end: 1 when none runs any
+** more, 0 when some still run (a slow or stuck device: a read or write in the kernel cannot be
+** interrupted). */
+int xfer_fio_settle(xfer_fio_queue *q, double seconds);
+/* Closes a stopped load's or save's queue whose requests still run (xfer_fio_settle said so)
+** off the caller's thread, so that it returns at its deadline: a helper thread waits for them,
+** closes the queue and releases the `n` tensors in `held` (retained here: the memory they read
+** into or write from, quarantined until then -- never another tensor's). 1 when handed over,
+** 0 when no helper could be had (it all happened here). The caller releases its own references. */
+int xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *const *held, size_t n);
 /* Whether io_uring can be set up here: 1, or 0 with the reason in why. */
 int xfer_fio_uring_usable(char *why, size_t cap);
 const char *xfer_fio_engine_name(xfer_fio_engine engine);

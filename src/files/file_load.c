@@ -347,6 +347,7 @@ typedef struct {
                         ** first read (NULL: no piece goes to a device) */
   size_t *scattered;    /* the piece of each of its elements */
   uint64_t total, done;
+  int adrift;           /* stopped with reads a slow device still runs: they land on a helper */
 } loading;
 
 static const char *item_name(const loading *l, size_t item)
@@ -433,6 +434,11 @@ static xfer_code scatter(loading *l, size_t r, xfer_error *err)
   return XFER_E_OK;
 }
 
+/* How long a stopped load waits for its reads in flight to end, each within a step (a
+** millisecond from the page cache), before it leaves them to a helper thread: a disk's read
+** took 1.2 s here now and then, past a deadline of 0.26 s. */
+#define SETTLE_SECONDS 0.002
+
 static xfer_code run_requests(loading *l, xfer_error *err)
 {
   size_t n = l->plan.nreqs;
@@ -470,8 +476,14 @@ static xfer_code run_requests(loading *l, xfer_error *err)
       code = frame(err, l->f, item_name(l, pc->item), (long long)q->start, NULL);
     }
   }
-  /* every request still in flight lands before its buffer goes (those not started: dropped) */
+  /* every request still in flight lands before its buffer goes (those not started: dropped);
+  ** stopped, those a slow or stuck device still runs after SETTLE_SECONDS land on a helper
+  ** thread that holds what they read into (close_queue) */
   if (code) xfer_fio_drop(l->queue);
+  if (code && !xfer_fio_settle(l->queue, SETTLE_SECONDS)) {
+    l->adrift = 1;
+    return code;
+  }
   for (; waited < submitted; waited++) {
     xfer_error ignored;
     xfer_fio_wait(l->queue, (int)(waited % (size_t)l->nslots), &ignored);
@@ -847,6 +859,23 @@ static xfer_code prepare_requests(loading *l, xfer_device *host, xfer_error *err
 static xfer_code load(xfer_file *f, const xfer_load_item *items, size_t n, const xfer_file_opts *opts,
                       xfer_tensor **out, xfer_error *err);
 
+/* The queue closed once its reads ended -- or, adrift, by a helper thread that holds what they
+** read into (the chunks, the host targets read straight into) until they have. */
+static void close_queue(loading *l)
+{
+  xfer_tensor **held = l->adrift ? calloc((size_t)l->nslots + l->nitems, sizeof *held) : NULL;
+  if (!held) {
+    xfer_fio_queue_close(l->queue);
+    return;
+  }
+  size_t n = 0;
+  for (int s = 0; l->chunks && s < l->nslots; s++) held[n++] = l->chunks[s];
+  for (size_t i = 0; i < l->nitems; i++)
+    if (l->targets[i] && xfer_tensor_host_data(l->targets[i])) held[n++] = l->targets[i];
+  xfer_fio_queue_close_holding(l->queue, l->f->ctx, held, n);
+  free(held);
+}
+
 /* The deadline the load's options ask for (or xfer.config's), from now, over its reads and
 ** its device pieces' batch runs (which keep the earlier deadline of theirs and this). */
 static xfer_watch watch_of(xfer_ctx *ctx, const xfer_file_opts *opts)
@@ -890,7 +919,7 @@ static xfer_code load(xfer_file *f, const xfer_load_item *items, size_t n, const
   l.nslots = l.route.depth;
   if (!code && l.plan.nreqs) code = prepare_requests(&l, host, err);
   if (!code && l.plan.nreqs) code = run_requests(&l, err);
-  xfer_fio_queue_close(l.queue);
+  close_queue(&l);
   xfer_batch_release(l.scatters);
   free(l.scattered);
   for (int s = 0; l.chunks && s < l.nslots; s++) xfer_tensor_release(l.chunks[s]);

@@ -440,6 +440,11 @@ static size_t segment_of(const saving *s, uint64_t at, uint64_t len)
   return s->n;
 }
 
+/* How long a stopped save waits for its writes in flight to end, each within a step, before
+** it leaves them to a helper thread (a write into the page cache may wait out the kernel's
+** dirty-page throttling, a write to a disk its latency). */
+#define SETTLE_SECONDS 0.002
+
 static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
                         const xfer_file_opts *opts, xfer_error *err)
 {
@@ -494,14 +499,31 @@ static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
       code = frame(err, s, segment_of(s, at, chunk), (long long)at);
     }
   }
-  /* the requests in flight land before their buffers go, and their failures count (stopped
-  ** or failed already: those not started are dropped) */
+  /* the writes in flight, waited for in order, their failures counted -- watched, until the
+  ** deadline or the cancel (a write that never ends is the stall fault's, or a stuck disk's) */
+  size_t j = k >= (size_t)slots ? k - (size_t)slots : 0;
+  for (; q && !code && j < k; j++) {
+    int slot = (int)(j % (size_t)slots);
+    if (!xfer_fio_await(q, slot) && (code = xfer_watch_check(j * chunk, total, err))) {
+      frame(err, s, segment_of(s, j * chunk, chunk), (long long)(j * chunk));
+      break;
+    }
+    if (xfer_fio_wait(q, slot, err) != XFER_E_OK) {
+      long long at = err ? err->offset : 0;
+      code = frame(err, s, segment_of(s, (uint64_t)at, chunk), at);
+    }
+  }
+  /* stopped or failed: those not started are dropped, the rest land before their buffers go --
+  ** those a slow or stuck device still runs after SETTLE_SECONDS on a helper thread that holds
+  ** the buffers (the file is discarded: their failures do not count) */
   if (code) xfer_fio_drop(q);
-  for (size_t j = k >= (size_t)slots ? k - (size_t)slots : 0; q && j < k; j++) {
-    xfer_error e2;
-    xfer_code c2 = xfer_fio_wait(q, (int)(j % (size_t)slots), code ? &e2 : err);
-    long long at = err ? err->offset : 0;
-    if (c2 && !code) code = frame(err, s, segment_of(s, (uint64_t)at, chunk), at);
+  if (code && q && !xfer_fio_settle(q, SETTLE_SECONDS)) {
+    xfer_fio_queue_close_holding(q, s->ctx, bufs, (size_t)slots);
+    q = NULL;
+  }
+  for (; q && j < k; j++) {
+    xfer_error ignored;
+    xfer_fio_wait(q, (int)(j % (size_t)slots), &ignored);
   }
   xfer_fio_queue_close(q);
   for (int b = 0; b < slots; b++) xfer_tensor_release(bufs[b]);
