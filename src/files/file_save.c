@@ -504,13 +504,14 @@ static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
   size_t j = k >= (size_t)slots ? k - (size_t)slots : 0;
   for (; q && !code && j < k; j++) {
     int slot = (int)(j % (size_t)slots);
-    if (!xfer_fio_await(q, slot) && (code = xfer_watch_check(j * chunk, total, err))) {
-      frame(err, s, segment_of(s, j * chunk, chunk), (long long)(j * chunk));
+    uint64_t at = (uint64_t)j * chunk;
+    if (!xfer_fio_await(q, slot) && (code = xfer_watch_check(at, total, err))) {
+      frame(err, s, segment_of(s, at, chunk), (long long)at);
       break;
     }
     if (xfer_fio_wait(q, slot, err) != XFER_E_OK) {
-      long long at = err ? err->offset : 0;
-      code = frame(err, s, segment_of(s, (uint64_t)at, chunk), at);
+      long long failed_at = err ? err->offset : 0;
+      code = frame(err, s, segment_of(s, (uint64_t)failed_at, chunk), failed_at);
     }
   }
   /* stopped or failed: those not started are dropped, the rest land before their buffers go --
