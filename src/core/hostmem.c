@@ -37,12 +37,6 @@ static size_t page_size(void)
 ** the CPU machine's first use of that memory, a load's deadline of 0.26 s missed by as much. */
 #define POPULATE_STEP ((size_t)8 << 20)
 
-static int watch_ended(void)
-{
-  double at = xfer_watch_deadline();
-  return (at > 0 && xfer_now() > at) || xfer_watch_canceled();
-}
-
 /* nbytes at a 2 MiB boundary, huge pages asked for, then populated (in steps, until the
 ** thread's move is past its deadline or canceled); NULL when the kernel has not the room (the
 ** caller maps it the plain way). */
@@ -59,7 +53,7 @@ static void *huge_pages_alloc(size_t nbytes)
   if (raw + span > start + length) munmap(start + length, (size_t)(raw + span - (start + length)));
   (void)madvise(start, length, MADV_HUGEPAGE); /* a request: a kernel without THP says no */
   for (size_t at = 0; at < length; at += POPULATE_STEP) {
-    if (watch_ended()) return start; /* the rest faults in where it is first written */
+    if (xfer_watch_ended()) return start; /* the rest faults in where it is first written */
     size_t n = length - at < POPULATE_STEP ? length - at : POPULATE_STEP;
     if (madvise(start + at, n, MADV_POPULATE_WRITE) == 0) continue;
     if (errno == EINVAL) { /* a kernel before 5.14: one write a page populates it all the same */

@@ -92,6 +92,10 @@ double xfer_watch_deadline(void) { return deadline_at; }
 
 int xfer_watch_canceled(void) { return canceled_by && __atomic_load_n(canceled_by, __ATOMIC_ACQUIRE); }
 
+int xfer_watch_watched(void) { return deadline_at > 0 || canceled_by; }
+
+int xfer_watch_ended(void) { return (deadline_at > 0 && xfer_now() > deadline_at) || xfer_watch_canceled(); }
+
 xfer_watch xfer_watch_current(void) { return (xfer_watch){deadline_at, deadline_given, canceled_by}; }
 
 xfer_code xfer_watch_config_check(const xfer_config *c, xfer_error *err)

@@ -86,6 +86,10 @@ double xfer_watch_deadline(void);
 /* Whether the move running on this thread was canceled (its job's flag is up): a backend's
 ** wait for an answer that may take long (a remote server's) tells the other side and ends. */
 int xfer_watch_canceled(void);
+/* Whether it is watched at all (a deadline, or a job's cancel flag), and whether that watch has
+** ended (past the deadline, or canceled): what a wait looks at, counting no torture step. */
+int xfer_watch_watched(void);
+int xfer_watch_ended(void);
 
 /* -- crc32c.c ------------------------------------------------------------------------------ */
 

@@ -301,7 +301,7 @@ xfer_code xfer_fio_queue_open(const xfer_fio *f, xfer_fio_engine engine, int slo
     q->stall_ms = stall_ms;
     /* watched (a deadline, a job that may be canceled): a request dropped stops within a step.
     ** Not otherwise: a cold O_DIRECT read keeps whole chunks in the device's queue. */
-    q->stepped = xfer_watch_deadline() > 0 || xfer_watch_current().canceled;
+    q->stepped = xfer_watch_watched();
     /* one entry more than the slots: the stall guard's cancel always finds room */
     int e = io_uring_queue_init((unsigned)slots + 1, &q->ring, 0);
     if (e == 0) {
@@ -534,23 +534,15 @@ static int stall_ms_of(const xfer_fio_queue *q)
 /* How often a watched wait looks at its watch: a cancel is seen within this. */
 #define WATCH_POLL_US 250
 
-/* Whether this thread's move is past its deadline or canceled. */
-static int watch_ended(void)
-{
-  double at = xfer_watch_deadline();
-  return (at > 0 && xfer_now() > at) || xfer_watch_canceled();
-}
-
 int xfer_fio_await(xfer_fio_queue *q, int slot_index)
 {
   fio_slot *slot = &q->slots[slot_index];
-  if (slot->state == SLOT_FREE || !(xfer_watch_deadline() > 0 || xfer_watch_current().canceled))
-    return 1;
+  if (slot->state == SLOT_FREE || !xfer_watch_watched()) return 1;
 #ifdef XFER_WITH_URING
   if (q->engine == XFER_FIO_URING) {
     double quiet = xfer_now(); /* since the last completion: the stall guard's clock */
     while (slot->state != SLOT_DONE) {
-      if (watch_ended()) return 0;
+      if (xfer_watch_ended()) return 0;
       if (uring_reap_within(q, WATCH_POLL_US)) {
         quiet = xfer_now();
       } else if ((xfer_now() - quiet) * 1e3 > q->stall_ms) {
@@ -562,7 +554,7 @@ int xfer_fio_await(xfer_fio_queue *q, int slot_index)
   }
 #endif
   pthread_mutex_lock(&q->lock);
-  while (slot->state != SLOT_DONE && !watch_ended()) {
+  while (slot->state != SLOT_DONE && !xfer_watch_ended()) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until); /* (the condition's clock) */
     until.tv_nsec += WATCH_POLL_US * 1000L;
