@@ -17,6 +17,23 @@ local function script(text)
 end
 
 describe("xferlua", function()
+  it("XFER_TRACE=1 traces each move, and what a verified one's check cost beside its copy", function()
+    local path = script([[
+      local xfer = require "xfer"
+      local a = xfer.arange(4096, { dtype = "u32" })
+      local b = xfer.zeros({ 4096 }, { dtype = "u32" })
+      b:copy_from(a, { verify = true })
+      xfer.batch({ dst = b, src = a, src_blocks = { 0, 2 }, dst_blocks = { 1, 3 }, block_bytes = 4096 },
+                 { verify = true }):run()
+    ]])
+    local out, code = h.run("XFER_TRACE=1 " .. h.xferlua() .. " " .. path)
+    os.remove(path)
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find("xfer: host -> host  same_device  16384 bytes", 1, true), out)
+    assert.is_truthy(out:match("xfer: host %-> host  verify  16384 bytes in 1 range, 1 submission  moved [%d.]+ ms, then sums [%d.]+ ms"), out)
+    assert.is_truthy(out:match("xfer: host %-> host  verify  8192 bytes in 2 ranges, %d+ submissions?  moved [%d.]+ ms, then sums [%d.]+ ms"), out)
+  end)
+
   it("-v prints the version and exits 0", function()
     local out, code = xferlua("-v")
     assert.are.equal(0, code)

@@ -227,6 +227,19 @@ void xfer_stats_reset(xfer_ctx *ctx)
   pthread_mutex_unlock(&ctx->lock);
 }
 
+void xfer_ledger_trace_verify(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
+                              size_t bytes, size_t elements, size_t slices, double moved,
+                              double checked)
+{
+  pthread_mutex_lock(&ctx->lock);
+  int trace = ctx->trace;
+  pthread_mutex_unlock(&ctx->lock);
+  if (trace)
+    fprintf(stderr, "xfer: %s -> %s  verify  %zu bytes in %zu range%s, %zu submission%s  moved %.3f ms,"
+            " then sums %.3f ms\n", from->name, to->name, bytes, elements, elements == 1 ? "" : "s",
+            slices, slices == 1 ? "" : "s", moved * 1e3, checked * 1e3);
+}
+
 void xfer_trace(xfer_ctx *ctx, int on)
 {
   pthread_mutex_lock(&ctx->lock);

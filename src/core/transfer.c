@@ -247,7 +247,10 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
     break;
   }
   if (!rc && v.landed < n) landed(&v, dst, v.landed, n - v.landed); /* (a path not in steps) */
+  double moved = xfer_now();
   xfer_code checked = xfer_verify_end(&v, !rc, err);
+  if (v.on && !rc && !checked)
+    xfer_ledger_trace_verify(src->dev->ctx, src->dev, dst->dev, n, 1, 1, moved - start, xfer_now() - moved);
   if (!rc) rc = checked;
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
   if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
@@ -290,6 +293,7 @@ typedef struct group_sums {
   xfer_sums *landed;          /* NULL: the targets are summed once the group moved */
   size_t nlanded, room;       /* slices given to the pool, of room for */
   size_t landed_upto;         /* the elements they cover */
+  size_t slices;              /* submissions the group went in (XFER_TRACE's verify line) */
   int faulted;                /* the injected corruption was asked for, as the first slice landed */
 } group_sums;
 
@@ -398,6 +402,7 @@ static xfer_code run_way(xfer_group *g, group_sums *sums, xfer_error *err)
       size_t m = 0, bytes = 0;
       while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= WATCHED_SLICE)) bytes += g->pieces[k + m++].n;
       rc = xfer_be_many(g->many, g->pieces + k, m, 0, err);
+      if (sums) sums->slices++;
       k += m;
       moved += bytes;
       if (!rc) group_sums_landed(g, sums, k);
@@ -439,7 +444,12 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     const xfer_batch_item *it = &g->items[*failed];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
   }
+  double moved = xfer_now();
+  size_t slices = sums.slices ? sums.slices : 1, verified = sums.ranges != NULL;
   xfer_code checked = group_sums_end(g, &sums, !*rc, &good, *rc ? NULL : err);
+  if (verified && !*rc && !checked)
+    xfer_ledger_trace_verify(g->from->ctx, g->from, g->to, g->bytes, g->count, slices, moved - start,
+                             xfer_now() - moved);
   if (!*rc) *rc = checked;
   for (size_t k = 0; k < good; k++) done[g->order[g->first + k]] = 1;
   if (*rc && good < g->count) *failed = g->order[g->first + good];
