@@ -531,6 +531,17 @@ static int stall_ms_of(const xfer_fio_queue *q)
 #endif
 }
 
+/* The time `seconds` from now on the clock of the queue's conditions (CLOCK_REALTIME). */
+static struct timespec condition_time_in(double seconds)
+{
+  struct timespec at;
+  clock_gettime(CLOCK_REALTIME, &at);
+  long long ns = at.tv_nsec + (long long)(seconds * 1e9);
+  at.tv_sec += (time_t)(ns / 1000000000LL);
+  at.tv_nsec = (long)(ns % 1000000000LL);
+  return at;
+}
+
 /* How often a watched wait looks at its watch: a cancel is seen within this. */
 #define WATCH_POLL_US 250
 
@@ -555,13 +566,7 @@ int xfer_fio_await(xfer_fio_queue *q, int slot_index)
 #endif
   pthread_mutex_lock(&q->lock);
   while (slot->state != SLOT_DONE && !xfer_watch_ended()) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until); /* (the condition's clock) */
-    until.tv_nsec += WATCH_POLL_US * 1000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = condition_time_in(WATCH_POLL_US * 1e-6);
     pthread_cond_timedwait(&q->finished, &q->lock, &until);
   }
   int done = slot->state == SLOT_DONE;
@@ -619,11 +624,7 @@ int xfer_fio_settle(xfer_fio_queue *q, double seconds)
     for (int s = 0; s < q->nslots; s++) running |= q->slots[s].state == SLOT_QUEUED || q->slots[s].state == SLOT_RUNNING;
     double left = until - xfer_now();
     if (!running || left <= 0) break;
-    struct timespec at;
-    clock_gettime(CLOCK_REALTIME, &at); /* (the condition's clock) */
-    long long ns = at.tv_nsec + (long long)(left * 1e9);
-    at.tv_sec += (time_t)(ns / 1000000000LL);
-    at.tv_nsec = (long)(ns % 1000000000LL);
+    struct timespec at = condition_time_in(left);
     pthread_cond_timedwait(&q->finished, &q->lock, &at);
   }
   pthread_mutex_unlock(&q->lock);
@@ -655,15 +656,15 @@ static void *land_then_let_go(void *arg)
   return NULL;
 }
 
-int xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *const *held, size_t n)
+void xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *const *held, size_t n)
 {
   landing *l = calloc(1, sizeof *l);
   if (l) l->held = calloc(n ? n : 1, sizeof *l->held);
   if (!l || !l->held) {
     if (l) free(l->held);
     free(l);
-    xfer_fio_queue_close(q); /* waits here: the caller lets go and closes */
-    return 0;
+    xfer_fio_queue_close(q); /* waits here: the caller lets go */
+    return;
   }
   l->q = q;
   l->ctx = xfer_ctx_retain(ctx);
@@ -673,9 +674,7 @@ int xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *
     l->held[l->nheld++] = xfer_tensor_retain(held[i]);
     xfer_mem_landing(dev, (long long)xfer_tensor_nbytes(held[i])); /* held until let go */
   }
-  if (!xfer_run_detached(land_then_let_go, l)) return 1;
-  land_then_let_go(l); /* no helper: the same here */
-  return 0;
+  if (xfer_run_detached(land_then_let_go, l)) land_then_let_go(l); /* no helper: the same here */
 }
 
 void xfer_fio_queue_close(xfer_fio_queue *q)

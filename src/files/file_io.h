@@ -87,9 +87,9 @@ int xfer_fio_settle(xfer_fio_queue *q, double seconds);
 /* Closes a stopped load's or save's queue whose requests still run (xfer_fio_settle said so)
 ** off the caller's thread, so that it returns at its deadline: a helper thread waits for them,
 ** closes the queue and releases the `n` tensors in `held` (retained here: the memory they read
-** into or write from, quarantined until then -- never another tensor's). 1 when handed over,
-** 0 when no helper could be had (it all happened here). The caller releases its own references. */
-int xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *const *held, size_t n);
+** into or write from, quarantined until then -- never another tensor's); where no helper can
+** be had, all of it here. The caller releases its own references either way. */
+void xfer_fio_queue_close_holding(xfer_fio_queue *q, xfer_ctx *ctx, xfer_tensor *const *held, size_t n);
 /* Whether io_uring can be set up here: 1, or 0 with the reason in why. */
 int xfer_fio_uring_usable(char *why, size_t cap);
 const char *xfer_fio_engine_name(xfer_fio_engine engine);
