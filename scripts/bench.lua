@@ -135,6 +135,8 @@ parser:option("--guard", "The guard table's parts, comma-separated: sums (each d
   :argname("LIST")
 parser:option("--cancel-devices", "The devices whose pairs (with the host, and with each other) the guard table cancels, comma-separated (default: every device).")
   :argname("LIST")
+parser:option("--verify-devices", "The devices whose moves (with the host, and with each other), batches and loads the guard table times with and without verify, comma-separated (default: every device).")
+  :argname("LIST")
 parser:option("--cancel-rows", "Only the guard table's cancel rows whose label holds one of these, comma-separated (as \"cuda:0 -> vulkan:0,file -> cuda:0\").")
   :argname("LIST")
 -- scripts/bench passes the raw-CUDA program it built ("" without CUDA)
@@ -214,6 +216,7 @@ local B = {
   cancel_runs = opts.cancels,             -- --cancels
   cancel_size = opts.cancel_size,         -- --cancel-size, bytes
   cancel_devices = opts.cancel_devices,   -- --cancel-devices, names (nil: every device)
+  verify_devices = opts.verify_devices,   -- --verify-devices, names (nil: every device)
   guard_parts = opts.guard,               -- --guard, part names
   cancel_rows = opts.cancel_rows,         -- --cancel-rows, label parts (nil: every row)
   scripts_dir = scripts_dir,

@@ -35,6 +35,20 @@ local function pairs_of(devs, host)
   return out
 end
 
+-- The host and the devices a comma-separated list names (nil: every device), for `option`.
+local function named_devices(B, devs, list, option)
+  if not list then return devs end
+  local named, kept = {}, {}
+  for name in list:gmatch("[^,]+") do named[name] = true end
+  for _, d in ipairs(devs) do
+    if d == B.host or named[d.name] then kept[#kept + 1] = d end
+    named[d.name] = nil
+  end
+  local unknown = next(named)
+  if unknown then error(("%s: no device '%s'"):format(option, unknown), 0) end
+  return kept
+end
+
 local function moves(B, rows, devs)
   local n = B.pair_size
   for _, p in ipairs(pairs_of(devs, B.host)) do
@@ -242,17 +256,7 @@ local function cancels(B, devs)
   local seed = 12345
   local function rng() seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 end
   local n = B.cancel_size or B.pair_size
-  if B.cancel_devices then -- --cancel-devices: the host and those named (the host's own file rows not)
-    local named, kept = {}, {}
-    for name in B.cancel_devices:gmatch("[^,]+") do named[name] = true end
-    for _, d in ipairs(devs) do
-      if d == B.host or named[d.name] then kept[#kept + 1] = d end
-      named[d.name] = nil
-    end
-    local unknown = next(named)
-    if unknown then error(("--cancel-devices: no device '%s'"):format(unknown), 0) end
-    devs = kept
-  end
+  devs = named_devices(B, devs, B.cancel_devices, "--cancel-devices") -- (the host's own file rows not)
   local function add(row) -- each row said as it is made too: a long run cut short keeps them
     rows[#rows + 1] = row
     B.say("  " .. table.concat(row, " | "))
@@ -328,9 +332,10 @@ return function(B)
   if parts.sums then sums(B, devs) end
   if parts.verify then
     local rows = { { "verify = true (CRC32C at both ends)", "size", "without GB/s", "with GB/s", "cost" } }
-    moves(B, rows, devs)
-    batches(B, rows, devs)
-    loads(B, rows, devs)
+    local vdevs = named_devices(B, devs, B.verify_devices, "--verify-devices")
+    moves(B, rows, vdevs)
+    batches(B, rows, vdevs)
+    loads(B, rows, vdevs)
     B.emit(rows)
     B.say("guard: each move's time with verify over the same move's without, the median of several;" ..
           " a device end's sum made by the device (CUDA, OpenCL, Vulkan kernels) or, for a device of the" ..

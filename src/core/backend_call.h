@@ -236,6 +236,26 @@ static inline xfer_code xfer_be_crc32c(xfer_device *dev, const xfer_sum_piece *p
   return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c(dev, pieces, count, crc, err), err);
 }
 
+/* The same in two halves (copy->crc32c_begin, crc32c_end): XFER_E_UNSUPPORTED, nothing said,
+** where the device cannot sum beside the caller now. */
+static inline xfer_code xfer_be_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
+                                             int *ticket, xfer_error *err)
+{
+  if (!xfer_be(dev)->copy->crc32c_begin) return XFER_E_UNSUPPORTED;
+  return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c_begin(dev, pieces, count, ticket, err), err);
+}
+
+static inline int xfer_be_has_crc32c_begin(const xfer_device *dev)
+{
+  return xfer_be(dev)->copy->crc32c_begin != NULL;
+}
+
+static inline xfer_code xfer_be_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count,
+                                           int ticket, uint32_t *crc, int wanted, xfer_error *err)
+{
+  return xfer_be_blame(dev, xfer_be(dev)->copy->crc32c_end(dev, pieces, count, ticket, crc, wanted, err), err);
+}
+
 /* Whether the device copies rows within itself, and doing it. */
 static inline int xfer_be_has_copy_rows(const xfer_device *dev)
 {

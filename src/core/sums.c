@@ -2,10 +2,10 @@
 ** sums.c -- the CRC32C of byte ranges where they lie. Host memory is summed by the sum pool
 ** (half the CPUs): a large range cut into pieces of XFER_SUM_PIECE bytes and their sums joined,
 ** a batch's small ranges in bundles of about that many bytes. A device sums its own memory
-** (copy->crc32c, a batch's ranges in one call), else its bytes are read back in chunks. A
-** verified move's host ends are summed beside the move: the source's pieces as it starts, the
-** target's as they land (the runner lands it in steps for that), so that a sum costs the move
-** little more than its last piece.
+** (copy->crc32c, a batch's ranges in one call; beside the caller where it can, crc32c_begin),
+** else its bytes are read back in chunks. A verified move's ends are summed beside the move:
+** the source's as it starts, the target's as its steps land (the runner lands it in steps for
+** that), so that a sum costs the move little more than its last step's.
 */
 #include <stdlib.h>
 
@@ -216,6 +216,73 @@ static xfer_code device_sums(const xfer_sum_range *ranges, size_t count, size_t 
   return own;
 }
 
+/* One device's ranges of a xfer_sums, summed beside the caller (copy->crc32c_begin): pieces[j]
+** is ranges[index[j]], its sum into sums[j]; ticket names them to the device; failed: the
+** begin's failure, said by the end. */
+struct xfer_sum_dev {
+  xfer_device *dev;
+  xfer_sum_piece *pieces;
+  size_t *index;
+  uint32_t *sums;
+  size_t k;
+  int ticket;
+  xfer_code failed;
+  xfer_error failure;
+};
+
+/* Whether a device sums beside its caller. */
+static int sums_beside(const xfer_device *dev) { return sums_itself(dev) && xfer_be_has_crc32c_begin(dev); }
+
+/* The device ranges not summed by the pool, each device's begun on it where it sums beside the
+** caller (marked in seen[]); the rest are left for xfer_sums_end (out of memory: all of them). */
+static void devices_begin(xfer_sums *s)
+{
+  for (size_t i = 0; i < s->count; i++) {
+    if (s->seen[i] || !sums_beside(s->ranges[i].t->dev)) continue;
+    xfer_device *dev = s->ranges[i].t->dev;
+    if (!s->devs && !(s->devs = calloc(s->count, sizeof *s->devs))) return;
+    xfer_sum_dev *d = &s->devs[s->ndevs];
+    size_t most = 0;
+    for (size_t j = i; j < s->count; j++) most += !s->seen[j] && s->ranges[j].t->dev == dev;
+    d->pieces = malloc(most * sizeof *d->pieces);
+    d->index = malloc(most * sizeof *d->index);
+    d->sums = malloc(most * sizeof *d->sums);
+    if (!d->pieces || !d->index || !d->sums) {
+      free(d->pieces), free(d->index), free(d->sums);
+      *d = (xfer_sum_dev){0};
+      return;
+    }
+    d->dev = dev;
+    for (size_t j = i; j < s->count; j++) {
+      const xfer_sum_range *r = &s->ranges[j];
+      if (s->seen[j] || r->t->dev != dev) continue;
+      d->index[d->k] = j;
+      d->pieces[d->k++] = (xfer_sum_piece){r->t->buf, r->t->offset + r->at, r->n};
+    }
+    d->ticket = -1;
+    d->failed = xfer_be_crc32c_begin(dev, d->pieces, d->k, &d->ticket, &d->failure);
+    if (d->failed == XFER_E_UNSUPPORTED) { /* not now: summed by the end, as a device that cannot */
+      free(d->pieces), free(d->index), free(d->sums);
+      *d = (xfer_sum_dev){0};
+      continue;
+    }
+    for (size_t j = 0; j < d->k; j++) s->seen[d->index[j]] = 1;
+    s->ndevs++;
+  }
+}
+
+/* A device's sums begun, ended (wanted: into crc[]), its memory freed. */
+static xfer_code device_end(xfer_sum_dev *d, int wanted, uint32_t *crc, xfer_error *err)
+{
+  xfer_code rc = d->failed;
+  if (rc && wanted && err) *err = d->failure;
+  if (!rc) rc = xfer_be_crc32c_end(d->dev, d->pieces, d->k, d->ticket, d->sums, wanted, err);
+  for (size_t j = 0; !rc && wanted && j < d->k; j++) crc[d->index[j]] = d->sums[j];
+  free(d->pieces), free(d->index), free(d->sums);
+  *d = (xfer_sum_dev){0};
+  return rc;
+}
+
 /* The host ranges of ranges[] in bundles of about XFER_SUM_PIECE bytes, one task each:
 ** segs[] and tasks[] (as many as ranges, at most) filled, *nsegs and *ntasks said. */
 static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned char *seen,
@@ -258,6 +325,7 @@ xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t cou
     return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
   }
   host_bundles(ranges, count, s->seen, s->index, s->segs, s->sums, &s->nsegs, s->tasks, &s->ntasks);
+  devices_begin(s);
   return XFER_E_OK;
 }
 
@@ -265,11 +333,15 @@ xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err)
 {
   if (!s->seen) return XFER_E_OK; /* none begun (none asked, or out of memory, said then) */
   xfer_code rc = XFER_E_OK; /* the devices sum theirs while the pool sums the host's */
+  for (size_t j = 0; j < s->ndevs; j++) { /* every one begun is ended */
+    xfer_code ended = device_end(&s->devs[j], wanted && !rc, s->crc, rc ? NULL : err);
+    if (wanted && !rc) rc = ended;
+  }
   for (size_t i = 0; wanted && i < s->count && !rc; i++)
     if (!s->seen[i]) rc = device_sums(s->ranges, s->count, i, s->seen, s->crc, err);
   for (size_t j = 0; j < s->ntasks; j++) task_wait(&s->tasks[j]);
   for (size_t j = 0; j < s->nsegs; j++) s->crc[s->index[j]] = s->sums[j];
-  free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks);
+  free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks), free(s->devs);
   *s = (xfer_sums){0};
   return rc;
 }
@@ -293,8 +365,33 @@ static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
   e->sums = NULL;
   e->tasks = NULL;
   e->count = e->started = 0;
+  e->beside = !e->host && sums_beside(t->dev);
+  e->summing = (xfer_sums){0};
+  e->part_crc = e->crc = 0;
+  e->upto = 0;
   if (e->host && n >= 2 * XFER_SUM_PIECE)
     e->segs = pieces_of(e->host, n, &e->count, &e->sums, &e->tasks);
+}
+
+/* A device end's bytes [upto, to) given to its device to sum beside the move (out of memory:
+** they are summed with the rest at the end). */
+static void part_begin(xfer_verify_side *e, size_t to)
+{
+  xfer_error ignored;
+  e->part = (xfer_sum_range){e->t, e->at + e->upto, to - e->upto};
+  if (e->part.n && xfer_sums_begin(&e->summing, &e->part, 1, &e->part_crc, &ignored)) e->summing = (xfer_sums){0};
+}
+
+/* The part begun ended (wanted: joined into the end's sum). */
+static xfer_code part_end(xfer_verify_side *e, int wanted, xfer_error *err)
+{
+  if (!e->summing.seen) return XFER_E_OK;
+  xfer_code rc = xfer_sums_end(&e->summing, wanted, err);
+  if (!rc && wanted) {
+    e->crc = e->upto ? xfer_crc32c_join(e->crc, e->part_crc, e->part.n) : e->part_crc;
+    e->upto += e->part.n;
+  }
+  return rc;
 }
 
 void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, xfer_tensor *dst,
@@ -318,7 +415,11 @@ static void end_start_upto(xfer_verify_side *e, size_t upto)
 
 void xfer_verify_source_upto(xfer_verify *v, size_t upto)
 {
-  if (v->on) end_start_upto(&v->ends[0], upto);
+  if (!v->on) return;
+  xfer_verify_side *e = &v->ends[0];
+  end_start_upto(e, upto);
+  /* a device source is summed whole from the start: its bytes do not change while it moves */
+  if (e->beside && upto && !e->upto && !e->summing.seen) part_begin(e, v->n);
 }
 
 void xfer_verify_source(xfer_verify *v) { xfer_verify_source_upto(v, v->n); }
@@ -331,12 +432,38 @@ size_t xfer_verify_step(const xfer_verify *v, size_t n)
 void xfer_verify_landed(xfer_verify *v, size_t upto)
 {
   v->landed = upto;
-  if (v->on) end_start_upto(&v->ends[1], upto);
+  if (!v->on) return;
+  xfer_verify_side *e = &v->ends[1];
+  end_start_upto(e, upto);
+  if (!e->beside) return;
+  /* a device target: the step before summed by now (the device sums many times faster than a
+  ** link moves), this one given to it while the next one moves; a failure sums it all at the end */
+  xfer_error ignored;
+  if (part_end(e, 1, &ignored)) {
+    e->beside = 0;
+    e->upto = 0;
+    return;
+  }
+  if (upto > e->upto) part_begin(e, upto);
+}
+
+/* A device end's sum: what it summed beside the move, and the rest now. */
+static xfer_code device_end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
+{
+  xfer_code rc = part_end(e, 1, err);
+  if (!rc && e->upto < n) {
+    uint32_t rest = 0;
+    rc = xfer_range_crc32c(e->t, e->at + e->upto, n - e->upto, &rest, err);
+    if (!rc) e->crc = e->upto ? xfer_crc32c_join(e->crc, rest, n - e->upto) : rest;
+  }
+  *crc = e->crc;
+  return rc;
 }
 
 /* An end's sum: its pieces' joined, or summed in one now. */
 static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
 {
+  if (!e->host) return device_end_sum(e, n, crc, err);
   if (!e->segs) return xfer_range_crc32c(e->t, e->at, n, crc, err);
   for (size_t i = 0; i < e->started; i++) task_wait(&e->tasks[i]);
   *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
@@ -345,6 +472,7 @@ static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_erro
 
 static void end_release(xfer_verify_side *e)
 {
+  part_end(e, 0, NULL);
   for (size_t i = 0; e->segs && i < e->started; i++) task_wait(&e->tasks[i]);
   free(e->tasks), free(e->sums), free(e->segs);
   e->segs = NULL;

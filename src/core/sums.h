@@ -11,8 +11,10 @@
 #include "memory.h"
 
 /* Bytes one sum task covers: host ranges are cut into these (and joined again), so that the
-** sum pool's threads share a large range, and a move's target is summed as it lands. */
-#define XFER_SUM_PIECE ((size_t)4 << 20)
+** sum pool's threads share a large range, and a move's target is summed as it lands. 1 MiB:
+** what is summed after a move's last step is a step's pieces on all the pool's threads (4 MiB
+** pieces left an 8 MiB step to two threads, 0.2 ms after the move on an H100). */
+#define XFER_SUM_PIECE ((size_t)1 << 20)
 
 /* The CRC32C of bytes [offset, offset+n) of a contiguous tensor (a window; its device held by
 ** the caller): in place in host memory (by the sum pool when large), by the device, or read to
@@ -28,17 +30,19 @@ typedef struct xfer_sum_range {
 
 typedef struct xfer_sum_task xfer_sum_task;
 typedef struct xfer_sum_seg xfer_sum_seg;
+typedef struct xfer_sum_dev xfer_sum_dev;
 
 /* The CRC32C of each of `count` ranges into crc[], their devices held by the caller: host
 ** ranges by the sum pool at once, each device's ranges by one call of its own (copy->crc32c),
 ** the rest read back. */
 xfer_code xfer_sums_of(const xfer_sum_range *ranges, size_t count, uint32_t *crc, xfer_error *err);
 
-/* The same in two halves, so that host ranges are summed while something else runs (a batch's
-** sources while it moves): xfer_sums_begin gives the host ranges to the sum pool at once;
-** xfer_sums_end (wanted: 0 when the sums are no longer needed) has each device sum its own
-** ranges, waits for the pool's and frees. ranges[] and crc[] live until the end; every begun
-** s is ended, whatever happened between. */
+/* The same in two halves, so that ranges are summed while something else runs (a batch's
+** sources while it moves): xfer_sums_begin gives the host ranges to the sum pool at once, and
+** each device that sums beside its caller (copy->crc32c_begin) its own; xfer_sums_end (wanted:
+** 0 when the sums are no longer needed) has each other device sum its ranges, waits for the
+** rest and frees. The ranges' bytes must not change from the begin on. ranges[] and crc[] live
+** until the end; every begun s is ended, whatever happened between. */
 typedef struct xfer_sums {
   const xfer_sum_range *ranges;
   size_t count;
@@ -49,14 +53,17 @@ typedef struct xfer_sums {
   uint32_t *sums;
   xfer_sum_task *tasks;
   size_t nsegs, ntasks;
+  xfer_sum_dev *devs;       /* the devices summing beside the caller */
+  size_t ndevs;
 } xfer_sums;
 xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
                           xfer_error *err);
 xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err);
 
 /* A move's verification while it runs: each end's host memory summed by the sum pool beside
-** the move (the source's at once, the target's as its bytes land), a device end by the device
-** once the move is done, then both compared. */
+** the move (the source's at once, the target's as its bytes land); a device end by the device,
+** beside the move where it can (the source's from the start, the target's each step as it
+** lands while the next one moves), else once the move is done; then both compared. */
 typedef struct xfer_verify_side {
   xfer_tensor *t;
   size_t at;
@@ -65,6 +72,11 @@ typedef struct xfer_verify_side {
   uint32_t *sums;           /* ... the tasks that make them */
   xfer_sum_task *tasks;
   size_t count, started;    /* pieces, and those given to the pool */
+  int beside;               /* a device end its device sums beside the move, a part at a time: */
+  xfer_sum_range part;      /* the part being summed, */
+  xfer_sums summing;        /* its sum (begun: summing.seen != NULL), */
+  uint32_t part_crc, crc;   /* ... into part_crc, and the sum of the end's bytes [0, upto) */
+  size_t upto;
 } xfer_verify_side;
 typedef struct xfer_verify {
   int on;

@@ -125,6 +125,7 @@ static xfer_code run_paced(xfer_tensor *src, xfer_tensor *dst, xfer_verify *v, x
   size_t n = src->nbytes, steps = (n + PACE_STEP - 1) / PACE_STEP, started = 0, finished = 0;
   unsigned char queued[PACE_DEPTH];
   xfer_code rc = XFER_E_OK;
+  if (!to_device) xfer_verify_source(v); /* a device source: summed by its device beside the copy */
   while (!rc && finished < steps) {
     if (started < steps && started - finished < PACE_DEPTH) {
       size_t at = started * PACE_STEP, len = n - at < PACE_STEP ? n - at : PACE_STEP;

@@ -30,8 +30,9 @@ typedef struct xfer_runtime xfer_runtime;
 ** (runtime->config_defaults); 12: copy->many_again and many_forget (the same pieces again);
 ** 13: copy->crc32c (a device sums its own bytes); 14: copy->crc32c sums many ranges at once;
 ** 15: copy->idle (whether work that outlived a deadline is done); 16: copy->many_reaches (a
-** batch over another GPU's memory) */
-#define XFER_BACKEND_VERSION 16
+** batch over another GPU's memory); 17: copy->crc32c_begin and crc32c_end (a device's sums
+** run beside the caller's next calls) */
+#define XFER_BACKEND_VERSION 17
 
 /* xfer_memory_kind and xfer_memory (a buffer as a transport uses it in place) are public:
 ** xfer.h. */
@@ -144,6 +145,17 @@ typedef struct xfer_copy_ops {
   ** back and sums them on the host. */
   xfer_code (*crc32c)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                       xfer_error *err);
+  /* optional, the same in two halves, so that the device sums while the caller goes on (a
+  ** move's source summed while it moves, a landed step while the next one moves): begin
+  ** submits the sums of ranges whose bytes are final (*ticket names them for end) and returns;
+  ** XFER_E_UNSUPPORTED without a word when it cannot now (the caller sums them otherwise). Every
+  ** begun ticket is ended once, given the same pieces: end waits for the sums (until the
+  ** move's deadline, as every wait) and writes crc[] -- or, wanted 0, frees what it can without
+  ** waiting (what a sum still running uses is kept until it is done). */
+  xfer_code (*crc32c_begin)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
+                            xfer_error *err);
+  xfer_code (*crc32c_end)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
+                          uint32_t *crc, int wanted, xfer_error *err);
   /* optional: buffer on `src_dev` -> buffer on `dst_dev`, two devices of this runtime */
   xfer_code (*peer)(xfer_device *dst_dev, void *dst, size_t dst_offset, xfer_device *src_dev,
                     void *src, size_t src_offset, size_t n, xfer_error *err);

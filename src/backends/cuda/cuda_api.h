@@ -95,6 +95,7 @@ typedef struct cu_dev {
     void *host;                 /* cuMemHostAlloc'd, mapped: descriptors, then sums */
     CUdeviceptr mapped;         /* its address on the device */
     size_t bytes;
+    size_t blocks;              /* its kernel's: the sums lie past their descriptors */
     CUevent done;               /* recorded behind the slot's kernel (made with the kernel) */
     int taken;                  /* its call not yet over */
   } sum_slots[XFER_CU_SUM_SLOTS];

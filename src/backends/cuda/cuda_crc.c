@@ -354,14 +354,24 @@ static xfer_code launch(xfer_device *dev, int slot, size_t blocks, size_t stretc
   return CU(dev, XFER_OP_VERIFY, err, cuEventRecord, s->done, cd->sum_stream);
 }
 
-xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
-                         xfer_error *err)
+/* The stretch and piece of a call's kernel, and its thread blocks (0: nothing to sum). */
+static size_t blocks_of(const xfer_sum_piece *pieces, size_t count, size_t *stretch, size_t *piece,
+                        size_t *shifts_at)
 {
-  size_t blocks = 0, largest = 0, shifts_at = 0;
+  size_t blocks = 0, largest = 0;
   for (size_t i = 0; i < count; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
-  size_t stretch = xfer_crc32c_kernel_stretch(largest, &shifts_at), piece = stretch * THREADS;
-  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n, piece);
-  for (size_t i = 0; i < count; i++) crc[i] = 0;
+  *stretch = xfer_crc32c_kernel_stretch(largest, shifts_at);
+  *piece = *stretch * THREADS;
+  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n, *piece);
+  return blocks;
+}
+
+xfer_code xfer_cu_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
+                               xfer_error *err)
+{
+  size_t stretch, piece, shifts_at = 0;
+  size_t blocks = blocks_of(pieces, count, &stretch, &piece, &shifts_at);
+  *ticket = -1; /* nothing to sum: end writes zeros */
   if (!blocks) return XFER_E_OK;
   if (blocks > 0x7fffffffu) return XFER_E_UNSUPPORTED;
   int slot = -1;
@@ -379,10 +389,36 @@ xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
     }
   rc = launch(dev, slot, blocks, stretch, shifts_at, err);
   if (rc) return rc; /* (its slot free again, or kept for good) */
-  rc = xfer_cu_wait(dev, XFER_OP_VERIFY, NULL, s->done, err);
-  const uint32_t *sums = (const uint32_t *)((const char *)s->host + blocks * 16);
-  for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n, piece), i++)
-    crc[i] = xfer_crc32c_of_raw_pieces(sums + first, piece, pieces[i].n);
+  s->blocks = blocks;
+  *ticket = slot;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_cu_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
+                             uint32_t *crc, int wanted, xfer_error *err)
+{
+  for (size_t i = 0; i < count; i++) crc[i] = 0;
+  if (ticket < 0 || ticket >= XFER_CU_SUM_SLOTS) return XFER_E_OK;
+  struct cu_sum_slot *s = &cu_of(dev)->sum_slots[ticket];
+  xfer_code rc = XFER_E_OK;
+  if (wanted) {
+    size_t stretch, piece, shifts_at = 0, blocks = s->blocks;
+    blocks_of(pieces, count, &stretch, &piece, &shifts_at);
+    rc = xfer_cu_enter(dev, XFER_OP_VERIFY, err);
+    if (!rc) rc = xfer_cu_wait(dev, XFER_OP_VERIFY, NULL, s->done, err);
+    const uint32_t *sums = (const uint32_t *)((const char *)s->host + blocks * 16);
+    for (size_t i = 0, first = 0; !rc && i < count; first += pieces_in(pieces[i].n, piece), i++)
+      crc[i] = xfer_crc32c_of_raw_pieces(sums + first, piece, pieces[i].n);
+  }
   s->taken = 0; /* taken again once its event says its kernel is done */
   return rc;
+}
+
+xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
+                         xfer_error *err)
+{
+  int ticket = -1;
+  xfer_code rc = xfer_cu_crc32c_begin(dev, pieces, count, &ticket, err);
+  if (rc) return rc;
+  return xfer_cu_crc32c_end(dev, pieces, count, ticket, crc, 1, err);
 }

@@ -71,6 +71,10 @@ void xfer_cu_many_release(cu_api *api, cu_dev *cd);
 ** what it keeps */
 xfer_code xfer_cu_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err);
+xfer_code xfer_cu_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
+                               xfer_error *err);
+xfer_code xfer_cu_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
+                             uint32_t *crc, int wanted, xfer_error *err);
 void xfer_cu_crc_release(cu_api *api, cu_dev *cd);
 /* cuda_shared.c: memory other runtimes of the GPU import (xfer_backend.alloc_shared) */
 void xfer_cu_shared_probe(xfer_device *dev);
