@@ -61,6 +61,20 @@ static void task_wait(xfer_sum_task *t)
   t->spawned = 0;
 }
 
+/* Pieces [first, last) of segs[] given to the pool in as many tasks as it has threads at most
+** (tasks[*ntasks..] filled): a task per piece made 64 tasks of a 64 MiB batch's sources, and a
+** wake-up and a lock's round each cost more than its piece's sum. */
+static void tasks_start(xfer_sum_task *tasks, size_t *ntasks, const seg *segs, uint32_t *crc, size_t first,
+                        size_t last)
+{
+  size_t threads = xfer_pool_sum_threads(), n = last - first;
+  size_t parts = n < threads ? n : threads;
+  for (size_t p = 0; p < parts; p++) {
+    size_t a = first + n * p / parts, b = first + n * (p + 1) / parts;
+    task_start(&tasks[(*ntasks)++], segs, crc, a, b);
+  }
+}
+
 /* n bytes cut into pieces of XFER_SUM_PIECE: their segments, sums and a task each (NULL when
 ** out of memory: the caller sums in one). */
 static seg *pieces_of(const char *at, size_t n, size_t *count, uint32_t **crc, xfer_sum_task **tasks)
@@ -90,9 +104,9 @@ static uint32_t host_sum(const char *at, size_t n)
   uint32_t *sums = NULL;
   seg *segs = n >= 2 * XFER_SUM_PIECE ? pieces_of(at, n, &count, &sums, &tasks) : NULL;
   if (!segs) return xfer_crc32c(0, at, n);
-  for (size_t i = 0; i + 1 < count; i++) task_start(&tasks[i], segs, sums, i, i + 1);
-  sums[count - 1] = xfer_crc32c(0, segs[count - 1].at, segs[count - 1].n);
-  for (size_t i = 0; i + 1 < count; i++) task_wait(&tasks[i]);
+  size_t ntasks = 0;
+  tasks_start(tasks, &ntasks, segs, sums, 0, count);
+  for (size_t i = 0; i < ntasks; i++) task_wait(&tasks[i]);
   uint32_t crc = xfer_crc32c_of_stretches(sums, count, XFER_SUM_PIECE, n);
   free(tasks), free(sums), free(segs);
   return crc;
@@ -237,9 +251,14 @@ static int sums_beside(const xfer_device *dev) { return sums_itself(dev) && xfer
 ** caller (marked in seen[]); the rest are left for xfer_sums_end (out of memory: all of them). */
 static void devices_begin(xfer_sums *s)
 {
+  const xfer_device *declined = NULL; /* (asked once for a run of its ranges: the ask reads the environment) */
   for (size_t i = 0; i < s->count; i++) {
-    if (s->seen[i] || !sums_beside(s->ranges[i].t->dev)) continue;
     xfer_device *dev = s->ranges[i].t->dev;
+    if (s->seen[i] || dev == declined) continue;
+    if (!sums_beside(dev)) {
+      declined = dev;
+      continue;
+    }
     if (!s->devs && !(s->devs = calloc(s->count, sizeof *s->devs))) return;
     xfer_sum_dev *d = &s->devs[s->ndevs];
     size_t most = 0;
@@ -283,13 +302,15 @@ static xfer_code device_end(xfer_sum_dev *d, int wanted, uint32_t *crc, xfer_err
   return rc;
 }
 
-/* The host ranges of ranges[] in bundles of about XFER_SUM_PIECE bytes, one task each:
-** segs[] and tasks[] (as many as ranges, at most) filled, *nsegs and *ntasks said. */
+/* The host ranges of ranges[] in bundles, a task each: as many as the pool has threads (a
+** bundle 256 KiB at least) -- a batch's 4096 ranges of 16 KiB in 8 tasks. segs[] and tasks[]
+** (as many as ranges, at most) filled, *nsegs and *ntasks said. */
+#define BUNDLE_LEAST ((size_t)256 << 10)
 static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned char *seen,
                          size_t *index, seg *segs, uint32_t *sums, size_t *nsegs, xfer_sum_task *tasks,
                          size_t *ntasks)
 {
-  size_t k = 0, first = 0, bytes = 0;
+  size_t k = 0, total = 0;
   *ntasks = 0;
   for (size_t i = 0; i < count; i++) {
     const char *host = ranges[i].n ? xfer_be_host_address(ranges[i].t->dev, ranges[i].t->buf,
@@ -298,10 +319,16 @@ static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned ch
     seen[i] = 1;
     index[k] = i;
     segs[k++] = (seg){host ? host + ranges[i].at : NULL, ranges[i].n};
-    bytes += ranges[i].n;
-    if (bytes >= XFER_SUM_PIECE) {
-      task_start(&tasks[(*ntasks)++], segs, sums, first, k);
-      first = k;
+    total += ranges[i].n;
+  }
+  size_t threads = xfer_pool_sum_threads(), bundle = (total + threads - 1) / threads;
+  if (bundle < BUNDLE_LEAST) bundle = BUNDLE_LEAST;
+  size_t first = 0, bytes = 0;
+  for (size_t j = 0; j < k; j++) {
+    bytes += segs[j].n;
+    if (bytes >= bundle) {
+      task_start(&tasks[(*ntasks)++], segs, sums, first, j + 1);
+      first = j + 1;
       bytes = 0;
     }
   }
@@ -318,7 +345,8 @@ xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t cou
   s->index = malloc(count * sizeof *s->index);
   s->segs = malloc(count * sizeof *s->segs);
   s->sums = malloc(count * sizeof *s->sums);
-  s->tasks = calloc(count, sizeof *s->tasks);
+  size_t most_tasks = xfer_pool_sum_threads() + 1; /* (host_bundles makes no more) */
+  s->tasks = calloc(count < most_tasks ? count : most_tasks, sizeof *s->tasks);
   if (!s->seen || !s->index || !s->segs || !s->sums || !s->tasks) {
     free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks);
     *s = (xfer_sums){0};
@@ -364,7 +392,7 @@ static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
   e->segs = NULL;
   e->sums = NULL;
   e->tasks = NULL;
-  e->count = e->started = 0;
+  e->count = e->started = e->ntasks = 0;
   e->beside = !e->host && sums_beside(t->dev);
   e->summing = (xfer_sums){0};
   e->part_crc = e->crc = 0;
@@ -408,9 +436,11 @@ void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, 
 /* An end's pieces that lie wholly in [0, upto) given to the sum pool, those not given yet. */
 static void end_start_upto(xfer_verify_side *e, size_t upto)
 {
+  size_t first = e->started;
   for (; e->segs && e->started < e->count && e->started * XFER_SUM_PIECE + e->segs[e->started].n <= upto;
        e->started++)
-    task_start(&e->tasks[e->started], e->segs, e->sums, e->started, e->started + 1);
+    continue;
+  if (e->started > first) tasks_start(e->tasks, &e->ntasks, e->segs, e->sums, first, e->started);
 }
 
 void xfer_verify_source_upto(xfer_verify *v, size_t upto)
@@ -465,7 +495,7 @@ static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_erro
 {
   if (!e->host) return device_end_sum(e, n, crc, err);
   if (!e->segs) return xfer_range_crc32c(e->t, e->at, n, crc, err);
-  for (size_t i = 0; i < e->started; i++) task_wait(&e->tasks[i]);
+  for (size_t i = 0; i < e->ntasks; i++) task_wait(&e->tasks[i]);
   *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
   return XFER_E_OK;
 }
@@ -473,7 +503,7 @@ static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_erro
 static void end_release(xfer_verify_side *e)
 {
   part_end(e, 0, NULL);
-  for (size_t i = 0; e->segs && i < e->started; i++) task_wait(&e->tasks[i]);
+  for (size_t i = 0; e->segs && i < e->ntasks; i++) task_wait(&e->tasks[i]);
   free(e->tasks), free(e->sums), free(e->segs);
   e->segs = NULL;
   e->sums = NULL;

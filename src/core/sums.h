@@ -72,6 +72,7 @@ typedef struct xfer_verify_side {
   uint32_t *sums;           /* ... the tasks that make them */
   xfer_sum_task *tasks;
   size_t count, started;    /* pieces, and those given to the pool */
+  size_t ntasks;            /* the tasks they were given in */
   int beside;               /* a device end its device sums beside the move, a part at a time: */
   xfer_sum_range part;      /* the part being summed, */
   xfer_sums summing;        /* its sum (begun: summing.seen != NULL), */
