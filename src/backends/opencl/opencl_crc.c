@@ -86,6 +86,18 @@ static const char source[] =
 
 void xfer_cl_crc_release(cl_api *api, cl_dev *cd)
 {
+  if (cd->sum_queue) api->clFinish(cd->sum_queue); /* (a sum past its deadline still writes its slot) */
+  for (int i = 0; i < XFER_CL_SUM_SLOTS; i++) {
+    struct cl_sum_slot *s = &cd->sum_slots[i];
+    if (s->read) api->clReleaseEvent(s->read);
+    if (s->desc) api->clReleaseMemObject(s->desc);
+    if (s->sums) api->clReleaseMemObject(s->sums);
+    free(s->host_desc);
+    free(s->host_sums);
+    *s = (struct cl_sum_slot){0};
+  }
+  if (cd->sum_queue) api->clReleaseCommandQueue(cd->sum_queue);
+  cd->sum_queue = NULL;
   if (cd->crc_kernel) api->clReleaseKernel(cd->crc_kernel);
   if (cd->crc_program) api->clReleaseProgram(cd->crc_program);
   if (cd->crc_table) api->clReleaseMemObject(cd->crc_table);
@@ -229,5 +241,144 @@ xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t 
     rc = xfer_cl_externals_release(dev, ext, n_ext, 0, rc, err);
   }
   free(mems), free(ext), free(done);
+  return rc;
+}
+
+/* -- Sums beside the copies (copy->crc32c_begin, crc32c_end) --------------------------------- */
+
+/* Whether a slot's last sum is done (its read's event complete, or failed). */
+static int slot_done(xfer_device *dev, const struct cl_sum_slot *s)
+{
+  if (!s->read) return 1;
+  cl_int status = CL_QUEUED;
+  if (api_of(dev)->clGetEventInfo(s->read, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
+      CL_SUCCESS)
+    return 0;
+  return status == CL_COMPLETE || status < 0;
+}
+
+int xfer_cl_sums_idle(xfer_device *dev)
+{
+  cl_dev *cd = cl_of(dev);
+  for (int i = 0; i < XFER_CL_SUM_SLOTS; i++)
+    if (!slot_done(dev, &cd->sum_slots[i])) return 0;
+  return 1;
+}
+
+/* A slot free for `blocks` sums (its memory grown: twice that); XFER_E_UNSUPPORTED, nothing
+** said, when every slot is in use. */
+static xfer_code slot_take(xfer_device *dev, size_t blocks, int *slot, xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  int pick = -1;
+  for (int i = 0; i < XFER_CL_SUM_SLOTS; i++) {
+    struct cl_sum_slot *s = &cd->sum_slots[i];
+    if (s->taken || !slot_done(dev, s)) continue;
+    if (pick < 0 || s->room >= blocks) pick = i;
+    if (s->room >= blocks) break;
+  }
+  if (pick < 0) return XFER_E_UNSUPPORTED;
+  struct cl_sum_slot *s = &cd->sum_slots[pick];
+  if (s->read) api_of(dev)->clReleaseEvent(s->read);
+  s->read = NULL;
+  if (s->room < blocks) {
+    if (s->desc) api_of(dev)->clReleaseMemObject(s->desc);
+    if (s->sums) api_of(dev)->clReleaseMemObject(s->sums);
+    free(s->host_desc);
+    free(s->host_sums);
+    *s = (struct cl_sum_slot){0};
+    size_t room = blocks < 4096 ? 4096 : blocks * 2;
+    s->host_desc = malloc(room * 2 * sizeof *s->host_desc);
+    s->host_sums = malloc(room * sizeof *s->host_sums);
+    if (!s->host_desc || !s->host_sums) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_ALLOC);
+    CL_CREATE(dev, XFER_OP_ALLOC, err, s->desc, clCreateBuffer, cd->context, CL_MEM_READ_ONLY,
+              room * 2 * sizeof *s->host_desc, NULL);
+    CL_CREATE(dev, XFER_OP_ALLOC, err, s->sums, clCreateBuffer, cd->context, CL_MEM_WRITE_ONLY,
+              room * sizeof *s->host_sums, NULL);
+    s->room = room;
+  }
+  s->taken = 1;
+  *slot = pick;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_cl_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
+                               xfer_error *err)
+{
+  cl_dev *cd = cl_of(dev);
+  *ticket = -1;
+  /* one buffer, not imported from another runtime (an import is OpenCL's on the copies' queue
+  ** alone, between an acquire and a release): else summed by crc32c, on that queue */
+  for (size_t i = 0; i < count; i++) {
+    cl_mem m = (cl_mem)pieces[i].buf;
+    if (pieces[i].buf != pieces[0].buf || xfer_cl_externals_of(cd, &m, 1, &m)) return XFER_E_UNSUPPORTED;
+  }
+  size_t blocks = 0, largest = 0, shifts_at = 0;
+  for (size_t i = 0; i < count; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
+  size_t stretch = xfer_crc32c_kernel_stretch(largest, &shifts_at), piece = stretch * GROUP;
+  for (size_t i = 0; i < count; i++) blocks += pieces_in(pieces[i].n, piece);
+  if (!blocks) return XFER_E_OK; /* nothing to sum: end writes zeros */
+  if (!kernel_ready(dev) || blocks > 0xffffffffu) return XFER_E_UNSUPPORTED;
+  if (!cd->sum_queue) {
+    cl_int made = CL_SUCCESS;
+    cd->sum_queue = api_of(dev)->clCreateCommandQueue(cd->context, cd->id, 0, &made);
+    if (made != CL_SUCCESS) {
+      cd->sum_queue = NULL;
+      return XFER_E_UNSUPPORTED;
+    }
+  }
+  int slot = -1;
+  xfer_code rc = slot_take(dev, blocks, &slot, err);
+  if (rc) return rc;
+  struct cl_sum_slot *s = &cd->sum_slots[slot];
+  for (size_t i = 0, k = 0; i < count; i++)
+    for (size_t at = 0; at < pieces[i].n; at += piece, k++) {
+      s->host_desc[2 * k] = pieces[i].offset + at;
+      s->host_desc[2 * k + 1] = pieces[i].n - at < piece ? pieces[i].n - at : piece;
+    }
+  cl_mem bytes = (cl_mem)pieces[0].buf;
+  CL_STEP(rc, dev, XFER_OP_VERIFY, err, clEnqueueWriteBuffer, cd->sum_queue, s->desc, CL_FALSE, 0,
+          blocks * 2 * sizeof *s->host_desc, s->host_desc, 0, NULL, NULL);
+  const struct {
+    size_t size;
+    const void *value;
+  } args[] = {{sizeof bytes, &bytes}, {sizeof s->desc, &s->desc}, {sizeof cd->crc_table, &cd->crc_table},
+              {sizeof s->sums, &s->sums}, {sizeof(cl_uint), &(cl_uint){(cl_uint)blocks}},
+              {sizeof(cl_uint), &(cl_uint){(cl_uint)stretch}}, {sizeof(cl_uint), &(cl_uint){(cl_uint)shifts_at}}};
+  for (cl_uint a = 0; a < sizeof args / sizeof args[0]; a++)
+    CL_STEP(rc, dev, XFER_OP_VERIFY, err, clSetKernelArg, cd->crc_kernel, a, args[a].size, args[a].value);
+  size_t groups = blocks < cd->crc_groups ? blocks : cd->crc_groups;
+  size_t global = groups * GROUP, local = GROUP;
+  CL_STEP(rc, dev, XFER_OP_VERIFY, err, clEnqueueNDRangeKernel, cd->sum_queue, cd->crc_kernel, 1, NULL,
+          &global, &local, 0, NULL, NULL);
+  CL_STEP(rc, dev, XFER_OP_VERIFY, err, clEnqueueReadBuffer, cd->sum_queue, s->sums, CL_FALSE, 0,
+          blocks * sizeof *s->host_sums, s->host_sums, 0, NULL, &s->read);
+  api_of(dev)->clFlush(cd->sum_queue);
+  if (rc) { /* what was enqueued may still use the slot: free once its read is done, or the queue */
+    if (!s->read) api_of(dev)->clFinish(cd->sum_queue);
+    s->taken = 0;
+    return rc;
+  }
+  s->blocks = blocks;
+  *ticket = slot;
+  return XFER_E_OK;
+}
+
+xfer_code xfer_cl_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
+                             uint32_t *crc, int wanted, xfer_error *err)
+{
+  for (size_t i = 0; i < count; i++) crc[i] = 0;
+  if (ticket < 0 || ticket >= XFER_CL_SUM_SLOTS) return XFER_E_OK;
+  struct cl_sum_slot *s = &cl_of(dev)->sum_slots[ticket];
+  xfer_code rc = XFER_E_OK;
+  if (wanted) {
+    size_t largest = 0, shifts_at = 0;
+    for (size_t i = 0; i < count; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
+    size_t piece = xfer_crc32c_kernel_stretch(largest, &shifts_at) * GROUP;
+    rc = xfer_cl_wait(dev, XFER_OP_VERIFY, s->read, 0, err);
+    for (size_t i = 0, b = 0; !rc && i < count; b += pieces_in(pieces[i].n, piece), i++)
+      crc[i] = xfer_crc32c_of_raw_pieces(s->host_sums + b, piece, pieces[i].n);
+  }
+  s->taken = 0; /* taken again once its read is done */
   return rc;
 }
