@@ -293,7 +293,7 @@ static void devices_begin(xfer_sums *s)
 /* A device's sums begun, ended (wanted: into crc[]), its memory freed. */
 static xfer_code device_end(xfer_sum_dev *d, int wanted, uint32_t *crc, xfer_error *err)
 {
-  xfer_code rc = d->failed; /* (a begin that failed left nothing begun: its ticket is none) */
+  xfer_code rc = d->failed;
   if (rc && wanted && err) *err = d->failure;
   if (!rc) rc = xfer_be_crc32c_end(d->dev, d->pieces, d->k, d->ticket, d->sums, wanted, err);
   for (size_t j = 0; !rc && wanted && j < d->k; j++) crc[d->index[j]] = d->sums[j];

@@ -538,8 +538,6 @@ static const xfer_copy_ops opencl_copies = {
   .many = xfer_cl_many,
   .within_rows = opencl_copy_rows,
   .crc32c = xfer_cl_crc32c,
-  .crc32c_begin = xfer_cl_crc32c_begin,
-  .crc32c_end = xfer_cl_crc32c_end,
   .idle = xfer_cl_idle,
 };
 static const xfer_share_ops opencl_share = {

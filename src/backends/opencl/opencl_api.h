@@ -38,9 +38,6 @@ typedef struct cl_api {
 } cl_api;
 
 
-/* Sums a device runs beside its copies at once (copy->crc32c_begin). */
-#define XFER_CL_SUM_SLOTS 4
-
 /* One context and one in-order queue per device, made when the runtime opens. */
 typedef struct cl_dev {
   cl_device_id id;
@@ -62,20 +59,6 @@ typedef struct cl_dev {
   cl_mem crc_table;
   int crc_refused;              /* building it failed once: sums are read back instead */
   size_t crc_groups;            /* work-groups the CRC kernel runs in: as many as run at once */
-  /* ... and sums run beside the copies (copy->crc32c_begin): a queue of their own, and a slot
-  ** per sum in flight -- its descriptors, its sums' buffer and the host words they are read
-  ** into, taken again once the read's event is done (never while a sum whose wait ended at a
-  ** deadline may still write them) */
-  cl_command_queue sum_queue;
-  struct cl_sum_slot {
-    cl_mem desc, sums;
-    cl_ulong *host_desc;
-    uint32_t *host_sums;
-    size_t room;                /* blocks the slot's memory holds */
-    size_t blocks;              /* its sum's */
-    cl_event read;              /* the sums' read, the last of its commands */
-    int taken;
-  } sum_slots[XFER_CL_SUM_SLOTS];
   cl_event idle_marker;         /* copy->idle's marker behind the queue's work, until it is done */
   double idle_placed;           /* xfer_now() when it was placed */
 } cl_dev;
@@ -83,12 +66,6 @@ typedef struct cl_dev {
 /* opencl_crc.c: copy->crc32c, and what it made, let go when the device closes */
 xfer_code xfer_cl_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err);
-xfer_code xfer_cl_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
-                               xfer_error *err);
-xfer_code xfer_cl_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
-                             uint32_t *crc, int wanted, xfer_error *err);
-/* Whether every sum begun beside the copies is done (copy->idle asks it too). */
-int xfer_cl_sums_idle(xfer_device *dev);
 void xfer_cl_crc_release(cl_api *api, cl_dev *cd);
 
 /* opencl_pin.c: host buffers pinned for a device that does not share memory with the host */

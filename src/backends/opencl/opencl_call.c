@@ -161,7 +161,6 @@ int xfer_cl_idle(xfer_device *dev)
 {
   cl_dev *cd = cl_of(dev);
   cl_api *api = api_of(dev);
-  if (!xfer_cl_sums_idle(dev)) return 0; /* (a sum beside the copies, on a queue of its own) */
   if (!cd->idle_marker) { /* behind everything enqueued so far: done, so is all of that */
     double placed = xfer_now();
     if (api->clEnqueueMarkerWithWaitList(cd->queue, 0, NULL, &cd->idle_marker) != CL_SUCCESS) {
