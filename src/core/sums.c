@@ -259,8 +259,15 @@ static void devices_begin(xfer_sums *s)
       declined = dev;
       continue;
     }
-    if (!s->devs && !(s->devs = calloc(s->count, sizeof *s->devs))) return;
+    if (s->ndevs == s->room) { /* (a few devices at most: a slot per range was 1 MB a batch) */
+      size_t room = s->room ? 2 * s->room : 2;
+      xfer_sum_dev *grown = realloc(s->devs, room * sizeof *grown);
+      if (!grown) return;
+      s->devs = grown;
+      s->room = room;
+    }
     xfer_sum_dev *d = &s->devs[s->ndevs];
+    *d = (xfer_sum_dev){0};
     size_t most = 0;
     for (size_t j = i; j < s->count; j++) most += !s->seen[j] && s->ranges[j].t->dev == dev;
     d->pieces = malloc(most * sizeof *d->pieces);

@@ -54,7 +54,7 @@ typedef struct xfer_sums {
   xfer_sum_task *tasks;
   size_t nsegs, ntasks;
   xfer_sum_dev *devs;       /* the devices summing beside the caller */
-  size_t ndevs;
+  size_t ndevs, room;
 } xfer_sums;
 xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
                           xfer_error *err);
