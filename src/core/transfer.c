@@ -123,7 +123,7 @@ static xfer_code run_paced(xfer_tensor *src, xfer_tensor *dst, xfer_verify *v, x
   xfer_tensor *host_end = to_device ? src : dst, *dev_end = to_device ? dst : src;
   char *host = xfer_be_host_address(host_end->dev, host_end->buf, host_end->offset);
   size_t n = src->nbytes, steps = (n + PACE_STEP - 1) / PACE_STEP, started = 0, finished = 0;
-  unsigned char queued[PACE_DEPTH];
+  unsigned char queued[PACE_DEPTH] = {0};
   xfer_code rc = XFER_E_OK;
   if (!to_device) xfer_verify_source(v); /* a device source: summed by its device beside the copy */
   while (!rc && finished < steps) {

@@ -477,10 +477,12 @@ static xfer_code run_requests(loading *l, xfer_error *err)
     }
   }
   /* every request still in flight lands before its buffer goes (those not started: dropped);
-  ** stopped, those a slow or stuck device still runs after SETTLE_SECONDS land on a helper
-  ** thread that holds what they read into (close_queue) */
+  ** stopped with a watch (a deadline, a job that may be canceled), those a slow or stuck device
+  ** still runs after SETTLE_SECONDS land on a helper thread that holds what they read into
+  ** (close_queue); with none, the load waits for them -- it has no deadline to keep, and returns
+  ** with nothing allocated (a helper still holding chunks is memory in use after the failure) */
   if (code) xfer_fio_drop(l->queue);
-  if (code && !xfer_fio_settle(l->queue, SETTLE_SECONDS)) {
+  if (code && xfer_watch_watched() && !xfer_fio_settle(l->queue, SETTLE_SECONDS)) {
     l->adrift = 1;
     return code;
   }

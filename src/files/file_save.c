@@ -515,10 +515,11 @@ static xfer_code stream(saving *s, const xfer_fio *io, xfer_file_route *route,
     }
   }
   /* stopped or failed: those not started are dropped, the rest land before their buffers go --
-  ** those a slow or stuck device still runs after SETTLE_SECONDS on a helper thread that holds
-  ** the buffers (the file is discarded: their failures do not count) */
+  ** under a watch, those a slow or stuck device still runs after SETTLE_SECONDS on a helper
+  ** thread that holds the buffers (the file is discarded: their failures do not count); with
+  ** none, here (as a load: nothing allocated once it returns) */
   if (code) xfer_fio_drop(q);
-  if (code && q && !xfer_fio_settle(q, SETTLE_SECONDS)) {
+  if (code && q && xfer_watch_watched() && !xfer_fio_settle(q, SETTLE_SECONDS)) {
     xfer_fio_queue_close_holding(q, s->ctx, bufs, (size_t)slots);
     q = NULL;
   }
