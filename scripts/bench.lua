@@ -222,6 +222,7 @@ local B = {
   scripts_dir = scripts_dir,
   calls = opts.calls,                     -- --calls: scripts/bench-calls.c built ("" or nil: none)
   emit = emit, say = say, progress = progress, run_raw = run_raw,
+  bad_option = function(text) error({ bad_option = text }, 0) end, -- a table's options it cannot take
   fmt_rate = function(bytes, s) return s and ("%.2f"):format(bench.gbps(bytes, s)) or "-" end,
   fmt_gbps = function(v) return v and ("%.2f"):format(v) or "-" end,
   fmt_us = function(s) return s and ("%.1f"):format(s * 1e6) or "-" end,
@@ -233,7 +234,16 @@ for _, name in ipairs(TABLES) do
   if wanted[name] then
     for _, file in ipairs(FILES[name] or { name }) do
       local run = dofile(scripts_dir .. "/bench_tables/" .. file .. ".lua")
-      run(B)
+      -- a table's word on its options (B.bad_option: a device or part it does not know) is
+      -- said as a bad argument is; anything else keeps its traceback
+      local ok, e = xpcall(run, function(err)
+        if type(err) == "table" and err.bad_option then return err end
+        return debug.traceback(tostring(err), 2)
+      end, B)
+      if not ok then
+        if type(e) == "table" then fail(e.bad_option .. "\n(scripts/bench --help lists the options)") end
+        error(e, 0)
+      end
     end
   end
 end

@@ -147,7 +147,8 @@ describe("scripts/bench's arguments", function()
     assert.are.equal(0, code, out)
     assert.matches("^Usage: scripts/bench ", out)
     for _, flag in ipairs({ "--sizes LIST", "--tables LIST", "--json [FILE]", "--batch-buffer SIZE",
-                            "--file-size SIZE", "--file-dir DIR", "--deadline-runs N", "--remote URL" }) do
+                            "--file-size SIZE", "--file-dir DIR", "--deadline-runs N", "--remote URL",
+                            "--verify-devices LIST", "--cancel-devices LIST" }) do
       assert.is_truthy(out:find(flag, 1, true), flag)
     end
     for _, name in ipairs({ "host", "pairs", "staged", "to", "strided", "batch", "files", "plan", "remote",
@@ -167,6 +168,9 @@ describe("scripts/bench's arguments", function()
       { "--sizes 4K,4Q", "bench: bad size '4Q' (a whole number with K, M or G: 4K, 256M, 1G)" },
       { "--remote-depths 1,0", "bench: bad count '0' (whole numbers >= 1)" },
       { "--deadline-runs 2.5", "bench: --deadline-runs takes a whole number >= 1" },
+      -- (a table's own options, known once the devices are: said the same way)
+      { "--tables guard --guard nope", "bench: --guard: no part 'nope' (sums, verify, cancel)" },
+      { "--tables guard --guard verify --cancels 0 --verify-devices host,nope", "bench: --verify-devices: no device 'nope'" },
     }) do
       local out, code = h.run(h.xferlua() .. " scripts/bench.lua " .. case[1])
       assert.are.equal(2, code, out)

@@ -45,7 +45,7 @@ local function named_devices(B, devs, list, option)
     named[d.name] = nil
   end
   local unknown = next(named)
-  if unknown then error(("%s: no device '%s'"):format(option, unknown), 0) end
+  if unknown then B.bad_option(("%s: no device '%s'"):format(option, unknown)) end
   return kept
 end
 
@@ -324,7 +324,7 @@ return function(B)
   local parts = {}
   for name in (B.guard_parts or "sums,verify,cancel"):gmatch("[^,]+") do
     if name ~= "sums" and name ~= "verify" and name ~= "cancel" then
-      error(("--guard: no part '%s' (sums, verify, cancel)"):format(name), 0)
+      B.bad_option(("--guard: no part '%s' (sums, verify, cancel)"):format(name))
     end
     parts[name] = true
   end
