@@ -30,8 +30,10 @@ describe("xferlua", function()
     os.remove(path)
     assert.are.equal(0, code, out)
     assert.is_truthy(out:find("xfer: host -> host  same_device  16384 bytes", 1, true), out)
-    assert.is_truthy(out:match("xfer: host %-> host  verify  16384 bytes in 1 range, 1 submission  moved [%d.]+ ms, then sums [%d.]+ ms"), out)
-    assert.is_truthy(out:match("xfer: host %-> host  verify  8192 bytes in 2 ranges, %d+ submissions?  moved [%d.]+ ms, then sums [%d.]+ ms"), out)
+    assert.is_truthy(out:match("xfer: host %-> host  verify  16384 bytes in 1 range, 1 submission  moved [%d.]+ ms, then sums [%d.]+ ms " ..
+                               "%(waiting for the devices' [%d.]+ ms, the host pool's [%d.]+ ms%)\n"), out)
+    assert.is_truthy(out:match("xfer: host %-> host  verify  8192 bytes in 2 ranges, %d+ submissions?  moved [%d.]+ ms, then sums [%d.]+ ms " ..
+                               "%(waiting for the devices' [%d.]+ ms, the host pool's [%d.]+ ms%)\n"), out)
   end)
 
   it("-v prints the version and exits 0", function()

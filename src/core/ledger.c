@@ -229,15 +229,16 @@ void xfer_stats_reset(xfer_ctx *ctx)
 
 void xfer_ledger_trace_verify(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                               size_t bytes, size_t elements, size_t slices, double moved,
-                              double checked)
+                              double checked, double devices, double pool)
 {
   pthread_mutex_lock(&ctx->lock);
   int trace = ctx->trace;
   pthread_mutex_unlock(&ctx->lock);
   if (trace)
     fprintf(stderr, "xfer: %s -> %s  verify  %zu bytes in %zu range%s, %zu submission%s  moved %.3f ms,"
-            " then sums %.3f ms\n", from->name, to->name, bytes, elements, elements == 1 ? "" : "s",
-            slices, slices == 1 ? "" : "s", moved * 1e3, checked * 1e3);
+            " then sums %.3f ms (waiting for the devices' %.3f ms, the host pool's %.3f ms)\n", from->name,
+            to->name, bytes, elements, elements == 1 ? "" : "s", slices, slices == 1 ? "" : "s", moved * 1e3,
+            checked * 1e3, devices * 1e3, pool * 1e3);
 }
 
 void xfer_trace(xfer_ctx *ctx, int on)

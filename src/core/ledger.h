@@ -19,11 +19,12 @@ void xfer_ledger_record(xfer_ctx *ctx, const xfer_device *from, const xfer_devic
                         xfer_code rc, const xfer_error *err);
 /* Traced when asked (xfer.trace, XFER_TRACE=1): what a verified move's or batch group's check
 ** cost beside its copy -- `moved` seconds for the copy (with the sums made beside it), then
-** `checked` seconds waiting for the ends' sums and comparing them, over `elements` ranges in
-** `slices` submissions (1: at once). */
+** `checked` seconds waiting for the ends' sums and comparing them (of which `devices` seconds
+** for the devices' sums, `pool` for the host's sum pool), over `elements` ranges in `slices`
+** submissions (1: at once). */
 void xfer_ledger_trace_verify(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,
                               size_t bytes, size_t elements, size_t slices, double moved,
-                              double checked);
+                              double checked, double devices, double pool);
 /* Whether `path` run by `runner` (NULL: its own) is set aside for from -> to (and why, in
 ** `why`, when given). */
 int xfer_ledger_set_aside(xfer_ctx *ctx, const xfer_device *from, const xfer_device *to,

@@ -368,13 +368,19 @@ xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err)
 {
   if (!s->seen) return XFER_E_OK; /* none begun (none asked, or out of memory, said then) */
   xfer_code rc = XFER_E_OK; /* the devices sum theirs while the pool sums the host's */
+  double start = xfer_now();
   for (size_t j = 0; j < s->ndevs; j++) { /* every one begun is ended */
     xfer_code ended = device_end(&s->devs[j], wanted && !rc, s->crc, rc ? NULL : err);
     if (wanted && !rc) rc = ended;
   }
   for (size_t i = 0; wanted && i < s->count && !rc; i++)
     if (!s->seen[i]) rc = device_sums(s->ranges, s->count, i, s->seen, s->crc, err);
+  double devices_done = xfer_now();
   for (size_t j = 0; j < s->ntasks; j++) task_wait(&s->tasks[j]);
+  if (s->waits) {
+    s->waits->devices += devices_done - start;
+    s->waits->pool += xfer_now() - devices_done;
+  }
   for (size_t j = 0; j < s->nsegs; j++) s->crc[s->index[j]] = s->sums[j];
   free(s->seen), free(s->index), free(s->segs), free(s->sums), free(s->tasks), free(s->devs);
   *s = (xfer_sums){0};
@@ -433,6 +439,7 @@ void xfer_verify_begin(xfer_verify *v, int on, xfer_tensor *src, size_t src_at, 
                        size_t dst_at, size_t n)
 {
   v->on = on && n;
+  v->waits = (xfer_sum_waits){0, 0};
   v->n = n;
   v->landed = 0;
   if (!v->on) return;
@@ -497,14 +504,25 @@ static xfer_code device_end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xf
   return rc;
 }
 
-/* An end's sum: its pieces' joined, or summed in one now. */
-static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_error *err)
+/* An end's sum: a device's (device_end_sum), or its host pieces' joined, or summed in one now;
+** what it waited for added to *waits. */
+static xfer_code end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xfer_sum_waits *waits, xfer_error *err)
 {
-  if (!e->host) return device_end_sum(e, n, crc, err);
-  if (!e->segs) return xfer_range_crc32c(e->t, e->at, n, crc, err);
-  for (size_t i = 0; i < e->ntasks; i++) task_wait(&e->tasks[i]);
-  *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
-  return XFER_E_OK;
+  double start = xfer_now();
+  xfer_code rc = XFER_E_OK;
+  if (!e->host) {
+    rc = device_end_sum(e, n, crc, err);
+    waits->devices += xfer_now() - start;
+    return rc;
+  }
+  if (!e->segs) {
+    rc = xfer_range_crc32c(e->t, e->at, n, crc, err);
+  } else {
+    for (size_t i = 0; i < e->ntasks; i++) task_wait(&e->tasks[i]);
+    *crc = xfer_crc32c_of_stretches(e->sums, e->count, XFER_SUM_PIECE, n);
+  }
+  waits->pool += xfer_now() - start;
+  return rc;
 }
 
 static void end_release(xfer_verify_side *e)
@@ -526,10 +544,10 @@ xfer_code xfer_verify_end(xfer_verify *v, int moved, xfer_error *err)
     xfer_verify_source(v); /* (where no runner said so) */
     xfer_verify_landed(v, v->n);
     /* the ends summed in one (a device's) first: the pool's pieces run meanwhile */
-    rc = v->ends[0].segs ? XFER_E_OK : end_sum(&v->ends[0], v->n, &sent, err);
-    if (!rc && !v->ends[1].segs) rc = end_sum(&v->ends[1], v->n, &arrived, err);
-    if (!rc && v->ends[0].segs) rc = end_sum(&v->ends[0], v->n, &sent, err);
-    if (!rc && v->ends[1].segs) rc = end_sum(&v->ends[1], v->n, &arrived, err);
+    rc = v->ends[0].segs ? XFER_E_OK : end_sum(&v->ends[0], v->n, &sent, &v->waits, err);
+    if (!rc && !v->ends[1].segs) rc = end_sum(&v->ends[1], v->n, &arrived, &v->waits, err);
+    if (!rc && v->ends[0].segs) rc = end_sum(&v->ends[0], v->n, &sent, &v->waits, err);
+    if (!rc && v->ends[1].segs) rc = end_sum(&v->ends[1], v->n, &arrived, &v->waits, err);
   }
   end_release(&v->ends[0]);
   end_release(&v->ends[1]);

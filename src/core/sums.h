@@ -30,6 +30,12 @@ typedef struct xfer_sum_range {
 
 typedef struct xfer_sum_task xfer_sum_task;
 typedef struct xfer_sum_seg xfer_sum_seg;
+
+/* What a check waited for at its end, in seconds (XFER_TRACE's verify line): its devices' sums
+** (begun beside the move, or made then) and the sum pool's tasks. */
+typedef struct xfer_sum_waits {
+  double devices, pool;
+} xfer_sum_waits;
 typedef struct xfer_sum_dev xfer_sum_dev;
 
 /* The CRC32C of each of `count` ranges into crc[], their devices held by the caller: host
@@ -55,6 +61,7 @@ typedef struct xfer_sums {
   size_t nsegs, ntasks;
   xfer_sum_dev *devs;       /* the devices summing beside the caller */
   size_t ndevs, room;
+  xfer_sum_waits *waits;    /* NULL, or where the end adds what it waited for (set after the begin) */
 } xfer_sums;
 xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t count, uint32_t *crc,
                           xfer_error *err);
@@ -81,6 +88,7 @@ typedef struct xfer_verify_side {
 } xfer_verify_side;
 typedef struct xfer_verify {
   int on;
+  xfer_sum_waits waits;     /* what its end waited for */
   size_t n, landed;         /* bytes moved, and those of the target known to have landed */
   xfer_verify_side ends[2];  /* source, target */
 } xfer_verify;

@@ -251,7 +251,8 @@ xfer_code xfer_transfer_run(const xfer_route *route, xfer_tensor *src, xfer_tens
   double moved = xfer_now();
   xfer_code checked = xfer_verify_end(&v, !rc, err);
   if (v.on && !rc && !checked)
-    xfer_ledger_trace_verify(src->dev->ctx, src->dev, dst->dev, n, 1, 1, moved - start, xfer_now() - moved);
+    xfer_ledger_trace_verify(src->dev->ctx, src->dev, dst->dev, n, 1, 1, moved - start, xfer_now() - moved,
+                             v.waits.devices, v.waits.pool);
   if (!rc) rc = checked;
   if (!rc && path != XFER_PATH_STAGED) rc = xfer_progress(n, n, err); /* (staged: per chunk) */
   if (rc) xfer_err_frame(err, src->dev, dst->dev, n);
@@ -295,6 +296,7 @@ typedef struct group_sums {
   size_t nlanded, room;       /* slices given to the pool, of room for */
   size_t landed_upto;         /* the elements they cover */
   size_t slices;              /* submissions the group went in (XFER_TRACE's verify line) */
+  xfer_sum_waits waits;       /* ... and what its end waited for */
   int faulted;                /* the injected corruption was asked for, as the first slice landed */
 } group_sums;
 
@@ -327,6 +329,7 @@ static xfer_code group_sums_begin(const xfer_group *g, group_sums *gs, xfer_erro
   xfer_sums begun; /* (not begun in gs: the analyzer forgets all of *gs for a call given a part) */
   xfer_code rc = xfer_sums_begin(&begun, gs->ranges, n, gs->crc, err);
   gs->sources = begun;
+  gs->sources.waits = &gs->waits;
   if (rc) {
     free(gs->ranges);
     gs->ranges = NULL;
@@ -350,6 +353,7 @@ static void group_sums_landed(const xfer_group *g, group_sums *gs, size_t upto)
   xfer_error ignored;
   xfer_sums begun;
   if (xfer_sums_begin(&begun, gs->ranges + n + from, upto - from, gs->crc + n + from, &ignored)) return;
+  begun.waits = &gs->waits;
   gs->landed[gs->nlanded++] = begun;
   gs->landed_upto = upto;
 }
@@ -357,15 +361,17 @@ static void group_sums_landed(const xfer_group *g, group_sums *gs, size_t upto)
 /* The group's check once it ran (moved: it did; else only its sums end): the targets' host
 ** ranges not given yet to the pool, the sources' device ranges summed meanwhile, then the
 ** targets' device ranges; the first element whose ends differ XFER_E_CORRUPT. *good: the
-** elements before it (left as it is where no sums were begun: no verify). */
+** elements before it (left as it is where no sums were begun: no verify); *waits: what it waited
+** for. */
 static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, size_t *good,
-                                xfer_error *err)
+                                xfer_sum_waits *waits, xfer_error *err)
 {
   if (!gs->ranges) return XFER_E_OK;
   size_t n = g->count, from = gs->landed_upto;
   xfer_sums targets = {0};
   xfer_code rc = moved && from < n ? xfer_sums_begin(&targets, gs->ranges + n + from, n - from, gs->crc + n + from, err)
                                    : XFER_E_OK;
+  targets.waits = &gs->waits;
   xfer_code sources = xfer_sums_end(&gs->sources, moved && !rc, rc ? NULL : err);
   if (!rc) rc = sources;
   xfer_code arrived = xfer_sums_end(&targets, moved && !rc, rc ? NULL : err);
@@ -383,6 +389,7 @@ static xfer_code group_sums_end(const xfer_group *g, group_sums *gs, int moved, 
   }
   free(gs->landed);
   free(gs->ranges);
+  *waits = gs->waits;
   *gs = (group_sums){0};
   return rc;
 }
@@ -437,7 +444,8 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
     *rc = run_way(g, sums.ranges ? &sums : NULL, err);
   size_t good = *rc ? 0 : g->count; /* elements that moved unchanged, in the group's order */
   if (!*rc && !g->many) { /* element by element from here: the sums begun are not wanted */
-    group_sums_end(g, &sums, 0, &good, NULL);
+    xfer_sum_waits unused = {0, 0};
+    group_sums_end(g, &sums, 0, &good, &unused, NULL);
     return 0;
   }
   *failed = g->order[g->first]; /* a submission fails whole: its first element is named */
@@ -447,10 +455,11 @@ static int run_at_once_group(xfer_group *g, unsigned char *done, size_t *failed,
   }
   double moved = xfer_now();
   size_t slices = sums.slices ? sums.slices : 1, verified = sums.ranges != NULL;
-  xfer_code checked = group_sums_end(g, &sums, !*rc, &good, *rc ? NULL : err);
+  xfer_sum_waits waits = {0, 0};
+  xfer_code checked = group_sums_end(g, &sums, !*rc, &good, &waits, *rc ? NULL : err);
   if (verified && !*rc && !checked)
     xfer_ledger_trace_verify(g->from->ctx, g->from, g->to, g->bytes, g->count, slices, moved - start,
-                             xfer_now() - moved);
+                             xfer_now() - moved, waits.devices, waits.pool);
   if (!*rc) *rc = checked;
   for (size_t k = 0; k < good; k++) done[g->order[g->first + k]] = 1;
   if (*rc && good < g->count) *failed = g->order[g->first + good];
