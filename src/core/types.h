@@ -150,9 +150,9 @@ typedef struct xfer_copy_ops {
   ** submits the sums of ranges whose bytes are final (*ticket names them for end) and returns;
   ** XFER_E_UNSUPPORTED without a word when it cannot now (the caller sums them otherwise); a
   ** begin that failed leaves nothing begun. Every begun ticket is ended once, given the same
-  ** pieces: end waits for the sums (until the
-  ** move's deadline, as every wait) and writes crc[] -- or, wanted 0, frees what it can without
-  ** waiting (what a sum still running uses is kept until it is done). */
+  ** pieces: end waits for the sums (until the move's deadline, as every wait) and writes crc[]
+  ** -- or, wanted 0, frees what it can without waiting (what a sum still running uses is kept
+  ** until it is done). */
   xfer_code (*crc32c_begin)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
                             xfer_error *err);
   xfer_code (*crc32c_end)(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
