@@ -199,37 +199,6 @@ static xfer_code read_back_sums(xfer_device *dev, const xfer_sum_range *ranges, 
   return rc;
 }
 
-/* The device ranges of ranges[] on ranges[first]'s device, from `first` on, summed by one call
-** of the device where it sums its own (else each read back); *seen marks them. */
-static xfer_code device_sums(const xfer_sum_range *ranges, size_t count, size_t first,
-                             unsigned char *seen, uint32_t *crc, xfer_error *err)
-{
-  xfer_device *dev = ranges[first].t->dev;
-  xfer_sum_piece *pieces = malloc((count - first) * sizeof *pieces);
-  size_t *index = malloc((count - first) * sizeof *index);
-  uint32_t *sums = malloc((count - first) * sizeof *sums);
-  if (!pieces || !index || !sums) {
-    free(pieces);
-    free(index);
-    free(sums);
-    return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
-  }
-  size_t k = 0;
-  for (size_t i = first; i < count; i++) {
-    if (seen[i] || ranges[i].t->dev != dev) continue;
-    seen[i] = 1;
-    index[k] = i;
-    pieces[k++] = (xfer_sum_piece){ranges[i].t->buf, ranges[i].t->offset + ranges[i].at, ranges[i].n};
-  }
-  xfer_code own = sums_itself(dev) ? xfer_be_crc32c(dev, pieces, k, sums, err) : XFER_E_UNSUPPORTED;
-  if (own == XFER_E_UNSUPPORTED) own = read_back_sums(dev, ranges, index, k, sums, err);
-  for (size_t j = 0; !own && j < k; j++) crc[index[j]] = sums[j];
-  free(pieces);
-  free(index);
-  free(sums);
-  return own;
-}
-
 /* One device's ranges of a xfer_sums, summed beside the caller (copy->crc32c_begin): pieces[j]
 ** is ranges[index[j]], its sum into sums[j]; ticket names them to the device; failed: the
 ** begin's failure, said by the end. */
@@ -244,6 +213,51 @@ struct xfer_sum_dev {
   xfer_error failure;
 };
 
+/* The ranges of ranges[first]'s device not yet seen, from `first` on, gathered into d (its
+** pieces, their index and room for their sums; nothing marked seen); 0 when out of memory. */
+static int device_gather(const xfer_sum_range *ranges, size_t count, size_t first, const unsigned char *seen,
+                         xfer_sum_dev *d)
+{
+  *d = (xfer_sum_dev){.dev = ranges[first].t->dev, .ticket = -1};
+  d->pieces = malloc((count - first) * sizeof *d->pieces);
+  d->index = malloc((count - first) * sizeof *d->index);
+  d->sums = malloc((count - first) * sizeof *d->sums);
+  if (!d->pieces || !d->index || !d->sums) {
+    free(d->pieces), free(d->index), free(d->sums);
+    *d = (xfer_sum_dev){0};
+    return 0;
+  }
+  for (size_t i = first; i < count; i++) {
+    const xfer_sum_range *r = &ranges[i];
+    if (seen[i] || r->t->dev != d->dev) continue;
+    d->index[d->k] = i;
+    d->pieces[d->k++] = (xfer_sum_piece){r->t->buf, r->t->offset + r->at, r->n};
+  }
+  return 1;
+}
+
+static void device_let_go(xfer_sum_dev *d)
+{
+  free(d->pieces), free(d->index), free(d->sums);
+  *d = (xfer_sum_dev){0};
+}
+
+/* The device ranges of ranges[] on ranges[first]'s device, from `first` on, summed by one call
+** of the device where it sums its own (else each read back); *seen marks them. */
+static xfer_code device_sums(const xfer_sum_range *ranges, size_t count, size_t first,
+                             unsigned char *seen, uint32_t *crc, xfer_error *err)
+{
+  xfer_sum_dev d;
+  if (!device_gather(ranges, count, first, seen, &d)) return xfer_err_code(err, XFER_E_ALLOC, XFER_OP_VERIFY);
+  for (size_t j = 0; j < d.k; j++) seen[d.index[j]] = 1;
+  xfer_code own = sums_itself(d.dev) ? xfer_be_crc32c(d.dev, d.pieces, d.k, d.sums, err) : XFER_E_UNSUPPORTED;
+  if (own == XFER_E_UNSUPPORTED) own = read_back_sums(d.dev, ranges, d.index, d.k, d.sums, err);
+  for (size_t j = 0; !own && j < d.k; j++) crc[d.index[j]] = d.sums[j];
+  device_let_go(&d);
+  return own;
+}
+
+
 /* Whether a device sums beside its caller. */
 static int sums_beside(const xfer_device *dev) { return sums_itself(dev) && xfer_be_has_crc32c_begin(dev); }
 
@@ -251,7 +265,9 @@ static int sums_beside(const xfer_device *dev) { return sums_itself(dev) && xfer
 ** caller (marked in seen[]); the rest are left for xfer_sums_end (out of memory: all of them). */
 static void devices_begin(xfer_sums *s)
 {
-  const xfer_device *declined = NULL; /* (asked once for a run of its ranges: the ask reads the environment) */
+  /* (a device is asked once for a run of its ranges: the ask reads the environment, and one
+  ** that declines now declines the rest of them too) */
+  const xfer_device *declined = NULL;
   for (size_t i = 0; i < s->count; i++) {
     xfer_device *dev = s->ranges[i].t->dev;
     if (s->seen[i] || dev == declined) continue;
@@ -267,29 +283,11 @@ static void devices_begin(xfer_sums *s)
       s->room = room;
     }
     xfer_sum_dev *d = &s->devs[s->ndevs];
-    *d = (xfer_sum_dev){0};
-    size_t most = 0;
-    for (size_t j = i; j < s->count; j++) most += !s->seen[j] && s->ranges[j].t->dev == dev;
-    d->pieces = malloc(most * sizeof *d->pieces);
-    d->index = malloc(most * sizeof *d->index);
-    d->sums = malloc(most * sizeof *d->sums);
-    if (!d->pieces || !d->index || !d->sums) {
-      free(d->pieces), free(d->index), free(d->sums);
-      *d = (xfer_sum_dev){0};
-      return;
-    }
-    d->dev = dev;
-    for (size_t j = i; j < s->count; j++) {
-      const xfer_sum_range *r = &s->ranges[j];
-      if (s->seen[j] || r->t->dev != dev) continue;
-      d->index[d->k] = j;
-      d->pieces[d->k++] = (xfer_sum_piece){r->t->buf, r->t->offset + r->at, r->n};
-    }
-    d->ticket = -1;
+    if (!device_gather(s->ranges, s->count, i, s->seen, d)) return;
     d->failed = xfer_be_crc32c_begin(dev, d->pieces, d->k, &d->ticket, &d->failure);
     if (d->failed == XFER_E_UNSUPPORTED) { /* not now: summed by the end, as a device that cannot */
-      free(d->pieces), free(d->index), free(d->sums);
-      *d = (xfer_sum_dev){0};
+      device_let_go(d);
+      declined = dev;
       continue;
     }
     for (size_t j = 0; j < d->k; j++) s->seen[d->index[j]] = 1;
@@ -304,8 +302,7 @@ static xfer_code device_end(xfer_sum_dev *d, int wanted, uint32_t *crc, xfer_err
   if (rc && wanted && err) *err = d->failure;
   if (!rc) rc = xfer_be_crc32c_end(d->dev, d->pieces, d->k, d->ticket, d->sums, wanted, err);
   for (size_t j = 0; !rc && wanted && j < d->k; j++) crc[d->index[j]] = d->sums[j];
-  free(d->pieces), free(d->index), free(d->sums);
-  *d = (xfer_sum_dev){0};
+  device_let_go(d);
   return rc;
 }
 
@@ -423,15 +420,19 @@ static void part_begin(xfer_verify_side *e, size_t to)
   if (e->part.n && xfer_sums_begin(&e->summing, &e->part, 1, &e->part_crc, &ignored)) e->summing = (xfer_sums){0};
 }
 
+/* The sum of the end's next `len` bytes joined into its sum so far. */
+static void end_append(xfer_verify_side *e, uint32_t crc, size_t len)
+{
+  e->crc = e->upto ? xfer_crc32c_join(e->crc, crc, len) : crc;
+  e->upto += len;
+}
+
 /* The part begun ended (wanted: joined into the end's sum). */
 static xfer_code part_end(xfer_verify_side *e, int wanted, xfer_error *err)
 {
   if (!e->summing.seen) return XFER_E_OK;
   xfer_code rc = xfer_sums_end(&e->summing, wanted, err);
-  if (!rc && wanted) {
-    e->crc = e->upto ? xfer_crc32c_join(e->crc, e->part_crc, e->part.n) : e->part_crc;
-    e->upto += e->part.n;
-  }
+  if (!rc && wanted) end_append(e, e->part_crc, e->part.n);
   return rc;
 }
 
@@ -498,7 +499,7 @@ static xfer_code device_end_sum(xfer_verify_side *e, size_t n, uint32_t *crc, xf
   if (!rc && e->upto < n) {
     uint32_t rest = 0;
     rc = xfer_range_crc32c(e->t, e->at + e->upto, n - e->upto, &rest, err);
-    if (!rc) e->crc = e->upto ? xfer_crc32c_join(e->crc, rest, n - e->upto) : rest;
+    if (!rc) end_append(e, rest, n - e->upto);
   }
   *crc = e->crc;
   return rc;
