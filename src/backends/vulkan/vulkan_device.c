@@ -34,7 +34,8 @@ static void leave_out(xfer_runtime *rt, const char *name, const char *what, VkRe
              name, what);
 }
 
-static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family)
+/* The family of the device's queues, and how many queues it has (*queues). */
+static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family, uint32_t *queues)
 {
   uint32_t n = 0;
   api->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
@@ -51,6 +52,7 @@ static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family)
       if (want == 0 ? (f & VK_QUEUE_COMPUTE_BIT) != 0
                     : (f & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_GRAPHICS_BIT)) != 0) {
         *family = i;
+        *queues = props[i].queueCount;
         found = 1;
       }
     }
@@ -183,11 +185,14 @@ static const char *create_device(vk_api *api, vk_dev *vd, const vk_extensions *e
   if (ext->external_memory_fd) names[n++] = VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME;
   if (ext->external_memory_host) names[n++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
   if (ext->memory_budget) names[n++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
-  float priority = 1.0f;
+  /* a second queue for the sums where the family has one: a sum begun beside a move runs beside
+  ** its next copies instead of between them */
+  float priority[2] = {1.0f, 1.0f};
+  uint32_t queues = vd->queues >= 2 ? 2 : 1;
   VkDeviceQueueCreateInfo queue = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                    .queueFamilyIndex = vd->queue_family,
-                                   .queueCount = 1,
-                                   .pQueuePriorities = &priority};
+                                   .queueCount = queues,
+                                   .pQueuePriorities = priority};
   VkDeviceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &queue,
@@ -215,6 +220,8 @@ static const char *create_device(vk_api *api, vk_dev *vd, const vk_extensions *e
   vd->host_import = vd->host_import && vd->vkGetMemoryHostPointerPropertiesEXT;
   vd->export_fd = vd->export_fd && vd->vkGetMemoryFdKHR;
   vd->vkGetDeviceQueue(vd->device, vd->queue_family, 0, &vd->queue);
+  vd->sum_queue = vd->queue;
+  if (queues == 2) vd->vkGetDeviceQueue(vd->device, vd->queue_family, 1, &vd->sum_queue);
 
   VkCommandPoolCreateInfo pool = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -266,7 +273,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
   vd->max_storage_range = basic.limits.maxStorageBufferRange;
   vd->storage_alignment = basic.limits.minStorageBufferOffsetAlignment;
   vd->max_shared = basic.limits.maxComputeSharedMemorySize;
-  if (!find_queue_family(api, pd, &vd->queue_family)) {
+  if (!find_queue_family(api, pd, &vd->queue_family, &vd->queues)) {
     free(vd); /* no compute or transfer queue: not a device for us */
     return;
   }
