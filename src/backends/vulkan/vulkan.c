@@ -597,8 +597,6 @@ static const xfer_copy_ops vulkan_copies = {
   .within_rows = vulkan_copy_rows,
   .many = xfer_vk_many,
   .crc32c = xfer_vk_crc32c,
-  .crc32c_begin = xfer_vk_crc32c_begin,
-  .crc32c_end = xfer_vk_crc32c_end,
   .idle = xfer_vk_idle,
 };
 static const xfer_share_ops vulkan_share = {

@@ -86,29 +86,11 @@ typedef struct vk_buf {
   void *mapped;                 /* when the memory is host-visible: mapped for its lifetime */
 } vk_buf;
 
-/* Sums in flight at once (vulkan_crc.c): a slot each -- its command buffer, fence, descriptor set
-** and the mapped buffers its shader reads its pieces from and writes its sums to. A slot is taken
-** again only once its fence says its shader is done (a sum whose wait ended at a deadline may
-** still read and write them). */
-#define XFER_VK_SUM_SLOTS 8
-typedef struct vk_sum_slot {
-  VkCommandBuffer cmd;
-  VkFence fence;
-  VkDescriptorSet set;
-  vk_buf pieces, sums;          /* host-visible, mapped (made for the slot's first sum) */
-  size_t room;                  /* the pieces they hold */
-  size_t groups;                /* its last shader's pieces: its sums lie at sums[0..groups) */
-  int taken;                    /* its call not yet over */
-  int submitted;                /* its fence will be signaled */
-} vk_sum_slot;
-
 typedef struct vk_dev {
   VkPhysicalDevice physical;
   VkDevice device;
   VkQueue queue;
-  VkQueue sum_queue;            /* the sums': a second queue of the family, else `queue` */
   uint32_t queue_family;
-  uint32_t queues;              /* the family's queues */
   VkCommandPool pool;
   VkCommandBuffer cmd;          /* one-shot copies */
   VkFence fence;
@@ -123,16 +105,15 @@ typedef struct vk_dev {
   vk_staging staging;
   vk_queued queued[XFER_QUEUE_SLOTS];
   /* sums (vulkan_crc.c): the compute pipeline, made on first use (crc_refused: it could not
-  ** be), the table its shader reads, and the slots of the sums in flight, their command buffers
-  ** of a pool of their own (recorded beside a move, never in the pool its copies are) */
+  ** be), its descriptor set, and host-visible buffers for its table, pieces and sums */
   VkShaderModule crc_shader;
   VkDescriptorSetLayout crc_set_layout;
   VkPipelineLayout crc_layout;
   VkPipeline crc_pipeline;
   VkDescriptorPool crc_pool;
-  VkCommandPool crc_commands;
-  vk_buf crc_table;
-  vk_sum_slot sum_slots[XFER_VK_SUM_SLOTS];
+  VkDescriptorSet crc_set;
+  vk_buf crc_table, crc_pieces, crc_sums;
+  size_t crc_room;              /* pieces crc_pieces and crc_sums hold */
   int crc_refused;
   VkDeviceSize max_storage_range, storage_alignment;
   uint32_t max_shared;          /* maxComputeSharedMemorySize: the CRC shader's table columns */

@@ -263,9 +263,6 @@ static int idle_seen(vk_dev *vd)
 int xfer_vk_idle(xfer_device *dev)
 {
   vk_dev *vd = vk_of(dev);
-  for (int i = 0; i < XFER_VK_SUM_SLOTS; i++) /* sums run on a queue of their own */
-    if (vd->sum_slots[i].submitted && vd->vkGetFenceStatus(vd->device, vd->sum_slots[i].fence) != VK_SUCCESS)
-      return 0;
   if (!vd->idle_submitted) {
     double placed = xfer_now();
     if (vd->vkResetFences(vd->device, 1, &vd->idle_fence) != VK_SUCCESS ||

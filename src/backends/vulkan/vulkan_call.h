@@ -56,14 +56,9 @@ const vk_import *xfer_vk_import_host(xfer_device *dev, const void *ptr, size_t n
 /* copy->idle: whether everything submitted so far is done, asked without waiting. */
 int xfer_vk_idle(xfer_device *dev);
 
-/* vulkan_crc.c: the CRC32C of ranges of buffers by a compute shader (xfer_copy_ops.crc32c),
-** and the same begun and ended apart (crc32c_begin/end: ranges of one window of one buffer) */
+/* vulkan_crc.c: the CRC32C of ranges of buffers by a compute shader (xfer_copy_ops.crc32c) */
 xfer_code xfer_vk_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err);
-xfer_code xfer_vk_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
-                               xfer_error *err);
-xfer_code xfer_vk_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
-                             uint32_t *crc, int wanted, xfer_error *err);
 
 /* vulkan_many.c: a batch of copies (xfer_copy_ops.many) */
 xfer_code xfer_vk_many(xfer_device *dev, const xfer_piece *pieces, size_t n, xfer_error *err);

@@ -9,14 +9,6 @@
 ** most maxStorageBufferRange bytes; the pieces of one window go in one submission. Made on
 ** first use; a device that cannot make the pipeline (no compute queue, a driver that refuses
 ** it) is asked no more, and buffers not made here (wrapped: their usage unknown) are read back.
-**
-** A sum is begun and ended apart (copy->crc32c_begin/end), as CUDA's: begun, its shader runs on
-** the device's second queue (vk_dev.sum_queue: beside the move's next copies, not between them;
-** a family of one queue runs it on that one) from a slot of its own -- command buffer, fence,
-** descriptor set, mapped buffers of pieces and sums -- and the caller goes on; ended, its fence is
-** waited for until the move's deadline. A slot is taken again only once its fence is signaled.
-** A sum's bytes are final when it begins (written by copies the caller waited for): the
-** submission's barrier makes them visible to the shader, from either queue.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -51,26 +43,21 @@ static uint32_t columns_for(uint32_t shared_bytes)
 
 void xfer_vk_crc_release(vk_dev *vd)
 {
-  for (int i = 0; i < XFER_VK_SUM_SLOTS; i++) { /* (their work is done: the device is idle) */
-    vk_sum_slot *s = &vd->sum_slots[i];
-    if (s->fence) vd->vkDestroyFence(vd->device, s->fence, NULL);
-    xfer_vk_destroy_buffer(vd, &s->pieces);
-    xfer_vk_destroy_buffer(vd, &s->sums);
-    *s = (vk_sum_slot){0}; /* (command buffers and sets go with their pools) */
-  }
-  if (vd->crc_commands) vd->vkDestroyCommandPool(vd->device, vd->crc_commands, NULL);
   if (vd->crc_pipeline) vd->vkDestroyPipeline(vd->device, vd->crc_pipeline, NULL);
   if (vd->crc_layout) vd->vkDestroyPipelineLayout(vd->device, vd->crc_layout, NULL);
   if (vd->crc_pool) vd->vkDestroyDescriptorPool(vd->device, vd->crc_pool, NULL);
   if (vd->crc_set_layout) vd->vkDestroyDescriptorSetLayout(vd->device, vd->crc_set_layout, NULL);
   if (vd->crc_shader) vd->vkDestroyShaderModule(vd->device, vd->crc_shader, NULL);
   xfer_vk_destroy_buffer(vd, &vd->crc_table);
-  vd->crc_commands = VK_NULL_HANDLE;
+  xfer_vk_destroy_buffer(vd, &vd->crc_pieces);
+  xfer_vk_destroy_buffer(vd, &vd->crc_sums);
   vd->crc_pipeline = VK_NULL_HANDLE;
   vd->crc_layout = VK_NULL_HANDLE;
   vd->crc_pool = VK_NULL_HANDLE;
   vd->crc_set_layout = VK_NULL_HANDLE;
   vd->crc_shader = VK_NULL_HANDLE;
+  vd->crc_set = VK_NULL_HANDLE;
+  vd->crc_room = 0;
 }
 
 #ifdef XFER_VULKAN_SHADERS
@@ -109,8 +96,8 @@ static int queue_computes(xfer_device *dev)
   return computes;
 }
 
-/* The descriptor set's layout and the pipeline: four storage buffers (the bytes, the pieces,
-** the table, the sums) and push constants (crc_push); a pool of a set per slot. */
+/* The descriptor set's layout, the pipeline and a set to bind: four storage buffers (the
+** bytes, the pieces, the table, the sums) and push constants (crc_push). */
 static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
@@ -151,49 +138,22 @@ static xfer_code make_pipeline(xfer_device *dev, xfer_error *err)
   if (!rc)
     rc = VK(dev, XFER_OP_VERIFY, err, vkCreateComputePipelines, d, VK_NULL_HANDLE, 1, &pipeline, NULL,
             &vd->crc_pipeline);
-  VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 4 * XFER_VK_SUM_SLOTS};
+  VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 4};
   VkDescriptorPoolCreateInfo pool = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                     .maxSets = XFER_VK_SUM_SLOTS,
+                                     .maxSets = 1,
                                      .poolSizeCount = 1,
                                      .pPoolSizes = &size};
   if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkCreateDescriptorPool, d, &pool, NULL, &vd->crc_pool);
+  VkDescriptorSetAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                       .descriptorPool = vd->crc_pool,
+                                       .descriptorSetCount = 1,
+                                       .pSetLayouts = &vd->crc_set_layout};
+  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkAllocateDescriptorSets, d, &alloc, &vd->crc_set);
   return rc;
 }
 
-/* The slots' command buffers (of a pool of their own: they are recorded while a move's copies
-** are, and a pool is recorded into by one thread at a time), fences and descriptor sets. */
-static xfer_code make_slots(xfer_device *dev, xfer_error *err)
-{
-  vk_dev *vd = vk_of(dev);
-  VkCommandPoolCreateInfo pool = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                                  .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
-                                  .queueFamilyIndex = vd->queue_family};
-  xfer_code rc = VK(dev, XFER_OP_VERIFY, err, vkCreateCommandPool, vd->device, &pool, NULL, &vd->crc_commands);
-  VkCommandBuffer cmds[XFER_VK_SUM_SLOTS];
-  VkDescriptorSet sets[XFER_VK_SUM_SLOTS];
-  VkDescriptorSetLayout layouts[XFER_VK_SUM_SLOTS];
-  for (int i = 0; i < XFER_VK_SUM_SLOTS; i++) layouts[i] = vd->crc_set_layout;
-  VkCommandBufferAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                       .commandPool = vd->crc_commands,
-                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                       .commandBufferCount = XFER_VK_SUM_SLOTS};
-  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkAllocateCommandBuffers, vd->device, &alloc, cmds);
-  VkDescriptorSetAllocateInfo sets_info = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                           .descriptorPool = vd->crc_pool,
-                                           .descriptorSetCount = XFER_VK_SUM_SLOTS,
-                                           .pSetLayouts = layouts};
-  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkAllocateDescriptorSets, vd->device, &sets_info, sets);
-  VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  for (int i = 0; !rc && i < XFER_VK_SUM_SLOTS; i++) {
-    vd->sum_slots[i].cmd = cmds[i];
-    vd->sum_slots[i].set = sets[i];
-    rc = VK(dev, XFER_OP_VERIFY, err, vkCreateFence, vd->device, &fence, NULL, &vd->sum_slots[i].fence);
-  }
-  return rc;
-}
-
-/* The pipeline, the table and the slots, made once; XFER_E_UNSUPPORTED (nothing said: the core
-** reads the bytes back) where they cannot be. */
+/* The pipeline and the table, made once; XFER_E_UNSUPPORTED (nothing said: the core reads the
+** bytes back) where they cannot be. */
 static xfer_code ready(xfer_device *dev)
 {
   vk_dev *vd = vk_of(dev);
@@ -202,7 +162,6 @@ static xfer_code ready(xfer_device *dev)
   xfer_error quiet;
   xfer_code rc = make_pipeline(dev, &quiet);
   if (!rc) rc = mapped_buffer(dev, TABLE_WORDS * 4, &vd->crc_table, &quiet);
-  if (!rc) rc = make_slots(dev, &quiet);
   if (rc) {
     xfer_vk_crc_release(vd);
     vd->crc_refused = 1;
@@ -212,56 +171,32 @@ static xfer_code ready(xfer_device *dev)
   return XFER_E_OK;
 }
 
-/* Whether a slot may be taken: not taken, and its last shader done. */
-static int slot_free(const vk_dev *vd, const vk_sum_slot *s)
-{
-  return !s->taken && (!s->submitted || vd->vkGetFenceStatus(vd->device, s->fence) == VK_SUCCESS);
-}
-
-/* A free slot with room for `groups` pieces and their sums (grown: twice that, 4096 at least);
-** XFER_E_UNSUPPORTED, nothing said, when every slot is in use. */
-static xfer_code slot_take(xfer_device *dev, size_t groups, int *slot, xfer_error *err)
+/* Room for `count` pieces and their sums, kept and grown with the device. */
+static xfer_code room_for(xfer_device *dev, size_t count, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
-  int pick = -1;
-  for (int i = 0; i < XFER_VK_SUM_SLOTS; i++) {
-    if (!slot_free(vd, &vd->sum_slots[i])) continue;
-    if (pick < 0 || vd->sum_slots[i].room >= groups) pick = i;
-    if (vd->sum_slots[i].room >= groups) break;
-  }
-  if (pick < 0) return XFER_E_UNSUPPORTED;
-  vk_sum_slot *s = &vd->sum_slots[pick];
-  /* a fence whose wait ended at a deadline is counted as unsettled until it is seen done:
-  ** it is (slot_free), so this returns at once and takes it off that list */
-  xfer_code rc = s->submitted ? xfer_vk_fence_settle(dev, XFER_OP_VERIFY, s->fence, err) : XFER_E_OK;
-  s->submitted = 0;
-  if (!rc && s->room < groups) {
-    xfer_vk_destroy_buffer(vd, &s->pieces);
-    xfer_vk_destroy_buffer(vd, &s->sums);
-    s->room = 0;
-    size_t room = groups < 4096 ? 4096 : groups * 2;
-    rc = mapped_buffer(dev, room * 8, &s->pieces, err);
-    if (!rc) rc = mapped_buffer(dev, room * 4, &s->sums, err);
-    if (!rc) s->room = room;
-  }
-  if (rc) return rc;
-  s->taken = 1;
-  *slot = pick;
-  return XFER_E_OK;
+  if (vd->crc_room >= count) return XFER_E_OK;
+  xfer_vk_destroy_buffer(vd, &vd->crc_pieces);
+  xfer_vk_destroy_buffer(vd, &vd->crc_sums);
+  vd->crc_room = 0;
+  size_t room = count < 4096 ? 4096 : count * 2;
+  xfer_code rc = mapped_buffer(dev, room * 8, &vd->crc_pieces, err);
+  if (!rc) rc = mapped_buffer(dev, room * 4, &vd->crc_sums, err);
+  if (!rc) vd->crc_room = room;
+  return rc;
 }
 
-/* Binds the window [from, from+range) of `buffer` and the slot's pieces, the table and the
-** slot's sums to its set. */
-static void bind(vk_dev *vd, vk_sum_slot *s, VkBuffer buffer, VkDeviceSize from, VkDeviceSize range)
+/* Binds the window [from, from+range) of `buffer` and the device's pieces, table and sums. */
+static void bind(vk_dev *vd, VkBuffer buffer, VkDeviceSize from, VkDeviceSize range)
 {
   VkDescriptorBufferInfo info[4] = {{buffer, from, range},
-                                    {s->pieces.buffer, 0, VK_WHOLE_SIZE},
+                                    {vd->crc_pieces.buffer, 0, VK_WHOLE_SIZE},
                                     {vd->crc_table.buffer, 0, VK_WHOLE_SIZE},
-                                    {s->sums.buffer, 0, VK_WHOLE_SIZE}};
+                                    {vd->crc_sums.buffer, 0, VK_WHOLE_SIZE}};
   VkWriteDescriptorSet writes[4];
   for (uint32_t i = 0; i < 4; i++)
     writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-                                       .dstSet = s->set,
+                                       .dstSet = vd->crc_set,
                                        .dstBinding = i,
                                        .descriptorCount = 1,
                                        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -269,20 +204,18 @@ static void bind(vk_dev *vd, vk_sum_slot *s, VkBuffer buffer, VkDeviceSize from,
   vd->vkUpdateDescriptorSets(vd->device, 4, writes, 0, NULL);
 }
 
-/* Records and submits the slot's shader over `groups` pieces already written, its fence
-** signaled behind it; invocations' stretches of `stretch` bytes, the tree's shifts at word
-** `shifts_at` of the table. */
-static xfer_code submit(xfer_device *dev, vk_sum_slot *s, uint32_t groups, size_t stretch, size_t shifts_at,
-                        xfer_error *err)
+/* Records and runs the shader over `groups` pieces already written (the device's fence settled
+** first: window_sums), waiting for it; invocations' stretches of `stretch` bytes, the tree's
+** shifts at word `shifts_at` of the table. */
+static xfer_code dispatch(xfer_device *dev, uint32_t groups, size_t stretch, size_t shifts_at, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
-  VkCommandBuffer cmd = s->cmd;
+  VkCommandBuffer cmd = vd->cmd;
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  xfer_code rc = VK(dev, XFER_OP_VERIFY, err, vkBeginCommandBuffer, cmd, &begin); /* (its fence is) */
+  xfer_code rc = VK(dev, XFER_OP_VERIFY, err, vkBeginCommandBuffer, cmd, &begin); /* (settled) */
   if (rc) return rc;
-  /* the bytes were written by copies of earlier submissions (this queue's or the other's,
-  ** waited for by the caller: made available then) and the pieces by the host */
+  /* the bytes may have been written by copies of earlier submissions */
   VkMemoryBarrier before = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                             .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                                              VK_ACCESS_HOST_WRITE_BIT,
@@ -290,7 +223,7 @@ static xfer_code submit(xfer_device *dev, vk_sum_slot *s, uint32_t groups, size_
   vd->vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
                            &before, 0, NULL, 0, NULL);
   vd->vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_pipeline);
-  vd->vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_layout, 0, 1, &s->set, 0, NULL);
+  vd->vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->crc_layout, 0, 1, &vd->crc_set, 0, NULL);
   crc_push push = {groups, (uint32_t)stretch, (uint32_t)shifts_at};
   vd->vkCmdPushConstants(cmd, vd->crc_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push, &push);
   vd->vkCmdDispatch(cmd, groups < GROUPS_MAX ? groups : GROUPS_MAX, 1, 1);
@@ -300,26 +233,17 @@ static xfer_code submit(xfer_device *dev, vk_sum_slot *s, uint32_t groups, size_
   vd->vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &after,
                            0, NULL, 0, NULL);
   rc = VK(dev, XFER_OP_VERIFY, err, vkEndCommandBuffer, cmd);
-  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkResetFences, vd->device, 1, &s->fence);
-  VkSubmitInfo info = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
-  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkQueueSubmit, vd->sum_queue, 1, &info, s->fence);
-  if (rc) vd->vkResetCommandBuffer(cmd, 0); /* begun but not submitted: back to its first state */
-  return rc;
+  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkResetFences, vd->device, 1, &vd->fence);
+  VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+  if (!rc) rc = VK(dev, XFER_OP_VERIFY, err, vkQueueSubmit, vd->queue, 1, &submit, vd->fence);
+  if (rc) {
+    vd->vkResetCommandBuffer(cmd, 0);
+    return rc;
+  }
+  return xfer_vk_wait_fence(dev, XFER_OP_VERIFY, vd->fence, err);
 }
 
 static size_t pieces_in(size_t n, size_t piece) { return (n + piece - 1) / piece; }
-
-/* The stretch and piece of a call's shader, and its workgroups (0: nothing to sum). */
-static size_t groups_of(const xfer_sum_piece *pieces, size_t first, size_t end, size_t *stretch, size_t *piece,
-                        size_t *shifts_at)
-{
-  size_t groups = 0, largest = 0;
-  for (size_t i = first; i < end; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
-  *stretch = xfer_crc32c_kernel_stretch(largest, shifts_at);
-  *piece = *stretch * INVOCATIONS;
-  for (size_t i = first; i < end; i++) groups += pieces_in(pieces[i].n, *piece);
-  return groups;
-}
 
 /* The window of a buffer that starts at range `first`: the ranges from there on the same buffer
 ** that fit in one binding, [*lo, *hi) of the buffer; how many ranges (*end: one past them). */
@@ -341,122 +265,58 @@ static void window_of(const vk_dev *vd, const xfer_sum_piece *pieces, size_t cou
   *end = i;
 }
 
-/* The ranges [first, end) of one buffer through the window [lo, hi) begun in a slot (*slot;
-** -1: nothing to sum). */
-static xfer_code window_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t first, size_t end,
-                              VkDeviceSize lo, VkDeviceSize hi, int *slot, xfer_error *err)
+/* The ranges [first, end) of one buffer through the window [lo, hi): their pieces written,
+** the shader run, the sums joined into crc[]. */
+static xfer_code window_sums(xfer_device *dev, const xfer_sum_piece *pieces, size_t first, size_t end,
+                             VkDeviceSize lo, VkDeviceSize hi, uint32_t *crc, xfer_error *err)
 {
   vk_dev *vd = vk_of(dev);
   const vk_buf *b = pieces[first].buf;
-  size_t stretch, piece, shifts_at = 0;
-  size_t groups = groups_of(pieces, first, end, &stretch, &piece, &shifts_at);
-  *slot = -1;
+  size_t groups = 0, largest = 0, shifts_at = 0;
+  for (size_t i = first; i < end; i++) largest = pieces[i].n > largest ? pieces[i].n : largest;
+  size_t stretch = xfer_crc32c_kernel_stretch(largest, &shifts_at), piece = stretch * INVOCATIONS;
+  for (size_t i = first; i < end; i++) groups += pieces_in(pieces[i].n, piece);
   if (!groups) return XFER_E_OK;
-  /* whole words: the last one may reach past the bytes, never past the buffer */
-  VkDeviceSize range = (hi - lo + 3) / 4 * 4;
-  if (groups > 0xffffffffu || lo + range > b->size || range > vd->max_storage_range) return XFER_E_UNSUPPORTED;
-  int taken = -1;
-  xfer_code rc = slot_take(dev, groups, &taken, err);
+  /* a sum whose wait ended at a deadline may still read the pieces and the set and write the
+  ** sums: waited for (until this move's deadline) before any of them is touched */
+  xfer_code rc = xfer_vk_fence_settle(dev, XFER_OP_VERIFY, vd->fence, err);
+  if (!rc) rc = groups > 0xffffffffu ? XFER_E_UNSUPPORTED : room_for(dev, groups, err);
   if (rc) return rc;
-  vk_sum_slot *s = &vd->sum_slots[taken];
-  uint32_t *desc = s->pieces.mapped;
+  uint32_t *desc = vd->crc_pieces.mapped;
   size_t k = 0;
   for (size_t i = first; i < end; i++)
     for (size_t at = 0; at < pieces[i].n; at += piece, k++) {
       desc[2 * k] = (uint32_t)(pieces[i].offset + at - lo);
       desc[2 * k + 1] = (uint32_t)(pieces[i].n - at < piece ? pieces[i].n - at : piece);
     }
-  bind(vd, s, b->buffer, lo, range);
-  rc = submit(dev, s, (uint32_t)groups, stretch, shifts_at, err);
-  if (rc) {
-    s->taken = 0;
-    return rc;
-  }
-  s->submitted = 1;
-  s->groups = groups;
-  *slot = taken;
-  return XFER_E_OK;
-}
-
-/* The slot's sums of ranges [first, end) into crc[first..end) (wanted: waited for until the
-** move's deadline), the slot given back. */
-static xfer_code window_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t first, size_t end, int slot,
-                            uint32_t *crc, int wanted, xfer_error *err)
-{
-  vk_dev *vd = vk_of(dev);
-  for (size_t i = first; i < end; i++) crc[i] = 0;
-  if (slot < 0 || slot >= XFER_VK_SUM_SLOTS) return XFER_E_OK;
-  vk_sum_slot *s = &vd->sum_slots[slot];
-  xfer_code rc = XFER_E_OK;
-  if (wanted) {
-    size_t stretch, piece, shifts_at = 0;
-    groups_of(pieces, first, end, &stretch, &piece, &shifts_at);
-    rc = xfer_vk_wait_fence(dev, XFER_OP_VERIFY, s->fence, err);
-    const uint32_t *sums = s->sums.mapped;
-    for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n, piece), i++)
-      crc[i] = xfer_crc32c_of_raw_pieces(sums + g, piece, pieces[i].n);
-  }
-  s->taken = 0; /* taken again once its fence says its shader is done */
+  /* whole words: the last one may reach past the bytes, never past the buffer */
+  VkDeviceSize range = (hi - lo + 3) / 4 * 4;
+  if (lo + range > b->size || range > vd->max_storage_range) return XFER_E_UNSUPPORTED;
+  bind(vd, b->buffer, lo, range);
+  rc = dispatch(dev, (uint32_t)groups, stretch, shifts_at, err);
+  const uint32_t *sums = vd->crc_sums.mapped;
+  for (size_t i = first, g = 0; !rc && i < end; g += pieces_in(pieces[i].n, piece), i++)
+    crc[i] = xfer_crc32c_of_raw_pieces(sums + g, piece, pieces[i].n);
   return rc;
 }
-
-/* Whether every range may be summed here: a buffer made here (its usage known) that a window
-** binds. */
-static int summable(const vk_dev *vd, const xfer_sum_piece *pieces, size_t count)
-{
-  for (size_t i = 0; i < count; i++) {
-    const vk_buf *b = pieces[i].buf;
-    if (!b->size || pieces[i].n > vd->max_storage_range) return 0;
-  }
-  return 1;
-}
 #endif
-
-xfer_code xfer_vk_crc32c_begin(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int *ticket,
-                               xfer_error *err)
-{
-  *ticket = -1; /* nothing to sum: end writes zeros */
-#ifdef XFER_VULKAN_SHADERS
-  vk_dev *vd = vk_of(dev);
-  if (!count) return XFER_E_OK;
-  if (!summable(vd, pieces, count)) return XFER_E_UNSUPPORTED;
-  VkDeviceSize lo, hi;
-  size_t end;
-  window_of(vd, pieces, count, 0, &lo, &hi, &end);
-  if (end != count) return XFER_E_UNSUPPORTED; /* more than one window: summed by crc32c */
-  xfer_code rc = ready(dev);
-  return rc ? rc : window_begin(dev, pieces, 0, count, lo, hi, ticket, err);
-#else
-  (void)dev, (void)pieces, (void)count, (void)err;
-  return XFER_E_UNSUPPORTED; /* built without glslc: no shaders */
-#endif
-}
-
-xfer_code xfer_vk_crc32c_end(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, int ticket,
-                             uint32_t *crc, int wanted, xfer_error *err)
-{
-#ifdef XFER_VULKAN_SHADERS
-  return window_end(dev, pieces, 0, count, ticket, crc, wanted, err);
-#else
-  (void)dev, (void)pieces, (void)ticket, (void)wanted, (void)err;
-  for (size_t i = 0; i < count; i++) crc[i] = 0;
-  return XFER_E_OK;
-#endif
-}
 
 xfer_code xfer_vk_crc32c(xfer_device *dev, const xfer_sum_piece *pieces, size_t count, uint32_t *crc,
                          xfer_error *err)
 {
 #ifdef XFER_VULKAN_SHADERS
   vk_dev *vd = vk_of(dev);
-  if (!summable(vd, pieces, count)) return XFER_E_UNSUPPORTED;
+  for (size_t i = 0; i < count; i++) {
+    const vk_buf *b = pieces[i].buf;
+    /* a buffer not made here (its usage unknown), or a range no window binds */
+    if (!b->size || pieces[i].n > vd->max_storage_range) return XFER_E_UNSUPPORTED;
+    crc[i] = 0;
+  }
   xfer_code rc = ready(dev);
-  for (size_t first = 0, end = 0; !rc && first < count; first = end) { /* a window at a time */
+  for (size_t first = 0, end = 0; !rc && first < count; first = end) {
     VkDeviceSize lo, hi;
-    int slot = -1;
     window_of(vd, pieces, count, first, &lo, &hi, &end);
-    rc = window_begin(dev, pieces, first, end, lo, hi, &slot, err);
-    if (!rc) rc = window_end(dev, pieces, first, end, slot, crc, 1, err);
+    rc = window_sums(dev, pieces, first, end, lo, hi, crc, err);
   }
   return rc;
 #else

@@ -34,8 +34,7 @@ static void leave_out(xfer_runtime *rt, const char *name, const char *what, VkRe
              name, what);
 }
 
-/* The family of the device's queues, and how many queues it has (*queues). */
-static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family, uint32_t *queues)
+static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family)
 {
   uint32_t n = 0;
   api->vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
@@ -52,7 +51,6 @@ static int find_queue_family(vk_api *api, VkPhysicalDevice pd, uint32_t *family,
       if (want == 0 ? (f & VK_QUEUE_COMPUTE_BIT) != 0
                     : (f & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_GRAPHICS_BIT)) != 0) {
         *family = i;
-        *queues = props[i].queueCount;
         found = 1;
       }
     }
@@ -185,14 +183,11 @@ static const char *create_device(vk_api *api, vk_dev *vd, const vk_extensions *e
   if (ext->external_memory_fd) names[n++] = VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME;
   if (ext->external_memory_host) names[n++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
   if (ext->memory_budget) names[n++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
-  /* a second queue for the sums where the family has one: a sum begun beside a move runs beside
-  ** its next copies instead of between them */
-  float priority[2] = {1.0f, 1.0f};
-  uint32_t queues = vd->queues >= 2 ? 2 : 1;
+  float priority = 1.0f;
   VkDeviceQueueCreateInfo queue = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                    .queueFamilyIndex = vd->queue_family,
-                                   .queueCount = queues,
-                                   .pQueuePriorities = priority};
+                                   .queueCount = 1,
+                                   .pQueuePriorities = &priority};
   VkDeviceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &queue,
@@ -220,8 +215,6 @@ static const char *create_device(vk_api *api, vk_dev *vd, const vk_extensions *e
   vd->host_import = vd->host_import && vd->vkGetMemoryHostPointerPropertiesEXT;
   vd->export_fd = vd->export_fd && vd->vkGetMemoryFdKHR;
   vd->vkGetDeviceQueue(vd->device, vd->queue_family, 0, &vd->queue);
-  vd->sum_queue = vd->queue;
-  if (queues == 2) vd->vkGetDeviceQueue(vd->device, vd->queue_family, 1, &vd->sum_queue);
 
   VkCommandPoolCreateInfo pool = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -273,7 +266,7 @@ static void add_device(xfer_runtime *rt, VkPhysicalDevice pd)
   vd->max_storage_range = basic.limits.maxStorageBufferRange;
   vd->storage_alignment = basic.limits.minStorageBufferOffsetAlignment;
   vd->max_shared = basic.limits.maxComputeSharedMemorySize;
-  if (!find_queue_family(api, pd, &vd->queue_family, &vd->queues)) {
+  if (!find_queue_family(api, pd, &vd->queue_family)) {
     free(vd); /* no compute or transfer queue: not a device for us */
     return;
   }
