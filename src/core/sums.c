@@ -258,8 +258,7 @@ static xfer_code device_sums(const xfer_sum_range *ranges, size_t count, size_t 
 }
 
 
-/* Whether a device sums beside its caller. */
-static int sums_beside(const xfer_device *dev) { return sums_itself(dev) && xfer_be_has_crc32c_begin(dev); }
+int xfer_sums_beside(const xfer_device *dev) { return sums_itself(dev) && xfer_be_has_crc32c_begin(dev); }
 
 /* The device ranges not summed by the pool, each device's begun on it where it sums beside the
 ** caller (marked in seen[]); the rest are left for xfer_sums_end (out of memory: all of them). */
@@ -271,7 +270,7 @@ static void devices_begin(xfer_sums *s)
   for (size_t i = 0; i < s->count; i++) {
     xfer_device *dev = s->ranges[i].t->dev;
     if (s->seen[i] || dev == declined) continue;
-    if (!sums_beside(dev)) {
+    if (!xfer_sums_beside(dev)) {
       declined = dev;
       continue;
     }
@@ -403,7 +402,7 @@ static void end_begin(xfer_verify_side *e, xfer_tensor *t, size_t at, size_t n)
   e->sums = NULL;
   e->tasks = NULL;
   e->count = e->started = e->ntasks = 0;
-  e->beside = !e->host && sums_beside(t->dev);
+  e->beside = !e->host && xfer_sums_beside(t->dev);
   e->summing = (xfer_sums){0};
   e->part_crc = e->crc = 0;
   e->upto = 0;

@@ -67,6 +67,10 @@ xfer_code xfer_sums_begin(xfer_sums *s, const xfer_sum_range *ranges, size_t cou
                           xfer_error *err);
 xfer_code xfer_sums_end(xfer_sums *s, int wanted, xfer_error *err);
 
+/* Whether xfer_sums_begin has the device sum its ranges beside the caller (its runtime can
+** begin a sum without waiting for it, and it is asked to sum its own memory). */
+int xfer_sums_beside(const xfer_device *dev);
+
 /* A move's verification while it runs: each end's host memory summed by the sum pool beside
 ** the move (the source's at once, the target's as its bytes land); a device end by the device,
 ** beside the move where it can (the source's from the start, the target's each step as it

@@ -284,32 +284,42 @@ static xfer_tensor window(const xfer_tensor *t, size_t offset, size_t n)
 #define WATCHED_SLICE ((size_t)16 << 20)
 
 /* A group's sums for `verify`: its sources' host ranges given to the sum pool before the move
-** (they do not change while it runs, and the pool sums them while the bytes move), targets in
-** host memory as their slice lands (`landed`, when the group goes in slices), the rest once
-** it moved. ranges[k] the source of the k-th element in the group's order, ranges[n + k] its
-** target; crc[] alike. */
+** (they do not change while it runs, and the pool sums them while the bytes move) and its
+** sources' device ranges to their device where it sums beside the caller; targets as their
+** slice lands (`landed`, when the group goes in slices) -- in host memory to the pool, on a
+** device that sums beside to the device --, the rest once it moved. ranges[k] the source of
+** the k-th element in the group's order, ranges[n + k] its target; crc[] alike. */
 typedef struct group_sums {
   xfer_sum_range *ranges;
   uint32_t *crc;
   xfer_sums sources;
   xfer_sums *landed;          /* NULL: the targets are summed once the group moved */
-  size_t nlanded, room;       /* slices given to the pool, of room for */
+  size_t nlanded, room;       /* runs of landed targets begun, of room for */
   size_t landed_upto;         /* the elements they cover */
+  size_t landed_least;        /* bytes a run of landed targets holds, at least, before it is begun */
   size_t slices;              /* submissions the group went in (XFER_TRACE's verify line) */
   xfer_sum_waits waits;       /* ... and what its end waited for */
   int faulted;                /* the injected corruption was asked for, as the first slice landed */
 } group_sums;
 
-/* Room for the sums of each slice of a group whose targets the pool sums (host memory) and
-** which spans more than two slices; none otherwise. A slice holds at least one piece, and two
-** slices in a row more than WATCHED_SLICE bytes. */
+/* A device's sums begun beside a group: its slots (CUDA's 8) are taken until the group's end, so
+** a group's landed targets on a device go in this many runs at most (the sources take a slot). */
+#define LANDED_DEVICE_RUNS 6
+
+/* Room for the sums of each slice of a group whose targets are summed as they land -- in host
+** memory (by the pool) or on a device that sums beside the caller -- and which spans more than
+** two slices; none otherwise. A slice holds at least one piece, and two slices in a row more
+** than WATCHED_SLICE bytes; a device's runs of landed targets hold a sixth of the group at
+** least (its slots are few). */
 static void landed_room(const xfer_group *g, group_sums *gs)
 {
   const xfer_batch_item *it = &g->items[g->order[g->first]];
-  if (g->through || g->bytes <= 2 * WATCHED_SLICE ||
-      !xfer_be_host_address(it->dst->dev, it->dst->buf, it->dst->offset))
-    return;
+  if (g->through || g->bytes <= 2 * WATCHED_SLICE) return;
+  int host = xfer_be_host_address(it->dst->dev, it->dst->buf, it->dst->offset) != NULL;
+  if (!host && !xfer_sums_beside(it->dst->dev)) return;
   size_t most = 2 * (g->bytes / WATCHED_SLICE) + 2;
+  gs->landed_least = WATCHED_SLICE;
+  if (!host && g->bytes / LANDED_DEVICE_RUNS > WATCHED_SLICE) gs->landed_least = g->bytes / LANDED_DEVICE_RUNS;
   gs->room = most < g->count ? most : g->count;
   gs->landed = calloc(gs->room, sizeof *gs->landed);
 }
@@ -339,12 +349,15 @@ static xfer_code group_sums_begin(const xfer_group *g, group_sums *gs, xfer_erro
   return XFER_E_OK;
 }
 
-/* The targets of the group's elements [landed_upto, upto) have landed: to the pool with them.
-** Out of memory for it: they are summed with the rest once the group moved. */
-static void group_sums_landed(const xfer_group *g, group_sums *gs, size_t upto)
+/* The targets of the group's elements [landed_upto, upto) have landed: begun (to the pool, or
+** to their device) once they hold more than `least` bytes, the last run left to the group's
+** end. Out of memory for it: they are summed with the rest once the group moved. */
+static void group_sums_landed(const xfer_group *g, group_sums *gs, size_t upto, size_t least)
 {
-  if (!gs || !gs->landed || upto <= gs->landed_upto || gs->nlanded == gs->room) return;
-  size_t n = g->count, from = gs->landed_upto;
+  if (!gs || !gs->landed || upto <= gs->landed_upto || upto >= g->count || gs->nlanded == gs->room) return;
+  size_t n = g->count, from = gs->landed_upto, bytes = 0;
+  for (size_t k = from; k < upto && bytes <= least; k++) bytes += g->pieces[k].n;
+  if (bytes <= least) return; /* more of them first */
   if (!gs->faulted) { /* a link that corrupts does so before the bytes are summed */
     const xfer_batch_item *it = &g->items[g->order[g->first]];
     corrupt_if_asked(it->dst, it->dst_offset, xfer_item_bytes(it));
@@ -406,14 +419,18 @@ static xfer_code run_way(xfer_group *g, group_sums *sums, xfer_error *err)
   if (watched || (sums && sums->landed)) {
     xfer_code rc = XFER_E_OK;
     size_t moved = 0;
+    /* a slice a run of landed targets, unless watched: a slice then WATCHED_SLICE bytes, and a
+    ** run begun once it is within a slice of landed_least */
+    size_t slice = watched || !sums || !sums->landed ? WATCHED_SLICE : sums->landed_least;
+    size_t least = watched && sums && sums->landed ? sums->landed_least - WATCHED_SLICE : 0;
     for (size_t k = 0; k < g->count && !rc;) { /* (slices are not kept: keep 0) */
       size_t m = 0, bytes = 0;
-      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= WATCHED_SLICE)) bytes += g->pieces[k + m++].n;
+      while (k + m < g->count && (!m || bytes + g->pieces[k + m].n <= slice)) bytes += g->pieces[k + m++].n;
       rc = xfer_be_many(g->many, g->pieces + k, m, 0, err);
       if (sums) sums->slices++;
       k += m;
       moved += bytes;
-      if (!rc) group_sums_landed(g, sums, k);
+      if (!rc) group_sums_landed(g, sums, k, least);
       if (!rc && watched && k < g->count) rc = xfer_watch_check(moved, g->bytes, err);
     }
     return rc;
