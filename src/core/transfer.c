@@ -296,7 +296,8 @@ typedef struct group_sums {
   xfer_sums *landed;          /* NULL: the targets are summed once the group moved */
   size_t nlanded, room;       /* runs of landed targets begun, of room for */
   size_t landed_upto;         /* the elements they cover */
-  size_t landed_least;        /* bytes a run of landed targets holds, at least, before it is begun */
+  size_t landed_least;        /* a run of landed targets' bytes: a slice's, unwatched (watched: */
+                              /* 16 MiB slices, a run begun once within a slice of it) */
   size_t slices;              /* submissions the group went in (XFER_TRACE's verify line) */
   xfer_sum_waits waits;       /* ... and what its end waited for */
   int faulted;                /* the injected corruption was asked for, as the first slice landed */
