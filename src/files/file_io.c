@@ -545,10 +545,21 @@ static struct timespec condition_time_in(double seconds)
 /* How often a watched wait looks at its watch: a cancel is seen within this. */
 #define WATCH_POLL_US 250
 
+/* A slot's state as its caller sees it: a worker thread writes it under the queue's lock (io_uring's
+** slots are the caller's alone). Read without the lock, ThreadSanitizer saw the race. */
+static slot_state state_of(xfer_fio_queue *q, const fio_slot *slot)
+{
+  if (q->engine != XFER_FIO_THREADS) return slot->state;
+  pthread_mutex_lock(&q->lock);
+  slot_state state = slot->state;
+  pthread_mutex_unlock(&q->lock);
+  return state;
+}
+
 int xfer_fio_await(xfer_fio_queue *q, int slot_index)
 {
   fio_slot *slot = &q->slots[slot_index];
-  if (slot->state == SLOT_FREE || !xfer_watch_watched()) return 1;
+  if (!xfer_watch_watched() || state_of(q, slot) == SLOT_FREE) return 1;
 #ifdef XFER_WITH_URING
   if (q->engine == XFER_FIO_URING) {
     double quiet = xfer_now(); /* since the last completion: the stall guard's clock */
@@ -577,7 +588,7 @@ int xfer_fio_await(xfer_fio_queue *q, int slot_index)
 xfer_code xfer_fio_wait(xfer_fio_queue *q, int slot_index, xfer_error *err)
 {
   fio_slot *slot = &q->slots[slot_index];
-  if (slot->state == SLOT_FREE) return XFER_E_OK;
+  if (state_of(q, slot) == SLOT_FREE) return XFER_E_OK;
 #ifdef XFER_WITH_URING
   if (q->engine == XFER_FIO_URING)
     while (slot->state != SLOT_DONE) uring_reap(q);
