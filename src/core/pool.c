@@ -79,12 +79,8 @@ static void *worker(void *arg)
   return NULL;
 }
 
-int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task)
+static void task_init(xfer_spawned *task, void *(*fn)(void *), void *arg, int owned)
 {
-  pool *p = &pools[kind];
-  if (kind == XFER_POOL_SUMS) xfer_pool_sum_threads();
-  int owned = !task;
-  if (owned && !(task = malloc(sizeof *task))) return ENOMEM;
   task->owned = owned;
   task->fn = fn;
   task->arg = arg;
@@ -92,6 +88,28 @@ int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned
   task->next = NULL;
   pthread_mutex_init(&task->lock, NULL);
   pthread_cond_init(&task->cond, NULL);
+}
+
+/* A thread more for the pool, its lock held: 0 or pthread_create's errno. */
+static int thread_more(pool *p)
+{
+  pthread_attr_t attr;
+  pthread_t thread;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int e = pthread_create(&thread, &attr, worker, p);
+  pthread_attr_destroy(&attr);
+  if (!e) p->threads++;
+  return e;
+}
+
+int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task)
+{
+  pool *p = &pools[kind];
+  if (kind == XFER_POOL_SUMS) xfer_pool_sum_threads();
+  int owned = !task;
+  if (owned && !(task = malloc(sizeof *task))) return ENOMEM;
+  task_init(task, fn, arg, owned);
   pthread_mutex_lock(&p->lock);
   if (p->tail) p->tail->next = task;
   else p->head = task;
@@ -99,13 +117,7 @@ int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned
   p->queued++;
   int e = 0;
   if (p->queued > p->idle && (!p->max || p->threads < p->max)) {
-    pthread_attr_t attr;
-    pthread_t thread;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    e = pthread_create(&thread, &attr, worker, p);
-    pthread_attr_destroy(&attr);
-    if (!e) p->threads++;
+    e = thread_more(p);
     /* no new thread: the task waits for one of those there are, if any */
     if (e && p->threads) e = 0;
   }
@@ -126,6 +138,42 @@ int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned
     if (owned) free(task);
   }
   return e;
+}
+
+size_t xfer_spawn_all(xfer_pool_kind kind, void *(*fn)(void *), void *const *args, xfer_spawned *const *tasks,
+                      size_t n)
+{
+  pool *p = &pools[kind];
+  if (kind == XFER_POOL_SUMS) xfer_pool_sum_threads();
+  if (!n) return 0;
+  for (size_t k = 0; k < n; k++) task_init(tasks[k], fn, args[k], 0);
+  for (size_t k = 0; k + 1 < n; k++) tasks[k]->next = tasks[k + 1];
+  pthread_mutex_lock(&p->lock);
+  xfer_spawned *before = p->tail; /* (the tasks go after it: taken back from there) */
+  if (p->tail) p->tail->next = tasks[0];
+  else p->head = tasks[0];
+  p->tail = tasks[n - 1];
+  p->queued += n;
+  /* a thread for each task no idle thread takes, as n calls of xfer_spawn would make */
+  for (size_t made = 0; made < n && p->queued > p->idle + made && (!p->max || p->threads < p->max); made++)
+    if (thread_more(p)) break;
+  size_t queued = p->threads ? n : 0;
+  if (!queued) { /* no thread at all to run them: taken back */
+    if (before) before->next = NULL;
+    else p->head = NULL;
+    p->tail = before;
+    p->queued -= n;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (queued) {
+    pthread_cond_broadcast(&p->work);
+  } else {
+    for (size_t k = 0; k < n; k++) {
+      pthread_cond_destroy(&tasks[k]->cond);
+      pthread_mutex_destroy(&tasks[k]->lock);
+    }
+  }
+  return queued;
 }
 
 int xfer_run_detached(void *(*fn)(void *), void *arg) { return xfer_spawn(XFER_POOL_HELPERS, fn, arg, NULL); }

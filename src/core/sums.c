@@ -44,15 +44,34 @@ static void *sum_segs(void *arg)
   return NULL;
 }
 
-/* Given to the pool; summed here and now when no thread can be had. */
-static void task_start(xfer_sum_task *t, const seg *segs, uint32_t *crc, size_t first, size_t last)
+static void task_set(xfer_sum_task *t, const seg *segs, uint32_t *crc, size_t first, size_t last)
 {
   t->segs = segs;
   t->crc = crc;
   t->first = first;
   t->last = last;
-  t->spawned = !xfer_spawn(XFER_POOL_SUMS, sum_segs, t, &t->task);
-  if (!t->spawned) sum_segs(t);
+  t->spawned = 0;
+}
+
+/* tasks[0..n) given to the pool at once (xfer_spawn_all: one wake-up for them all); summed here
+** and now when no thread can be had. */
+#define SPAWN_AT_ONCE 16
+static void tasks_spawn(xfer_sum_task *tasks, size_t n)
+{
+  for (size_t from = 0; from < n; from += SPAWN_AT_ONCE) {
+    size_t m = n - from < SPAWN_AT_ONCE ? n - from : SPAWN_AT_ONCE;
+    void *args[SPAWN_AT_ONCE];
+    xfer_spawned *handles[SPAWN_AT_ONCE];
+    for (size_t k = 0; k < m; k++) {
+      args[k] = &tasks[from + k];
+      handles[k] = &tasks[from + k].task;
+    }
+    int spawned = xfer_spawn_all(XFER_POOL_SUMS, sum_segs, args, handles, m) == m;
+    for (size_t k = 0; k < m; k++) {
+      tasks[from + k].spawned = spawned;
+      if (!spawned) sum_segs(&tasks[from + k]);
+    }
+  }
 }
 
 static void task_wait(xfer_sum_task *t)
@@ -67,12 +86,13 @@ static void task_wait(xfer_sum_task *t)
 static void tasks_start(xfer_sum_task *tasks, size_t *ntasks, const seg *segs, uint32_t *crc, size_t first,
                         size_t last)
 {
-  size_t threads = xfer_pool_sum_threads(), n = last - first;
+  size_t threads = xfer_pool_sum_threads(), n = last - first, from = *ntasks;
   size_t parts = n < threads ? n : threads;
   for (size_t p = 0; p < parts; p++) {
     size_t a = first + n * p / parts, b = first + n * (p + 1) / parts;
-    task_start(&tasks[(*ntasks)++], segs, crc, a, b);
+    task_set(&tasks[(*ntasks)++], segs, crc, a, b);
   }
+  tasks_spawn(tasks + from, parts);
 }
 
 /* n bytes cut into pieces of XFER_SUM_PIECE: their segments, sums and a task each (NULL when
@@ -330,12 +350,13 @@ static void host_bundles(const xfer_sum_range *ranges, size_t count, unsigned ch
   for (size_t j = 0; j < k; j++) {
     bytes += segs[j].n;
     if (bytes >= bundle) {
-      task_start(&tasks[(*ntasks)++], segs, sums, first, j + 1);
+      task_set(&tasks[(*ntasks)++], segs, sums, first, j + 1);
       first = j + 1;
       bytes = 0;
     }
   }
-  if (first < k) task_start(&tasks[(*ntasks)++], segs, sums, first, k);
+  if (first < k) task_set(&tasks[(*ntasks)++], segs, sums, first, k);
+  tasks_spawn(tasks, *ntasks);
   *nsegs = k;
 }
 

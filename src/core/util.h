@@ -50,6 +50,13 @@ typedef struct xfer_spawned {
 ** otherwise xfer_spawned_join(task) must be called once, and waits for fn to return. */
 int xfer_spawn(xfer_pool_kind kind, void *(*fn)(void *), void *arg, xfer_spawned *task);
 void xfer_spawned_join(xfer_spawned *task);
+/* n tasks at once, as n calls of xfer_spawn with a task each (tasks[k] runs fn(args[k])): queued
+** in one hold of the pool's lock and its idle threads woken by one broadcast -- a call a task
+** woke a thread each time, which then waited for the lock the caller held (the sums of a
+** landed slice are 8 tasks on the caller's way to the next slice). Returns n, or 0 when the
+** pool has no thread and none could be made (nothing queued: the caller runs them). */
+size_t xfer_spawn_all(xfer_pool_kind kind, void *(*fn)(void *), void *const *args, xfer_spawned *const *tasks,
+                      size_t n);
 /* How many threads XFER_POOL_SUMS runs at once. */
 size_t xfer_pool_sum_threads(void);
 
