@@ -165,7 +165,9 @@ size_t xfer_spawn_all(xfer_pool_kind kind, void *(*fn)(void *), void *const *arg
     p->queued -= n;
   }
   pthread_mutex_unlock(&p->lock);
-  if (queued) {
+  if (queued == 1) {
+    pthread_cond_signal(&p->work);
+  } else if (queued) {
     pthread_cond_broadcast(&p->work);
   } else {
     for (size_t k = 0; k < n; k++) {
