@@ -32,6 +32,7 @@ struct xfer_job {
   xfer_code (*call)(void *arg, xfer_error *err);
   void *arg;
   void (*release)(void *arg);
+  int arg_holders;              /* the run's and the caller's hold of arg (atomic): the last to let go releases it */
   xfer_tensor **uses;           /* busy (and retained) while it runs */
   size_t nuses;
 };
@@ -53,7 +54,6 @@ void xfer_job_progress(xfer_job *job, uint64_t *done, uint64_t *total)
 
 static void job_destroy(xfer_job *job)
 {
-  if (job->release) job->release(job->arg);
   for (size_t i = 0; i < job->nuses; i++) xfer_tensor_release(job->uses[i]);
   free(job->uses);
   xfer_tensor_release(job->result);
@@ -71,7 +71,19 @@ static xfer_job *job_new(void)
   pthread_mutex_init(&job->lock, NULL);
   pthread_cond_init(&job->ended, NULL);
   job->refs = 2; /* the caller's and the pool thread's */
+  job->arg_holders = 2;
   return job;
+}
+
+/* One of the two holds of a job's arg let go (the run's as it ends, the caller's as it lets go of
+** the job): the last one releases it -- at once, not when the job's memory goes, which the pool's
+** thread may free a moment after a caller that waited has let go (a caller's arg came back late). */
+static void arg_let_go(xfer_job *job)
+{
+  if (__atomic_sub_fetch(&job->arg_holders, 1, __ATOMIC_ACQ_REL) == 0 && job->release) {
+    job->release(job->arg);
+    job->release = NULL;
+  }
 }
 
 static void job_unref(xfer_job *job)
@@ -106,6 +118,8 @@ static void *run_job(void *arg)
   if (job->call) {
     job->rc = job->call(job->arg, &job->err);
     xfer_tensors_busy(job->uses, job->nuses, -1);
+    for (size_t i = 0; i < job->nuses; i++) xfer_tensor_release(job->uses[i]);
+    job->nuses = 0;
   } else if (job->batch) {
     job->rc = xfer_batch_run_claimed(job->batch, &job->err); /* claimed by xfer_batch_start */
     xfer_batch_release(job->batch);
@@ -117,6 +131,7 @@ static void *run_job(void *arg)
     job->src = NULL;
   }
   xfer_watch_restore(outer);
+  arg_let_go(job); /* (before it reads as done: see above) */
   pthread_mutex_lock(&job->lock);
   __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&job->ended);
@@ -269,6 +284,7 @@ static void caller_done(xfer_job *job)
   }
   pthread_mutex_unlock(&job->lock);
   xfer_tensor_release(result);
+  arg_let_go(job);
   job_unref(job);
 }
 
