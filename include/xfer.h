@@ -513,7 +513,8 @@ xfer_code xfer_batch_start(xfer_batch *batch, xfer_job **out, xfer_error *err);
 ** the moves, batch runs, loads and saves fn makes honour; fn's code and error are the job's
 ** (xfer_job_wait: *out NULL). The `ntensors` tensors fn uses are busy meanwhile (freeing one
 ** waits for fn). release(arg), if given, runs once the caller and the thread have both let
-** go of the job. (The file layer's loads and saves run so: xfer_files.h.) */
+** go of the job, on the thread of the last: a caller that waited for the job has it run by
+** the time xfer_job_release returns. (The file layer's loads and saves run so: xfer_files.h.) */
 xfer_code xfer_job_start_call(xfer_ctx *ctx, xfer_code (*fn)(void *arg, xfer_error *err), void *arg,
                               void (*release)(void *arg), double timeout, xfer_tensor *const *tensors,
                               size_t ntensors, xfer_job **out, xfer_error *err);
